@@ -1,0 +1,46 @@
+# talb — run as root: `sudo make testbed`, or `make testbed` when already root.
+# Every target that needs the venv runs `setup` first; setup is idempotent.
+
+VENV    ?= .venv
+TALB    := $(VENV)/bin/talb
+PYTEST  := $(VENV)/bin/python -m pytest
+PREFIX  ?= talb
+TOPOLOGY ?=
+PYTEST_ARGS ?=
+
+TOPO_ARG := $(if $(TOPOLOGY),--topology $(TOPOLOGY),)
+
+.PHONY: help setup testbed testbed-down status test bench clean
+
+help:
+	@echo "talb — tensor-aware load balancing testbed"
+	@echo "  sudo make testbed       build the default fabric, load the switch programs, run a demo"
+	@echo "  sudo make testbed-down  remove everything 'testbed' made"
+	@echo "  sudo make status        show the running testbed"
+	@echo "  sudo make test          run the test suite (what CI runs)"
+	@echo "  sudo make bench         data-path benchmarks (BPF vs empty program, BPF vs kernel bridge)"
+	@echo "  sudo make setup         install packages, kernel headers and the venv (done by the others)"
+	@echo "Variables: PREFIX=$(PREFIX) TOPOLOGY=<file.yaml> PYTEST_ARGS=..."
+
+setup:
+	@bash scripts/setup.sh
+
+testbed: setup
+	$(TALB) testbed up --replace --prefix $(PREFIX) $(TOPO_ARG)
+	$(TALB) testbed demo --prefix $(PREFIX)
+
+testbed-down: setup
+	$(TALB) testbed down --prefix $(PREFIX)
+
+status: setup
+	$(TALB) testbed status --prefix $(PREFIX)
+
+test: setup
+	$(PYTEST) $(PYTEST_ARGS)
+
+bench: setup
+	$(TALB) bench datapath
+
+clean:
+	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(PREFIX) || true
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,1 @@
+"""Control plane: loads and attaches BPF programs, installs forwarding state, reads counters."""

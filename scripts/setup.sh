@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Install what the testbed needs, idempotently, on Debian as root:
+#   * Debian packages (bcc for /usr/bin/python3, iproute2, ethtool, iperf3,
+#     kernel headers, Prometheus for the monitoring tests);
+#   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
+#     kernel ships none (DESIGN §9: bcc compiles against them);
+#   * a venv made from /usr/bin/python3 --system-site-packages (so that
+#     `import bcc` works) with the project installed in it.
+# Each step is skipped when already done, so a second run takes a second.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$REPO/.venv}"
+STAMP="$VENV/.talb-installed"
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (sudo make setup): namespaces, BPF and apt need it"
+command -v apt-get >/dev/null || die "apt-get not found: this set-up supports Debian and derivatives"
+
+# --- Debian packages ---------------------------------------------------------
+PKGS=(python3-bpfcc bpfcc-tools python3-venv python3-pip iproute2 ethtool
+      iperf3 linux-headers-amd64 prometheus procps kmod)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    say "Debian packages present"
+fi
+
+# --- kernel headers for bcc ---------------------------------------------------
+KDIR="/lib/modules/$(uname -r)"
+if [ ! -e "$KDIR/build/include" ]; then
+    hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n1)
+    common=$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -n1)
+    [ -n "$hdr" ] && [ -n "$common" ] || die "no kernel headers under /usr/src (linux-headers-amd64 did not install?)"
+    say "linking kernel headers: $KDIR/build -> $hdr"
+    mkdir -p "$KDIR"
+    ln -sfn "$hdr" "$KDIR/build"
+    ln -sfn "$common" "$KDIR/source"
+else
+    say "kernel headers present ($KDIR/build)"
+fi
+
+# --- venv -----------------------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+    say "creating venv $VENV (with system site packages, for bcc)"
+    /usr/bin/python3 -m venv --system-site-packages "$VENV"
+fi
+# Reinstall only when the project's metadata changed since the last install.
+if [ ! -f "$STAMP" ] || [ "$REPO/pyproject.toml" -nt "$STAMP" ]; then
+    say "installing the project and its Python dependencies into the venv"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO[test]"
+    touch "$STAMP"
+else
+    say "venv up to date"
+fi
+
+"$VENV/bin/python" -c "import bcc, pyroute2, scapy, yaml, prometheus_client" \
+    || die "the venv cannot import its dependencies; remove $VENV and run again"
+say "set-up complete"

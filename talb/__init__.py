@@ -1,0 +1,1 @@
+"""talb: the command-line front of the testbed (``talb ...``)."""

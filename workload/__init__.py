@@ -1,0 +1,1 @@
+"""Workload generation: DNN training traffic (parameter server, ring all-reduce). Later issues."""
