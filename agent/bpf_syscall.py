@@ -1,0 +1,416 @@
+"""The ``bpf()`` system call through ctypes.
+
+bcc 0.26's libbcc has no wrapper for BPF_PROG_TEST_RUN and the agent must
+work from pinned maps without bcc, so the few commands the project needs are
+issued here directly: pin/get objects, map element operations, object info
+and test runs. Layouts follow ``union bpf_attr`` in include/uapi/linux/bpf.h;
+each command only uses its own member, zero-padded to the size the kernel
+checks (it rejects non-zero bytes past the fields it knows).
+
+Every failure raises ``OSError(errno, "<operation> <detail>: <strerror>")``.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno as _errno
+import os
+import platform
+
+__all__ = [
+    "BPF_MAP_TYPE_HASH", "BPF_MAP_TYPE_ARRAY", "BPF_MAP_TYPE_PERCPU_HASH",
+    "BPF_MAP_TYPE_PERCPU_ARRAY", "BPF_MAP_TYPE_NAMES", "BPF_ANY", "BPF_NOEXIST",
+    "BPF_EXIST", "MapInfo", "SkBuff", "map_create", "obj_pin", "obj_get",
+    "map_lookup", "map_update", "map_delete", "map_get_next_key",
+    "obj_get_info_by_fd", "map_info", "prog_test_run", "close",
+]
+
+# --- commands (enum bpf_cmd) ---------------------------------------------
+BPF_MAP_CREATE = 0
+BPF_MAP_LOOKUP_ELEM = 1
+BPF_MAP_UPDATE_ELEM = 2
+BPF_MAP_DELETE_ELEM = 3
+BPF_MAP_GET_NEXT_KEY = 4
+BPF_OBJ_PIN = 6
+BPF_OBJ_GET = 7
+BPF_PROG_TEST_RUN = 10
+BPF_OBJ_GET_INFO_BY_FD = 15
+
+# --- map types (enum bpf_map_type), the ones the project uses -------------
+BPF_MAP_TYPE_HASH = 1
+BPF_MAP_TYPE_ARRAY = 2
+BPF_MAP_TYPE_PERCPU_HASH = 5
+BPF_MAP_TYPE_PERCPU_ARRAY = 6
+BPF_MAP_TYPE_LRU_HASH = 9
+BPF_MAP_TYPE_LRU_PERCPU_HASH = 10
+BPF_MAP_TYPE_DEVMAP = 14
+BPF_MAP_TYPE_DEVMAP_HASH = 25
+BPF_MAP_TYPE_NAMES = {
+    BPF_MAP_TYPE_HASH: "hash",
+    BPF_MAP_TYPE_ARRAY: "array",
+    BPF_MAP_TYPE_PERCPU_HASH: "percpu_hash",
+    BPF_MAP_TYPE_PERCPU_ARRAY: "percpu_array",
+    BPF_MAP_TYPE_LRU_HASH: "lru_hash",
+    BPF_MAP_TYPE_LRU_PERCPU_HASH: "lru_percpu_hash",
+    BPF_MAP_TYPE_DEVMAP: "devmap",
+    BPF_MAP_TYPE_DEVMAP_HASH: "devmap_hash",
+}
+PERCPU_MAP_TYPES = frozenset(
+    {BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HASH}
+)
+
+# --- update flags ----------------------------------------------------------
+BPF_ANY = 0
+BPF_NOEXIST = 1
+BPF_EXIST = 2
+
+BPF_OBJ_NAME_LEN = 16
+# sizeof(union bpf_attr) grows with kernels; the kernel accepts any size up
+# to a page as long as bytes it does not know are zero.
+_ATTR_SIZE = 128
+
+_NR_BPF = {
+    "x86_64": 321,
+    "aarch64": 280,
+    "arm64": 280,
+    "riscv64": 280,
+    "i386": 357,
+    "i686": 357,
+    "armv7l": 386,
+    "ppc64le": 361,
+    "s390x": 351,
+}
+
+
+def _syscall_nr() -> int:
+    m = platform.machine()
+    if m not in _NR_BPF:
+        raise OSError(_errno.ENOSYS, f"bpf(): unknown syscall number for machine {m!r}")
+    return _NR_BPF[m]
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_NR = None
+
+
+# --- union bpf_attr members -------------------------------------------------
+class _MapCreateAttr(ctypes.Structure):
+    _fields_ = [
+        ("map_type", ctypes.c_uint32),
+        ("key_size", ctypes.c_uint32),
+        ("value_size", ctypes.c_uint32),
+        ("max_entries", ctypes.c_uint32),
+        ("map_flags", ctypes.c_uint32),
+        ("inner_map_fd", ctypes.c_uint32),
+        ("numa_node", ctypes.c_uint32),
+        ("map_name", ctypes.c_char * BPF_OBJ_NAME_LEN),
+    ]
+
+
+class _MapElemAttr(ctypes.Structure):
+    _fields_ = [
+        ("map_fd", ctypes.c_uint32),
+        ("_pad0", ctypes.c_uint32),
+        ("key", ctypes.c_uint64),
+        ("value", ctypes.c_uint64),  # or next_key
+        ("flags", ctypes.c_uint64),
+    ]
+
+
+class _ObjAttr(ctypes.Structure):
+    _fields_ = [
+        ("pathname", ctypes.c_uint64),
+        ("bpf_fd", ctypes.c_uint32),
+        ("file_flags", ctypes.c_uint32),
+    ]
+
+
+class _TestRunAttr(ctypes.Structure):
+    _fields_ = [
+        ("prog_fd", ctypes.c_uint32),
+        ("retval", ctypes.c_uint32),
+        ("data_size_in", ctypes.c_uint32),
+        ("data_size_out", ctypes.c_uint32),
+        ("data_in", ctypes.c_uint64),
+        ("data_out", ctypes.c_uint64),
+        ("repeat", ctypes.c_uint32),
+        ("duration", ctypes.c_uint32),
+        ("ctx_size_in", ctypes.c_uint32),
+        ("ctx_size_out", ctypes.c_uint32),
+        ("ctx_in", ctypes.c_uint64),
+        ("ctx_out", ctypes.c_uint64),
+        ("flags", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32),
+        ("batch_size", ctypes.c_uint32),
+    ]
+
+
+class _InfoAttr(ctypes.Structure):
+    _fields_ = [
+        ("bpf_fd", ctypes.c_uint32),
+        ("info_len", ctypes.c_uint32),
+        ("info", ctypes.c_uint64),
+    ]
+
+
+class _BpfMapInfo(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("id", ctypes.c_uint32),
+        ("key_size", ctypes.c_uint32),
+        ("value_size", ctypes.c_uint32),
+        ("max_entries", ctypes.c_uint32),
+        ("map_flags", ctypes.c_uint32),
+        ("name", ctypes.c_char * BPF_OBJ_NAME_LEN),
+        ("ifindex", ctypes.c_uint32),
+        ("btf_vmlinux_value_type_id", ctypes.c_uint32),
+        ("netns_dev", ctypes.c_uint64),
+        ("netns_ino", ctypes.c_uint64),
+        ("btf_id", ctypes.c_uint32),
+        ("btf_key_type_id", ctypes.c_uint32),
+        ("btf_value_type_id", ctypes.c_uint32),
+        ("_pad", ctypes.c_uint32),
+        ("map_extra", ctypes.c_uint64),
+    ]
+
+
+class SkBuff(ctypes.Structure):
+    """``struct __sk_buff`` (uapi, 6.1 layout): the context of a TC program.
+
+    As ``ctx`` of a test run, the kernel reads only mark, priority,
+    ingress_ifindex, ifindex, cb, tstamp, wire_len, gso_segs, gso_size and
+    hwtstamp (the rest must be 0). ``ifindex`` names the device the packet is
+    on (it must exist in the caller's network namespace).
+    """
+
+    _fields_ = [
+        ("len", ctypes.c_uint32),
+        ("pkt_type", ctypes.c_uint32),
+        ("mark", ctypes.c_uint32),
+        ("queue_mapping", ctypes.c_uint32),
+        ("protocol", ctypes.c_uint32),
+        ("vlan_present", ctypes.c_uint32),
+        ("vlan_tci", ctypes.c_uint32),
+        ("vlan_proto", ctypes.c_uint32),
+        ("priority", ctypes.c_uint32),
+        ("ingress_ifindex", ctypes.c_uint32),
+        ("ifindex", ctypes.c_uint32),
+        ("tc_index", ctypes.c_uint32),
+        ("cb", ctypes.c_uint32 * 5),
+        ("hash", ctypes.c_uint32),
+        ("tc_classid", ctypes.c_uint32),
+        ("data", ctypes.c_uint32),
+        ("data_end", ctypes.c_uint32),
+        ("napi_id", ctypes.c_uint32),
+        ("family", ctypes.c_uint32),
+        ("remote_ip4", ctypes.c_uint32),
+        ("local_ip4", ctypes.c_uint32),
+        ("remote_ip6", ctypes.c_uint32 * 4),
+        ("local_ip6", ctypes.c_uint32 * 4),
+        ("remote_port", ctypes.c_uint32),
+        ("local_port", ctypes.c_uint32),
+        ("data_meta", ctypes.c_uint32),
+        ("flow_keys", ctypes.c_uint64),
+        ("tstamp", ctypes.c_uint64),
+        ("wire_len", ctypes.c_uint32),
+        ("gso_segs", ctypes.c_uint32),
+        ("sk", ctypes.c_uint64),
+        ("gso_size", ctypes.c_uint32),
+        ("tstamp_type", ctypes.c_uint8),
+        ("_pad", ctypes.c_uint8 * 3),
+        ("hwtstamp", ctypes.c_uint64),
+    ]
+
+
+assert ctypes.sizeof(SkBuff) == 192, ctypes.sizeof(SkBuff)
+
+
+class MapInfo:
+    """What the kernel says about a map (``struct bpf_map_info``)."""
+
+    __slots__ = ("type", "type_name", "id", "key_size", "value_size", "max_entries",
+                 "map_flags", "name")
+
+    def __init__(self, raw: _BpfMapInfo):
+        self.type = raw.type
+        self.type_name = BPF_MAP_TYPE_NAMES.get(raw.type, f"type{raw.type}")
+        self.id = raw.id
+        self.key_size = raw.key_size
+        self.value_size = raw.value_size
+        self.max_entries = raw.max_entries
+        self.map_flags = raw.map_flags
+        self.name = raw.name.decode(errors="replace")
+
+    @property
+    def percpu(self) -> bool:
+        return self.type in PERCPU_MAP_TYPES
+
+    def __repr__(self) -> str:
+        return (f"MapInfo(name={self.name!r}, type={self.type_name}, id={self.id}, "
+                f"key_size={self.key_size}, value_size={self.value_size}, "
+                f"max_entries={self.max_entries})")
+
+
+def _bpf(cmd: int, attr: ctypes.Structure, what: str) -> int:
+    global _NR
+    if _NR is None:
+        _NR = _syscall_nr()
+    buf = ctypes.create_string_buffer(_ATTR_SIZE)
+    ctypes.memmove(buf, ctypes.addressof(attr), ctypes.sizeof(attr))
+    ret = _libc.syscall(_NR, ctypes.c_int(cmd), buf, ctypes.c_uint(_ATTR_SIZE))
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    # copy back: some commands write into the attr (test run, info)
+    ctypes.memmove(ctypes.addressof(attr), buf, ctypes.sizeof(attr))
+    return ret
+
+
+def _ptr(buf) -> int:
+    return ctypes.addressof(buf) if buf is not None else 0
+
+
+def _as_buffer(data, size: int | None, what: str):
+    """bytes / bytearray / ctypes object -> a ctypes buffer of ``size`` bytes."""
+    raw = bytes(data)  # bytes, bytearray, memoryview or any ctypes object
+    if size is not None and len(raw) != size:
+        raise ValueError(f"{what}: expected {size} bytes, got {len(raw)}")
+    return ctypes.create_string_buffer(raw, len(raw)) if raw else ctypes.create_string_buffer(1)
+
+
+# --- objects ----------------------------------------------------------------
+def map_create(map_type: int, key_size: int, value_size: int, max_entries: int,
+               name: str = "", flags: int = 0) -> int:
+    """Create a map, return its fd (used by tests and tools; the data path's
+    maps come from bcc)."""
+    attr = _MapCreateAttr(map_type=map_type, key_size=key_size, value_size=value_size,
+                          max_entries=max_entries, map_flags=flags,
+                          map_name=name.encode()[:BPF_OBJ_NAME_LEN - 1])
+    return _bpf(BPF_MAP_CREATE, attr,
+                f"BPF_MAP_CREATE type={map_type} key={key_size} value={value_size} "
+                f"max_entries={max_entries}")
+
+
+def obj_pin(fd: int, path: str | os.PathLike) -> None:
+    """Pin a map or program fd at ``path`` on a bpffs."""
+    p = ctypes.create_string_buffer(os.fsencode(path))
+    _bpf(BPF_OBJ_PIN, _ObjAttr(pathname=_ptr(p), bpf_fd=fd), f"BPF_OBJ_PIN {path}")
+
+
+def obj_get(path: str | os.PathLike, flags: int = 0) -> int:
+    """Open a pinned object, return a new fd (close it with :func:`close`)."""
+    p = ctypes.create_string_buffer(os.fsencode(path))
+    return _bpf(BPF_OBJ_GET, _ObjAttr(pathname=_ptr(p), file_flags=flags), f"BPF_OBJ_GET {path}")
+
+
+def close(fd: int) -> None:
+    os.close(fd)
+
+
+# --- map elements -----------------------------------------------------------
+def map_lookup(fd: int, key, value_size: int) -> bytes | None:
+    """Value bytes for ``key`` (bytes or ctypes), or None if absent.
+
+    For per-CPU maps ``value_size`` must be the per-CPU size rounded up to 8
+    times the number of possible CPUs."""
+    k = _as_buffer(key, None, "map_lookup key")
+    v = ctypes.create_string_buffer(value_size)
+    try:
+        _bpf(BPF_MAP_LOOKUP_ELEM, _MapElemAttr(map_fd=fd, key=_ptr(k), value=_ptr(v)),
+             f"BPF_MAP_LOOKUP_ELEM fd={fd}")
+    except OSError as exc:
+        if exc.errno == _errno.ENOENT:
+            return None
+        raise
+    return v.raw
+
+
+def map_update(fd: int, key, value, flags: int = BPF_ANY) -> None:
+    k = _as_buffer(key, None, "map_update key")
+    v = _as_buffer(value, None, "map_update value")
+    _bpf(BPF_MAP_UPDATE_ELEM,
+         _MapElemAttr(map_fd=fd, key=_ptr(k), value=_ptr(v), flags=flags),
+         f"BPF_MAP_UPDATE_ELEM fd={fd}")
+
+
+def map_delete(fd: int, key) -> bool:
+    """Delete ``key``; False if it was absent."""
+    k = _as_buffer(key, None, "map_delete key")
+    try:
+        _bpf(BPF_MAP_DELETE_ELEM, _MapElemAttr(map_fd=fd, key=_ptr(k)),
+             f"BPF_MAP_DELETE_ELEM fd={fd}")
+    except OSError as exc:
+        if exc.errno == _errno.ENOENT:
+            return False
+        raise
+    return True
+
+
+def map_get_next_key(fd: int, key, key_size: int) -> bytes | None:
+    """The key after ``key`` (None: the first key), or None at the end."""
+    k = _as_buffer(key, None, "map_get_next_key key") if key is not None else None
+    nk = ctypes.create_string_buffer(key_size)
+    try:
+        _bpf(BPF_MAP_GET_NEXT_KEY, _MapElemAttr(map_fd=fd, key=_ptr(k), value=_ptr(nk)),
+             f"BPF_MAP_GET_NEXT_KEY fd={fd}")
+    except OSError as exc:
+        if exc.errno == _errno.ENOENT:
+            return None
+        raise
+    return nk.raw
+
+
+# --- info -------------------------------------------------------------------
+def obj_get_info_by_fd(fd: int, info: ctypes.Structure) -> ctypes.Structure:
+    """Fill ``info`` (a bpf_*_info ctypes struct) for ``fd``; returns it."""
+    attr = _InfoAttr(bpf_fd=fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
+    _bpf(BPF_OBJ_GET_INFO_BY_FD, attr, f"BPF_OBJ_GET_INFO_BY_FD fd={fd}")
+    return info
+
+
+def map_info(fd: int) -> MapInfo:
+    """Type, id, key/value size, max_entries and name of the map ``fd``."""
+    return MapInfo(obj_get_info_by_fd(fd, _BpfMapInfo()))
+
+
+# --- test run ----------------------------------------------------------------
+def prog_test_run(prog_fd: int, data: bytes, ctx=None, repeat: int = 1,
+                  data_out_size: int | None = None):
+    """Run a loaded program on ``data`` with BPF_PROG_TEST_RUN.
+
+    ``ctx`` (optional): bytes or a ctypes struct (for TC programs
+    :class:`SkBuff`, e.g. ``SkBuff(ifindex=...)``). Returns
+    ``(retval, data_out, duration_ns, ctx_out)``: duration is the kernel's
+    mean per run, ctx_out has ctx's type (None without ctx).
+
+    The kernel builds an skb from ``data`` (at least 14 bytes: EINVAL
+    below), on device ``ctx.ifindex`` (default loopback) of the caller's
+    network namespace, with a dummy socket as ``skb->sk``. Redirects are not
+    executed (the program's return code tells), but helpers that transmit
+    themselves (bpf_clone_redirect) do transmit.
+    """
+    data = bytes(data)
+    din = ctypes.create_string_buffer(data, len(data)) if data else None
+    out_size = data_out_size if data_out_size is not None else max(len(data), 1) + 256
+    dout = ctypes.create_string_buffer(out_size)
+    attr = _TestRunAttr(prog_fd=prog_fd, data_size_in=len(data), data_size_out=out_size,
+                        data_in=_ptr(din), data_out=_ptr(dout), repeat=repeat)
+    cin = cout = None
+    if ctx is not None:
+        cin = _as_buffer(ctx, None, "prog_test_run ctx")
+        csize = len(cin.raw) if not isinstance(ctx, ctypes.Structure) else ctypes.sizeof(ctx)
+        cout = ctypes.create_string_buffer(csize)
+        attr.ctx_in, attr.ctx_size_in = _ptr(cin), csize
+        attr.ctx_out, attr.ctx_size_out = _ptr(cout), csize
+    _bpf(BPF_PROG_TEST_RUN, attr,
+         f"BPF_PROG_TEST_RUN prog_fd={prog_fd} data={len(data)}B repeat={repeat}")
+    data_out = dout.raw[: attr.data_size_out]
+    ctx_out = None
+    if ctx is not None:
+        raw = cout.raw[: attr.ctx_size_out]
+        if isinstance(ctx, ctypes.Structure):
+            ctx_out = type(ctx).from_buffer_copy(raw.ljust(ctypes.sizeof(ctx), b"\0"))
+        else:
+            ctx_out = raw
+    return attr.retval, data_out, attr.duration, ctx_out

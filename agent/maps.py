@@ -1,0 +1,452 @@
+"""The switch data path's maps, seen from Python.
+
+* Constants come from ``bpf/include/talb/constants.h``, parsed at import:
+  that header is the one source of truth for limits, scheme ids, flags and
+  counter indices (``CONST``, and the names below derived from it).
+* ctypes mirrors of ``bpf/include/talb/structs.h``.
+* :class:`Map`: a typed view of one map fd (get/set/delete/items; per-CPU
+  values summed, or per CPU). Opened from a pin, it checks the kernel's key
+  and value sizes against the mirror and refuses a mismatch.
+* :class:`SwitchMaps`: one switch's maps, opened from its pin directory by
+  name. Needs no bcc and no program reload: ``talb testbed status`` and the
+  agent use it on a running data path.
+"""
+from __future__ import annotations
+
+import ast
+import ctypes
+import ipaddress
+import operator
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+
+from agent import bpf_syscall as sc
+
+try:
+    from talb.paths import BPF_SRC_DIR
+except ImportError:  # pragma: no cover - agent used without the talb package
+    BPF_SRC_DIR = Path(__file__).resolve().parent.parent / "bpf"
+
+CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "constants.h"
+
+__all__ = [
+    "CONST", "SCHEMES", "SCHEME_NAMES", "IMPLEMENTED_SCHEMES", "COUNTER_NAMES",
+    "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "Map",
+    "MapLayoutError", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
+]
+
+
+# --- constants ---------------------------------------------------------------
+_DEFINE_RE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$")
+_INT_RE = re.compile(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b")
+_BINOPS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor,
+}
+
+
+def _eval_expr(text: str, names: dict[str, int]) -> int | None:
+    """Value of a C integer expression, or None if it is not one we accept."""
+    text = _INT_RE.sub(lambda m: m.group(1), text)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return None
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in names:
+            return names[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+            return ~ev(node.operand) & 0xFFFFFFFF
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        raise ValueError(node)
+
+    try:
+        return ev(tree)
+    except (ValueError, KeyError):
+        return None
+
+
+def parse_constants(path: str | os.PathLike = CONSTANTS_H) -> dict[str, int]:
+    """``{NAME: value}`` for every integer ``#define`` of a header."""
+    names: dict[str, int] = {}
+    text = Path(path).read_text()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)  # block comments
+    for line in text.splitlines():
+        line = line.split("//", 1)[0]
+        m = _DEFINE_RE.match(line)
+        if not m:
+            continue
+        value = _eval_expr(m.group(2), names)
+        if value is not None:
+            names[m.group(1)] = value
+    return names
+
+
+CONST = MappingProxyType(parse_constants())
+
+
+def _c(name: str) -> int:
+    try:
+        return CONST[name]
+    except KeyError:
+        raise RuntimeError(f"{CONSTANTS_H}: no integer #define {name}") from None
+
+
+TALB_MAX_PORTS = _c("TALB_MAX_PORTS")
+TALB_MAX_GROUP_PORTS = _c("TALB_MAX_GROUP_PORTS")
+TALB_NR_COUNTERS = _c("TALB_NR_COUNTERS")
+PORT_HOST = _c("PORT_HOST")
+PORT_UP = _c("PORT_UP")
+CFG_RELEASE_SK = _c("CFG_RELEASE_SK")
+
+#: scheme name -> id, from TALB_SCHEME_<NAME>
+SCHEMES = MappingProxyType({
+    k[len("TALB_SCHEME_"):].lower(): v for k, v in CONST.items() if k.startswith("TALB_SCHEME_")
+})
+SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
+#: schemes the data path implements (the others fall back to ECMP there)
+IMPLEMENTED_SCHEMES = frozenset({"ecmp"})
+
+
+def _counter_names() -> tuple[str, ...]:
+    names = [None] * TALB_NR_COUNTERS
+    for k, v in CONST.items():
+        if k.startswith("CNT_") and k != "CNT_DECISION_BASE":
+            if not 0 <= v < TALB_NR_COUNTERS:
+                raise RuntimeError(f"{CONSTANTS_H}: {k}={v} outside counters[{TALB_NR_COUNTERS}]")
+            if names[v] is not None:
+                raise RuntimeError(f"{CONSTANTS_H}: {k} and CNT_{names[v].upper()} share index {v}")
+            names[v] = k[len("CNT_"):].lower()
+    return tuple(n if n is not None else f"reserved_{i}" for i, n in enumerate(names))
+
+
+#: counter index -> name ("pass_no_route", "released", "decision_ecmp", ...)
+COUNTER_NAMES = _counter_names()
+
+
+# --- structs (mirrors of bpf/include/talb/structs.h) -------------------------
+class PortInfo(ctypes.Structure):
+    _fields_ = [("port_id", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
+
+
+class PortStats(ctypes.Structure):
+    _fields_ = [
+        ("rx_packets", ctypes.c_uint64),
+        ("rx_bytes", ctypes.c_uint64),
+        ("tx_packets", ctypes.c_uint64),
+        ("tx_bytes", ctypes.c_uint64),
+    ]
+
+
+class FwdGroup(ctypes.Structure):
+    _fields_ = [
+        ("n_ports", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("ifindex", ctypes.c_uint32 * TALB_MAX_GROUP_PORTS),
+    ]
+
+    @classmethod
+    def of(cls, ifindexes) -> "FwdGroup":
+        ifindexes = list(ifindexes)
+        if len(ifindexes) > TALB_MAX_GROUP_PORTS:
+            raise ValueError(
+                f"group of {len(ifindexes)} ports: at most TALB_MAX_GROUP_PORTS={TALB_MAX_GROUP_PORTS}")
+        g = cls(n_ports=len(ifindexes))
+        for i, x in enumerate(ifindexes):
+            g.ifindex[i] = x
+        return g
+
+    def ports(self) -> list[int]:
+        return list(self.ifindex[: min(self.n_ports, TALB_MAX_GROUP_PORTS)])
+
+
+class TalbConfig(ctypes.Structure):
+    _fields_ = [
+        ("scheme", ctypes.c_uint32),
+        ("hash_seed", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("fallback_scheme", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 12),
+    ]
+
+
+class IPv4Key(ctypes.BigEndianStructure):
+    """fwd key: an IPv4 address in network byte order. ``IPv4Key(int)``."""
+
+    _fields_ = [("addr", ctypes.c_uint32)]
+
+    @classmethod
+    def of(cls, ip) -> "IPv4Key":
+        return cls(int(ipaddress.IPv4Address(ip)))
+
+    def __str__(self) -> str:
+        return str(ipaddress.IPv4Address(self.addr))
+
+
+# --- Map ------------------------------------------------------------------------
+class MapLayoutError(ValueError):
+    """A pinned map does not have the layout this code expects."""
+
+
+@lru_cache(maxsize=1)
+def possible_cpus() -> int:
+    """Number of possible CPUs (per-CPU map values have one slot each)."""
+    text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+    n = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        n = max(n, int(hi or lo) + 1)
+    return n
+
+
+def _round8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def _sum_values(values: list):
+    first = values[0]
+    if isinstance(first, int):
+        return sum(values)
+    total = type(first)()
+    for name, ftype in first._fields_:
+        if not issubclass(ftype, ctypes._SimpleCData):
+            raise TypeError(f"cannot sum per-CPU field {name} of {type(first).__name__}")
+        setattr(total, name, sum(getattr(v, name) for v in values))
+    return total
+
+
+class Map:
+    """A typed view of one BPF map.
+
+    Keys may be given as ``key_type`` instances or as the argument of its
+    constructor (an int for integer keys, ``IPv4Key(int)``); values of simple
+    ctypes types come back as Python ints, structs as ctypes instances.
+    For per-CPU maps ``get`` sums over CPUs; ``get_percpu`` lists them.
+    """
+
+    def __init__(self, fd: int, key_type, value_type, *, name: str | None = None,
+                 expect_type: int | None = None, owns_fd: bool = True,
+                 where: str | None = None):
+        self.fd = -1
+        self._owns_fd = False
+        self.key_type = key_type
+        self.value_type = value_type
+        self.key_size = ctypes.sizeof(key_type)
+        self.value_size = ctypes.sizeof(value_type)
+        self.info = sc.map_info(fd)
+        self.name = name or self.info.name
+        self.percpu = self.info.percpu
+        self._check(where or f"map {self.name!r} (id {self.info.id})", expect_type)
+        self.fd = fd  # the caller keeps the fd if the checks fail
+        self._owns_fd = owns_fd
+
+    def _check(self, where: str, expect_type: int | None = None) -> None:
+        info = self.info
+        problems = []
+        if info.key_size != self.key_size:
+            problems.append(f"key size {info.key_size} != {self.key_size} "
+                            f"({self.key_type.__name__})")
+        if info.value_size != self.value_size:
+            problems.append(f"value size {info.value_size} != {self.value_size} "
+                            f"({self.value_type.__name__})")
+        if expect_type is not None and info.type != expect_type:
+            problems.append(f"type {info.type_name} != "
+                            f"{sc.BPF_MAP_TYPE_NAMES.get(expect_type, expect_type)}")
+        if problems:
+            raise MapLayoutError(
+                f"{where}: kernel map layout does not match agent/maps.py: "
+                + "; ".join(problems)
+                + ". The map was made by a different build of bpf/; reload the data path "
+                  "(talb testbed down && talb testbed up).")
+
+    @classmethod
+    def from_pin(cls, path: str | os.PathLike, key_type, value_type, *,
+                 expect_type: int | None = None) -> "Map":
+        """Open the map pinned at ``path``; MapLayoutError if it does not fit."""
+        fd = sc.obj_get(path)
+        try:
+            return cls(fd, key_type, value_type, name=Path(path).name,
+                       expect_type=expect_type, where=str(path))
+        except BaseException:
+            os.close(fd)
+            raise
+
+    # -- conversion --
+    def _key(self, key):
+        if not isinstance(key, self.key_type):
+            key = self.key_type(key)
+        return key
+
+    def _value_from(self, raw: bytes):
+        v = self.value_type.from_buffer_copy(raw[: self.value_size])
+        return v.value if isinstance(v, ctypes._SimpleCData) else v
+
+    def _value_to(self, value) -> bytes:
+        if not isinstance(value, self.value_type):
+            value = self.value_type(value)
+        raw = bytes(value)
+        if self.percpu:  # the same value on every CPU
+            raw = raw.ljust(_round8(self.value_size), b"\0") * possible_cpus()
+        return raw
+
+    # -- operations --
+    def get_percpu(self, key) -> list | None:
+        if not self.percpu:
+            raise TypeError(f"map {self.name!r} is not per-CPU")
+        stride = _round8(self.value_size)
+        raw = sc.map_lookup(self.fd, self._key(key), stride * possible_cpus())
+        if raw is None:
+            return None
+        return [self._value_from(raw[i * stride:(i + 1) * stride]) for i in range(possible_cpus())]
+
+    def get(self, key, default=None):
+        if self.percpu:
+            values = self.get_percpu(key)
+            return default if values is None else _sum_values(values)
+        raw = sc.map_lookup(self.fd, self._key(key), self.value_size)
+        return default if raw is None else self._value_from(raw)
+
+    def __getitem__(self, key):
+        v = self.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def set(self, key, value, flags: int = sc.BPF_ANY) -> None:
+        sc.map_update(self.fd, self._key(key), self._value_to(value), flags)
+
+    __setitem__ = set
+
+    def delete(self, key) -> bool:
+        return sc.map_delete(self.fd, self._key(key))
+
+    def keys(self):
+        key = None
+        while True:
+            raw = sc.map_get_next_key(self.fd, key, self.key_size)
+            if raw is None:
+                return
+            k = self.key_type.from_buffer_copy(raw)
+            yield k.value if isinstance(k, ctypes._SimpleCData) else k
+            key = raw
+
+    def items(self):
+        """(key, value) pairs; keys deleted meanwhile are skipped."""
+        for k in list(self.keys()):
+            v = self.get(k)
+            if v is not None:
+                yield k, v
+
+    def clear(self) -> None:
+        """Delete every key (hash maps) / zero every value (arrays)."""
+        if self.info.type in (sc.BPF_MAP_TYPE_ARRAY, sc.BPF_MAP_TYPE_PERCPU_ARRAY):
+            for k in range(self.info.max_entries):
+                self.set(k, self.value_type())
+        else:
+            for k in list(self.keys()):
+                self.delete(k)
+
+    def pin(self, path: str | os.PathLike) -> None:
+        sc.obj_pin(self.fd, path)
+
+    def close(self) -> None:
+        if getattr(self, "_owns_fd", False) and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"Map({self.name!r}, fd={self.fd}, {self.info!r})"
+
+
+# --- one switch -------------------------------------------------------------------
+#: map name (as declared in bpf/include/talb/maps.h and pinned) ->
+#: (key type, value type, kernel map type)
+MAP_SPECS = MappingProxyType({
+    "ports": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_HASH),
+    "port_stats": (ctypes.c_uint32, PortStats, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "fwd": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
+    "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),
+    "config": (ctypes.c_uint32, TalbConfig, sc.BPF_MAP_TYPE_ARRAY),
+    "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+})
+
+
+class SwitchMaps:
+    """All maps of one switch's data path, as attributes named like the maps
+    (``.ports``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
+    ``.counters``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
+    any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""
+
+    NAMES = tuple(MAP_SPECS)
+
+    def __init__(self, pin_dir: str | os.PathLike | None = None):
+        self.pin_dir = Path(pin_dir) if pin_dir is not None else None
+        self.maps: dict[str, Map] = {}
+        if pin_dir is None:
+            return
+        missing = [n for n in self.NAMES if not (self.pin_dir / n).exists()]
+        if missing:
+            raise FileNotFoundError(
+                f"{self.pin_dir}: no pinned map(s) {', '.join(missing)} "
+                f"(is the switch's data path loaded? `talb testbed status`)")
+        try:
+            for n, (kt, vt, mtype) in MAP_SPECS.items():
+                self.maps[n] = Map.from_pin(self.pin_dir / n, kt, vt, expect_type=mtype)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def from_fds(cls, fds: dict[str, int]) -> "SwitchMaps":
+        """Wrap maps by fd (e.g. bcc's ``table.map_fd``); the fds are dup'ed."""
+        self = cls(None)
+        try:
+            for n, (kt, vt, mtype) in MAP_SPECS.items():
+                fd = os.dup(fds[n])
+                try:
+                    self.maps[n] = Map(fd, kt, vt, name=n, expect_type=mtype)
+                except BaseException:
+                    os.close(fd)
+                    raise
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __getattr__(self, name: str) -> Map:
+        maps = self.__dict__.get("maps", {})
+        if name in maps:
+            return maps[name]
+        raise AttributeError(name)
+
+    def __getitem__(self, name: str) -> Map:
+        return self.maps[name]
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.close()
+        self.maps = {}
+
+    def __enter__(self) -> "SwitchMaps":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

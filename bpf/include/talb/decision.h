@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * talb/decision.h - the switch's decision core, shared by every entry point.
+ *
+ *   talb_extract()  packet bytes [data, data_end) -> struct talb_pkt
+ *   talb_select()   packet + group + config -> index into the group (scheme)
+ *   talb_decide()   packet -> verdict: forward to (egress ifindex, port id)
+ *                   or pass to the stack, with the reason (a CNT_* index)
+ *
+ * Nothing here touches an skb or an xdp_md: the TC entry point
+ * (switch_tc.c) and a later XDP one only differ in how they read the
+ * packet, count bytes and act on the verdict. DESIGN section 5.
+ *
+ * Needs talb/maps.h included before it.
+ */
+#ifndef TALB_DECISION_H
+#define TALB_DECISION_H
+
+#include "talb/parsing_helpers.h"
+#include "talb/pkt.h"
+#include "talb/schemes/ecmp.h"
+
+#ifndef ETH_P_IP
+#define ETH_P_IP 0x0800
+#endif
+#define TALB_IP_MF      0x2000  /* more fragments */
+#define TALB_IP_OFFSET  0x1FFF  /* fragment offset mask */
+
+/* Parse Ethernet -> IPv4 -> TCP/UDP ports. Returns 1 for an IPv4 packet
+ * with all the headers it claims, 0 (with v->reason) otherwise. */
+static __always_inline int talb_extract(void *data, void *data_end,
+					struct talb_pkt *p,
+					struct talb_verdict *v)
+{
+	struct hdr_cursor nh = { .pos = data };
+	struct ethhdr *eth;
+	struct iphdr *iph;
+	struct tcphdr *tcph;
+	struct udphdr *udph;
+	int proto;
+
+	proto = parse_ethhdr(&nh, data_end, &eth);
+	if (proto < 0) {
+		v->reason = CNT_PASS_MALFORMED;
+		return 0;
+	}
+	if (proto != bpf_htons(ETH_P_IP)) {
+		v->reason = CNT_PASS_NOT_IPV4;
+		return 0;
+	}
+	proto = parse_iphdr(&nh, data_end, &iph);
+	if (proto < 0) {
+		v->reason = CNT_PASS_MALFORMED;
+		return 0;
+	}
+	p->saddr = bpf_ntohl(iph->saddr);
+	p->daddr = bpf_ntohl(iph->daddr);
+	p->daddr_be = iph->daddr;
+	p->proto = proto;
+	p->ip_hlen = iph->ihl * 4;
+	if (iph->ihl > 5) {
+		/* room: look for the TaLB option (type TALB_IPOPT_TYPE) in
+		 * [iph + 1, iph + ihl*4) here. */
+		p->flags |= TALB_PKT_IP_OPTIONS;
+		talb_count(CNT_IP_OPTIONS);
+	}
+	if (iph->frag_off & bpf_htons(TALB_IP_MF | TALB_IP_OFFSET)) {
+		/* Every fragment of a datagram (the first one too) hashes
+		 * with ports 0, so that all of them take one path. */
+		p->flags |= TALB_PKT_FRAGMENT;
+		talb_count(CNT_IP_FRAGMENT);
+		return 1;
+	}
+	if (proto == IPPROTO_TCP) {
+		if (parse_tcphdr(&nh, data_end, &tcph) < 0) {
+			v->reason = CNT_PASS_MALFORMED;
+			return 0;
+		}
+		p->sport = bpf_ntohs(tcph->source);
+		p->dport = bpf_ntohs(tcph->dest);
+	} else if (proto == IPPROTO_UDP) {
+		if (parse_udphdr(&nh, data_end, &udph) < 0) {
+			v->reason = CNT_PASS_MALFORMED;
+			return 0;
+		}
+		p->sport = bpf_ntohs(udph->source);
+		p->dport = bpf_ntohs(udph->dest);
+	}
+	/* other protocols (ICMP, ...): ports stay 0 */
+	return 1;
+}
+
+/* Multipath choice for a group of >= 2 ports, by the configured scheme.
+ * Sets *dcnt to the decision counter of the scheme that decided. */
+static __always_inline __u32 talb_select(const struct talb_pkt *p,
+					 const struct fwd_group *g,
+					 const struct talb_config *cfg,
+					 __u32 *dcnt)
+{
+	switch (cfg->scheme) {
+	case TALB_SCHEME_ECMP:
+		*dcnt = CNT_DECISION_ECMP;
+		return ecmp_select(p, g, cfg);
+	/* room: case TALB_SCHEME_RPS: ... one schemes/<name>.h each */
+	default:
+		talb_count(CNT_SCHEME_FALLBACK);
+		*dcnt = CNT_DECISION_ECMP;
+		return ecmp_select(p, g, cfg);
+	}
+}
+
+/* Route an extracted packet. Returns 1 with v->egress_* set (v->reason =
+ * CNT_REDIRECTED; the entry point may turn it into CNT_RELEASED), or 0 with
+ * v->reason = the CNT_PASS_* why the packet goes to the stack. Never picks
+ * a port that is not in `ports` with PORT_UP, nor the ingress port. */
+static __always_inline int talb_decide(const struct talb_pkt *p,
+				       struct talb_verdict *v)
+{
+	struct talb_config dflt = {};
+	struct talb_config *cfg;
+	struct fwd_group *g;
+	struct port_info *out;
+	__u32 zero = 0, dcnt = CNT_DECISION_SINGLE, n, idx, egress;
+	__u32 *gid;
+
+	cfg = config.lookup(&zero);
+	if (!cfg)
+		cfg = &dflt;    /* cannot happen: array maps always have [0] */
+
+	gid = fwd.lookup((__be32 *)&p->daddr_be);
+	if (!gid) {
+		v->reason = CNT_PASS_NO_ROUTE;
+		return 0;
+	}
+	g = groups.lookup(gid);
+	if (!g) {
+		v->reason = CNT_PASS_GROUP_EMPTY;
+		return 0;
+	}
+	n = g->n_ports;
+	if (n == 0 || n > TALB_MAX_GROUP_PORTS) {
+		v->reason = CNT_PASS_GROUP_EMPTY;
+		return 0;
+	}
+	idx = 0;
+	if (n > 1)
+		idx = talb_select(p, g, cfg, &dcnt);
+	talb_count(dcnt);
+	if (idx >= TALB_MAX_GROUP_PORTS) {      /* bound for the verifier */
+		v->reason = CNT_PASS_GROUP_EMPTY;
+		return 0;
+	}
+	egress = g->ifindex[idx];
+	out = ports.lookup(&egress);
+	if (!out || !(out->flags & PORT_UP)) {
+		v->reason = CNT_PASS_EGRESS_DOWN;
+		return 0;
+	}
+	if (egress == p->ingress_ifindex) {
+		v->reason = CNT_PASS_HAIRPIN;
+		return 0;
+	}
+	v->reason = CNT_REDIRECTED;
+	v->egress_ifindex = egress;
+	v->egress_port_id = out->port_id;
+	v->cfg_flags = cfg->flags;
+	return 1;
+}
+
+#endif /* TALB_DECISION_H */

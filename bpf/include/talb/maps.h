@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * talb/maps.h - ALL maps of the switch data path, and their small helpers.
+ *
+ * bcc only rewrites map operations (map.lookup(...)) in the main source
+ * file, so agent/loader.py expands the project's own `#include "talb/..."`
+ * lines into one text (with #line markers, so diagnostics still name these
+ * files) before handing it to bcc. Include this header once, from the entry
+ * point, before any header that uses a map.
+ *
+ * The loader pins every map as <pin_dir>/<map name>; user space
+ * (agent/maps.py: SwitchMaps) opens them by these names.
+ */
+#ifndef TALB_MAPS_H
+#define TALB_MAPS_H
+
+#include "talb/constants.h"
+#include "talb/structs.h"
+
+/* TALB_MAP(type, key, value, name, max_entries): a fresh map, or, when the
+ * loader passes -DTALB_PIN_DIR="\"/path\"", the map already pinned at
+ * /path/<name> (a reload keeps the data path's state). */
+#ifdef TALB_PIN_DIR
+#define TALB_MAP(_type, _key, _value, _name, _max) \
+	BPF_TABLE_PINNED(_type, _key, _value, _name, _max, TALB_PIN_DIR "/" #_name)
+#else
+#define TALB_MAP(_type, _key, _value, _name, _max) \
+	BPF_TABLE(_type, _key, _value, _name, _max)
+#endif
+
+/* ifindex -> port (id, flags). Ports not in this map are not ours. */
+TALB_MAP("hash", __u32, struct port_info, ports, TALB_MAX_PORTS);
+/* port_id -> rx/tx packets/bytes, per CPU. */
+TALB_MAP("percpu_array", __u32, struct port_stats, port_stats, TALB_MAX_PORTS);
+/* destination IPv4 address (network byte order, as on the wire) -> group id */
+TALB_MAP("hash", __be32, __u32, fwd, TALB_MAX_ROUTES);
+/* group id -> candidate egress ports (replaced as a whole, atomically) */
+TALB_MAP("hash", __u32, struct fwd_group, groups, TALB_MAX_GROUPS);
+/* [0] -> runtime configuration */
+TALB_MAP("array", __u32, struct talb_config, config, 1);
+/* CNT_* -> packets, per CPU */
+TALB_MAP("percpu_array", __u32, __u64, counters, TALB_NR_COUNTERS);
+
+/* Per-CPU counters: a plain add, no atomics (and bcc 0.26 rejects using
+ * the return value of __sync_fetch_and_add anyway). */
+static __always_inline void talb_count(__u32 idx)
+{
+	__u64 *v = counters.lookup(&idx);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline void talb_port_rx(__u32 port_id, __u32 bytes)
+{
+	struct port_stats *s = port_stats.lookup(&port_id);
+
+	if (s) {
+		s->rx_packets += 1;
+		s->rx_bytes += bytes;
+	}
+}
+
+static __always_inline void talb_port_tx(__u32 port_id, __u32 bytes)
+{
+	struct port_stats *s = port_stats.lookup(&port_id);
+
+	if (s) {
+		s->tx_packets += 1;
+		s->tx_bytes += bytes;
+	}
+}
+
+#endif /* TALB_MAPS_H */
