@@ -1,0 +1,10 @@
+"""Declarative topologies (Mininet-style) and their builder in network namespaces."""
+from .builder import build
+from .errors import BuildError, TopologyError
+from .spec import load_topology, topology_from_dict
+from .teardown import teardown
+from .topo import LeafSpine, Topo
+from .units import parse_rate, parse_size
+
+__all__ = ["Topo", "LeafSpine", "load_topology", "topology_from_dict", "TopologyError",
+           "parse_rate", "parse_size", "build", "teardown", "BuildError"]

@@ -1,0 +1,121 @@
+"""Checks for single fields of a topology, each raising TopologyError(field, ...).
+
+Field names are the YAML keys, so an error points at the line to fix.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from .errors import TopologyError
+from .units import format_rate, format_size, parse_rate, parse_size
+
+MIN_RATE, MAX_RATE = 1_000, 100_000_000_000
+SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+MAX_BANDS = 8  # skb->priority classids 1:10..1:17, one per band
+_WORD = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def check_keys(field: str, mapping: dict, allowed) -> None:
+    for key in mapping:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(sorted(allowed))})"
+            raise TopologyError(field, f"unknown field {key!r}{hint}")
+
+
+def check_int(field: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise TopologyError(field, f"must be an integer between {lo} and {hi}, got {value!r}")
+    return value
+
+
+def check_bool(field: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TopologyError(field, f"must be true or false, got {value!r}")
+    return value
+
+
+def check_rate(field: str, value) -> int:
+    try:
+        bps = parse_rate(value)
+    except ValueError as exc:
+        raise TopologyError(field, str(exc)) from None
+    if not MIN_RATE <= bps <= MAX_RATE:
+        raise TopologyError(field, f"must be between {format_rate(MIN_RATE)} and "
+                                   f"{format_rate(MAX_RATE)}, got {value!r}")
+    return bps
+
+
+def check_size(field: str, value, lo: int = 1, hi: int = 10**9) -> int:
+    try:
+        nbytes = parse_size(value)
+    except ValueError as exc:
+        raise TopologyError(field, str(exc)) from None
+    if not lo <= nbytes <= hi:
+        raise TopologyError(field, f"must be between {lo} and {hi} bytes, got {value!r}")
+    return nbytes
+
+
+def check_word(field: str, value) -> str:
+    if not isinstance(value, str) or not _WORD.match(value):
+        raise TopologyError(field, f"must be a lowercase word, got {value!r}")
+    return value
+
+
+def check_scheme(field: str, value) -> str:
+    if value not in SCHEMES:
+        raise TopologyError(field, f"must be one of {', '.join(SCHEMES)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Queue:
+    """Per-egress queue: HTB leaf classes (one per band) over byte-limited bfifos.
+
+    ``bands`` are WFQ weights: band b gets rate link*w_b/sum(w) and may borrow
+    up to the link rate. ``quantum`` (None: the interface's frame size) is what
+    the lowest-weight band sends per round when bands borrow; heavier bands get
+    proportionally more, so spare capacity is shared by weight too.
+    """
+
+    limit: int = 150_000
+    burst: int = 15_000
+    cburst: int = 15_000
+    quantum: int | None = None
+    bands: tuple[int, ...] = (1,)
+
+    @classmethod
+    def from_value(cls, field: str, value) -> "Queue":
+        if isinstance(value, Queue):
+            return value
+        if not isinstance(value, dict):
+            raise TopologyError(field, f"must be a mapping like {{limit: 150kb, bands: [1]}}, got {value!r}")
+        check_keys(field, value, ("limit", "burst", "cburst", "quantum", "bands"))
+        sizes = {k: check_size(f"{field}.{k}", value[k]) for k in ("limit", "burst", "cburst", "quantum")
+                 if value.get(k) is not None}
+        bands = value.get("bands", [1])
+        if not isinstance(bands, (list, tuple)) or not 1 <= len(bands) <= MAX_BANDS:
+            raise TopologyError(f"{field}.bands", f"must be a list of 1 to {MAX_BANDS} weights, got {bands!r}")
+        weights = tuple(check_int(f"{field}.bands[{i}]", w, 1, 1000) for i, w in enumerate(bands))
+        return cls(bands=weights, **sizes)
+
+    def to_dict(self) -> dict:
+        d = {k: format_size(getattr(self, k)) for k in ("limit", "burst", "cburst")}
+        if self.quantum is not None:
+            d["quantum"] = format_size(self.quantum)
+        d["bands"] = list(self.bands)
+        return d
+
+
+# Topology-wide parameters: name -> (default, check). Topo validates on assignment.
+PARAMS = {
+    "mtu": (1500, lambda f, v: check_int(f, v, 576, 9000)),
+    "switch_mtu": (1600, lambda f, v: check_int(f, v, 588, 9216)),
+    "host_link_rate": (100_000_000, check_rate),
+    "link_rate": (100_000_000, check_rate),
+    "queue": (Queue(), Queue.from_value),
+    "tcp_cc": ("cubic", check_word),
+    "scheme": ("ecmp", check_scheme),
+}
