@@ -164,6 +164,8 @@ class _Build:
                 self._done(i, len(interfaces))
 
     def queues(self) -> None:
+        if not self.topo.shaping:
+            return
         interfaces = list(self._interfaces())
         for i, (node, ifname, link) in enumerate(interfaces, 1):
             self._at("queues", node)

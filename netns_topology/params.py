@@ -118,4 +118,7 @@ PARAMS = {
     "queue": (Queue(), Queue.from_value),
     "tcp_cc": ("cubic", check_word),
     "scheme": ("ecmp", check_scheme),
+    # false: no HTB/bfifo at all (veth's default noqueue). Only for measuring
+    # raw forwarding speed: without link emulation no queue ever forms.
+    "shaping": (True, check_bool),
 }

@@ -322,7 +322,8 @@ class Topo:
     def _params_dict(self) -> dict:
         return {"mtu": self.mtu, "switch_mtu": self.switch_mtu,
                 "host_link_rate": format_rate(self.host_link_rate), "link_rate": format_rate(self.link_rate),
-                "queue": self.queue.to_dict(), "tcp_cc": self.tcp_cc, "scheme": self.scheme}
+                "queue": self.queue.to_dict(), "tcp_cc": self.tcp_cc, "scheme": self.scheme,
+                "shaping": self.shaping}
 
     @staticmethod
     def _link_dict(spec: _LinkSpec, always: bool) -> dict | None:

@@ -1,0 +1,305 @@
+"""`talb`: one command for the whole testbed.
+
+    talb testbed up|down|status|demo   build, remove, inspect, try a fabric
+    talb shell NODE [CMD...]           a shell (or a command) on a host or switch
+    talb scheme [NAME]                 show or switch the load-balancing scheme at runtime
+    talb bench datapath                data-path benchmarks
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from talb import paths, testbed
+
+# soft_wrap: long lines (commands to copy) are never broken in the middle.
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+PREFIX_OPTION = click.option(
+    "--prefix", default=paths.DEFAULT_PREFIX, show_default=True,
+    help="Name prefix of the testbed's namespaces (<prefix>-<node>); lets several testbeds coexist.")
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}")
+    sys.exit(1)
+
+
+_STEP = re.compile(r"^(?P<step>.*?) (?P<i>\d+)/(?P<n>\d+)$")
+
+
+def _progress(msg: str) -> None:
+    """One line per finished step: "links 12/12" is shown, "links 3/12" is not."""
+    m = _STEP.match(msg)
+    if m and m["i"] != m["n"]:
+        return
+    console.print(f"  [dim]•[/] {msg}")
+
+
+class _Errors(click.Group):
+    """Turn the project's user-facing errors into one red line and exit 1."""
+
+    def invoke(self, ctx):
+        from netns_topology import BuildError, TopologyError
+
+        try:
+            return super().invoke(ctx)
+        except (testbed.TestbedError, TopologyError, BuildError, ValueError) as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted")
+
+
+@click.group(cls=_Errors, context_settings={"help_option_names": ["-h", "--help"]})
+def main():
+    """talb — tensor-aware load balancing (TaLB) on eBPF switches in network namespaces.
+
+    Build a leaf-spine fabric of namespaces with `talb testbed up`, look at it
+    with `talb testbed status`, remove it with `talb testbed down`. Needs root.
+    """
+
+
+# --- testbed --------------------------------------------------------------------
+
+@main.group("testbed", cls=_Errors)
+def testbed_group():
+    """Build, inspect and remove a fabric."""
+
+
+def _topology_dict(topology: str | None, overrides: dict) -> dict:
+    data: dict = {}
+    if topology:
+        path = Path(topology)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise testbed.TestbedError(f"--topology: no such file {topology}") from None
+        except yaml.YAMLError as exc:
+            raise testbed.TestbedError(f"--topology: {topology} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise testbed.TestbedError(f"--topology: {topology} must hold a mapping of fields, "
+                                       f"got {type(data).__name__}")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return data
+
+
+@testbed_group.command("up")
+@click.option("--topology", type=click.Path(dir_okay=False), help="Topology YAML file (see topologies/).")
+@click.option("--spines", type=int, help="Number of spine switches [2].")
+@click.option("--leaves", type=int, help="Number of leaf switches [2].")
+@click.option("--hosts-per-leaf", type=int, help="Hosts under each leaf [2].")
+@click.option("--link-rate", help="Leaf-spine link rate, e.g. 100mbit [100mbit].")
+@click.option("--host-link-rate", help="Host-leaf link rate [100mbit].")
+@click.option("--oversubscription", type=float, help="Derive the leaf-spine rate from this ratio instead of --link-rate.")
+@click.option("--queue-limit", help="Byte limit of each port queue, e.g. 150kb [150kb].")
+@click.option("--tcp-cc", help="Hosts' TCP congestion control: cubic, bbr or reno [cubic].")
+@click.option("--scheme", help="Load-balancing scheme [ecmp].")
+@click.option("--datapath", type=click.Choice(testbed.DATAPATHS), default="bpf", show_default=True,
+              help="bpf: the switch programs forward; bridge: the kernel bridge alone (a baseline).")
+@click.option("--replace", is_flag=True, help="Tear down a testbed with the same prefix first.")
+@PREFIX_OPTION
+def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_rate,
+               oversubscription, queue_limit, tcp_cc, scheme, datapath, replace, prefix):
+    """Build a fabric in network namespaces and attach the switch data path.
+
+    Flags override the fields of --topology. Defaults: 2 spines, 2 leaves,
+    2 hosts per leaf, 100 Mbit/s links, 150 KB port queues, cubic, ECMP.
+    """
+    from netns_topology import topology_from_dict
+
+    data = _topology_dict(topology, {
+        "spines": spines, "leaves": leaves, "hosts_per_leaf": hosts_per_leaf,
+        "link_rate": link_rate, "host_link_rate": host_link_rate,
+        "oversubscription": oversubscription, "tcp_cc": tcp_cc, "scheme": scheme,
+    })
+    if queue_limit is not None:
+        data["queue"] = {**(data.get("queue") or {}), "limit": queue_limit}
+    topo = topology_from_dict(data)
+    console.print(f"[bold]talb testbed up[/] prefix [cyan]{prefix}[/]: "
+                  f"{len(topo.switches)} switches, {len(topo.hosts)} hosts, datapath {datapath}")
+    state = testbed.up(topo, prefix, datapath=datapath, replace=replace, progress=_progress)
+    console.print(f"[green]up[/] in {state['build_seconds']} s")
+    _print_status(testbed.status(prefix))
+
+
+@testbed_group.command("down")
+@PREFIX_OPTION
+def testbed_down(prefix):
+    """Remove everything `up` made (namespaces, links, pinned maps, state).
+
+    Works after a crashed or interrupted `up`, and does nothing when there is
+    nothing to remove.
+    """
+    result = testbed.down(prefix, progress=_progress)
+    if result["namespaces"] or result["pins"] or result["state"]:
+        console.print(f"[green]testbed '{prefix}' removed[/]")
+    else:
+        console.print(f"nothing to remove for prefix '{prefix}'")
+
+
+@testbed_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@PREFIX_OPTION
+def testbed_status(as_json, prefix):
+    """Hosts with addresses and namespaces; switches with ports, rates, counters and scheme."""
+    st = testbed.status(prefix)
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+    else:
+        _print_status(st)
+
+
+@testbed_group.command("demo")
+@click.option("--duration", type=float, default=3.0, show_default=True, help="Seconds per iperf3 run.")
+@click.option("--parallel", type=click.IntRange(1, 128), default=8, show_default=True,
+              help="Flows in the spread test.")
+@PREFIX_OPTION
+def testbed_demo(duration, parallel, prefix):
+    """Show the testbed works: all-pairs ping, TCP across leaves, flows spread over uplinks."""
+    from talb import demo
+
+    testbed.require_root()
+    report = demo.run(prefix, duration=duration, parallel=parallel, say=console.print)
+    for note in report.notes:
+        console.print(f"    note: {note}")
+    _print_howto(prefix)
+    if not report.ok:
+        _fail("the demo found a problem (see above)")
+    console.print("[green]demo passed[/]: the fabric is up for you to use")
+
+
+def _fmt_rate(bps: int) -> str:
+    for unit, div in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= div:
+            return f"{bps / div:g} {unit}"
+    return f"{bps} bit/s"
+
+
+def _fmt_bytes(n) -> str:
+    if n is None:
+        return "-"
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def _print_status(st: dict) -> None:
+    console.print(f"testbed [cyan]{st['prefix']}[/] is [bold]{st['status']}[/], "
+                  f"datapath {st['datapath']}, created {st['created']}")
+    if st["missing_namespaces"]:
+        console.print(f"[yellow]missing namespaces:[/] {', '.join(st['missing_namespaces'])} "
+                      f"(`talb testbed down --prefix {st['prefix']}` cleans up)")
+    hosts = Table(title="hosts", title_justify="left")
+    for col in ("host", "address", "mac", "leaf", "namespace"):
+        hosts.add_column(col)
+    for h in st["hosts"]:
+        hosts.add_row(h["name"], h["ip"], h["mac"], h["leaf"], h["namespace"])
+    console.print(hosts)
+    for sw in st["switches"]:
+        t = Table(title=f"{sw['name']} ({sw['role']}, ns {sw['namespace']}, scheme {sw['scheme'] or '-'})",
+                  title_justify="left")
+        for col in ("port", "peer", "kind", "rate", "state", "tx", "rx"):
+            t.add_column(col, justify="right" if col in ("tx", "rx") else "left")
+        for p in sw["ports"]:
+            t.add_row(p["name"], p["peer"], p["kind"], _fmt_rate(p["rate_bps"]),
+                      "up" if p["up"] else "[red]down[/]", _fmt_bytes(p["tx_bytes"]),
+                      _fmt_bytes(p["rx_bytes"]))
+        console.print(t)
+
+
+def _talb_command() -> str:
+    """How the user can run this very `talb`: sudo's PATH rarely has the venv."""
+    me = Path(sys.argv[0])
+    if me.name != "talb":
+        return "talb"
+    on_path = shutil.which("talb")
+    if on_path and Path(on_path).resolve() == me.resolve():
+        return "talb"
+    return str(me.absolute())
+
+
+def _print_howto(prefix: str) -> None:
+    flag = "" if prefix == paths.DEFAULT_PREFIX else f" --prefix {prefix}"
+    talb = _talb_command()
+    console.print("\n[bold]next[/]")
+    console.print(f"  shell on a host:  sudo {talb} shell h0{flag}    "
+                  f"(or: sudo ip netns exec {paths.netns_name(prefix, 'h0')} bash)")
+    console.print(f"  status:           sudo {talb} testbed status{flag}")
+    down_alias = "    (or: sudo make testbed-down)" if not flag else ""
+    console.print(f"  tear down:        sudo {talb} testbed down{flag}{down_alias}")
+
+
+# --- shell, scheme ----------------------------------------------------------------
+
+@main.command("shell", context_settings={"ignore_unknown_options": True})
+@click.argument("node")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@PREFIX_OPTION
+def shell(node, command, prefix):
+    """Open a shell on NODE (h0, leaf0, ...) or run COMMAND there.
+
+    Example: talb shell h0 -- ping -c3 198.18.1.1
+    """
+    testbed.require_root()
+    ns = testbed.node_namespace(prefix, node)
+    argv = list(command) or [os.environ.get("SHELL", "/bin/bash")]
+    os.execvp("ip", ["ip", "netns", "exec", ns, *argv])
+
+
+@main.command("scheme")
+@click.argument("name", required=False)
+@PREFIX_OPTION
+def scheme(name, prefix):
+    """Show the scheme of every switch, or switch them all to NAME at runtime."""
+    from agent.control import read_config, set_scheme
+    from agent.maps import SwitchMaps
+
+    testbed.require_root()
+    topo = testbed.load_topology_of(prefix)
+    for sw in topo.switches:
+        maps = SwitchMaps(paths.pin_dir(prefix, sw.name))
+        try:
+            if name:
+                set_scheme(maps, name)
+            console.print(f"{sw.name}: {read_config(maps)['scheme']}")
+        finally:
+            maps.close()
+
+
+# --- bench --------------------------------------------------------------------
+
+@main.group("bench", cls=_Errors)
+def bench_group():
+    """Benchmarks (numbers, not pass/fail)."""
+
+
+@bench_group.command("datapath")
+@click.option("--repeat", type=int, default=1_000_000, show_default=True,
+              help="BPF_PROG_TEST_RUN repetitions per measurement.")
+@click.option("--duration", type=float, default=5.0, show_default=True, help="Seconds per iperf3 run.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the results here.")
+def bench_datapath(repeat, duration, json_out):
+    """(a) ns/packet of the ECMP program vs an empty redirect program;
+    (b) iperf3 across leaf-spine-leaf, BPF forwarding vs the kernel bridge, unshaped."""
+    from bench.datapath import run_all
+
+    testbed.require_root()
+    results = run_all(repeat=repeat, duration=duration, say=console.print)
+    if json_out:
+        Path(json_out).write_text(json.dumps(results, indent=2))
+        console.print(f"results written to {json_out}")
+
+
+if __name__ == "__main__":
+    main()

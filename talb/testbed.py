@@ -1,0 +1,202 @@
+"""The testbed's life cycle: up, down, status.
+
+`up` validates, builds the fabric (netns_topology), attaches the switch data
+path (agent.fabric) and records what it made in a state file. Any failure on
+the way — an exception, Ctrl-C — tears down everything made so far, so a
+failed `up` never leaves half a fabric behind. `down` works from the state
+file *and* a prefix scan, so it also cleans up after a crashed or killed `up`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Callable
+
+from talb import paths
+
+Progress = Callable[[str], None]
+
+DATAPATHS = ("bpf", "bridge")
+
+
+class TestbedError(RuntimeError):
+    """A user-facing failure: the message says what happened and what to do."""
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise TestbedError("must run as root: network namespaces and BPF need it "
+                           "(sudo talb ..., or sudo make testbed)")
+
+
+def namespaces(prefix: str) -> list[str]:
+    """Namespaces that belong to this prefix (names '<prefix>-<node>')."""
+    paths.check_prefix(prefix)
+    try:
+        names = os.listdir("/run/netns")
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.startswith(prefix + "-"))
+
+
+def exists(prefix: str) -> bool:
+    return paths.state_file(prefix).exists() or bool(namespaces(prefix))
+
+
+def read_state(prefix: str) -> dict:
+    path = paths.state_file(prefix)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TestbedError(f"no testbed with prefix '{prefix}' is up "
+                           f"(start one with `talb testbed up --prefix {prefix}`)") from None
+    except json.JSONDecodeError as exc:
+        raise TestbedError(f"state file {path} is corrupt ({exc}); "
+                           f"`talb testbed down --prefix {prefix}` removes the testbed") from None
+
+
+def _write_state(prefix: str, state: dict) -> None:
+    path = paths.state_file(prefix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(path)  # atomic: a reader never sees half a state file
+
+
+def load_topology_of(prefix: str):
+    from netns_topology import topology_from_dict
+
+    return topology_from_dict(read_state(prefix)["topology"])
+
+
+def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
+       replace: bool = False, progress: Progress = _quiet) -> dict:
+    """Build `topo` under `prefix` and attach the data path; returns the state."""
+    from netns_topology import build
+
+    paths.check_prefix(prefix)
+    if datapath not in DATAPATHS:
+        raise TestbedError(f"datapath: must be one of {', '.join(DATAPATHS)}, got {datapath!r}")
+    require_root()
+    if exists(prefix):
+        if not replace:
+            raise TestbedError(
+                f"a testbed with prefix '{prefix}' is already up "
+                f"({len(namespaces(prefix))} namespaces); run `talb testbed down --prefix {prefix}` "
+                f"first, use --replace, or pick another --prefix")
+        progress(f"replacing the existing testbed '{prefix}'")
+        down(prefix, progress=progress)
+
+    started = time.monotonic()
+    state = {
+        "prefix": prefix,
+        "status": "building",
+        "pid": os.getpid(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "datapath": datapath,
+        "topology": topo.to_dict(),
+    }
+    # Written first, so that a crash from here on is found by `down`.
+    _write_state(prefix, state)
+    try:
+        build(topo, prefix, progress=progress)
+        if datapath == "bpf":
+            from agent.fabric import attach_fabric
+
+            attach_fabric(topo, prefix, progress=progress)
+        state.update(status="up", build_seconds=round(time.monotonic() - started, 2))
+        state.pop("pid")
+        _write_state(prefix, state)
+    except BaseException as exc:
+        progress(f"failed ({type(exc).__name__}: {exc}); removing what was built")
+        down(prefix)
+        raise
+    return state
+
+
+def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> dict:
+    """Remove namespaces, pinned maps and the state file of `prefix`. Idempotent."""
+    from netns_topology import teardown
+
+    paths.check_prefix(prefix)
+    require_root()
+    removed = teardown(prefix)
+    if removed:
+        progress(f"removed {len(removed)} namespaces")
+    pins = paths.pin_dir(prefix)
+    had_pins = pins.exists()
+    if had_pins:
+        from agent.loader import remove_pins
+
+        remove_pins(pins)
+        progress(f"removed pinned maps under {pins}")
+    had_state = paths.state_dir(prefix).exists()
+    shutil.rmtree(paths.state_dir(prefix), ignore_errors=True)
+    return {"prefix": prefix, "namespaces": removed, "pins": had_pins, "state": had_state}
+
+
+def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
+    """What is up: hosts, switches with ports, rates and live counters."""
+    from netns_topology import topology_from_dict
+
+    require_root()
+    state = read_state(prefix)
+    topo = topology_from_dict(state["topology"])
+    present = set(namespaces(prefix))
+    hosts = [{
+        "name": h.name, "namespace": paths.netns_name(prefix, h.name),
+        "ip": h.ip, "mac": h.mac, "leaf": h.leaf, "iface": h.iface,
+    } for h in topo.hosts]
+    switches = []
+    for sw in topo.switches:
+        ns = paths.netns_name(prefix, sw.name)
+        counters = _switch_counters(prefix, sw.name) if state.get("datapath") == "bpf" else {}
+        ports = []
+        for port_id, port in enumerate(topo.ports(sw.name)):
+            stats = counters.get("ports", {}).get(port_id, {})
+            ports.append({
+                "name": port.name, "peer": port.peer, "kind": port.kind,
+                "rate_bps": port.rate_bps, "up": port.up,
+                "tx_bytes": stats.get("tx_bytes"), "tx_packets": stats.get("tx_packets"),
+                "rx_bytes": stats.get("rx_bytes"), "rx_packets": stats.get("rx_packets"),
+            })
+        switches.append({"name": sw.name, "role": sw.role, "namespace": ns,
+                         "scheme": counters.get("scheme"), "ports": ports,
+                         "counters": counters.get("counters", {})})
+    expected = {h["namespace"] for h in hosts} | {s["namespace"] for s in switches}
+    missing = sorted(expected - present)
+    return {"prefix": prefix, "status": state["status"], "datapath": state.get("datapath"),
+            "created": state.get("created"), "build_seconds": state.get("build_seconds"),
+            "hosts": hosts, "switches": switches, "missing_namespaces": missing}
+
+
+def _switch_counters(prefix: str, switch: str) -> dict:
+    from agent.control import read_config, read_counters, read_port_stats
+    from agent.maps import SwitchMaps
+
+    pin = paths.pin_dir(prefix, switch)
+    if not pin.exists():
+        return {}
+    maps = SwitchMaps(pin)
+    try:
+        return {"ports": read_port_stats(maps), "counters": read_counters(maps),
+                "scheme": read_config(maps)["scheme"]}
+    finally:
+        maps.close()
+
+
+def node_namespace(prefix: str, node: str) -> str:
+    """The namespace of a node of a running testbed, with a helpful error."""
+    read_state(prefix)  # a clear error when no testbed is up
+    ns = paths.netns_name(prefix, node)
+    present = namespaces(prefix)
+    if ns not in present:
+        known = ", ".join(n.split("-", 1)[1] for n in present)
+        raise TestbedError(f"node: no node '{node}' in testbed '{prefix}' (nodes: {known})")
+    return ns

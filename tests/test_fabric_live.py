@@ -1,0 +1,148 @@
+"""The default fabric, live: built by `talb.testbed.up` exactly as `make testbed`
+builds it (2 spines, 2 leaves, 2 hosts per leaf, 100 Mbit/s, BPF ECMP), with
+real TCP from iperf3 crossing it."""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import pytest
+
+from agent.qdisc_stats import QdiscReader
+from conftest import new_prefix
+from netns_topology import LeafSpine
+from talb import paths, testbed
+from talb.demo import GOODPUT_PER_RATE
+from workload.iperf import run_iperf3
+from workload.netexec import ping_all_pairs
+
+pytestmark = pytest.mark.live
+
+RATE = 100_000_000
+
+
+@pytest.fixture(scope="module")
+def fabric(request, bcc):
+    prefix = new_prefix()
+    topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
+    request.addfinalizer(lambda: testbed.down(prefix))
+    testbed.up(topo, prefix)
+    return prefix, topo
+
+
+def ns(prefix, node):
+    return paths.netns_name(prefix, node)
+
+
+def host(topo, name):
+    return next(h for h in topo.hosts if h.name == name)
+
+
+def uplink_tx(prefix, leaf):
+    st = testbed.status(prefix)
+    sw = next(s for s in st["switches"] if s["name"] == leaf)
+    return {p["name"]: p["tx_bytes"] for p in sw["ports"] if p["kind"] == "fabric"}
+
+
+def test_every_host_reaches_every_other_host(fabric):
+    prefix, topo = fabric
+    pairs = [(f"{a.name}->{b.name}", ns(prefix, a.name), b.ip)
+             for a in topo.hosts for b in topo.hosts if a is not b]
+    results = ping_all_pairs(pairs, count=2)
+    failed = [label for label, n, ip in pairs if not results[(n, ip)]]
+    assert not failed, f"unreachable: {failed}"
+
+
+def test_tcp_across_leaves_runs_at_the_link_rate(fabric):
+    """HTB holds the configured 100 Mbit/s within ±10% (TCP goodput 1448/1514 of it)."""
+    prefix, topo = fabric
+    src, dst = host(topo, "h0"), host(topo, "h3")
+    assert src.leaf != dst.leaf
+    result = run_iperf3(ns(prefix, "h0"), ns(prefix, "h3"), dst.ip, duration=4)
+    expected = RATE * GOODPUT_PER_RATE
+    assert abs(result.received_bps - expected) <= 0.10 * expected, (
+        f"goodput {result.received_bps / 1e6:.1f} Mbit/s, expected {expected / 1e6:.1f} ±10%")
+
+
+def test_parallel_flows_use_both_uplinks(fabric):
+    """ECMP spreads 8 TCP flows over both uplinks of the sending leaf.
+
+    With random source ports, 8 flows all hash onto one of 2 uplinks with
+    probability 2^-7; one retry with fresh ports makes that 2^-14.
+    """
+    prefix, topo = fabric
+    dst = host(topo, "h3")
+    for _attempt in range(2):
+        before = uplink_tx(prefix, "leaf0")
+        run_iperf3(ns(prefix, "h0"), ns(prefix, "h3"), dst.ip, duration=2, parallel=8)
+        after = uplink_tx(prefix, "leaf0")
+        delta = {p: after[p] - before[p] for p in after}
+        total = sum(delta.values())
+        assert total > 10_000_000, f"uplinks carried only {total} bytes: {delta}"
+        if all(v > 0.05 * total for v in delta.values()):
+            break
+    assert len(delta) == 2
+    assert all(v > 0.05 * total for v in delta.values()), f"uplink bytes {delta}"
+
+
+def test_competing_flows_build_a_standing_queue(fabric):
+    """Two cubic flows into one 100 Mbit/s port fill that port's queue.
+
+    h0 (leaf0) and h2 (leaf1) both send to h3 (leaf1): the only link they
+    share is leaf1's port towards h3. If the first hop kept the senders'
+    socket ownership, TCP Small Queues would cap each flow and this queue
+    would stay near empty (DESIGN §3).
+    """
+    prefix, topo = fabric
+    dst = host(topo, "h3")
+    limit = topo.queue.limit
+    samples: list[int] = []
+    drops = []
+    errors: list[BaseException] = []
+
+    def send(src, port):
+        try:
+            run_iperf3(ns(prefix, src), ns(prefix, "h3"), dst.ip, duration=5, port=port)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(s, p)) for s, p in (("h0", 5301), ("h2", 5302))]
+    with QdiscReader(ns(prefix, "leaf1")) as reader:
+        start = reader.read("h3")
+        for t in threads:
+            t.start()
+        time.sleep(2.0)  # both flows past slow start
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            samples.append(reader.read("h3").backlog_bytes)
+            time.sleep(0.02)
+        for t in threads:
+            t.join()
+        end = reader.read("h3")
+    assert not errors, errors
+    drops = end.drops - start.drops
+    median = statistics.median(samples)
+    assert median >= 0.4 * limit, (
+        f"median backlog {median:.0f} B of a {limit} B queue (max {max(samples)}), drops {drops}")
+    assert drops > 0, "a full drop-tail queue under two cubic flows must overflow"
+
+
+def test_status_reports_ports_rates_and_scheme(fabric):
+    prefix, topo = fabric
+    st = testbed.status(prefix)
+    assert st["status"] == "up" and not st["missing_namespaces"]
+    assert [h["ip"] for h in st["hosts"]] == [h.ip for h in topo.hosts]
+    leaf0 = next(s for s in st["switches"] if s["name"] == "leaf0")
+    assert leaf0["scheme"] == "ecmp"
+    kinds = sorted(p["kind"] for p in leaf0["ports"])
+    assert kinds == ["fabric", "fabric", "host", "host"]
+    assert all(p["rate_bps"] == RATE for p in leaf0["ports"])
+
+
+def test_up_on_a_running_prefix_refuses_and_leaves_it_intact(fabric):
+    prefix, topo = fabric
+    with pytest.raises(testbed.TestbedError, match="already up"):
+        testbed.up(LeafSpine(spines=1, leaves=1, hosts_per_leaf=1), prefix)
+    h3 = host(topo, "h3")
+    assert ping_all_pairs([("h0->h3", ns(prefix, "h0"), h3.ip)])[(ns(prefix, "h0"), h3.ip)]

@@ -1,0 +1,143 @@
+"""`talb testbed up/down/status` as a user drives them: the CLI, bad input,
+repeated commands, and clean-up after a crash."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import new_prefix
+from talb import paths, testbed
+
+pytestmark = pytest.mark.live
+
+TALB = [sys.executable, "-m", "talb.cli"]
+SMALL = ["--spines", "1", "--leaves", "2", "--hosts-per-leaf", "1"]
+
+
+def talb(*args, timeout=120):
+    return subprocess.run([*TALB, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def root_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+
+
+def assert_nothing_left(prefix):
+    assert testbed.namespaces(prefix) == []
+    assert not paths.pin_dir(prefix).exists()
+    assert not paths.state_dir(prefix).exists()
+
+
+@pytest.fixture
+def prefix(request, bcc):
+    p = new_prefix()
+    request.addfinalizer(lambda: testbed.down(p))
+    return p
+
+
+def test_up_status_down_through_the_cli(prefix):
+    links_before = root_links()
+    up = talb("testbed", "up", "--prefix", prefix, *SMALL)
+    assert up.returncode == 0, up.stderr + up.stdout
+    assert "h0" in up.stdout and "198.18." in up.stdout
+
+    st = talb("testbed", "status", "--prefix", prefix, "--json")
+    assert st.returncode == 0, st.stderr
+    status = json.loads(st.stdout)
+    assert [h["name"] for h in status["hosts"]] == ["h0", "h1"]
+    assert {s["name"] for s in status["switches"]} == {"spine0", "leaf0", "leaf1"}
+    assert all(s["scheme"] == "ecmp" for s in status["switches"])
+    assert status["hosts"][0]["namespace"] == f"{prefix}-h0"
+
+    shell = talb("shell", "h0", "--prefix", prefix, "--", "ping", "-c1", "-W2", status["hosts"][1]["ip"])
+    assert shell.returncode == 0, shell.stdout + shell.stderr
+
+    down = talb("testbed", "down", "--prefix", prefix)
+    assert down.returncode == 0, down.stderr
+    assert_nothing_left(prefix)
+    assert root_links() <= links_before, "down left links in the root namespace"
+
+    again = talb("testbed", "down", "--prefix", prefix)
+    assert again.returncode == 0 and "nothing to remove" in again.stdout
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--spines", "0"], "spines"),
+    (["--link-rate", "10 furlongs"], "link_rate"),
+    (["--hosts-per-leaf", "300"], "hosts_per_leaf"),
+    (["--queue-limit", "lots"], "limit"),
+])
+def test_bad_flags_name_the_field_and_build_nothing(prefix, args, field):
+    result = talb("testbed", "up", "--prefix", prefix, *args)
+    assert result.returncode == 1
+    assert field in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert_nothing_left(prefix)
+
+
+def test_bad_topology_file_is_named(prefix, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("spines: 2\nleavez: 3\n")
+    result = talb("testbed", "up", "--prefix", prefix, "--topology", str(bad))
+    assert result.returncode == 1 and "leavez" in result.stderr, result.stderr
+    missing = talb("testbed", "up", "--prefix", prefix, "--topology", str(tmp_path / "nope.yaml"))
+    assert missing.returncode != 0 and "nope.yaml" in missing.stderr
+    assert_nothing_left(prefix)
+
+
+def test_bad_prefix_is_refused(bcc):
+    result = talb("testbed", "up", "--prefix", "Bad-Prefix")
+    assert result.returncode == 1 and "prefix" in result.stderr
+
+
+def test_status_without_a_testbed_says_so(prefix):
+    result = talb("testbed", "status", "--prefix", prefix)
+    assert result.returncode == 1 and "no testbed" in result.stderr
+
+
+def test_up_replace_rebuilds(prefix):
+    assert talb("testbed", "up", "--prefix", prefix, *SMALL).returncode == 0
+    refused = talb("testbed", "up", "--prefix", prefix, *SMALL)
+    assert refused.returncode == 1 and "already up" in refused.stderr
+    replaced = talb("testbed", "up", "--prefix", prefix, "--replace", "--spines", "2",
+                    "--leaves", "2", "--hosts-per-leaf", "1")
+    assert replaced.returncode == 0, replaced.stderr
+    st = testbed.status(prefix)
+    assert {s["name"] for s in st["switches"]} == {"spine0", "spine1", "leaf0", "leaf1"}
+
+
+def test_down_after_a_killed_up_removes_everything(prefix):
+    """SIGKILL `up` half-way (no chance to clean up): `down` still removes it all."""
+    proc = subprocess.Popen([*TALB, "testbed", "up", "--prefix", prefix,
+                             "--spines", "2", "--leaves", "4", "--hosts-per-leaf", "3"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(testbed.namespaces(prefix)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert testbed.namespaces(prefix), "up was killed before it made anything"
+    assert paths.state_file(prefix).exists(), "the state file is written before anything is built"
+    testbed.down(prefix)
+    assert_nothing_left(prefix)
+
+
+def test_failed_up_leaves_nothing(prefix, monkeypatch):
+    """A failure while attaching the data path rolls back the whole fabric."""
+    import agent.fabric
+    from netns_topology import LeafSpine
+
+    def broken(*_a, **_k):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(agent.fabric, "attach_fabric", broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        testbed.up(LeafSpine(spines=1, leaves=2, hosts_per_leaf=1), prefix)
+    assert_nothing_left(prefix)
