@@ -296,7 +296,8 @@ class SwitchDatapath:
         """Pin every map as <pin_dir>/<map name> (on the project's bpffs).
         Idempotent: a pin of the same map is kept, another one replaced."""
         self._need_loaded()
-        ensure_bpffs()
+        if self.pin_dir.resolve().is_relative_to(Path(BPFFS_DIR).resolve()):
+            ensure_bpffs()
         self.pin_dir.mkdir(parents=True, exist_ok=True)
         for name in MAP_SPECS:
             path = self.pin_dir / name

@@ -23,7 +23,6 @@
  */
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/pkt_cls.h>
-#include <linux/in.h>
 
 #include "talb/constants.h"
 #include "talb/structs.h"

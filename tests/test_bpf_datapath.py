@@ -588,3 +588,16 @@ def test_random_frames_never_misforwarded(switch):
             assert switch.ifindex[port] in valid
 
     check()
+
+
+def test_source_expansion_for_bcc():
+    """bcc rewrites map operations in its main file only: the loader inlines
+    the project's headers, each once, with #line markers to the real files."""
+    from agent.loader import INCLUDE_DIR, SWITCH_SRC, expand_source
+
+    text = expand_source()
+    assert not any(line.lstrip().startswith('#include "') for line in text.splitlines())
+    for h in ("constants.h", "structs.h", "maps.h", "parsing_helpers.h", "hash.h",
+              "pkt.h", "decision.h", "schemes/ecmp.h"):
+        assert text.count(f'#line 1 "{INCLUDE_DIR / "talb" / h}"') == 1, h
+    assert text.startswith(f'#line 1 "{SWITCH_SRC}"')

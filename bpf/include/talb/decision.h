@@ -35,7 +35,7 @@ static __always_inline int talb_extract(void *data, void *data_end,
 	struct hdr_cursor nh = { .pos = data };
 	struct ethhdr *eth;
 	struct iphdr *iph;
-	struct tcphdr *tcph;
+	struct talb_tcphdr *tcph;
 	struct udphdr *udph;
 	int proto;
 

@@ -15,10 +15,32 @@
 #ifndef TALB_PARSING_HELPERS_H
 #define TALB_PARSING_HELPERS_H
 
-#include <linux/if_ether.h>
-#include <linux/ip.h>
-#include <linux/tcp.h>
-#include <linux/udp.h>
+#include <uapi/linux/if_ether.h>
+#include <uapi/linux/ip.h>
+#include <uapi/linux/udp.h>
+
+/* <uapi/linux/in.h> and <uapi/linux/tcp.h> pull in the socket headers,
+ * which triple bcc's compile time (0.3 s -> 0.9 s per switch); the little
+ * needed from them is here. */
+#ifndef IPPROTO_TCP
+#define IPPROTO_TCP 6
+#endif
+#ifndef IPPROTO_UDP
+#define IPPROTO_UDP 17
+#endif
+
+/* TCP header (RFC 9293 section 3.1), up to the urgent pointer. */
+struct talb_tcphdr {
+	__be16 source;
+	__be16 dest;
+	__be32 seq;
+	__be32 ack_seq;
+	__u8 doff_res;          /* data offset (32-bit words) in the high nibble */
+	__u8 flags;             /* CWR ECE URG ACK PSH RST SYN FIN */
+	__be16 window;
+	__sum16 check;
+	__be16 urg_ptr;
+};
 
 struct hdr_cursor {
 	void *pos;
@@ -39,7 +61,8 @@ static __always_inline int parse_ethhdr(struct hdr_cursor *nh, void *data_end,
 
 /* IPv4 with its options. Returns the L4 protocol number, or -1 on a
  * truncated header, a version other than 4, IHL < 5 or a total length
- * shorter than the header. The cursor ends after the options (room for the
+ * shorter than the header (so also BIG TCP's tot_len 0: the fabric runs
+ * with GRO off). The cursor ends after the options (room for the
  * TaLB option parser, DESIGN section 4: the options are
  * [iph + 1, iph + ihl*4)). */
 static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
@@ -67,14 +90,14 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 /* TCP with its options. Returns the header length, or -1 on a truncated
  * header or a data offset < 5. */
 static __always_inline int parse_tcphdr(struct hdr_cursor *nh, void *data_end,
-					struct tcphdr **tcphdr)
+					struct talb_tcphdr **tcphdr)
 {
-	struct tcphdr *h = nh->pos;
+	struct talb_tcphdr *h = nh->pos;
 	int len;
 
 	if ((void *)(h + 1) > data_end)
 		return -1;
-	len = h->doff * 4;
+	len = (h->doff_res >> 4) * 4;
 	if (len < (int)sizeof(*h))
 		return -1;
 	if (nh->pos + len > data_end)
