@@ -7,7 +7,6 @@ have static ARP and no IPv6 (no background chatter in the counters).
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
