@@ -13,21 +13,14 @@
 #ifndef TALB_OPTION_H
 #define TALB_OPTION_H
 
-/* copied=1, class 0, number 30: RFC 4727's experimental option number. */
-#define TALB_OPT_TYPE        0x9E
-#define TALB_OPT_LEN         12
-#define TALB_IHL_TAGGED      8          /* 20-byte header + 12-byte option, in 32-bit words */
-
-#define TALB_OPT_VERSION     1
-#define TALB_FLAG_VERSION_MASK 0x03     /* bits 0-1 */
-#define TALB_FLAG_LAST       0x04       /* bit 2: last packet of the tensor */
+#include "talb/constants.h"   /* TALB_IPOPT_* numbers (parsed by Python too) */
 
 struct talb_opt {
-	__u8  type;        /* TALB_OPT_TYPE */
-	__u8  len;         /* TALB_OPT_LEN */
+	__u8  type;        /* TALB_IPOPT_TYPE */
+	__u8  len;         /* TALB_IPOPT_LEN */
 	__be32 tensor_id;  /* Snowflake id: timestamp | sequence | worker */
 	__u8  layer;       /* 0 = front layer = highest priority */
-	__u8  flags;       /* version (bits 0-1) | LAST (bit 2) */
+	__u8  flags;       /* TALB_IPOPT_VERSION (bits 0-1) | TALB_IPOPT_F_LAST (bit 2) */
 	__be16 tensor_len; /* tensor length in packets */
 	__be16 pkt_idx;    /* index of this packet inside the tensor */
 } __attribute__((packed));
