@@ -132,7 +132,8 @@ def default_hash_seed(name: str) -> int:
 def _ipr(netns: str | None):
     from pyroute2 import IPRoute
 
-    return IPRoute(netns=netns) if netns else IPRoute()
+    # flags=0: never create the namespace when it is missing (pyroute2 would).
+    return IPRoute(netns=netns, flags=0) if netns else IPRoute()
 
 
 def _ifindex(ipr, ifname: str, netns: str | None) -> int:
