@@ -40,16 +40,8 @@ def tcp_packet(size: int) -> bytes:
     return bytes(base / (b"\0" * pad))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 1514])
-    args = ap.parse_args(argv)
-
-    if os.geteuid() != 0:
-        print("needs root (network namespace, BPF)", file=sys.stderr)
-        return 2
+def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=print) -> dict:
+    """ns/packet per program and size; returns {"ns": {program: {size: ns}}, "ratios": {...}}."""
     from bcc import BPF
     from pyroute2 import IPRoute, netns
 
@@ -62,7 +54,7 @@ def main(argv=None) -> int:
     progs = []
     try:
         ifindex = {}
-        with IPRoute(netns=ns) as ipr:
+        with IPRoute(netns=ns, flags=0) as ipr:
             for i in range(5):
                 ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
             for i in range(5):
@@ -92,33 +84,35 @@ def main(argv=None) -> int:
         results: dict[tuple[str, int], float] = {}
         netns.pushns(ns)
         try:
-            for size in args.sizes:
+            for size in sizes:
                 for name, (fd, dst) in fds.items():
                     data = bytearray(tcp_packet(size))
                     data[30:34] = bytes(int(x) for x in dst.split("."))
                     best = None
-                    for _ in range(args.rounds):
+                    for _ in range(rounds):
                         ret, _, dur, _ = sc.prog_test_run(fd, bytes(data), ctx=ctx,
-                                                          repeat=args.repeat)
+                                                          repeat=repeat)
                         best = dur if best is None else min(best, dur)
                     results[(name, size)] = best
         finally:
             netns.popns()
 
-        print(f"BPF_PROG_TEST_RUN, {args.repeat:,} repeats, best of {args.rounds}, "
-              f"kernel {os.uname().release}, {os.cpu_count()} CPUs\n")
+        say(f"(a) BPF_PROG_TEST_RUN, {repeat:,} repeats, best of {rounds}, "
+            f"kernel {os.uname().release}, {os.cpu_count()} CPUs")
         width = max(len(n) for n in fds)
-        print(f"{'program':<{width}}  " + "  ".join(f"{s:>7} B" for s in args.sizes))
+        say(f"    {'program':<{width}}  " + "  ".join(f"{s:>7} B" for s in sizes))
         for name in fds:
-            print(f"{name:<{width}}  "
-                  + "  ".join(f"{results[(name, s)]:>6} ns" for s in args.sizes))
-        print()
-        for s in args.sizes:
+            say(f"    {name:<{width}}  "
+                + "  ".join(f"{results[(name, s)]:>6} ns" for s in sizes))
+        ratios = {}
+        for s in sizes:
             e, r = results[("talb ECMP, 4-port group", s)], results[("empty redirect", s)]
-            print(f"{s} B: ECMP / empty redirect = {e / max(r, 1):.2f}x "
-                  f"(+{e - r} ns per packet)")
+            ratios[f"ecmp/empty_redirect {s}B"] = e / max(r, 1)
+            say(f"    {s} B: ECMP / empty redirect = {e / max(r, 1):.2f}x "
+                f"(+{e - r} ns per packet)")
         counters = control.read_counters(dp.maps)
-        assert counters["redirected"] > 0 and not counters["released"]
+        if not counters["redirected"] or counters["released"]:
+            raise RuntimeError(f"benchmark did not exercise the redirect path: {counters}")
     finally:
         for p in progs:
             try:
@@ -126,6 +120,19 @@ def main(argv=None) -> int:
             except Exception:
                 pass
         netns.remove(ns)
+    return {"ns": {name: {s: results[(name, s)] for s in sizes} for name in fds}, "ratios": ratios}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 1514])
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("needs root (network namespace, BPF)", file=sys.stderr)
+        return 2
+    measure(repeat=args.repeat, rounds=args.rounds, sizes=tuple(args.sizes))
     return 0
 
 

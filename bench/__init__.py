@@ -1,0 +1,1 @@
+"""Benchmarks: numbers to compare (ratios in one run), never pass/fail tests."""
