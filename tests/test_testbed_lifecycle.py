@@ -59,6 +59,11 @@ def test_up_status_down_through_the_cli(prefix):
     shell = talb("shell", "h0", "--prefix", prefix, "--", "ping", "-c1", "-W2", status["hosts"][1]["ip"])
     assert shell.returncode == 0, shell.stdout + shell.stderr
 
+    scheme = talb("scheme", "ecmp", "--prefix", prefix)
+    assert scheme.returncode == 0 and "leaf0: ecmp" in scheme.stdout, scheme.stderr
+    bogus = talb("scheme", "nosuch", "--prefix", prefix)
+    assert bogus.returncode == 1 and "nosuch" in bogus.stderr and "Traceback" not in bogus.stderr
+
     down = talb("testbed", "down", "--prefix", prefix)
     assert down.returncode == 0, down.stderr
     assert_nothing_left(prefix)
@@ -141,3 +146,19 @@ def test_failed_up_leaves_nothing(prefix, monkeypatch):
     with pytest.raises(RuntimeError, match="injected"):
         testbed.up(LeafSpine(spines=1, leaves=2, hosts_per_leaf=1), prefix)
     assert_nothing_left(prefix)
+
+
+def test_kernel_bridge_datapath_forwards_without_programs(prefix):
+    """--datapath bridge: the baseline fabric; STP must converge before it forwards."""
+    from workload.netexec import ping
+
+    up = talb("testbed", "up", "--prefix", prefix, "--datapath", "bridge", *SMALL)
+    assert up.returncode == 0, up.stderr
+    st = testbed.status(prefix)
+    assert st["datapath"] == "bridge" and not paths.pin_dir(prefix).exists()
+    h1 = st["hosts"][1]["ip"]
+    deadline = time.monotonic() + 30
+    while not ping(f"{prefix}-h0", h1, count=1, timeout_s=1):
+        assert time.monotonic() < deadline, "the bridge fabric never forwarded"
+    scheme = talb("scheme", "--prefix", prefix)
+    assert scheme.returncode == 1 and "kernel bridge" in scheme.stderr
