@@ -266,6 +266,9 @@ def scheme(name, prefix):
     from agent.maps import SwitchMaps
 
     testbed.require_root()
+    if testbed.read_state(prefix).get("datapath") != "bpf":
+        raise testbed.TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
+                                   f"(--datapath bridge): it has no scheme to show or set")
     topo = testbed.load_topology_of(prefix)
     for sw in topo.switches:
         maps = SwitchMaps(paths.pin_dir(prefix, sw.name))
