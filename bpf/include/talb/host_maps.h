@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * talb/host_maps.h - ALL maps of the host data path (bpf/host_tc.c), and
+ * its counter helper. Include once, from the entry point (bcc only rewrites
+ * map calls in the main text: agent/host_loader.py expands the includes).
+ *
+ * agent/host_loader.py pins every map as <pin_dir>/<map name>, with
+ * pin_dir = talb.paths.pin_dir(prefix, host); agent/host_maps.py (HostMaps)
+ * and workload/tensor_sender.py open them by these names.
+ */
+#ifndef TALB_HOST_MAPS_H
+#define TALB_HOST_MAPS_H
+
+#include "talb/host_constants.h"
+#include "talb/host_structs.h"
+
+/* TALB_HOST_MAP(type, key, value, name, max_entries): a fresh map, or, when
+ * the loader passes -DTALB_HOST_PIN_DIR="\"/path\"", the one pinned at
+ * /path/<name> (a reload keeps learned ISNs and live rings). */
+#ifdef TALB_HOST_PIN_DIR
+#define TALB_HOST_MAP(_type, _key, _value, _name, _max) \
+	BPF_TABLE_PINNED(_type, _key, _value, _name, _max, TALB_HOST_PIN_DIR "/" #_name)
+#else
+#define TALB_HOST_MAP(_type, _key, _value, _name, _max) \
+	BPF_TABLE(_type, _key, _value, _name, _max)
+#endif
+
+/* flow -> our ISN, learned from our SYN / SYN-ACK. LRU: flows come and go
+ * without anyone deleting them; an evicted entry only costs tags of a flow
+ * idle long enough to be the least recent of HOST_MAX_FLOWS. */
+TALB_HOST_MAP("lru_hash", struct host_flow_key, struct host_isn, flow_isn, HOST_MAX_FLOWS);
+/* flow -> tensor descriptors, written by the library (TensorSender), which
+ * also deletes it (close()). Not LRU: a ring must never vanish under a
+ * sender; a full map is a clear error in the library instead. */
+TALB_HOST_MAP("hash", struct host_flow_key, struct host_ring, flow_rings, HOST_MAX_TAGGED_FLOWS);
+/* HOST_CNT_* -> packets, per CPU */
+TALB_HOST_MAP("percpu_array", __u32, __u64, counters, HOST_NR_COUNTERS);
+
+/* Per-CPU: a plain add, no atomics. */
+static __always_inline void host_count(__u32 idx)
+{
+	__u64 *v = counters.lookup(&idx);
+
+	if (v)
+		*v += 1;
+}
+
+#endif /* TALB_HOST_MAPS_H */

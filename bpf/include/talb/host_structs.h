@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * talb/host_structs.h - structs shared by the host data path (host_tc.c)
+ * and user space (agent/host_maps.py mirrors each with ctypes; opening a
+ * pinned map checks the sizes). Fixed-width fields, natural alignment, no
+ * implicit padding. Change both sides together.
+ */
+#ifndef TALB_HOST_STRUCTS_H
+#define TALB_HOST_STRUCTS_H
+
+#include "talb/host_constants.h"
+
+/* A TCP flow as the host sends it: the packet's own addresses and ports,
+ * in network byte order (copied from the headers, no conversion). */
+struct host_flow_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+};
+
+/* flow_isn value: the initial sequence number of our side of the flow. */
+struct host_isn {
+	__u32 isn;              /* host byte order */
+	__u32 flags;            /* HOST_ISN_ACTIVE */
+};
+
+/* One tensor on a flow. Stream offsets count payload bytes from the first
+ * data byte (offset = seq - ISN - 1, modulo 2^32); the tensor owns
+ * [stream_start, stream_end). An all-zero descriptor (start == end) is an
+ * empty slot. tensor_len and pkt_idx both use this descriptor's mss, so
+ * pkt_idx < len_pkts however TCP cuts the stream. Host byte order. */
+struct host_desc {
+	__u32 stream_start;
+	__u32 stream_end;
+	__u32 tensor_id;        /* Snowflake id (workload/snowflake.py) */
+	__u16 len_pkts;         /* ceil(bytes / mss) */
+	__u16 mss;              /* TCP_MAXSEG when the tensor was queued */
+	__u8 layer;
+	__u8 reserved[3];       /* 0 */
+};
+
+/* flow_rings value: the descriptors of one flow, written by one library
+ * (TensorSender) as a whole. A hash-map update swaps the element, so the
+ * program reads either the old or the new ring, never half of one. */
+struct host_ring {
+	struct host_desc desc[HOST_RING_SLOTS];
+};
+
+#endif /* TALB_HOST_STRUCTS_H */

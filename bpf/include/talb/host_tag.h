@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * talb/host_tag.h - the sending host's tagging core (DESIGN section 4,
+ * "How a host knows tensor boundaries (TCP)"):
+ *
+ *   host_learn_isn()   our SYN / SYN-ACK -> flow_isn
+ *   host_find_desc()   stream offset -> the descriptor owning it
+ *   host_build_l3()    base IPv4 header + descriptor -> the 32-byte header
+ *                      to write back (IHL 8, total length + 12, checksum)
+ *
+ * Needs talb/host_maps.h included before it.
+ */
+#ifndef TALB_HOST_TAG_H
+#define TALB_HOST_TAG_H
+
+#include "talb/constants.h"     /* TALB_IPOPT_TYPE, TALB_IPOPT_LEN */
+#include "talb/talb_option.h"   /* struct talb_opt: the option as on the wire */
+#include "talb/parsing_helpers.h"
+
+#ifndef ETH_P_IP
+#define ETH_P_IP 0x0800
+#endif
+#define HOST_IP_MF      0x2000  /* more fragments */
+#define HOST_IP_OFFSET  0x1FFF  /* fragment offset mask */
+#define HOST_TCP_SYN    0x02    /* talb_tcphdr.flags */
+#define HOST_TCP_ACK    0x10
+#define HOST_IPV4_IHL   5       /* IHL of a header without options */
+/* IHL once the option is in: (20 + 12) / 4 */
+#define HOST_TAGGED_IHL ((20 + TALB_IPOPT_LEN) / 4)
+
+/* The IPv4 header as it leaves the host: base header, then the TaLB option
+ * as the first (and only) option. As 32-bit words for bpf_csum_diff. */
+union host_l3 {
+	struct {
+		struct iphdr ip;
+		struct talb_opt opt;
+	} __attribute__((packed)) h;
+	__be32 words[(20 + TALB_IPOPT_LEN) / 4];
+};
+
+/* Our SYN (active open) or SYN-ACK (passive open) carries our ISN. A new
+ * connection on a 4-tuple also starts without descriptors: a ring left by a
+ * sender that died without close() must not tag it. */
+static __always_inline void host_learn_isn(const struct host_flow_key *key,
+					   const struct talb_tcphdr *tcph)
+{
+	struct host_isn v = { .isn = bpf_ntohl(tcph->seq) };
+	struct host_isn *old;
+
+	if (!(tcph->flags & HOST_TCP_ACK)) {
+		v.flags = HOST_ISN_ACTIVE;
+	} else {
+		/* Simultaneous open: our SYN-ACK repeats the ISN of our SYN,
+		 * and the SYN still counts in bytes_acked. */
+		old = flow_isn.lookup((struct host_flow_key *)key);
+		if (old && old->isn == v.isn)
+			v.flags = old->flags;
+	}
+	flow_isn.update((struct host_flow_key *)key, &v);
+	flow_rings.delete((struct host_flow_key *)key);
+}
+
+/* The descriptor whose bytes contain stream offset `off` (the segment's
+ * first byte: TCP may coalesce the tail of one tensor with the head of the
+ * next into one segment, which then belongs to the first). u32 modular
+ * arithmetic, so ranges across the 2^32 wrap work; an empty slot
+ * (start == end) matches nothing. Descriptors never overlap (the library
+ * gives each tensor the next bytes of the stream), so the first match is
+ * the only one. */
+static __always_inline const struct host_desc *
+host_find_desc(const struct host_ring *ring, __u32 off)
+{
+	const struct host_desc *d;
+	int i;
+
+	for (i = 0; i < HOST_RING_SLOTS; i++) {
+		d = &ring->desc[i];
+		if (off - d->stream_start < d->stream_end - d->stream_start)
+			return d;
+	}
+	return NULL;
+}
+
+static __always_inline __u16 host_csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* Fill `out` from the packet's base header `iph` (IHL 5) and the
+ * descriptor `d` owning the segment [off, off + payload). pkt_idx =
+ * (off - start) / mss, LAST when the segment reaches the tensor's end. The
+ * IPv4 checksum covers the options and is recomputed; TCP's does not (its
+ * pseudo-header has the TCP length, not the IP total length). */
+static __always_inline void host_build_l3(union host_l3 *out,
+					  const struct iphdr *iph,
+					  const struct host_desc *d,
+					  __u32 off, __u32 payload)
+{
+	__u32 rel = off - d->stream_start;
+	__u32 idx = d->mss ? rel / d->mss : 0;
+	__u8 flags = HOST_OPT_VERSION;
+
+	if (rel + payload >= d->stream_end - d->stream_start)
+		flags |= HOST_OPT_F_LAST;
+
+	__builtin_memcpy(&out->h.ip, iph, sizeof(out->h.ip));
+	out->h.ip.ihl = HOST_TAGGED_IHL;
+	out->h.ip.tot_len = bpf_htons(bpf_ntohs(iph->tot_len) + TALB_IPOPT_LEN);
+	out->h.ip.check = 0;
+	out->h.opt.type = TALB_IPOPT_TYPE;
+	out->h.opt.len = TALB_IPOPT_LEN;
+	out->h.opt.tensor_id = bpf_htonl(d->tensor_id);
+	out->h.opt.layer = d->layer;
+	out->h.opt.flags = flags;
+	out->h.opt.tensor_len = bpf_htons(d->len_pkts);
+	out->h.opt.pkt_idx = bpf_htons((__u16)idx);
+	out->h.ip.check = host_csum_fold(bpf_csum_diff(NULL, 0, out->words,
+						       sizeof(out->words), 0));
+}
+
+#endif /* TALB_HOST_TAG_H */
