@@ -2,7 +2,9 @@
 
 For each switch namespace: compile and load the TC program, attach it at
 ingress of every port, pin its maps, then install the forwarding state the
-topology implies (ports, forwarding groups, scheme). The processes that do
+topology implies (ports, forwarding groups, scheme). Every host gets the
+tagging program (agent/host_loader.py) at egress of its interface, maps
+pinned at talb.paths.pin_dir(prefix, host). The processes that do
 this may exit afterwards: attached filters keep the programs, pins keep the
 maps, and later commands (status, the agent) work from the pins alone.
 """
@@ -13,6 +15,7 @@ from typing import Callable
 from pyroute2 import IPRoute
 
 from agent.control import program_switch
+from agent.host_loader import HostDatapath
 from agent.loader import SwitchDatapath, ensure_bpffs
 from agent.maps import SwitchMaps
 from talb import paths
@@ -63,3 +66,10 @@ def attach_fabric(topo, prefix: str, progress: Callable[[str], None] = lambda _m
             maps.close()
         progress(f"data path on {sw.name} ({n}/{len(switches)}): "
                  f"{len(topo.ports(sw.name))} ports, scheme {topo.scheme}")
+    # --- TaLB host side (DESIGN section 4): tag tensor packets at egress of
+    # every host's interface; workload/tensor_sender.py finds the pins. ---
+    for n, host in enumerate(topo.hosts, 1):
+        with HostDatapath(paths.netns_name(prefix, host.name), paths.pin_dir(prefix, host.name)) as hdp:
+            hdp.load().attach([host.iface])
+            hdp.pin()
+        progress(f"tagging program on {host.name} ({n}/{len(topo.hosts)})")
