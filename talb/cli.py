@@ -3,6 +3,7 @@
     talb testbed up|down|status|demo   build, remove, inspect, try a fabric
     talb shell NODE [CMD...]           a shell (or a command) on a host or switch
     talb scheme [NAME]                 show or switch the load-balancing scheme at runtime
+    talb send --src H --dst H          send tagged tensors, see each one's FCT and uplink
     talb bench datapath                data-path benchmarks
 """
 from __future__ import annotations
@@ -278,6 +279,63 @@ def scheme(name, prefix):
             console.print(f"{sw.name}: {read_config(maps)['scheme']}")
         finally:
             maps.close()
+
+
+@main.command("send")
+@click.option("--src", "srcs", required=True,
+              help="Sending host(s), comma-separated: h0 or h0,h1,h2.")
+@click.option("--dst", required=True, help="Receiving host (runs the verifying receiver).")
+@click.option("--tensors", type=int, default=12, show_default=True, help="Tensors per sender.")
+@click.option("--layers", type=int, default=3, show_default=True,
+              help="Layers the tensors cycle through (0 = front = highest priority).")
+@click.option("--size", default="200kb", show_default=True, help="Bytes per tensor, e.g. 200kb, 1mb.")
+@click.option("--senders", type=int, default=1, show_default=True,
+              help="TCP connections (workers) per source host.")
+@click.option("--port", type=int, default=7000, show_default=True, help="Receiver's TCP port.")
+@click.option("--pcap-dir", type=click.Path(file_okay=False), help="Keep the uplink captures here.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@PREFIX_OPTION
+def send_cmd(srcs, dst, tensors, layers, size, senders, port, pcap_dir, as_json, prefix):
+    """Send tagged tensors over TCP and show each tensor's FCT and uplink.
+
+    A smoke tool for TaLB: the receiver checks every byte (SHA-256), the
+    senders' leaf uplinks are captured, and a tensor seen on more than one
+    uplink is flagged as split (tensor integrity broken).
+    """
+    from netns_topology import parse_size
+    from talb import send as send_mod
+
+    testbed.require_root()
+    report = send_mod.run(prefix, [s.strip() for s in srcs.split(",") if s.strip()], dst,
+                          tensors=tensors, layers=layers, size=parse_size(size), senders=senders,
+                          port=port, pcap_dir=pcap_dir, say=err_console.print if as_json else console.print)
+    if as_json:
+        click.echo(json.dumps({"ok": report.ok, "pcap_dir": report.pcap_dir,
+                               "fct_by_layer": report.fct_by_layer(),
+                               "tensors": [dict(vars(t)) for t in report.tensors]}, indent=2))
+    else:
+        _print_send(report)
+    if not report.ok:
+        _fail("some tensors were lost, corrupted or split across uplinks (see above)")
+
+
+def _print_send(report) -> None:
+    t = Table(title="tensors", title_justify="left")
+    for col in ("worker", "src", "tensor_id", "layer", "bytes", "pkts", "FCT", "uplink", "ok"):
+        t.add_column(col, justify="right" if col in ("bytes", "pkts", "FCT") else "left")
+    for r in report.tensors:
+        uplinks = "+".join(sorted(r.uplinks)) or ("local" if report.local else "-")
+        t.add_row(str(r.worker), r.src, f"{r.tensor_id:#010x}", str(r.layer), str(r.bytes),
+                  str(r.len_pkts), f"{r.fct_s * 1e3:.1f} ms" if r.fct_s is not None else "-",
+                  f"[red]{uplinks}[/]" if r.split else uplinks,
+                  "yes" if r.ok else "[red]NO[/]")
+    console.print(t)
+    for layer, s in report.fct_by_layer().items():
+        console.print(f"  layer {layer}: {s['n']} tensors, FCT mean {s['mean_s'] * 1e3:.1f} ms, "
+                      f"p99 {s['p99_s'] * 1e3:.1f} ms")
+    ok = sum(r.ok for r in report.tensors)
+    console.print(f"  {ok}/{len(report.tensors)} tensors verified, {len(report.split)} split across "
+                  f"uplinks; captures in {report.pcap_dir}")
 
 
 # --- bench --------------------------------------------------------------------
