@@ -1,5 +1,6 @@
-"""Control plane of one switch, first piece: program its forwarding state
-and read its counters through its maps (:class:`agent.maps.SwitchMaps`).
+"""Control plane of one switch: program its forwarding state, publish TaLB's
+port congestion metrics, read its counters and tensor table, through its
+maps (:class:`agent.maps.SwitchMaps`).
 
 Works on pinned maps alone (no bcc, no reload), so ``talb testbed``, the
 agent and tests all program switches the same way.
@@ -7,17 +8,31 @@ agent and tests all program switches the same way.
 from __future__ import annotations
 
 import ipaddress
+import time
 from typing import Iterable, Mapping, Sequence
 
+from agent import talb_model
 from agent.maps import (
-    CFG_RELEASE_SK, COUNTER_NAMES, IMPLEMENTED_SCHEMES, PORT_HOST, PORT_UP, SCHEME_NAMES,
-    SCHEMES, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS, FwdGroup, IPv4Key, PortInfo, SwitchMaps,
+    CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES, PORT_HOST, PORT_UP, SCHEME_NAMES,
+    SCHEMES, TALB_COUNT_LIVE, TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
+    TALB_MAX_TENSORS, FwdGroup, GroupState, IPv4Key, PortInfo, SwitchMaps,
 )
 
 __all__ = [
     "SchemeError", "program_switch", "read_port_stats", "read_ports", "read_counters",
-    "read_config", "set_scheme", "set_release", "set_hash_seed", "flow_hash", "ecmp_index",
+    "read_config", "set_scheme", "set_release", "set_hash_seed", "set_talb_config",
+    "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
+    "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
 ]
+
+#: the counters `talb table` shows (names as in read_counters)
+TALB_COUNTERS = (
+    "talb_hit", "talb_case1", "talb_case2", "talb_threshold", "talb_fallback",
+    "talb_table_full", "talb_reroute", "talb_aged", "talb_inserted", "talb_removed",
+    "decision_talb", "opt_tagged", "opt_truncated", "opt_bad_len", "opt_bad_version",
+    "opt_zero_len", "opt_overrun", "opt_not_first", "stripped", "drop_opt_position",
+    "drop_strip_fail",
+)
 
 PortSpec = tuple  # (ifname, ifindex, is_host_port, up)
 
@@ -53,6 +68,13 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
     then groups (each replaced atomically: hash map), then fwd, then stale
     fwd entries and unused groups removed, then config. ``hash_seed=None``
     keeps the current seed (the loader sets a per-switch default).
+
+    TaLB: a new group gets neutral values (every PCM 0, order = group
+    order, plain round-robin schedule, threshold TALB_PCM_ONE) until
+    :func:`publish_pcm` replaces them; a group already installed keeps what
+    was published. Group ids that are new or go away get their TaLB state
+    cleared (live-layer counts, WRR cursor, and the tensor entries counted
+    in them), so a reused id never inherits another group's tensors.
 
     Returns ``{"ports": n, "routes": n, "groups": {group_id: [ifindex]}}``.
     """
@@ -107,8 +129,12 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
             next_id += 1
         tuple_to_id[t] = next_id
         used.add(next_id)
+    fresh_ids = {gid for t, gid in tuple_to_id.items() if t not in installed}
+    gone_ids = set(installed.values()) - set(tuple_to_id.values())
+    _reset_group_state(maps, fresh_ids)
     for t, gid in tuple_to_id.items():
-        maps.groups[gid] = FwdGroup.of(t)
+        if gid in fresh_ids:
+            maps.groups[gid] = FwdGroup.of(t)
 
     # fwd
     for key, t in routes.items():
@@ -120,6 +146,7 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
     for gid in list(maps.groups.keys()):
         if gid not in keep:
             maps.groups.delete(gid)
+    _reset_group_state(maps, gone_ids)
 
     # config
     cfg = maps.config[0]
@@ -142,6 +169,11 @@ def read_config(maps: SwitchMaps) -> dict:
         "hash_seed": cfg.hash_seed,
         "release_sk": bool(cfg.flags & CFG_RELEASE_SK),
         "flags": cfg.flags,
+        "fallback_scheme": SCHEME_NAMES.get(cfg.fallback_scheme, f"scheme{cfg.fallback_scheme}"),
+        "tensor_limit": cfg.tensor_limit or TALB_MAX_TENSORS,
+        "tensor_idle_us": cfg.tensor_idle_us or CONST["TALB_DEFAULT_IDLE_US"],
+        "n_bands": max(1, cfg.n_bands),
+        "layers_per_band": cfg.layers_per_band or CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
     }
 
 
@@ -165,6 +197,201 @@ def set_hash_seed(maps: SwitchMaps, seed: int) -> None:
     cfg = maps.config[0]
     cfg.hash_seed = int(seed) & 0xFFFFFFFF
     maps.config[0] = cfg
+
+
+def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
+                    tensor_limit: int | None = None, tensor_idle_us: int | None = None,
+                    n_bands: int | None = None, layers_per_band: int | None = None) -> dict:
+    """Set TaLB's run-time knobs (None: keep). ``fallback``: scheme for
+    untagged packets under TaLB (an implemented one other than talb);
+    ``tensor_limit``: live tensor entries, 1..TALB_MAX_TENSORS;
+    ``tensor_idle_us``: idle timeout of an entry; ``n_bands``: priority
+    bands of the egress HTB (1..TALB_MAX_BANDS, as the topology's
+    ``queue.bands``); ``layers_per_band``: layers per tagged band."""
+    cfg = maps.config[0]
+    if fallback is not None:
+        fid = _scheme_id(fallback)
+        if fid == SCHEMES["talb"]:
+            raise SchemeError("fallback: TaLB cannot be its own fallback (untagged packets "
+                              "carry no tensor)")
+        cfg.fallback_scheme = fid
+    if tensor_limit is not None:
+        if not 1 <= int(tensor_limit) <= TALB_MAX_TENSORS:
+            raise ValueError(f"tensor_limit: 1..TALB_MAX_TENSORS={TALB_MAX_TENSORS}, "
+                             f"got {tensor_limit}")
+        cfg.tensor_limit = int(tensor_limit)
+    if tensor_idle_us is not None:
+        if not 1 <= int(tensor_idle_us) <= 0xFFFFFFFF:
+            raise ValueError(f"tensor_idle_us: 1..2^32-1, got {tensor_idle_us}")
+        cfg.tensor_idle_us = int(tensor_idle_us)
+    if n_bands is not None:
+        if not 1 <= int(n_bands) <= CONST["TALB_MAX_BANDS"]:
+            raise ValueError(f"n_bands: 1..TALB_MAX_BANDS={CONST['TALB_MAX_BANDS']}, "
+                             f"got {n_bands}")
+        cfg.n_bands = int(n_bands)
+    if layers_per_band is not None:
+        if not 1 <= int(layers_per_band) <= 256:
+            raise ValueError(f"layers_per_band: 1..256, got {layers_per_band}")
+        cfg.layers_per_band = int(layers_per_band)
+    maps.config[0] = cfg
+    return read_config(maps)
+
+
+# --- TaLB: groups, PCM, tensor table ---------------------------------------------------
+def _find_group(maps: SwitchMaps, group_ifindexes: Sequence[int]) -> tuple[int, FwdGroup]:
+    want = [int(x) for x in group_ifindexes]
+    for gid, g in maps.groups.items():
+        if g.ports() == want:
+            return gid, g
+    raise ValueError(f"publish_pcm: no group with ports {want} installed "
+                     f"(groups: {[g.ports() for _, g in maps.groups.items()]})")
+
+
+def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
+                pcm: Mapping[int, float], threshold: float | None = None) -> int:
+    """Publish the port congestion metrics of one forwarding group.
+
+    ``group_ifindexes``: the group's ports, in its order (as installed by
+    :func:`program_switch`); ``pcm``: ``{ifindex: P_i}`` with P_i in [0, 1]
+    (Eq. 5) for each of them; ``threshold``: CASE 1's S in [0, 1] (None:
+    1.0, the largest PCM Eq. 5 yields -- see docs/talb-decisions.md).
+
+    Computes the port order by PCM (lowest first) and the smooth-WRR
+    schedule for weights ``1 - P_i`` (agent/talb_model.py) and replaces the
+    group in one map update: the data path sees the old publication or the
+    new one, never a mix. Returns the group id."""
+    gid, g = _find_group(maps, group_ifindexes)
+    ports = g.ports()
+    missing = [x for x in ports if x not in pcm]
+    if missing:
+        raise ValueError(f"publish_pcm: no PCM for port(s) {missing} of group {ports}")
+    fixed = [talb_model.pcm_to_fixed(pcm[x]) for x in ports]
+    new = FwdGroup.of(
+        ports, pcm=fixed, order=talb_model.pcm_order(fixed),
+        threshold=talb_model.PCM_ONE if threshold is None else talb_model.pcm_to_fixed(threshold),
+        schedule=talb_model.smooth_wrr_schedule(talb_model.wrr_weights(fixed)))
+    new.flags = g.flags
+    maps.groups[gid] = new
+    return gid
+
+
+def read_groups(maps: SwitchMaps) -> dict[int, dict]:
+    """``{group_id: {"ports": [ifindex], "pcm": [float], "order", "threshold",
+    "schedule"}}``."""
+    out = {}
+    for gid, g in sorted(maps.groups.items()):
+        d = g.talb()
+        out[gid] = {"ports": g.ports(),
+                    "pcm": [talb_model.pcm_from_fixed(x) for x in d["pcm"]],
+                    "order": d["order"], "threshold": talb_model.pcm_from_fixed(d["threshold"]),
+                    "schedule": d["schedule"]}
+    return out
+
+
+def _monotonic_ns() -> int:
+    # bpf_ktime_get_ns() is CLOCK_MONOTONIC
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def read_tensor_table(maps: SwitchMaps, now_ns: int | None = None) -> list[dict]:
+    """The live tensor table (Table I), oldest first: ``tensor_id,
+    tensor_len, received, prev_port (ifindex), layer, group_id,
+    first_seen_ns, last_seen_ns, age_s, idle_s``."""
+    now = _monotonic_ns() if now_ns is None else now_ns
+    rows = []
+    for tid, e in maps.tensors.items():
+        rows.append({
+            "tensor_id": tid, "tensor_len": e.tensor_len, "received": e.received,
+            "prev_port": e.prev_port, "layer": e.layer, "group_id": e.group_id,
+            "first_seen_ns": e.first_seen_ns, "last_seen_ns": e.last_seen_ns,
+            "age_s": max(0, now - e.first_seen_ns) / 1e9,
+            "idle_s": max(0, now - e.last_seen_ns) / 1e9,
+        })
+    rows.sort(key=lambda r: (r["first_seen_ns"], r["tensor_id"]))
+    return rows
+
+
+def read_live_layers(maps: SwitchMaps) -> dict[int, dict[int, int]]:
+    """``{group_id: {layer: live tensors}}`` as the data path sees them
+    (group_state minus group_swept), for installed groups."""
+    out = {}
+    for gid in sorted(maps.groups.keys()):
+        st, sw = maps.group_state.get(gid), maps.group_swept.get(gid)
+        if st is not None:
+            out[gid] = talb_model.live_counts(st, sw)
+    return out
+
+
+def tensor_occupancy(maps: SwitchMaps) -> int:
+    n = (maps.tensor_count.get(TALB_COUNT_LIVE, 0) - maps.tensor_count.get(TALB_COUNT_SWEPT, 0))
+    n = (n + 2**31) % 2**32 - 2**31
+    return max(0, n)
+
+
+def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
+                  now_ns: int | None = None) -> int:
+    """Remove tensor entries idle for more than ``idle_s`` (None: the
+    configured tensor_idle_us) -- tensors whose last packets never came, so
+    that the data path would only notice them on a hit that never happens.
+
+    The data path adds to group_state and tensor_count atomically; user
+    space cannot, so it records its removals in group_swept and
+    tensor_count[TALB_COUNT_SWEPT] (written by this function only: one
+    sweeper per switch at a time). An entry counts as swept only if this
+    delete removed it (a racing data-path removal accounts for itself).
+    Returns the number removed."""
+    if idle_s is None:
+        idle_s = read_config(maps)["tensor_idle_us"] / 1e6
+    now = _monotonic_ns() if now_ns is None else now_ns
+    removed: dict[int, dict[int, int]] = {}
+    total = 0
+    for tid, e in list(maps.tensors.items()):
+        if now - e.last_seen_ns <= idle_s * 1e9:
+            continue
+        if maps.tensors.delete(tid):
+            removed.setdefault(e.group_id, {}).setdefault(e.layer, 0)
+            removed[e.group_id][e.layer] += 1
+            total += 1
+    for gid, layers in removed.items():
+        sw = maps.group_swept.get(gid)
+        if sw is None:
+            continue
+        for layer, k in layers.items():
+            sw.live[layer] = (sw.live[layer] + k) & 0xFFFFFFFF
+            sw.tensors = (sw.tensors + k) & 0xFFFFFFFF
+        maps.group_swept[gid] = sw
+    if total:
+        maps.tensor_count[TALB_COUNT_SWEPT] = (
+            maps.tensor_count.get(TALB_COUNT_SWEPT, 0) + total) & 0xFFFFFFFF
+    return total
+
+
+def _reset_group_state(maps: SwitchMaps, gids) -> None:
+    """Forget the TaLB state of groups (new or removed ids): their tensor
+    entries, live-layer counts and WRR cursor."""
+    gids = {g for g in gids if 0 <= g < maps.group_state.info.max_entries}
+    if not gids:
+        return
+    gone = 0
+    for tid, e in list(maps.tensors.items()):
+        if e.group_id in gids and maps.tensors.delete(tid):
+            gone += 1
+    for gid in gids:
+        maps.group_state[gid] = GroupState()
+        maps.group_swept[gid] = GroupState()
+    if gone:
+        maps.tensor_count[TALB_COUNT_SWEPT] = (
+            maps.tensor_count.get(TALB_COUNT_SWEPT, 0) + gone) & 0xFFFFFFFF
+
+
+def clear_tensor_table(maps: SwitchMaps) -> None:
+    """Empty the tensor table and every group's TaLB state (tests, resets;
+    races with packets in flight: use on an idle switch)."""
+    for tid in list(maps.tensors.keys()):
+        maps.tensors.delete(tid)
+    maps.group_state.clear()
+    maps.group_swept.clear()
+    maps.tensor_count.clear()
 
 
 # --- counters ------------------------------------------------------------------------

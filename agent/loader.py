@@ -26,7 +26,7 @@ import zlib
 from pathlib import Path
 
 from agent import bpf_syscall as sc
-from agent.maps import CFG_RELEASE_SK, MAP_SPECS, SCHEMES, SwitchMaps, TalbConfig
+from agent.maps import CFG_RELEASE_SK, CONST, MAP_SPECS, SCHEMES, SwitchMaps, TalbConfig
 
 try:
     from talb.paths import BPF_SRC_DIR, BPFFS_DIR
@@ -185,7 +185,10 @@ class SwitchDatapath:
 
         Fresh maps get the default config: ECMP, ``hash_seed`` (default:
         per-switch, from the namespace name), CFG_RELEASE_SK if
-        ``release_sk``. ``reuse_pins=True`` binds the program to the maps
+        ``release_sk``; for TaLB: ECMP as the fallback for untagged
+        packets, TALB_MAX_TENSORS live tensors, TALB_DEFAULT_IDLE_US idle
+        timeout, one priority band (agent.control.set_talb_config changes
+        them). ``reuse_pins=True`` binds the program to the maps
         already pinned in ``pin_dir`` (state and config kept) when they all
         exist."""
         from bcc import BPF
@@ -206,8 +209,13 @@ class SwitchDatapath:
             raise RuntimeError(f"loading {SWITCH_SRC} ({self.netns}): {exc}") from exc
         if not reusing:
             seed = default_hash_seed(self.netns or str(self.pin_dir)) if hash_seed is None else hash_seed
-            self.maps.config[0] = TalbConfig(scheme=SCHEMES["ecmp"], hash_seed=seed,
-                                             flags=CFG_RELEASE_SK if release_sk else 0)
+            self.maps.config[0] = TalbConfig(
+                scheme=SCHEMES["ecmp"], hash_seed=seed,
+                flags=CFG_RELEASE_SK if release_sk else 0,
+                fallback_scheme=SCHEMES["ecmp"],
+                tensor_limit=CONST["TALB_MAX_TENSORS"],
+                tensor_idle_us=CONST["TALB_DEFAULT_IDLE_US"],
+                n_bands=1, layers_per_band=CONST["TALB_DEFAULT_LAYERS_PER_BAND"])
         return self
 
     @property

@@ -34,7 +34,8 @@ CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "constants.h"
 
 __all__ = [
     "CONST", "SCHEMES", "SCHEME_NAMES", "IMPLEMENTED_SCHEMES", "COUNTER_NAMES",
-    "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "Map",
+    "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorEntry", "GroupState",
+    "Map",
     "MapLayoutError", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
 ]
 
@@ -110,6 +111,12 @@ TALB_NR_COUNTERS = _c("TALB_NR_COUNTERS")
 PORT_HOST = _c("PORT_HOST")
 PORT_UP = _c("PORT_UP")
 CFG_RELEASE_SK = _c("CFG_RELEASE_SK")
+TALB_NR_LAYERS = _c("TALB_NR_LAYERS")
+TALB_SCHED_MAX = _c("TALB_SCHED_MAX")
+TALB_MAX_TENSORS = _c("TALB_MAX_TENSORS")
+TALB_PCM_ONE = _c("TALB_PCM_ONE")
+TALB_COUNT_LIVE = _c("TALB_COUNT_LIVE")
+TALB_COUNT_SWEPT = _c("TALB_COUNT_SWEPT")
 
 #: scheme name -> id, from TALB_SCHEME_<NAME>
 SCHEMES = MappingProxyType({
@@ -117,7 +124,7 @@ SCHEMES = MappingProxyType({
 })
 SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
 #: schemes the data path implements (the others fall back to ECMP there)
-IMPLEMENTED_SCHEMES = frozenset({"ecmp"})
+IMPLEMENTED_SCHEMES = frozenset({"ecmp", "talb"})
 
 
 def _counter_names() -> tuple[str, ...]:
@@ -151,25 +158,87 @@ class PortStats(ctypes.Structure):
 
 
 class FwdGroup(ctypes.Structure):
+    """A forwarding group with its TaLB data (PCM per port, order, threshold
+    S, smooth-WRR schedule); written whole, so the data path never sees half
+    of an update."""
+
     _fields_ = [
         ("n_ports", ctypes.c_uint32),
         ("flags", ctypes.c_uint32),
         ("ifindex", ctypes.c_uint32 * TALB_MAX_GROUP_PORTS),
+        ("threshold", ctypes.c_uint32),
+        ("sched_len", ctypes.c_uint16),
+        ("reserved", ctypes.c_uint16),
+        ("pcm", ctypes.c_uint16 * TALB_MAX_GROUP_PORTS),
+        ("order", ctypes.c_uint8 * TALB_MAX_GROUP_PORTS),
+        ("sched", ctypes.c_uint8 * TALB_SCHED_MAX),
     ]
 
     @classmethod
-    def of(cls, ifindexes) -> "FwdGroup":
+    def of(cls, ifindexes, *, pcm=None, order=None, threshold=None,
+           schedule=None) -> "FwdGroup":
+        """A group of ``ifindexes``. TaLB data defaults to the neutral values
+        (every PCM 0, order = group order, threshold = TALB_PCM_ONE, plain
+        round-robin); ``pcm`` is fixed point per position."""
         ifindexes = list(ifindexes)
-        if len(ifindexes) > TALB_MAX_GROUP_PORTS:
+        n = len(ifindexes)
+        if n > TALB_MAX_GROUP_PORTS:
             raise ValueError(
-                f"group of {len(ifindexes)} ports: at most TALB_MAX_GROUP_PORTS={TALB_MAX_GROUP_PORTS}")
-        g = cls(n_ports=len(ifindexes))
+                f"group of {n} ports: at most TALB_MAX_GROUP_PORTS={TALB_MAX_GROUP_PORTS}")
+        pcm = [0] * n if pcm is None else [int(x) for x in pcm]
+        order = list(range(n)) if order is None else [int(x) for x in order]
+        schedule = list(range(n)) if schedule is None else [int(x) for x in schedule]
+        threshold = TALB_PCM_ONE if threshold is None else int(threshold)
+        if len(pcm) != n or sorted(order) != list(range(n)):
+            raise ValueError(f"pcm/order must cover the group's {n} ports: {pcm}, {order}")
+        if not all(0 <= x <= TALB_PCM_ONE for x in pcm) or not 0 <= threshold <= TALB_PCM_ONE:
+            raise ValueError(f"PCM and threshold are fixed point 0..{TALB_PCM_ONE}")
+        if len(schedule) > TALB_SCHED_MAX or any(not 0 <= x < n for x in schedule):
+            raise ValueError(f"schedule: at most {TALB_SCHED_MAX} indices < {n}, got {schedule}")
+        g = cls(n_ports=n, threshold=threshold, sched_len=len(schedule))
         for i, x in enumerate(ifindexes):
             g.ifindex[i] = x
+            g.pcm[i] = pcm[i]
+            g.order[i] = order[i]
+        for i, x in enumerate(schedule):
+            g.sched[i] = x
         return g
 
     def ports(self) -> list[int]:
         return list(self.ifindex[: min(self.n_ports, TALB_MAX_GROUP_PORTS)])
+
+    def talb(self) -> dict:
+        """The TaLB data as plain values (fixed point as stored)."""
+        n = min(self.n_ports, TALB_MAX_GROUP_PORTS)
+        return {"pcm": list(self.pcm[:n]), "order": list(self.order[:n]),
+                "threshold": self.threshold,
+                "schedule": list(self.sched[: min(self.sched_len, TALB_SCHED_MAX)])}
+
+
+class TensorEntry(ctypes.Structure):
+    """A live tensor (Table I): mirror of struct tensor_entry."""
+
+    _fields_ = [
+        ("first_seen_ns", ctypes.c_uint64),
+        ("last_seen_ns", ctypes.c_uint64),
+        ("prev_port", ctypes.c_uint32),
+        ("group_id", ctypes.c_uint32),
+        ("received", ctypes.c_uint32),
+        ("tensor_len", ctypes.c_uint16),
+        ("layer", ctypes.c_uint8),
+        ("flags", ctypes.c_uint8),
+    ]
+
+
+class GroupState(ctypes.Structure):
+    """Per-group TaLB state (struct group_state): WRR cursor, live tensors
+    and live tensors per layer."""
+
+    _fields_ = [
+        ("wrr_cursor", ctypes.c_uint32),
+        ("tensors", ctypes.c_uint32),
+        ("live", ctypes.c_uint32 * TALB_NR_LAYERS),
+    ]
 
 
 class TalbConfig(ctypes.Structure):
@@ -178,7 +247,11 @@ class TalbConfig(ctypes.Structure):
         ("hash_seed", ctypes.c_uint32),
         ("flags", ctypes.c_uint32),
         ("fallback_scheme", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 12),
+        ("tensor_limit", ctypes.c_uint32),
+        ("tensor_idle_us", ctypes.c_uint32),
+        ("n_bands", ctypes.c_uint32),
+        ("layers_per_band", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 8),
     ]
 
 
@@ -386,13 +459,18 @@ MAP_SPECS = MappingProxyType({
     "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),
     "config": (ctypes.c_uint32, TalbConfig, sc.BPF_MAP_TYPE_ARRAY),
     "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "tensors": (ctypes.c_uint32, TensorEntry, sc.BPF_MAP_TYPE_LRU_HASH),
+    "group_state": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
+    "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
+    "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
 })
 
 
 class SwitchMaps:
     """All maps of one switch's data path, as attributes named like the maps
     (``.ports``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
-    ``.counters``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
+    ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
+    ``.tensor_count``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
     any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""
 
     NAMES = tuple(MAP_SPECS)

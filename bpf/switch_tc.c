@@ -17,6 +17,26 @@
  *                    this, TCP Small Queues caps what a flow has in flight
  *                    and no switch queue ever builds (DESIGN section 3).
  *                    Counted as CNT_RELEASED, not as a drop.
+ *   TC_ACT_SHOT      a TaLB option that cannot be stripped at a host edge
+ *                    (CNT_DROP_*, see below).
+ *
+ * TaLB option at the edges (DESIGN section 4). The last switch removes the
+ * option before a host port (PORT_HOST) when the packet is exactly as a
+ * host sends it -- IHL 8, the option (type 0x9E, length 12) the only one,
+ * right after the base header: the 12 bytes bpf_skb_adjust_room(-12,
+ * BPF_ADJ_ROOM_NET) removes -- and fixes IHL, total length and checksum.
+ * Any other packet with an option of type 0x9E (after other options, or
+ * followed by more: hosts never send such, and a second 0x9E behind ours
+ * would survive the strip) is dropped where it meets a host: arriving from
+ * a host port (at once, instead of crossing the fabric to be dropped at the
+ * other end) or about to leave through one (CNT_DROP_OPT_POSITION).
+ * Receivers thus never see the option. Between switches such packets are
+ * forwarded (tagged if the option is valid). The strip happens before the first-hop clone: when the
+ * first hop is also the last (two hosts on one leaf) the clone would share
+ * the packet data.
+ *
+ * skb->priority is set to the HTB classid of the packet's band
+ * (schemes/talb.h talb_band), for every forwarded packet.
  *
  * Loaded by agent/loader.py (bcc, SCHED_CLS), which expands the
  * #include "talb/..." lines into one text first (see talb/maps.h).
@@ -28,6 +48,43 @@
 #include "talb/structs.h"
 #include "talb/maps.h"
 #include "talb/decision.h"
+
+/* Remove the first IPv4 option (ours: 12 bytes right after the base
+ * header) and fix IHL, total length and checksum. The checksum is updated
+ * incrementally (RFC 1624 through bpf_csum_diff): minus the old first
+ * word and the option's 12 bytes, plus the new first word. 0 on success;
+ * on failure the packet is as it was, or unusable (the caller drops it). */
+static __always_inline int talb_strip_option(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct iphdr *iph = data + sizeof(struct ethhdr);
+	__u32 from[1 + TALB_IPOPT_LEN / 4];
+	__u32 to[1];
+	__u8 *w0 = (__u8 *)to;
+	__s64 diff;
+
+	if ((void *)iph + TALB_IP_BASE_LEN + TALB_IPOPT_LEN > data_end)
+		return -1;
+	/* the first 32-bit word (version/IHL, TOS, total length) and the
+	 * option, as they are */
+	__builtin_memcpy(&from[0], iph, 4);
+	__builtin_memcpy(&from[1], (__u8 *)iph + TALB_IP_BASE_LEN, TALB_IPOPT_LEN);
+	to[0] = from[0];
+	w0[0] -= TALB_IPOPT_LEN / 4;                       /* IHL, low nibble */
+	*(__be16 *)&w0[2] = bpf_htons(bpf_ntohs(iph->tot_len) - TALB_IPOPT_LEN);
+	diff = bpf_csum_diff(from, sizeof(from), to, sizeof(to), 0);
+	if (diff < 0)
+		return -1;
+	if (bpf_skb_adjust_room(skb, -TALB_IPOPT_LEN, BPF_ADJ_ROOM_NET, 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), to, sizeof(to), 0))
+		return -1;
+	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
+				0, diff, 0))
+		return -1;
+	return 0;
+}
 
 int talb_switch_tc(struct __sk_buff *skb)
 {
@@ -55,13 +112,33 @@ int talb_switch_tc(struct __sk_buff *skb)
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 
-	if (!talb_extract(data, data_end, &pkt, &v) || !talb_decide(&pkt, &v)) {
+	if (!talb_extract(data, data_end, &pkt, &v)) {
+		talb_count(v.reason);
+		return TC_ACT_OK;
+	}
+	if ((in->flags & PORT_HOST) && (pkt.flags & TALB_PKT_OPT_SEEN) &&
+	    !(pkt.flags & TALB_PKT_OPT_STRIP)) {
+		talb_count(CNT_DROP_OPT_POSITION);
+		return TC_ACT_SHOT;
+	}
+	if (!talb_decide(&pkt, &v)) {
 		talb_count(v.reason);
 		return TC_ACT_OK;
 	}
 
-	/* room: skb->priority = band(layer) for the egress HTB (DESIGN
-	 * section 3); strip the TaLB option on host ports (section 4). */
+	if ((v.egress_flags & PORT_HOST) && (pkt.flags & TALB_PKT_OPT_SEEN)) {
+		if (!(pkt.flags & TALB_PKT_OPT_STRIP)) {
+			talb_count(CNT_DROP_OPT_POSITION);
+			return TC_ACT_SHOT;
+		}
+		if (talb_strip_option(skb)) {
+			talb_count(CNT_DROP_STRIP_FAIL);
+			return TC_ACT_SHOT;
+		}
+		talb_count(CNT_STRIPPED);
+		pkt.len = skb->len;
+	}
+	skb->priority = v.priority;
 
 	if ((v.cfg_flags & CFG_RELEASE_SK) && skb->sk) {
 		if (bpf_clone_redirect(skb, v.egress_ifindex, 0) == 0) {

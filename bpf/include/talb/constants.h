@@ -17,10 +17,21 @@
 #define TALB_MAX_GROUP_PORTS    8       /* candidate egress ports per group  */
 #define TALB_MAX_ROUTES         4096    /* fwd: destination IPv4 addresses   */
 #define TALB_MAX_GROUPS         1024    /* groups: distinct port sets        */
+#define TALB_NR_LAYERS          256     /* tensor_layer is a u8 on the wire  */
+/* Tensor table (Table I of the paper). The occupancy limit (config
+ * tensor_limit, default TALB_MAX_TENSORS) stays at half the LRU map's
+ * size, so that the kernel's LRU never has to evict a live entry (an
+ * eviction would leave that tensor's layer counted as live): a full table
+ * is the data path's decision (fallback scheme), never the map's. */
+#define TALB_MAX_TENSORS        8192
+#define TALB_TENSOR_MAP_SIZE    (2 * TALB_MAX_TENSORS)
+#define TALB_SCHED_MAX          64      /* smooth-WRR schedule slots/group   */
+#define TALB_COUNT_LIVE         0       /* tensor_count[]: data path's count */
+#define TALB_COUNT_SWEPT        1       /* tensor_count[]: user space's      */
 
 /* ---- load-balancing schemes (talb_config.scheme) ----------------------
- * Only ECMP is implemented in the data path so far; a configured scheme
- * that is not implemented falls back to ECMP and counts
+ * Implemented in the data path: ECMP and TaLB (schemes/talb.h). A
+ * configured scheme that is not implemented falls back to ECMP and counts
  * CNT_SCHEME_FALLBACK (user space refuses to set one: agent/control.py). */
 #define TALB_SCHEME_ECMP        0
 #define TALB_SCHEME_RPS         1
@@ -40,10 +51,29 @@
  * sets it by default. */
 #define CFG_RELEASE_SK          (1U << 0)
 
+/* ---- TaLB defaults (struct talb_config; 0 in a field = this default) --- */
+/* A tensor entry idle this long is stale: a hit on it re-decides (the
+ * agent may also sweep idle entries: agent/control.py sweep_tensors). */
+#define TALB_DEFAULT_IDLE_US    1000000
+#define TALB_DEFAULT_LAYERS_PER_BAND 8
+
+/* ---- PCM, fixed point (struct fwd_group.pcm / .threshold) ------------- */
+#define TALB_PCM_ONE            0xFFFF  /* P_i = 1.0 (most congested)        */
+
+/* ---- priority bands (skb->priority = HTB classid 1:(0x10 + band)) -----
+ * netns_topology/qdisc.py builds the classes; HTB's default class is 1:10
+ * (band 0), so untagged traffic goes to band 0 like everything the bridge
+ * forwards, and tagged tensors to bands 1.. by layer (front layers first). */
+#define TALB_HTB_MAJOR          0x10000 /* 1:                                */
+#define TALB_BAND_MINOR_BASE    0x10    /* band b = class 1:(0x10 + b)       */
+#define TALB_MAX_BANDS          8       /* netns_topology MAX_BANDS          */
+#define TALB_BAND_UNTAGGED      0
+
 /* ---- counters (index into the per-CPU `counters` array) ---------------
  * CNT_PASS_*: packet returned to the stack (TC_ACT_OK: the bridge carries
- * it), by reason. Exactly one CNT_PASS_*, CNT_REDIRECTED or CNT_RELEASED
- * is counted per packet the program sees. The others are informational. */
+ * it), by reason. Exactly one CNT_PASS_*, CNT_REDIRECTED, CNT_RELEASED or
+ * CNT_DROP_* is counted per packet the program sees. The others are
+ * informational. */
 #define CNT_PASS_NOT_IPV4       0   /* ARP, IPv6, LLDP, ...                  */
 #define CNT_PASS_MALFORMED      1   /* truncated frame, bad IPv4/L4 header   */
 #define CNT_PASS_NO_ROUTE       2   /* destination not in fwd                */
@@ -55,7 +85,7 @@
 #define CNT_RELEASED            8   /* first hop: clone sent, original freed */
 #define CNT_CLONE_FAIL          9   /* bpf_clone_redirect failed: redirected */
 #define CNT_IP_FRAGMENT         10  /* IPv4 fragment: hashed with ports 0    */
-#define CNT_IP_OPTIONS          11  /* IPv4 header with options (IHL > 5)    */
+#define CNT_IP_OPTIONS          11  /* IHL > 5, no valid TaLB option         */
 #define CNT_SCHEME_FALLBACK     12  /* configured scheme not implemented     */
 #define CNT_DECISION_SINGLE     13  /* group of one port: no choice to make  */
 #define CNT_DECISION_BASE       16  /* + scheme id: multipath decisions      */
@@ -65,11 +95,44 @@
 #define CNT_DECISION_DRILL      (CNT_DECISION_BASE + TALB_SCHEME_DRILL)
 #define CNT_DECISION_CONGA      (CNT_DECISION_BASE + TALB_SCHEME_CONGA)
 #define CNT_DECISION_TALB       (CNT_DECISION_BASE + TALB_SCHEME_TALB)
-#define TALB_NR_COUNTERS        32
+/* TaLB option parsing (parse_talb_option): a packet with a malformed
+ * option is untagged (fallback scheme), counted by the first reason. */
+#define CNT_OPT_TAGGED          24  /* valid TaLB option                     */
+#define CNT_OPT_TRUNCATED       25  /* type 0x9E not fitting in the header   */
+#define CNT_OPT_BAD_LEN         26  /* type 0x9E with length != 12           */
+#define CNT_OPT_BAD_VERSION     27  /* version bits != TALB_IPOPT_VERSION    */
+#define CNT_OPT_ZERO_LEN        28  /* tensor_len 0                          */
+#define CNT_OPT_OVERRUN         29  /* another option's length < 2 or past
+                                       IHL before ours: the walk stops      */
+#define CNT_OPT_NOT_FIRST       30  /* valid, after other options            */
+/* TaLB decisions (schemes/talb.h), with CNT_DECISION_TALB for each
+ * tagged multipath decision. */
+#define CNT_TALB_HIT            32  /* table hit, previous port (integrity)  */
+#define CNT_TALB_CASE1          33  /* new tensor, several layers live       */
+#define CNT_TALB_CASE2          34  /* new tensor, one layer live: WRR       */
+#define CNT_TALB_THRESHOLD      35  /* CASE 1 port PCM >= S: lowest PCM port */
+#define CNT_TALB_FALLBACK       36  /* untagged under TaLB: fallback scheme  */
+#define CNT_TALB_TABLE_FULL     37  /* new tensor, table full: fallback      */
+#define CNT_TALB_REROUTE        38  /* hit, previous port no longer usable   */
+#define CNT_TALB_AGED           39  /* hit on an idle entry: removed, new    */
+#define CNT_TALB_REMOVED        40  /* entry removed: received = len or LAST */
+#define CNT_TALB_INSERTED       41  /* entry inserted                        */
+/* Last hop (DESIGN section 4): the option never reaches a host. */
+#define CNT_STRIPPED            44  /* option removed before a host port     */
+#define CNT_DROP_OPT_POSITION   45  /* option not first at a host edge       */
+#define CNT_DROP_STRIP_FAIL     46  /* bpf_skb_adjust_room failed            */
+#define TALB_NR_COUNTERS        64
 
-/* ---- wire format (DESIGN section 4) -- not parsed yet ----------------- */
+/* ---- wire format (DESIGN section 4, bpf/include/talb/talb_option.h) --- */
 #define TALB_IPOPT_TYPE         0x9E    /* copied=1, class 0, number 30     */
 #define TALB_IPOPT_LEN          12
+#define TALB_IPOPT_VERSION      1
+#define TALB_IPOPT_VERSION_MASK 0x03    /* flags bits 0-1                    */
+#define TALB_IPOPT_F_LAST       0x04    /* last packet of the tensor         */
+#define TALB_IPOPT_MAX          40      /* option bytes in an IPv4 header    */
+#define TALB_IPOPT_EOL          0       /* end of option list                */
+#define TALB_IPOPT_NOP          1
+#define TALB_IP_BASE_LEN        20      /* IPv4 header without options       */
 
 /* ---- parsing --------------------------------------------------------- */
 /* Bytes the parser may need in the linear area: Ethernet + the longest

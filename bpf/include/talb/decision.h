@@ -3,9 +3,11 @@
  * talb/decision.h - the switch's decision core, shared by every entry point.
  *
  *   talb_extract()  packet bytes [data, data_end) -> struct talb_pkt
+ *                   (Ethernet, IPv4 with the TaLB option, L4 ports)
  *   talb_select()   packet + group + config -> index into the group (scheme)
- *   talb_decide()   packet -> verdict: forward to (egress ifindex, port id)
- *                   or pass to the stack, with the reason (a CNT_* index)
+ *   talb_decide()   packet -> verdict: forward to (egress ifindex, port id,
+ *                   port flags, skb->priority of the band) or pass to the
+ *                   stack, with the reason (a CNT_* index)
  *
  * Nothing here touches an skb or an xdp_md: the TC entry point
  * (switch_tc.c) and a later XDP one only differ in how they read the
@@ -19,6 +21,7 @@
 #include "talb/parsing_helpers.h"
 #include "talb/pkt.h"
 #include "talb/schemes/ecmp.h"
+#include "talb/schemes/talb.h"
 
 #ifndef ETH_P_IP
 #define ETH_P_IP 0x0800
@@ -59,10 +62,31 @@ static __always_inline int talb_extract(void *data, void *data_end,
 	p->proto = proto;
 	p->ip_hlen = iph->ihl * 4;
 	if (iph->ihl > 5) {
-		/* room: look for the TaLB option (type TALB_IPOPT_TYPE) in
-		 * [iph + 1, iph + ihl*4) here. */
-		p->flags |= TALB_PKT_IP_OPTIONS;
-		talb_count(CNT_IP_OPTIONS);
+		struct talb_opt_fields o = {};
+		int r = parse_talb_option(iph, data_end, &o);
+
+		if (o.seen)
+			p->flags |= TALB_PKT_OPT_SEEN;
+		if (o.strippable)
+			p->flags |= TALB_PKT_OPT_STRIP;
+		if (r == CNT_OPT_TAGGED) {
+			p->flags |= TALB_PKT_TAGGED;
+			if (o.flags & TALB_IPOPT_F_LAST)
+				p->flags |= TALB_PKT_LAST;
+			p->tensor_id = o.tensor_id;
+			p->tensor_len = o.tensor_len;
+			p->pkt_idx = o.pkt_idx;
+			p->layer = o.layer;
+			if (o.offset)
+				talb_count(CNT_OPT_NOT_FIRST);
+		} else {
+			/* Not tagged (no TaLB option, or a malformed one:
+			 * counted by reason, forwarded as untagged). */
+			p->flags |= TALB_PKT_IP_OPTIONS;
+			talb_count(CNT_IP_OPTIONS);
+		}
+		if (r)
+			talb_count(r);
 	}
 	if (iph->frag_off & bpf_htons(TALB_IP_MF | TALB_IP_OFFSET)) {
 		/* Every fragment of a datagram (the first one too) hashes
@@ -93,7 +117,7 @@ static __always_inline int talb_extract(void *data, void *data_end,
 /* Multipath choice for a group of >= 2 ports, by the configured scheme.
  * Sets *dcnt to the decision counter of the scheme that decided. */
 static __always_inline __u32 talb_select(const struct talb_pkt *p,
-					 const struct fwd_group *g,
+					 const struct fwd_group *g, __u32 gid,
 					 const struct talb_config *cfg,
 					 __u32 *dcnt)
 {
@@ -101,6 +125,8 @@ static __always_inline __u32 talb_select(const struct talb_pkt *p,
 	case TALB_SCHEME_ECMP:
 		*dcnt = CNT_DECISION_ECMP;
 		return ecmp_select(p, g, cfg);
+	case TALB_SCHEME_TALB:
+		return talb_scheme_select(p, g, gid, cfg, dcnt);
 	/* room: case TALB_SCHEME_RPS: ... one schemes/<name>.h each */
 	default:
 		talb_count(CNT_SCHEME_FALLBACK);
@@ -144,7 +170,7 @@ static __always_inline int talb_decide(const struct talb_pkt *p,
 	}
 	idx = 0;
 	if (n > 1)
-		idx = talb_select(p, g, cfg, &dcnt);
+		idx = talb_select(p, g, *gid, cfg, &dcnt);
 	talb_count(dcnt);
 	if (idx >= TALB_MAX_GROUP_PORTS) {      /* bound for the verifier */
 		v->reason = CNT_PASS_GROUP_EMPTY;
@@ -164,6 +190,8 @@ static __always_inline int talb_decide(const struct talb_pkt *p,
 	v->egress_ifindex = egress;
 	v->egress_port_id = out->port_id;
 	v->cfg_flags = cfg->flags;
+	v->egress_flags = out->flags;
+	v->priority = TALB_HTB_MAJOR | (TALB_BAND_MINOR_BASE + talb_band(p, cfg));
 	return 1;
 }
 

@@ -41,6 +41,19 @@ TALB_MAP("array", __u32, struct talb_config, config, 1);
 /* CNT_* -> packets, per CPU */
 TALB_MAP("percpu_array", __u32, __u64, counters, TALB_NR_COUNTERS);
 
+/* ---- TaLB (schemes/talb.h) ---- */
+/* tensor_id -> live tensor (Table I). LRU only as a safety net: the data
+ * path stops inserting at config tensor_limit (<= half the size). */
+TALB_MAP("lru_hash", __u32, struct tensor_entry, tensors, TALB_TENSOR_MAP_SIZE);
+/* group id -> WRR cursor and live-layer counts (data path, atomic adds) */
+TALB_MAP("array", __u32, struct group_state, group_state, TALB_MAX_GROUPS);
+/* group id -> entries removed by user space (sweep_tensors; user space
+ * only): the live count of layer l is group_state.live[l] - this.live[l] */
+TALB_MAP("array", __u32, struct group_state, group_swept, TALB_MAX_GROUPS);
+/* [TALB_COUNT_LIVE] entries inserted - removed by the data path (atomic);
+ * [TALB_COUNT_SWEPT] entries removed by user space. Occupancy = [0] - [1]. */
+TALB_MAP("array", __u32, __u32, tensor_count, 2);
+
 /* Per-CPU counters: a plain add, no atomics (and bcc 0.26 rejects using
  * the return value of __sync_fetch_and_add anyway). */
 static __always_inline void talb_count(__u32 idx)

@@ -9,6 +9,9 @@
  * They only read packet memory between data and data_end, never an skb or
  * xdp_md, so TC and XDP entry points share them.
  *
+ * parse_talb_option() walks the IPv4 options for the TaLB option (DESIGN
+ * section 4): the one place that reads option bytes.
+ *
  * Not handled (yet): VLAN tags (the fabric is untagged; a tagged frame is
  * "not IPv4" and goes to the bridge), IPv6.
  */
@@ -18,6 +21,9 @@
 #include <uapi/linux/if_ether.h>
 #include <uapi/linux/ip.h>
 #include <uapi/linux/udp.h>
+
+#include "talb/constants.h"
+#include "talb/talb_option.h"
 
 /* <uapi/linux/in.h> and <uapi/linux/tcp.h> pull in the socket headers,
  * which triple bcc's compile time (0.3 s -> 0.9 s per switch); the little
@@ -85,6 +91,96 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 	nh->pos += hdrsize;
 	*iphdr = iph;
 	return iph->protocol;
+}
+
+/* The TaLB option's fields, host byte order. */
+struct talb_opt_fields {
+	__u32 tensor_id;
+	__u16 tensor_len;
+	__u16 pkt_idx;
+	__u8 layer;
+	__u8 flags;             /* version | TALB_IPOPT_F_LAST */
+	__u8 offset;            /* from the end of the base header: 0 = first */
+	__u8 seen;              /* an option of type TALB_IPOPT_TYPE was met */
+	__u8 strippable;        /* type 0x9E, length 12, the only option (IHL
+				   8, as hosts send it): what adjust_room(-12,
+				   NET) removes, leaving a plain IPv4 header */
+};
+
+/* Walk the options of an IPv4 header (already checked by parse_iphdr: IHL
+ * >= 5 and the whole header before data_end) for the TaLB option.
+ *
+ * Returns 0 when there is none, CNT_OPT_TAGGED for a valid one (fields in
+ * *o), or the CNT_OPT_* reason why the option list is unusable:
+ *   CNT_OPT_TRUNCATED   type 0x9E without room for its length byte, or
+ *                       length 12 running past IHL
+ *   CNT_OPT_BAD_LEN     type 0x9E with a length other than 12
+ *   CNT_OPT_BAD_VERSION version bits != TALB_IPOPT_VERSION
+ *   CNT_OPT_ZERO_LEN    tensor_len 0
+ *   CNT_OPT_OVERRUN     another option before ours with a length < 2 or
+ *                       past IHL: the walk cannot go on
+ * RFC 791 rules: EOL ends the list, NOP is one byte, every other option is
+ * type, length (>= 2, counting both), data. Other options before or after
+ * ours are skipped and left untouched (the last hop removes only ours). The
+ * first 0x9E decides; a second one is not looked at. At most
+ * TALB_IPOPT_MAX option bytes, so at most that many steps. */
+static __always_inline int parse_talb_option(struct iphdr *iph, void *data_end,
+					     struct talb_opt_fields *o)
+{
+	__u8 *opts = (__u8 *)(iph + 1);
+	int optlen = iph->ihl * 4 - TALB_IP_BASE_LEN;
+	int off = 0, i;
+
+	if (optlen <= 0)
+		return 0;
+	if (optlen > TALB_IPOPT_MAX)
+		optlen = TALB_IPOPT_MAX;
+	for (i = 0; i < TALB_IPOPT_MAX; i++) {
+		struct talb_opt *t;
+		__u8 *p, type, len;
+
+		if (off < 0 || off >= optlen)
+			return 0;
+		p = opts + off;
+		if ((void *)(p + 1) > data_end)
+			return CNT_OPT_OVERRUN;    /* cannot happen: header checked */
+		type = p[0];
+		if (type == TALB_IPOPT_EOL)
+			return 0;
+		if (type == TALB_IPOPT_NOP) {
+			off += 1;
+			continue;
+		}
+		if (type == TALB_IPOPT_TYPE)
+			o->seen = 1;
+		if (off + 2 > optlen || (void *)(p + 2) > data_end)
+			return type == TALB_IPOPT_TYPE ? CNT_OPT_TRUNCATED : CNT_OPT_OVERRUN;
+		len = p[1];
+		if (type != TALB_IPOPT_TYPE) {
+			if (len < 2 || off + len > optlen)
+				return CNT_OPT_OVERRUN;
+			off += len;
+			continue;
+		}
+		if (len != TALB_IPOPT_LEN)
+			return CNT_OPT_BAD_LEN;
+		t = (struct talb_opt *)p;
+		if (off + TALB_IPOPT_LEN > optlen || (void *)(t + 1) > data_end)
+			return CNT_OPT_TRUNCATED;
+		o->strippable = off == 0 && optlen == TALB_IPOPT_LEN;
+		o->offset = off;
+		o->tensor_id = bpf_ntohl(t->tensor_id);
+		o->layer = t->layer;
+		o->flags = t->flags;
+		o->tensor_len = bpf_ntohs(t->tensor_len);
+		o->pkt_idx = bpf_ntohs(t->pkt_idx);
+		if ((t->flags & TALB_IPOPT_VERSION_MASK) != TALB_IPOPT_VERSION)
+			return CNT_OPT_BAD_VERSION;
+		if (o->tensor_len == 0)
+			return CNT_OPT_ZERO_LEN;
+		return CNT_OPT_TAGGED;
+	}
+	return 0;
 }
 
 /* TCP with its options. Returns the header length, or -1 on a truncated

@@ -11,6 +11,10 @@
 /* talb_pkt.flags */
 #define TALB_PKT_FRAGMENT   (1U << 0)
 #define TALB_PKT_IP_OPTIONS (1U << 1)
+#define TALB_PKT_TAGGED     (1U << 2)   /* valid TaLB option: fields below */
+#define TALB_PKT_OPT_SEEN   (1U << 3)   /* an option of type 0x9E, valid or not */
+#define TALB_PKT_OPT_STRIP  (1U << 4)   /* ... first, length 12: strippable */
+#define TALB_PKT_LAST       (1U << 5)   /* TALB_IPOPT_F_LAST */
 
 /* What a decision may look at. Addresses and ports in host byte order
  * (hash input), daddr_be as on the wire (fwd key). */
@@ -25,8 +29,12 @@ struct talb_pkt {
 	__u16 ip_hlen;          /* IPv4 header length, options included */
 	__u32 len;              /* bytes as counted in port_stats */
 	__u32 ingress_ifindex;
-	/* room: TaLB option fields (tensor_id, layer, flags, len, pkt_idx)
-	 * once the option parser exists (DESIGN section 4). */
+	/* TaLB option (valid when flags & TALB_PKT_TAGGED), host byte order */
+	__u32 tensor_id;
+	__u16 tensor_len;
+	__u16 pkt_idx;
+	__u8 layer;
+	__u8 pad[3];
 };
 
 struct talb_verdict {
@@ -34,6 +42,8 @@ struct talb_verdict {
 	__u32 egress_ifindex;
 	__u32 egress_port_id;
 	__u32 cfg_flags;        /* CFG_* in force for this packet */
+	__u32 egress_flags;     /* PORT_* of the egress port */
+	__u32 priority;         /* skb->priority: HTB classid of the band */
 };
 
 #endif /* TALB_PKT_H */

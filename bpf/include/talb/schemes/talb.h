@@ -1,0 +1,344 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * talb/schemes/talb.h - TaLB (Hu et al., IWQoS 2024): the whole switch
+ * decision in one place. DESIGN section 5; docs/talb-decisions.md lists
+ * every reading of the paper made here. agent/talb_model.py is the same
+ * decision in Python; tests/test_talb_switch.py checks the two agree
+ * packet by packet.
+ *
+ *   untagged packet            -> fallback scheme (ECMP)      CNT_TALB_FALLBACK
+ *   tagged, tensor table hit   -> previous port (integrity)   CNT_TALB_HIT
+ *        ... port gone/down    -> decide again, remember      CNT_TALB_REROUTE
+ *   tagged, miss (new tensor)  -> CASE 1 or CASE 2, insert
+ *        ... table full        -> fallback scheme, no insert  CNT_TALB_TABLE_FULL
+ *
+ * Tensor table (Table I): `tensors`, tensor_id -> {tensor_len, received,
+ * prev_port, layer, first/last seen}. An entry goes when received reaches
+ * tensor_len or a LAST packet passes; a hit on an entry idle longer than
+ * config tensor_idle_us removes it first (CNT_TALB_AGED: the packet starts
+ * a new tensor); user space sweeps entries that are never hit again
+ * (agent/control.py sweep_tensors). A tensor that ends with its first
+ * packet (tensor_len 1, or LAST) is decided but never inserted.
+ *
+ * Live layers are counted per forwarding group (group_state.live[layer]),
+ * not per switch. Paper section III: CASE 1/2 look at the layers of the
+ * tensors "buffered" in the switch, i.e. queued at the egress ports a new
+ * tensor competes for; the tensors of one group are exactly those sharing
+ * its candidate ports (a leaf's uplinks), while tensors heading to a local
+ * host through one downlink never compete with it. Single-port groups make
+ * no decision and keep no entries (decision.h).
+ *
+ * Needs talb/maps.h included before it.
+ */
+#ifndef TALB_SCHEMES_TALB_H
+#define TALB_SCHEMES_TALB_H
+
+#include "talb/pkt.h"
+#include "talb/schemes/ecmp.h"
+
+/* Untagged packets (and new tensors of a full table) under TaLB: the
+ * configured fallback scheme; ECMP is the only one implemented, so any
+ * other value counts CNT_SCHEME_FALLBACK and uses ECMP. Per flow, so a
+ * flow that the table could not hold still keeps one path. */
+static __always_inline __u32 talb_fallback_select(const struct talb_pkt *p,
+						  const struct fwd_group *g,
+						  const struct talb_config *cfg,
+						  __u32 *dcnt)
+{
+	if (cfg->fallback_scheme != TALB_SCHEME_ECMP)
+		talb_count(CNT_SCHEME_FALLBACK);
+	*dcnt = CNT_DECISION_ECMP;
+	return ecmp_select(p, g, cfg);
+}
+
+/* Index of the rank-r port (0 = lowest PCM) in the published order; an
+ * out-of-range entry (a group written without TaLB data) means r itself. */
+static __always_inline __u32 talb_order(const struct fwd_group *g, __u32 r,
+					__u32 n)
+{
+	__u32 o = g->order[r & (TALB_MAX_GROUP_PORTS - 1)];
+
+	return o < n ? o : r;
+}
+
+/* Live layers of the group other than the new tensor's, and its rank: the
+ * number of live layers of higher priority (smaller layer number). A count
+ * <= 0 (entries removed by the sweeper, or a count gone negative) is "not
+ * live". The body is branch-free on purpose: with a branch per layer the
+ * verifier follows every combination of (rank, other, layer) through 256
+ * iterations and gives up; the empty asm statements keep clang from
+ * turning the sign-bit arithmetic back into branches. */
+struct talb_live {
+	__u32 rank;
+	__u32 other;
+};
+
+#define TALB_OPAQUE(x) asm volatile("" : "+r"(x))
+
+#define TALB_LAYER_CHUNK 32
+
+static __always_inline void talb_live_layers(const struct group_state *st,
+					     const struct group_state *sw,
+					     __u32 layer, struct talb_live *lv)
+{
+	__u64 rank = 0, other = 0;
+	__u32 c, l;
+
+	for (c = 0; c < TALB_NR_LAYERS; c += TALB_LAYER_CHUNK) {
+		__s64 past;
+
+		for (l = c; l < c + TALB_LAYER_CHUNK; l++) {
+			__s64 n = (__s32)(st->live[l] - (sw ? sw->live[l] : 0));
+			__s64 neg_n = -n;                   /* < 0 iff live */
+			__s64 lt = (__s64)l - (__s64)layer; /* < 0 iff l < layer */
+			__s64 ne = -(__s64)(l ^ layer);     /* < 0 iff l != layer */
+			__u64 live;
+
+			TALB_OPAQUE(neg_n);
+			TALB_OPAQUE(lt);
+			TALB_OPAQUE(ne);
+			live = (__u64)neg_n >> 63;
+			rank += live & ((__u64)lt >> 63);
+			other |= live & ((__u64)ne >> 63);
+		}
+		/* Stop after a chunk past the tensor's layer once another
+		 * live layer is known: a chunk at a time, so that the
+		 * verifier sees 8 exits, not 256. */
+		past = (__s64)layer - (__s64)(c + TALB_LAYER_CHUNK - 1);
+		TALB_OPAQUE(past);
+		if (other & ((__u64)past >> 63))
+			break;
+	}
+	lv->rank = rank;
+	lv->other = other;
+}
+
+/* A new tensor (or one whose port went away) of `layer` in group g of
+ * n >= 2 ports: CASE 1 or CASE 2. Returns an index < n. */
+static __always_inline __u32 talb_new_tensor(const struct fwd_group *g,
+					     struct group_state *st,
+					     const struct group_state *sw,
+					     __u32 layer, __u32 n)
+{
+	struct talb_live lv = {};
+	__u32 idx, lo, r, c, len;
+
+	talb_live_layers(st, sw, layer, &lv);
+	if (lv.other) {
+		/* CASE 1 (paper section III): several layers live, counting
+		 * the new tensor's own. Rank r -> the r-th lowest-PCM port.
+		 * More ranks than ports: the ranks past the last port share
+		 * the highest-PCM one (lower priority, more congested port),
+		 * where the threshold usually sends them back to the lowest.
+		 * Threshold S: if the chosen port's PCM >= S use the
+		 * lowest-PCM port -- but only when its PCM is above the
+		 * lowest one's. With every PCM equal (all 0 before the agent
+		 * publishes, or a min-max normalisation of equal ports) S
+		 * would equal every PCM and put all tensors on one port. */
+		r = lv.rank < n ? lv.rank : n - 1;
+		idx = talb_order(g, r, n) & (TALB_MAX_GROUP_PORTS - 1);
+		lo = talb_order(g, 0, n) & (TALB_MAX_GROUP_PORTS - 1);
+		if (g->pcm[idx] >= g->threshold && g->pcm[idx] > g->pcm[lo]) {
+			talb_count(CNT_TALB_THRESHOLD);
+			idx = lo;
+		}
+		talb_count(CNT_TALB_CASE1);
+		return idx;
+	}
+	/* CASE 2: one layer live (or none but the new tensor's): smooth
+	 * weighted round-robin, weights 1 - P_i. The agent publishes the
+	 * schedule (agent/talb_model.py smooth_wrr_schedule); here a
+	 * per-group cursor walks it. The cursor is shared by the CPUs
+	 * without atomics: a rare lost update gives two new tensors one
+	 * slot, harmless, and it stays one sequence (not one per CPU). */
+	c = st->wrr_cursor;
+	st->wrr_cursor = c + 1;
+	len = g->sched_len;
+	idx = n;
+	if (len >= 1 && len <= TALB_SCHED_MAX) {
+		__u32 slot = c % len;
+
+		/* clang knows slot < 64 and drops the mask; the verifier
+		 * cannot follow its division and needs the mask. */
+		asm volatile("" : "+r"(slot));
+		idx = g->sched[slot & (TALB_SCHED_MAX - 1)];
+	}
+	if (idx >= n)           /* no schedule published: plain round-robin */
+		idx = c % n;
+	talb_count(CNT_TALB_CASE2);
+	return idx;
+}
+
+static __always_inline int talb_port_index(const struct fwd_group *g,
+					   __u32 ifindex, __u32 n)
+{
+	int i;
+
+	for (i = 0; i < TALB_MAX_GROUP_PORTS; i++)
+		if (i < n && g->ifindex[i] == ifindex)
+			return i;
+	return -1;
+}
+
+static __always_inline int talb_port_up(__u32 ifindex)
+{
+	struct port_info *pi = ports.lookup(&ifindex);
+
+	return pi && (pi->flags & PORT_UP);
+}
+
+static __always_inline __u32 talb_occupancy(void)
+{
+	__u32 k0 = TALB_COUNT_LIVE, k1 = TALB_COUNT_SWEPT;
+	__u32 *live = tensor_count.lookup(&k0);
+	__u32 *swept = tensor_count.lookup(&k1);
+	__s32 n;
+
+	if (!live)
+		return 0;
+	n = (__s32)(*live - (swept ? *swept : 0));
+	return n > 0 ? n : 0;
+}
+
+/* Counts follow the entries: +1 on insert, -1 on removal, by whoever's
+ * map operation succeeded (two CPUs completing one tensor at once: only
+ * one delete succeeds). Atomic adds, return values unused (bcc 0.26). */
+static __always_inline void talb_account(__u32 gid, __u32 layer, __u32 delta)
+{
+	__u32 k = TALB_COUNT_LIVE;
+	__u32 *cnt = tensor_count.lookup(&k);
+	struct group_state *st = group_state.lookup(&gid);
+
+	if (cnt)
+		__sync_fetch_and_add(cnt, delta);
+	if (st) {
+		__sync_fetch_and_add(&st->tensors, delta);
+		__sync_fetch_and_add(&st->live[layer & (TALB_NR_LAYERS - 1)], delta);
+	}
+}
+
+static __always_inline void talb_forget(__u32 id, struct tensor_entry *e)
+{
+	__u32 gid = e->group_id, layer = e->layer;
+
+	if (tensors.delete(&id) == 0)
+		talb_account(gid, layer, (__u32)-1);
+}
+
+/* The TaLB decision for a group of n >= 2 ports. Returns an index < n. */
+static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
+						const struct fwd_group *g,
+						__u32 gid,
+						const struct talb_config *cfg,
+						__u32 *dcnt)
+{
+	struct tensor_entry fresh = {};
+	struct tensor_entry *e;
+	struct group_state *st;
+	struct group_state *sw;
+	__u32 n = g->n_ports, id = p->tensor_id, idx = 0, limit, layer = p->layer;
+	__u32 decide = 1, insert = 0;
+	__u64 now, idle_ns;
+	int i;
+
+	if (!(p->flags & TALB_PKT_TAGGED)) {
+		talb_count(CNT_TALB_FALLBACK);
+		return talb_fallback_select(p, g, cfg, dcnt);
+	}
+	st = group_state.lookup(&gid);
+	if (!st) {              /* group id beyond group_state: no state */
+		talb_count(CNT_TALB_FALLBACK);
+		return talb_fallback_select(p, g, cfg, dcnt);
+	}
+	sw = group_swept.lookup(&gid);
+	*dcnt = CNT_DECISION_TALB;
+	now = bpf_ktime_get_ns();
+	idle_ns = (__u64)(cfg->tensor_idle_us ? cfg->tensor_idle_us :
+			  TALB_DEFAULT_IDLE_US) * 1000;
+
+	e = tensors.lookup(&id);
+	if (e && now - e->last_seen_ns > idle_ns) {
+		talb_forget(id, e);
+		talb_count(CNT_TALB_AGED);
+		e = 0;
+	}
+	/* One call site of the CASE 1/2 decision (the verifier walks each
+	 * inlined copy of its layer scan separately). */
+	if (e) {
+		layer = e->layer;
+		i = talb_port_index(g, e->prev_port, n);
+		if (i >= 0 && talb_port_up(e->prev_port)) {
+			idx = i;
+			decide = 0;
+			talb_count(CNT_TALB_HIT);
+		} else {
+			talb_count(CNT_TALB_REROUTE);
+		}
+	} else if (p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST)) {
+		/* A new tensor that needs an entry (one that ends with
+		 * this packet is decided and forgotten). */
+		limit = cfg->tensor_limit;
+		if (limit == 0 || limit > TALB_MAX_TENSORS)
+			limit = TALB_MAX_TENSORS;
+		if (talb_occupancy() >= limit) {
+			/* Full: never drop, never evict a live tensor; the
+			 * fallback keeps the flow on one path. */
+			talb_count(CNT_TALB_TABLE_FULL);
+			return talb_fallback_select(p, g, cfg, dcnt);
+		}
+		insert = 1;
+	}
+	if (decide)
+		idx = talb_new_tensor(g, st, sw, layer, n);
+	idx &= TALB_MAX_GROUP_PORTS - 1;        /* < n already */
+
+	if (e) {
+		if (decide)
+			e->prev_port = g->ifindex[idx];
+		e->last_seen_ns = now;
+		__sync_fetch_and_add(&e->received, 1);
+		if (e->received >= e->tensor_len || (p->flags & TALB_PKT_LAST)) {
+			talb_forget(id, e);
+			talb_count(CNT_TALB_REMOVED);
+		}
+	} else if (insert) {
+		fresh.first_seen_ns = now;
+		fresh.last_seen_ns = now;
+		fresh.prev_port = g->ifindex[idx];
+		fresh.group_id = gid;
+		fresh.received = 1;
+		fresh.tensor_len = p->tensor_len;
+		fresh.layer = p->layer;
+		/* BPF_NOEXIST: another CPU inserting the same tensor
+		 * meanwhile wins; this packet keeps its own decision and
+		 * is not counted twice. */
+		if (tensors.insert(&id, &fresh) == 0) {
+			talb_account(gid, p->layer, 1);
+			talb_count(CNT_TALB_INSERTED);
+		}
+	}
+	return idx;
+}
+
+/* Priority band of a packet (any scheme): untagged traffic in band 0 --
+ * HTB's default class, where everything unmarked lands too -- and tagged
+ * tensors by layer in bands 1..n_bands-1, front layers (small numbers, the
+ * ones the next iteration's forward pass needs first) in the higher
+ * priority bands: band = 1 + layer / layers_per_band, the last band taking
+ * the rest. With one band everything shares it. */
+static __always_inline __u32 talb_band(const struct talb_pkt *p,
+				       const struct talb_config *cfg)
+{
+	__u32 nb = cfg->n_bands, per = cfg->layers_per_band, b;
+
+	if (nb > TALB_MAX_BANDS)
+		nb = TALB_MAX_BANDS;
+	if (nb <= 1 || !(p->flags & TALB_PKT_TAGGED))
+		return TALB_BAND_UNTAGGED;
+	if (per == 0)
+		per = TALB_DEFAULT_LAYERS_PER_BAND;
+	b = 1 + p->layer / per;
+	return b < nb ? b : nb - 1;
+}
+
+#endif /* TALB_SCHEMES_TALB_H */

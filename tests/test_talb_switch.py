@@ -1,0 +1,715 @@
+"""TaLB in the switch data path (bpf/include/talb/schemes/talb.h) under
+BPF_PROG_TEST_RUN, against the Python model (agent/talb_model.py).
+
+Same set-up as test_bpf_datapath.py: the program is loaded (not attached)
+and veth ports live in a namespace of this module. A test run does not
+execute a redirect, so the chosen egress port is read from ``port_stats``
+tx deltas; ``skb->priority`` comes back in the test run's ctx_out. First-hop
+release is off (the test-run skb carries a dummy socket) except where a test
+says so.
+
+Ports: p0 is a host port (PORT_HOST) where tagged traffic comes in; p1..p4
+are the uplinks of the 4-port group of DST4; p5 is a host port, the single
+port of DST_HOST (the last hop: the option is stripped there); p6 is another
+switch-facing port, in no group (transit traffic arrives there).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import socket
+import struct
+import tempfile
+import time
+
+import pytest
+
+from conftest import new_prefix, skip_or_fail
+
+pytestmark = pytest.mark.bpf
+
+TC_ACT_OK = 0
+TC_ACT_SHOT = 2
+TC_ACT_REDIRECT = 7
+
+N_PORTS = 7
+SRC = "198.18.0.1"
+DST4 = "198.18.1.4"         # group p1..p4
+DST_HOST = "198.18.0.9"     # group p5 (host port)
+UPLINKS = ("p1", "p2", "p3", "p4")
+SEED = 4242
+IDLE_NEVER = 0xFFFFFFFF
+
+
+# --- packets ---------------------------------------------------------------------------
+def _ip_checksum(hdr: bytes) -> int:
+    s = sum(struct.unpack(f"!{len(hdr) // 2}H", hdr))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def pkt(tensor=None, *, dst=DST4, sport=40000, dport=5201, options=None, payload=b"p" * 16,
+        ip_id=1):
+    """Ether/IPv4/TCP bytes. ``tensor``: a talb.wire.TaLBHeader to put first;
+    ``options``: raw option bytes instead (padded with EOL to 4 bytes)."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    opts = b""
+    if tensor is not None:
+        opts = tensor.pack()
+    if options is not None:
+        opts = options
+    opts += b"\0" * (-len(opts) % 4)
+    base = bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+                 / IP(src=SRC, dst=dst, id=ip_id) / TCP(sport=sport, dport=dport, flags="A")
+                 / payload)
+    if not opts:
+        return base
+    ip = bytearray(base[14:34])
+    ip[0] = 0x40 | (5 + len(opts) // 4)
+    ip[2:4] = struct.pack("!H", 20 + len(opts) + len(base) - 34)
+    ip[10:12] = b"\0\0"
+    hdr = bytes(ip) + opts
+    hdr = hdr[:10] + struct.pack("!H", _ip_checksum(hdr)) + hdr[12:]
+    return base[:14] + hdr + base[34:]
+
+
+def hdr(tensor_id, layer=0, tensor_len=10, pkt_idx=0, last=False, version=1):
+    from talb.wire import TaLBHeader
+
+    return TaLBHeader(tensor_id, layer, tensor_len, pkt_idx, last, version)
+
+
+# --- fixture ---------------------------------------------------------------------------
+class Switch:
+    def __init__(self, netns_name, dp, ifindex):
+        self.netns = netns_name
+        self.dp = dp
+        self.maps = dp.maps
+        self.ifindex = ifindex
+        self.port_names = [f"p{i}" for i in range(N_PORTS)]
+        self.host_ports = {"p0", "p5"}
+        self.group = [ifindex[p] for p in UPLINKS]
+        self.gid = None
+
+    def port_rows(self, down=()):
+        return [(n, self.ifindex[n], n in self.host_ports, n not in down)
+                for n in self.port_names]
+
+    def reset(self, *, scheme="talb", release=False, limit=None, idle_us=IDLE_NEVER,
+              n_bands=1, layers_per_band=8, down=()):
+        """A clean switch: neutral groups, empty tensor table, counters 0."""
+        from agent import control
+        from agent.maps import IPv4Key
+
+        for gid in list(self.maps.groups.keys()):   # neutral TaLB data again
+            self.maps.groups.delete(gid)
+        for k in list(self.maps.fwd.keys()):
+            self.maps.fwd.delete(k)
+        control.clear_tensor_table(self.maps)
+        self.maps.counters.clear()
+        self.maps.port_stats.clear()
+        control.program_switch(self.maps, self.port_rows(down),
+                               {DST4: self.group, DST_HOST: [self.ifindex["p5"]]},
+                               scheme=scheme, hash_seed=SEED)
+        control.set_release(self.maps, release)
+        control.set_talb_config(self.maps, fallback="ecmp", tensor_limit=limit or 8192,
+                                tensor_idle_us=idle_us, n_bands=n_bands,
+                                layers_per_band=layers_per_band)
+        self.gid = self.maps.fwd[IPv4Key.of(DST4)]
+
+    def set_down(self, down):
+        from agent import control
+
+        control.program_switch(self.maps, self.port_rows(down),
+                               {DST4: self.group, DST_HOST: [self.ifindex["p5"]]},
+                               scheme="talb")
+
+    def publish(self, pcm, threshold=None):
+        from agent import control
+
+        return control.publish_pcm(self.maps, self.group,
+                                   {self.ifindex[p]: v for p, v in zip(UPLINKS, pcm)},
+                                   threshold=threshold)
+
+    def run(self, data: bytes, ingress: str = "p0", repeat: int = 1, full=False):
+        from pyroute2 import netns
+
+        from agent import bpf_syscall as sc
+
+        netns.pushns(self.netns)
+        try:
+            ret, out, dur, ctx = sc.prog_test_run(
+                self.dp.prog_fd, data, ctx=sc.SkBuff(ifindex=self.ifindex[ingress]),
+                repeat=repeat)
+        finally:
+            netns.popns()
+        return (ret, out, dur, ctx) if full else (ret, out)
+
+    def tx(self) -> dict[str, int]:
+        from agent import control
+
+        stats = control.read_port_stats(self.maps, range(N_PORTS))
+        return {n: stats[i]["tx_packets"] for i, n in enumerate(self.port_names)}
+
+    def send(self, data: bytes, ingress: str = "p0") -> str | None:
+        """Run one packet; the port it went out of (None: not forwarded)."""
+        before = self.tx()
+        ret, _ = self.run(data, ingress)
+        moved = {k: after - before[k] for k, after in self.tx().items() if after != before[k]}
+        if ret != TC_ACT_REDIRECT:
+            assert not moved or ret == TC_ACT_SHOT
+            return None
+        (port, n), = moved.items()
+        assert n == 1
+        return port
+
+    def counters(self) -> dict[str, int]:
+        from agent import control
+
+        return control.read_counters(self.maps)
+
+    def table(self) -> dict[int, tuple]:
+        from agent import control
+
+        return {r["tensor_id"]: (r["tensor_len"], r["received"], r["prev_port"], r["layer"],
+                                 r["group_id"])
+                for r in control.read_tensor_table(self.maps)}
+
+    def live(self) -> dict[int, int]:
+        from agent import control
+
+        return control.read_live_layers(self.maps).get(self.gid, {})
+
+    def name_of(self, ifindex: int) -> str:
+        return next(n for n in self.port_names if self.ifindex[n] == ifindex)
+
+
+@pytest.fixture(scope="module")
+def sw(bcc):
+    from pyroute2 import IPRoute, netns
+
+    from agent.loader import SwitchDatapath
+
+    name = f"{new_prefix()}-talb"
+    try:
+        netns.create(name)
+    except Exception as exc:
+        skip_or_fail(f"cannot create network namespace: {exc}")
+    dp = None
+    try:
+        ifindex = {}
+        with IPRoute(netns=name) as ipr:
+            for i in range(N_PORTS):
+                ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
+            for i in range(N_PORTS):
+                for n in (f"p{i}", f"q{i}"):
+                    ifindex[n] = ipr.link_lookup(ifname=n)[0]
+                    ipr.link("set", index=ifindex[n], state="up", mtu=1600)
+        dp = SwitchDatapath(name, tempfile.gettempdir() + "/unused-pins").load()
+        yield Switch(name, dp, ifindex)
+    finally:
+        if dp is not None:
+            dp.close()
+        netns.remove(name)
+
+
+def ecmp_port(sw, sport=40000, dport=5201):
+    from agent import control
+
+    return UPLINKS[control.ecmp_index(4, SRC, DST4, sport, dport, 6, SEED)]
+
+
+# --- scheme switch and fallback ------------------------------------------------------------
+def test_set_scheme_talb_and_fallback_for_untagged(sw):
+    from agent import control
+
+    sw.reset(scheme="ecmp")
+    control.set_scheme(sw.maps, "talb")
+    cfg = control.read_config(sw.maps)
+    assert cfg["scheme"] == "talb" and cfg["fallback_scheme"] == "ecmp"
+    for sport in range(40000, 40020):
+        assert sw.send(pkt(sport=sport)) == ecmp_port(sw, sport)
+    c = sw.counters()
+    assert c["talb_fallback"] == 20 and c["decision_ecmp"] == 20 and c["decision_talb"] == 0
+    assert sw.table() == {}
+    with pytest.raises(control.SchemeError):
+        control.set_talb_config(sw.maps, fallback="talb")
+
+
+# --- tensor table: integrity, removal ----------------------------------------------------------
+def test_known_tensor_keeps_its_previous_port(sw):
+    sw.reset()
+    first = sw.send(pkt(hdr(7, layer=1, tensor_len=50)))
+    assert first in UPLINKS
+    # New PCMs would put a new tensor elsewhere; tensor 7 stays (integrity).
+    pcm = [0.0 if p != first else 1.0 for p in UPLINKS]
+    pcm[UPLINKS.index(first)] = 1.0
+    sw.publish(pcm)
+    for i in range(1, 20):
+        assert sw.send(pkt(hdr(7, layer=1, tensor_len=50, pkt_idx=i), sport=40000 + i)) == first
+    assert sw.table() == {7: (50, 20, sw.ifindex[first], 1, sw.gid)}
+    c = sw.counters()
+    assert c["talb_hit"] == 19 and c["talb_inserted"] == 1 and c["talb_case2"] == 1
+    assert c["decision_talb"] == 20 and c["opt_tagged"] == 20
+
+
+def test_count_reaching_len_or_last_removes_entry_and_live_layer(sw):
+    sw.reset()
+    for i in range(3):
+        sw.send(pkt(hdr(11, layer=4, tensor_len=3, pkt_idx=i)))
+        if i < 2:
+            assert sw.table()[11][1] == i + 1 and sw.live() == {4: 1}
+    assert sw.table() == {} and sw.live() == {}
+    # LAST ends a tensor before its count does
+    sw.send(pkt(hdr(12, layer=2, tensor_len=100)))
+    sw.send(pkt(hdr(13, layer=2, tensor_len=100)))
+    assert sw.live() == {2: 2}
+    sw.send(pkt(hdr(12, layer=2, tensor_len=100, pkt_idx=1, last=True)))
+    assert set(sw.table()) == {13} and sw.live() == {2: 1}
+    # a one-packet tensor is decided and never inserted
+    sw.send(pkt(hdr(14, layer=9, tensor_len=1)))
+    sw.send(pkt(hdr(15, layer=9, tensor_len=5, last=True)))
+    assert set(sw.table()) == {13}
+    c = sw.counters()
+    assert c["talb_removed"] == 2 and c["talb_inserted"] == 3
+    from agent import control
+    assert control.tensor_occupancy(sw.maps) == 1
+
+
+def test_reroute_when_previous_port_goes_down(sw):
+    sw.reset()
+    first = sw.send(pkt(hdr(21, tensor_len=100)))
+    # make the first port unattractive for CASE 2 (weight 1 - P = 0) and down
+    sw.publish([1.0 if p == first else 0.2 for p in UPLINKS])
+    sw.set_down({first})
+    second = sw.send(pkt(hdr(21, tensor_len=100, pkt_idx=1)))
+    assert second in UPLINKS and second != first
+    assert sw.table()[21][2] == sw.ifindex[second]
+    assert sw.counters()["talb_reroute"] == 1
+    sw.set_down(())
+    assert sw.send(pkt(hdr(21, tensor_len=100, pkt_idx=2))) == second  # remembered
+
+
+def test_idle_entry_ages_out_on_hit(sw):
+    sw.reset(idle_us=1000)
+    sw.send(pkt(hdr(31, layer=3, tensor_len=100)))
+    time.sleep(0.01)
+    sw.send(pkt(hdr(31, layer=3, tensor_len=100, pkt_idx=1)))
+    c = sw.counters()
+    assert c["talb_aged"] == 1 and c["talb_inserted"] == 2 and c["talb_hit"] == 0
+    assert sw.table()[31][1] == 1 and sw.live() == {3: 1}
+
+
+def test_sweep_removes_idle_entries_and_their_layers(sw):
+    from agent import control
+
+    sw.reset()
+    for tid, layer in ((41, 0), (42, 5), (43, 5)):
+        sw.send(pkt(hdr(tid, layer=layer, tensor_len=100)))
+    assert sw.live() == {0: 1, 5: 2}
+    assert control.sweep_tensors(sw.maps, idle_s=3600) == 0
+    assert control.sweep_tensors(sw.maps, idle_s=0) == 3
+    assert sw.table() == {} and sw.live() == {} and control.tensor_occupancy(sw.maps) == 0
+    sw.maps.counters.clear()
+    sw.send(pkt(hdr(44, layer=9, tensor_len=100)))   # nothing live: CASE 2
+    assert sw.counters()["talb_case2"] == 1 and sw.live() == {9: 1}
+    # the data path's own removal still balances after a sweep
+    sw.send(pkt(hdr(44, layer=9, tensor_len=100, last=True)))
+    assert sw.live() == {} and control.tensor_occupancy(sw.maps) == 0
+
+
+def test_table_full_falls_back_never_drops(sw):
+    sw.reset(limit=4)
+    for tid in range(4):
+        sw.send(pkt(hdr(100 + tid, tensor_len=100)))
+    assert len(sw.table()) == 4
+    for sport in range(41000, 41010):
+        port = sw.send(pkt(hdr(200 + sport, tensor_len=100), sport=sport))
+        assert port == ecmp_port(sw, sport)      # forwarded, by the fallback
+    c = sw.counters()
+    assert c["talb_table_full"] == 10 and c["decision_ecmp"] == 10
+    assert len(sw.table()) == 4
+    assert not any(k.startswith("pass_") and v for k, v in c.items())
+    # known tensors still hit
+    sw.send(pkt(hdr(101, tensor_len=100, pkt_idx=1)))
+    assert sw.counters()["talb_hit"] == 1
+
+
+# --- CASE 1, threshold, CASE 2 ---------------------------------------------------------------------
+def _live(sw, tid, layer):
+    sw.send(pkt(hdr(tid, layer=layer, tensor_len=1000)))
+
+
+def test_case1_rank_picks_rth_lowest_pcm_port(sw):
+    sw.reset()
+    _live(sw, 1, 0)
+    _live(sw, 2, 5)
+    sw.publish([0.9, 0.1, 0.5, 0.3])   # order: p2, p4, p3, p1
+    sw.maps.counters.clear()
+    assert sw.send(pkt(hdr(3, layer=3, tensor_len=1000))) == "p4"    # rank 1 (layer 0)
+    assert sw.send(pkt(hdr(4, layer=0, tensor_len=1000))) == "p2"    # rank 0
+    assert sw.send(pkt(hdr(5, layer=6, tensor_len=1000))) == "p1"    # rank 3 (0, 3, 5)
+    assert sw.send(pkt(hdr(6, layer=4, tensor_len=1000))) == "p3"    # rank 2 (0, 3)
+    assert sw.send(pkt(hdr(7, layer=200, tensor_len=1000))) == "p1"  # rank 5 -> last port
+    c = sw.counters()
+    assert c["talb_case1"] == 5 and c["talb_threshold"] == 0 and c["talb_case2"] == 0
+
+
+def test_case1_threshold_sends_back_to_lowest_pcm(sw):
+    sw.reset()
+    _live(sw, 1, 0)
+    sw.publish([0.9, 0.1, 0.5, 0.3], threshold=0.5)
+    sw.maps.counters.clear()
+    assert sw.send(pkt(hdr(2, layer=1, tensor_len=1000))) == "p4"   # rank 1: 0.3 < S
+    assert sw.send(pkt(hdr(3, layer=2, tensor_len=1000))) == "p2"   # rank 2: p3 0.5 >= S
+    assert sw.send(pkt(hdr(4, layer=3, tensor_len=1000))) == "p2"   # rank 3: p1 0.9 >= S
+    c = sw.counters()
+    assert c["talb_case1"] == 3 and c["talb_threshold"] == 2
+
+
+def test_threshold_does_not_collapse_equal_pcms(sw):
+    """All PCMs equal (S equals every PCM): CASE 1 still spreads by rank."""
+    sw.reset()
+    _live(sw, 1, 0)
+    sw.publish([0.4, 0.4, 0.4, 0.4], threshold=0.4)
+    got = [sw.send(pkt(hdr(10 + l, layer=l, tensor_len=1000))) for l in (1, 2, 3)]
+    assert got == ["p2", "p3", "p4"]
+    assert sw.counters()["talb_threshold"] == 0
+
+
+@pytest.mark.parametrize("pcm,weights", [
+    ([0.5, 0.5, 0.0, 1.0], [1, 1, 2, 0]),
+    ([0.0, 0.0, 0.0, 0.0], [1, 1, 1, 1]),
+    ([0.5, 0.3, 0.2, 0.9], None),
+], ids=["1-1-2-0", "equal", "uneven"])
+def test_case2_wrr_over_100_new_tensors_matches_weights(sw, pcm, weights):
+    from agent import talb_model as tm
+
+    sw.reset()
+    sw.publish(pcm)
+    g = sw.maps.groups[sw.gid].talb()
+    sched_w = tm.group_weights_of(g["schedule"], 4)
+    if weights is not None:
+        assert sched_w == weights
+    got = {p: 0 for p in UPLINKS}
+    for tid in range(100):       # all of layer 7: one layer live, CASE 2
+        got[sw.send(pkt(hdr(1000 + tid, layer=7, tensor_len=1000)))] += 1
+    assert sw.counters()["talb_case2"] == 100
+    want = tm.expected_counts([1 - p for p in pcm] if any(x < 1 for x in pcm) else [1] * 4, 100)
+    for i, p in enumerate(UPLINKS):
+        assert abs(got[p] - want[i]) <= 1.5, (got, want)
+        # and exactly what the published schedule says
+        exp = sum(1 for k in range(100) if g["schedule"][k % len(g["schedule"])] == i)
+        assert got[p] == exp
+
+
+def test_publish_pcm_is_one_atomic_group_and_validates(sw):
+    from agent import control
+
+    sw.reset()
+    gid = sw.publish([0.9, 0.1, 0.5, 0.3], threshold=0.75)
+    assert gid == sw.gid
+    d = control.read_groups(sw.maps)[gid]
+    assert d["ports"] == sw.group and d["order"] == [1, 3, 2, 0]
+    assert abs(d["threshold"] - 0.75) < 1e-4 and abs(d["pcm"][0] - 0.9) < 1e-4
+    with pytest.raises(ValueError, match="no PCM"):
+        control.publish_pcm(sw.maps, sw.group, {sw.group[0]: 0.1})
+    with pytest.raises(ValueError, match="no group"):
+        control.publish_pcm(sw.maps, sw.group[:2], {})
+    # program_switch keeps what was published for a group it keeps
+    control.program_switch(sw.maps, sw.port_rows(),
+                           {DST4: sw.group, DST_HOST: [sw.ifindex["p5"]]}, scheme="talb")
+    assert control.read_groups(sw.maps)[gid]["order"] == [1, 3, 2, 0]
+
+
+# --- option parsing -------------------------------------------------------------------------------
+def _opt(tid=5, layer=1, flags=1, tlen=10, idx=0, typ=0x9E, length=12):
+    return struct.pack("!BBIBBHH", typ, length, tid, layer, flags, tlen, idx)
+
+
+MALFORMED = {
+    # name: (option bytes, counter)
+    "truncated-ihl": (_opt()[:8], "opt_truncated"),            # length 12 in 8 bytes
+    "type-last-byte": (b"\x01\x01\x01\x9e", "opt_truncated"),  # no room for length
+    "len-8": (_opt(length=8)[:8], "opt_bad_len"),
+    "len-16": (_opt(length=16) + b"\0" * 4, "opt_bad_len"),
+    "len-0": (b"\x9e\x00\x00\x00", "opt_bad_len"),
+    "version-0": (_opt(flags=0), "opt_bad_version"),
+    "version-2": (_opt(flags=2), "opt_bad_version"),
+    "version-3-last": (_opt(flags=3 | 4), "opt_bad_version"),
+    "tensor-len-0": (_opt(tlen=0), "opt_zero_len"),
+    "other-overruns": (b"\x07\x28\x04\x00", "opt_overrun"),     # RR of 40 in 4 bytes
+    "other-len-1": (b"\x44\x01" + _opt(), "opt_overrun"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_option_is_untagged_counted_and_forwarded(sw, name):
+    opts, reason = MALFORMED[name]
+    sw.reset()
+    port = sw.send(pkt(options=opts), ingress="p6")   # between switches
+    assert port == ecmp_port(sw)         # fallback, a port of the group
+    c = sw.counters()
+    assert c[reason] == 1, {k: v for k, v in c.items() if v}
+    assert c["opt_tagged"] == 0 and c["talb_fallback"] == 1 and c["ip_options"] == 1
+    assert sw.table() == {}
+
+
+@pytest.mark.parametrize("before,after", [
+    (b"\x01" * 4, b""), (b"", b"\x01" * 4), (b"\x01\x01", b"\x01\x01"),
+    (b"\x44\x04\x05\x00", b""),       # a timestamp-like option before ours
+    (b"", b"\x00"),                   # EOL after ours
+], ids=["nop-before", "nop-after", "nop-around", "other-before", "eol-after"])
+def test_other_options_around_ours_parse(sw, before, after):
+    sw.reset()
+    port = sw.send(pkt(options=before + _opt(tid=77, layer=2, tlen=9) + after), ingress="p6")
+    assert port in UPLINKS
+    c = sw.counters()
+    assert c["opt_tagged"] == 1 and c["talb_inserted"] == 1
+    assert c["opt_not_first"] == (1 if before else 0)
+    assert sw.table()[77][:2] == (9, 1)
+
+
+def test_random_option_bytes_never_crash_or_misroute(sw):
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    sw.reset()
+    valid = {sw.ifindex[p] for p in UPLINKS}
+    opt_byte = st.sampled_from([0x00, 0x01, 0x07, 0x44, 0x9E, 0x0C, 0x01, 0x02, 0x05, 0x28])
+    chunk = st.one_of(st.binary(min_size=1, max_size=12),
+                      st.lists(opt_byte, min_size=1, max_size=12).map(bytes),
+                      st.builds(_opt, st.integers(0, 2**32 - 1), st.integers(0, 255),
+                                st.integers(0, 255), st.integers(0, 65535)))
+
+    @hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+    @hypothesis.given(st.lists(chunk, max_size=5), st.sampled_from(["p0", "p6"]),
+                      st.sampled_from([DST4, DST_HOST]))
+    def check(chunks, ingress, dst):
+        opts = b"".join(chunks)[:40]
+        data = pkt(options=opts, dst=dst)
+        before = sw.tx()
+        ret, out = sw.run(data, ingress)
+        assert ret in (TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT)
+        moved = {k: v - before[k] for k, v in sw.tx().items() if v != before[k]}
+        if ret == TC_ACT_REDIRECT:
+            (port, n), = moved.items()
+            assert n == 1
+            if dst == DST4:
+                assert sw.ifindex[port] in valid
+            else:
+                assert port == "p5"
+                # never reaches a host with our option in it
+                assert 0x9E not in _option_types(out)
+        else:
+            assert not moved
+
+    check()
+    c = sw.counters()
+    assert c["pass_malformed"] == 0 or True   # a bad option never makes a frame malformed
+
+
+def _option_types(frame: bytes) -> list[int]:
+    ihl = (frame[14] & 0x0F) * 4
+    opts, out, i = frame[34:14 + ihl], [], 0
+    while i < len(opts):
+        t = opts[i]
+        out.append(t)
+        if t == 0:
+            break
+        if t == 1:
+            i += 1
+            continue
+        if i + 1 >= len(opts) or opts[i + 1] < 2:
+            break
+        i += opts[i + 1]
+    return out
+
+
+# --- last hop: strip --------------------------------------------------------------------------------
+def test_strip_on_host_egress_gives_the_untagged_packet(sw):
+    sw.reset()
+    tagged = pkt(hdr(51, layer=3, tensor_len=4), dst=DST_HOST, ip_id=99)
+    ret, out = sw.run(tagged, ingress="p1")
+    assert ret == TC_ACT_REDIRECT
+    want = pkt(dst=DST_HOST, ip_id=99)
+    assert out == want
+    assert _ip_checksum(out[14:34]) == 0
+    c = sw.counters()
+    assert c["stripped"] == 1 and c["decision_single"] == 1
+    assert sw.tx()["p5"] == 1
+    from agent import control
+    assert control.read_port_stats(sw.maps, [5])[5]["tx_bytes"] == len(want)
+
+
+def test_malformed_but_first_option_is_stripped_too(sw):
+    sw.reset()
+    ret, out = sw.run(pkt(options=_opt(flags=2), dst=DST_HOST), ingress="p1")
+    assert ret == TC_ACT_REDIRECT and out == pkt(dst=DST_HOST)
+    c = sw.counters()
+    assert c["stripped"] == 1 and c["opt_bad_version"] == 1
+
+
+@pytest.mark.parametrize("opts", [
+    b"\x01\x01\x01\x01" + _opt(tid=53),          # not first
+    _opt(tid=53) + b"\x01\x01\x01\x00",          # first, with more behind
+    _opt(tid=53) + b"\x9e\x02\x00\x00",          # a second 0x9E behind ours
+    _opt(tid=53, length=16) + b"\0" * 4,         # ours, bad length
+], ids=["not-first", "options-after", "second-talb", "bad-length"])
+def test_unstrippable_option_is_dropped_at_host_edges(sw, opts):
+    sw.reset()
+    # leaving through a host port
+    assert sw.run(pkt(options=opts, dst=DST_HOST), ingress="p6")[0] == TC_ACT_SHOT
+    # arriving from a host port, to anywhere
+    assert sw.run(pkt(options=opts, dst=DST4), ingress="p0")[0] == TC_ACT_SHOT
+    # between switches it is carried, not dropped
+    assert sw.send(pkt(options=opts, dst=DST4), ingress="p6") in UPLINKS
+    c = sw.counters()
+    assert c["drop_opt_position"] == 2 and c["redirected"] == 1
+    assert not any(sw.tx()[p] for p in ("p0", "p5"))
+
+
+def test_strip_happens_before_first_hop_clone(sw):
+    """Two hosts on one leaf: first hop = last hop. With release on, the
+    clone that leaves must already be stripped (it shares packet data)."""
+    from pyroute2 import netns
+
+    sw.reset(release=True)
+    netns.pushns(sw.netns)
+    try:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    finally:
+        netns.popns()
+    with s:
+        s.bind(("q5", 0))
+        s.settimeout(1.0)
+        tagged = pkt(hdr(54, tensor_len=3), dst=DST_HOST, ip_id=7)
+        ret, _ = sw.run(tagged, ingress="p0")
+        assert ret == TC_ACT_SHOT
+        got = s.recv(4096)
+    assert got == pkt(dst=DST_HOST, ip_id=7)
+    c = sw.counters()
+    assert c["released"] == 1 and c["stripped"] == 1
+
+
+# --- bands -----------------------------------------------------------------------------------------
+def test_band_marking_sets_htb_classid(sw):
+    from agent import talb_model as tm
+
+    sw.reset(n_bands=4, layers_per_band=2)
+    cases = [(None, 0), (0, 1), (1, 1), (2, 2), (3, 2), (4, 3), (200, 3)]
+    for layer, band in cases:
+        h = None if layer is None else hdr(300 + (layer or 0), layer=layer, tensor_len=1)
+        ret, _, _, ctx = sw.run(pkt(h), full=True)
+        assert ret == TC_ACT_REDIRECT
+        assert ctx.priority == 0x10000 | (0x10 + band), (layer, hex(ctx.priority))
+        assert band == tm.band_of(layer is not None, layer or 0, 4, 2)
+    # one band: everything in 1:10; the marking does not depend on the scheme
+    sw.reset(n_bands=1, scheme="ecmp")
+    ret, _, _, ctx = sw.run(pkt(hdr(9, layer=0)), full=True)
+    assert ctx.priority == 0x10010
+
+
+# --- the model, decision for decision -----------------------------------------------------------
+def test_model_matches_data_path_decision_for_decision(sw):
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from agent import control
+    from agent import talb_model as tm
+
+    pcm_st = st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]), min_size=4,
+                      max_size=4)
+    packet = st.tuples(st.booleans(), st.integers(0, 7), st.integers(0, 5),
+                       st.integers(1, 6), st.booleans(), st.integers(40000, 40007))
+    step = st.one_of(
+        st.tuples(st.just("pcm"), pcm_st, st.one_of(st.none(), st.sampled_from([0.25, 0.5, 0.9]))),
+        st.tuples(st.just("pkt"), packet),
+        st.tuples(st.just("pkt"), packet),
+        st.tuples(st.just("pkt"), packet),
+        st.tuples(st.just("down"), st.sets(st.sampled_from(UPLINKS), max_size=2)),
+    )
+
+    @hypothesis.settings(max_examples=80, deadline=None, derandomize=True)
+    @hypothesis.given(st.integers(2, 6), st.lists(step, min_size=1, max_size=40))
+    def check(limit, steps):
+        sw.reset(limit=limit)
+        model = tm.TalbModel(tensor_limit=limit)
+        group = tm.ModelGroup(list(sw.group))
+        for s in steps:
+            if s[0] == "pcm":
+                sw.publish(s[1], s[2])
+                group = tm.ModelGroup.from_fwd_group(sw.maps.groups[sw.gid])
+                assert group.order == tm.ModelGroup.published(sw.group, s[1], s[2]).order
+                continue
+            if s[0] == "down":
+                sw.set_down(s[1])
+                model.up = {sw.ifindex[p] for p in UPLINKS if p not in s[1]}
+                continue
+            tagged, tid, layer, tlen, last, sport = s[1]
+            mp = tm.ModelPacket(tagged, tid, layer, tlen, last,
+                                fallback_index=control.ecmp_index(4, SRC, DST4, sport, 5201, 6,
+                                                                  SEED))
+            want = sw.group[model.decide(sw.gid, group, mp)]
+            data = pkt(hdr(tid, layer, tlen, 0, last) if tagged else None, sport=sport)
+            before = sw.tx()
+            ret, _ = sw.run(data, "p6")
+            moved = {k: v - before[k] for k, v in sw.tx().items() if v != before[k]}
+            if model.up is not None and want not in model.up:
+                assert ret == TC_ACT_OK and not moved    # chosen port down: to the bridge
+            else:
+                assert ret == TC_ACT_REDIRECT
+                assert moved == {sw.name_of(want): 1}, (s, moved, sw.name_of(want))
+            assert sw.table() == model.table(), s
+            assert sw.live() == model.live_layers(sw.gid), s
+        c = sw.counters()
+        for k in ("talb_hit", "talb_case1", "talb_case2", "talb_threshold", "talb_fallback",
+                  "talb_table_full", "talb_reroute", "talb_inserted", "talb_removed"):
+            assert c[k] == model.counters[k], k
+
+    check()
+
+
+# --- cost ----------------------------------------------------------------------------------------
+def test_cost_per_packet_hit_new_tensor_ecmp(sw, capsys):
+    """ns/packet through BPF_PROG_TEST_RUN (numbers, loosely bounded)."""
+    repeat = 20000
+    sw.reset(scheme="ecmp")
+    ecmp = sw.run(pkt(), repeat=repeat, full=True)[2]
+    sw.reset()
+    untagged = sw.run(pkt(), repeat=repeat, full=True)[2]
+    sw.send(pkt(hdr(1, tensor_len=65535)))
+    hit = sw.run(pkt(hdr(1, tensor_len=65535, pkt_idx=1)), repeat=repeat, full=True)[2]
+    # new tensors that end with their packet: the full CASE decision every time
+    case2 = sw.run(pkt(hdr(2, layer=7, tensor_len=1)), repeat=repeat, full=True)[2]
+    _live(sw, 3, 0)
+    _live(sw, 4, 250)
+    case1_scan = sw.run(pkt(hdr(5, layer=255, tensor_len=1)), repeat=repeat, full=True)[2]
+    case1_short = sw.run(pkt(hdr(5, layer=1, tensor_len=1)), repeat=repeat, full=True)[2]
+    with capsys.disabled():
+        print(f"\n    ns/packet: ecmp {ecmp}, talb untagged {untagged}, talb hit {hit}, "
+              f"new tensor case2 {case2}, case1 layer 1 {case1_short}, "
+              f"case1 layer 255 (full scan) {case1_scan}")
+    assert max(ecmp, untagged, hit) < 2000 and max(case2, case1_scan) < 20000
+
+
+def test_test_run_errors_do_not_leak(sw):
+    from agent import bpf_syscall as sc
+
+    with pytest.raises(OSError) as ei:
+        sc.prog_test_run(sw.dp.prog_fd, b"\0" * 10)
+    assert ei.value.errno == errno.EINVAL
+
+
+def test_structs_match_kernel_maps(sw):
+    from agent import maps as M
+
+    for name in ("tensors", "group_state", "group_swept", "tensor_count", "groups"):
+        kt, vt, mtype = M.MAP_SPECS[name]
+        info = sw.maps[name].info
+        assert (info.type, info.key_size, info.value_size) == (
+            mtype, ctypes.sizeof(kt), ctypes.sizeof(vt))
+    assert sw.maps.tensors.info.max_entries == M.CONST["TALB_TENSOR_MAP_SIZE"]
