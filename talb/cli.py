@@ -2,6 +2,7 @@
 
     talb testbed up|down|status|demo   build, remove, inspect, try a fabric
     talb shell NODE [CMD...]           a shell (or a command) on a host or switch
+    talb table [--switch S]            a switch's live TaLB tensor table and decision counters
     talb scheme [NAME]                 show or switch the load-balancing scheme at runtime
     talb send --src H --dst H          send tagged tensors, see each one's FCT and uplink
     talb bench datapath                data-path benchmarks
@@ -256,6 +257,92 @@ def shell(node, command, prefix):
     ns = testbed.node_namespace(prefix, node)
     argv = list(command) or [os.environ.get("SHELL", "/bin/bash")]
     os.execvp("ip", ["ip", "netns", "exec", ns, *argv])
+
+
+@main.command("table")
+@click.option("--switch", "switch", help="One switch (leaf0, spine1, ...); default: every switch.")
+@click.option("--limit", type=int, default=50, show_default=True,
+              help="Rows shown per switch (--json shows all).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@PREFIX_OPTION
+def table(switch, limit, as_json, prefix):
+    """Show the live TaLB tensor table (Table I of the paper) and the decision counters.
+
+    One row per live tensor: tensor_id, tensor_len (packets), received
+    packets, the port it takes (previous port), layer, age and idle time.
+    Reads the pinned maps only; works while traffic flows.
+    """
+    testbed.require_root()
+    topo = testbed.load_topology_of(prefix)
+    names = [sw.name for sw in topo.switches]
+    if switch:
+        if switch not in names:
+            raise testbed.TestbedError(f"--switch: no switch {switch!r} in testbed '{prefix}' "
+                                       f"(switches: {', '.join(names)})")
+        names = [switch]
+    tables = [_tensor_table(prefix, topo, name) for name in names]
+    if as_json:
+        click.echo(json.dumps(tables, indent=2))
+        return
+    for st in tables:
+        _print_tensor_table(st, limit)
+
+
+def _tensor_table(prefix: str, topo, switch: str) -> dict:
+    from agent.control import (TALB_COUNTERS, read_config, read_counters, read_live_layers,
+                               read_ports, read_tensor_table, tensor_occupancy)
+    from agent.maps import SwitchMaps
+
+    port_names = [p.name for p in topo.ports(switch)]  # port_id = position
+    try:
+        maps = SwitchMaps(paths.pin_dir(prefix, switch))
+    except FileNotFoundError as exc:
+        raise testbed.TestbedError(f"{switch}: no data path maps ({exc})") from None
+    try:
+        names = {ifindex: (port_names[p["port_id"]] if p["port_id"] < len(port_names)
+                           else f"port{p['port_id']}")
+                 for ifindex, p in read_ports(maps).items()}
+        rows = read_tensor_table(maps)
+        for r in rows:
+            r["prev_port_name"] = names.get(r["prev_port"], f"ifindex {r['prev_port']}")
+        counters = read_counters(maps)
+        cfg = read_config(maps)
+        return {
+            "switch": switch, "scheme": cfg["scheme"], "fallback": cfg["fallback_scheme"],
+            "entries": len(rows), "occupancy": tensor_occupancy(maps),
+            "limit": cfg["tensor_limit"], "tensors": rows,
+            "live_layers": {str(gid): {str(layer): n for layer, n in layers.items()}
+                            for gid, layers in read_live_layers(maps).items() if layers},
+            "counters": {k: counters.get(k, 0) for k in TALB_COUNTERS},
+        }
+    finally:
+        maps.close()
+
+
+def _print_tensor_table(st: dict, limit: int) -> None:
+    t = Table(title=f"{st['switch']} (scheme {st['scheme']}, fallback {st['fallback']}): "
+                    f"{st['entries']} live tensors, limit {st['limit']}", title_justify="left")
+    for col in ("tensor_id", "tensor_len", "received", "previous port", "layer", "age", "idle"):
+        t.add_column(col, justify="left" if col in ("tensor_id", "previous port") else "right")
+    for r in st["tensors"][:max(0, limit)]:
+        t.add_row(f"{r['tensor_id']:#010x}", str(r["tensor_len"]), str(r["received"]),
+                  r["prev_port_name"], str(r["layer"]), f"{r['age_s'] * 1e3:.1f} ms",
+                  f"{r['idle_s'] * 1e3:.1f} ms")
+    console.print(t)
+    if st["entries"] > limit:
+        console.print(f"  ... {st['entries'] - limit} more (--limit, or --json for all)")
+    if st["live_layers"]:
+        for gid, layers in st["live_layers"].items():
+            console.print(f"  group {gid}: live layers "
+                          + ", ".join(f"{l}x{n}" for l, n in layers.items()))
+    c = st["counters"]
+    console.print("  decisions: " + ", ".join(
+        f"{k.removeprefix('talb_')} {c[k]}" for k in
+        ("talb_hit", "talb_case1", "talb_case2", "talb_threshold", "talb_reroute",
+         "talb_fallback", "talb_table_full", "talb_aged")))
+    console.print("  option: " + ", ".join(
+        f"{k.removeprefix('opt_')} {c[k]}" for k in c if k.startswith("opt_"))
+        + f"; stripped {c['stripped']}, dropped (position) {c['drop_opt_position']}")
 
 
 @main.command("scheme")
