@@ -93,6 +93,26 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 	return iph->protocol;
 }
 
+/* Verifier economy. A branch comparing two values narrows the verifier's
+ * ranges of both, and every narrowed range is a state of its own through
+ * the rest of the program. talb_lt(a, b) branches on a sign bit computed
+ * out of clang's sight (TALB_OPAQUE: an empty asm, no instruction), so the
+ * verifier narrows that 0/1 value, not a or b. Used for the TaLB
+ * decision's comparisons with the group's port count (measured: 645k ->
+ * 244k instructions verified for the switch program). Not in the option
+ * walk below: there the comparisons with the option length are what bound
+ * the walk for the verifier (with talb_lt it walks all 40 steps on every
+ * path and gives up). */
+#define TALB_OPAQUE(x) asm volatile("" : "+r"(x))
+
+static __always_inline __u64 talb_lt(__u64 a, __u64 b)   /* a, b < 2^32 */
+{
+	__s64 d = (__s64)a - (__s64)b;
+
+	TALB_OPAQUE(d);
+	return (__u64)d >> 63;
+}
+
 /* The TaLB option's fields, host byte order. */
 struct talb_opt_fields {
 	__u32 tensor_id;
@@ -131,10 +151,8 @@ static __always_inline int parse_talb_option(struct iphdr *iph, void *data_end,
 	int optlen = iph->ihl * 4 - TALB_IP_BASE_LEN;
 	int off = 0, i;
 
-	if (optlen <= 0)
+	if (optlen <= 0)        /* (IHL <= 15: optlen <= TALB_IPOPT_MAX) */
 		return 0;
-	if (optlen > TALB_IPOPT_MAX)
-		optlen = TALB_IPOPT_MAX;
 	for (i = 0; i < TALB_IPOPT_MAX; i++) {
 		struct talb_opt *t;
 		__u8 *p, type, len;

@@ -33,6 +33,7 @@
 #ifndef TALB_SCHEMES_TALB_H
 #define TALB_SCHEMES_TALB_H
 
+#include "talb/parsing_helpers.h"
 #include "talb/pkt.h"
 #include "talb/schemes/ecmp.h"
 
@@ -51,6 +52,9 @@ static __always_inline __u32 talb_fallback_select(const struct talb_pkt *p,
 	return ecmp_select(p, g, cfg);
 }
 
+/* Comparisons with the group's n_ports go through talb_lt
+ * (parsing_helpers.h): a narrowed range of n_ports would be a verifier
+ * state of its own through the layer scan and everything after it. */
 /* Index of the rank-r port (0 = lowest PCM) in the published order; an
  * out-of-range entry (a group written without TaLB data) means r itself. */
 static __always_inline __u32 talb_order(const struct fwd_group *g, __u32 r,
@@ -58,7 +62,7 @@ static __always_inline __u32 talb_order(const struct fwd_group *g, __u32 r,
 {
 	__u32 o = g->order[r & (TALB_MAX_GROUP_PORTS - 1)];
 
-	return o < n ? o : r;
+	return talb_lt(o, n) ? o : r;
 }
 
 /* Live layers of the group other than the new tensor's, and its rank: the
@@ -72,8 +76,6 @@ struct talb_live {
 	__u32 rank;
 	__u32 other;
 };
-
-#define TALB_OPAQUE(x) asm volatile("" : "+r"(x))
 
 #define TALB_LAYER_CHUNK 32
 
@@ -135,7 +137,7 @@ static __always_inline __u32 talb_new_tensor(const struct fwd_group *g,
 		 * lowest one's. With every PCM equal (all 0 before the agent
 		 * publishes, or a min-max normalisation of equal ports) S
 		 * would equal every PCM and put all tensors on one port. */
-		r = lv.rank < n ? lv.rank : n - 1;
+		r = talb_lt(lv.rank, n) ? lv.rank : n - 1;
 		idx = talb_order(g, r, n) & (TALB_MAX_GROUP_PORTS - 1);
 		lo = talb_order(g, 0, n) & (TALB_MAX_GROUP_PORTS - 1);
 		if (g->pcm[idx] >= g->threshold && g->pcm[idx] > g->pcm[lo]) {
@@ -154,7 +156,7 @@ static __always_inline __u32 talb_new_tensor(const struct fwd_group *g,
 	c = st->wrr_cursor;
 	st->wrr_cursor = c + 1;
 	len = g->sched_len;
-	idx = n;
+	idx = TALB_MAX_GROUP_PORTS;
 	if (len >= 1 && len <= TALB_SCHED_MAX) {
 		__u32 slot = c % len;
 
@@ -163,7 +165,7 @@ static __always_inline __u32 talb_new_tensor(const struct fwd_group *g,
 		asm volatile("" : "+r"(slot));
 		idx = g->sched[slot & (TALB_SCHED_MAX - 1)];
 	}
-	if (idx >= n)           /* no schedule published: plain round-robin */
+	if (!talb_lt(idx, n))   /* no schedule published: plain round-robin */
 		idx = c % n;
 	talb_count(CNT_TALB_CASE2);
 	return idx;
@@ -175,7 +177,7 @@ static __always_inline int talb_port_index(const struct fwd_group *g,
 	int i;
 
 	for (i = 0; i < TALB_MAX_GROUP_PORTS; i++)
-		if (i < n && g->ifindex[i] == ifindex)
+		if (g->ifindex[i] == ifindex && talb_lt(i, n))
 			return i;
 	return -1;
 }
