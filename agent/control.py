@@ -15,7 +15,7 @@ from agent import talb_model
 from agent.maps import (
     CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES, PORT_HOST, PORT_UP, SCHEME_NAMES,
     SCHEMES, TALB_COUNT_LIVE, TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
-    TALB_MAX_TENSORS, FwdGroup, GroupState, IPv4Key, PortInfo, SwitchMaps,
+    TALB_MAX_TENSORS, TALB_TENSOR_DONE, FwdGroup, GroupState, IPv4Key, PortInfo, SwitchMaps,
 )
 
 __all__ = [
@@ -28,7 +28,8 @@ __all__ = [
 #: the counters `talb table` shows (names as in read_counters)
 TALB_COUNTERS = (
     "talb_hit", "talb_case1", "talb_case2", "talb_threshold", "talb_fallback",
-    "talb_table_full", "talb_reroute", "talb_aged", "talb_inserted", "talb_removed",
+    "talb_table_full", "talb_reroute", "talb_aged", "talb_inserted", "talb_completed",
+    "talb_late", "talb_midstream",
     "decision_talb", "opt_tagged", "opt_truncated", "opt_bad_len", "opt_bad_version",
     "opt_zero_len", "opt_overrun", "opt_not_first", "stripped", "drop_opt_position",
     "drop_strip_fail",
@@ -293,14 +294,20 @@ def _monotonic_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-def read_tensor_table(maps: SwitchMaps, now_ns: int | None = None) -> list[dict]:
+def read_tensor_table(maps: SwitchMaps, now_ns: int | None = None, *,
+                      include_done: bool = False) -> list[dict]:
     """The live tensor table (Table I), oldest first: ``tensor_id,
-    tensor_len, received, prev_port (ifindex), layer, group_id,
-    first_seen_ns, last_seen_ns, age_s, idle_s``."""
+    tensor_len, received, prev_port (ifindex), layer, group_id, done,
+    first_seen_ns, last_seen_ns, age_s, idle_s``. ``include_done``: also
+    the completed tensors kept for late packets (retransmissions) until
+    they are idle."""
     now = _monotonic_ns() if now_ns is None else now_ns
     rows = []
     for tid, e in maps.tensors.items():
-        rows.append({
+        done = bool(e.flags & TALB_TENSOR_DONE)
+        if done and not include_done:
+            continue
+        rows.append({"done": done,
             "tensor_id": tid, "tensor_len": e.tensor_len, "received": e.received,
             "prev_port": e.prev_port, "layer": e.layer, "group_id": e.group_id,
             "first_seen_ns": e.first_seen_ns, "last_seen_ns": e.last_seen_ns,
@@ -339,16 +346,20 @@ def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
     tensor_count[TALB_COUNT_SWEPT] (written by this function only: one
     sweeper per switch at a time). An entry counts as swept only if this
     delete removed it (a racing data-path removal accounts for itself).
-    Returns the number removed."""
+    Completed (done) entries are removed too, without accounting: they
+    are no longer counted as live. Returns the number removed."""
     if idle_s is None:
         idle_s = read_config(maps)["tensor_idle_us"] / 1e6
     now = _monotonic_ns() if now_ns is None else now_ns
     removed: dict[int, dict[int, int]] = {}
-    total = 0
+    total = removed_all = 0
     for tid, e in list(maps.tensors.items()):
         if now - e.last_seen_ns <= idle_s * 1e9:
             continue
         if maps.tensors.delete(tid):
+            removed_all += 1
+            if e.flags & TALB_TENSOR_DONE:   # no longer counted as live
+                continue
             removed.setdefault(e.group_id, {}).setdefault(e.layer, 0)
             removed[e.group_id][e.layer] += 1
             total += 1
@@ -363,7 +374,7 @@ def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
     if total:
         maps.tensor_count[TALB_COUNT_SWEPT] = (
             maps.tensor_count.get(TALB_COUNT_SWEPT, 0) + total) & 0xFFFFFFFF
-    return total
+    return removed_all
 
 
 def _reset_group_state(maps: SwitchMaps, gids) -> None:
@@ -374,7 +385,7 @@ def _reset_group_state(maps: SwitchMaps, gids) -> None:
         return
     gone = 0
     for tid, e in list(maps.tensors.items()):
-        if e.group_id in gids and maps.tensors.delete(tid):
+        if e.group_id in gids and maps.tensors.delete(tid) and not e.flags & TALB_TENSOR_DONE:
             gone += 1
     for gid in gids:
         maps.group_state[gid] = GroupState()

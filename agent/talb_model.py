@@ -165,6 +165,7 @@ class ModelPacket:
     layer: int = 0
     tensor_len: int = 1
     last: bool = False
+    pkt_idx: int = 0
     #: index the fallback scheme (ECMP) picks for this packet's flow
     fallback_index: int = 0
 
@@ -176,6 +177,7 @@ class ModelEntry:
     prev_port: int
     layer: int
     group_id: int
+    done: bool = False
 
 
 @dataclass
@@ -183,7 +185,8 @@ class TalbModel:
     """The switch's TaLB state and decision, as in schemes/talb.h.
 
     ``up``: ifindexes of ports with PORT_UP (None: all). No clock: entries
-    never age here (the tests cover ageing on the data path alone)."""
+    never age here (the tests cover ageing on the data path alone), and done
+    entries stay (the data path keeps them until idle)."""
 
     tensor_limit: int = MAX_TENSORS
     up: set | None = None
@@ -194,7 +197,7 @@ class TalbModel:
 
     # -- state --
     def occupancy(self) -> int:
-        return len(self.tensors)
+        return sum(1 for e in self.tensors.values() if not e.done)
 
     def live_layers(self, gid: int) -> dict[int, int]:
         return {l: n for l, n in self.live.get(gid, {}).items() if n > 0}
@@ -202,9 +205,11 @@ class TalbModel:
     def _account(self, gid: int, layer: int, delta: int) -> None:
         self.live.setdefault(gid, Counter())[layer] += delta
 
-    def _forget(self, tid: int) -> None:
-        e = self.tensors.pop(tid)
+    def _complete(self, tid: int) -> None:
+        e = self.tensors[tid]
+        e.done = True
         self._account(e.group_id, e.layer, -1)
+        self.counters["talb_completed"] += 1
 
     def _port_up(self, ifindex: int) -> bool:
         return self.up is None or ifindex in self.up
@@ -253,17 +258,20 @@ class TalbModel:
         if e is not None:
             if e.prev_port in g.ifindex and self._port_up(e.prev_port):
                 idx = g.ifindex.index(e.prev_port)
-                self.counters["talb_hit"] += 1
+                self.counters["talb_late" if e.done else "talb_hit"] += 1
             else:
                 self.counters["talb_reroute"] += 1
                 idx = self.new_tensor(gid, g, e.layer)
                 e.prev_port = g.ifindex[idx]
             e.received += 1
-            if e.received >= e.tensor_len or p.last:
-                self._forget(p.tensor_id)
-                self.counters["talb_removed"] += 1
+            if not e.done and (p.last or p.pkt_idx + 1 >= e.tensor_len):
+                self._complete(p.tensor_id)
             self.counters["decision_talb"] += 1
             return idx
+        if p.pkt_idx != 0:
+            self.counters["talb_midstream"] += 1
+            self.counters["decision_ecmp"] += 1
+            return p.fallback_index
         if p.tensor_len <= 1 or p.last:
             self.counters["decision_talb"] += 1
             return self.new_tensor(gid, g, p.layer)
@@ -279,11 +287,12 @@ class TalbModel:
         self.counters["decision_talb"] += 1
         return idx
 
-    def table(self) -> dict[int, tuple]:
-        """``{tensor_id: (tensor_len, received, prev_port, layer, group_id)}``,
-        the fields the data path's table is compared on."""
+    def table(self, include_done: bool = False) -> dict[int, tuple]:
+        """``{tensor_id: (tensor_len, received, prev_port, layer, group_id)}``
+        of the live tensors (and the done ones), the fields the data path's
+        table is compared on."""
         return {tid: (e.tensor_len, e.received, e.prev_port, e.layer, e.group_id)
-                for tid, e in self.tensors.items()}
+                for tid, e in self.tensors.items() if include_done or not e.done}
 
 
 def group_weights_of(schedule: Sequence[int], n: int) -> list[int]:

@@ -302,14 +302,16 @@ def _tensor_table(prefix: str, topo, switch: str) -> dict:
         names = {ifindex: (port_names[p["port_id"]] if p["port_id"] < len(port_names)
                            else f"port{p['port_id']}")
                  for ifindex, p in read_ports(maps).items()}
-        rows = read_tensor_table(maps)
+        everything = read_tensor_table(maps, include_done=True)
+        rows = [r for r in everything if not r["done"]]
         for r in rows:
             r["prev_port_name"] = names.get(r["prev_port"], f"ifindex {r['prev_port']}")
         counters = read_counters(maps)
         cfg = read_config(maps)
         return {
             "switch": switch, "scheme": cfg["scheme"], "fallback": cfg["fallback_scheme"],
-            "entries": len(rows), "occupancy": tensor_occupancy(maps),
+            "entries": len(rows), "done": len(everything) - len(rows),
+            "occupancy": tensor_occupancy(maps),
             "limit": cfg["tensor_limit"], "tensors": rows,
             "live_layers": {str(gid): {str(layer): n for layer, n in layers.items()}
                             for gid, layers in read_live_layers(maps).items() if layers},
@@ -321,7 +323,8 @@ def _tensor_table(prefix: str, topo, switch: str) -> dict:
 
 def _print_tensor_table(st: dict, limit: int) -> None:
     t = Table(title=f"{st['switch']} (scheme {st['scheme']}, fallback {st['fallback']}): "
-                    f"{st['entries']} live tensors, limit {st['limit']}", title_justify="left")
+                    f"{st['entries']} live tensors (limit {st['limit']}), {st['done']} done "
+                    f"(kept for late packets until idle)", title_justify="left")
     for col in ("tensor_id", "tensor_len", "received", "previous port", "layer", "age", "idle"):
         t.add_column(col, justify="left" if col in ("tensor_id", "previous port") else "right")
     for r in st["tensors"][:max(0, limit)]:
@@ -339,7 +342,8 @@ def _print_tensor_table(st: dict, limit: int) -> None:
     console.print("  decisions: " + ", ".join(
         f"{k.removeprefix('talb_')} {c[k]}" for k in
         ("talb_hit", "talb_case1", "talb_case2", "talb_threshold", "talb_reroute",
-         "talb_fallback", "talb_table_full", "talb_aged")))
+         "talb_fallback", "talb_table_full", "talb_midstream", "talb_late", "talb_completed",
+         "talb_aged")))
     console.print("  option: " + ", ".join(
         f"{k.removeprefix('opt_')} {c[k]}" for k in c if k.startswith("opt_"))
         + f"; stripped {c['stripped']}, dropped (position) {c['drop_opt_position']}")

@@ -171,12 +171,12 @@ class Switch:
 
         return control.read_counters(self.maps)
 
-    def table(self) -> dict[int, tuple]:
+    def table(self, include_done=False) -> dict[int, tuple]:
         from agent import control
 
         return {r["tensor_id"]: (r["tensor_len"], r["received"], r["prev_port"], r["layer"],
                                  r["group_id"])
-                for r in control.read_tensor_table(self.maps)}
+                for r in control.read_tensor_table(self.maps, include_done=include_done)}
 
     def live(self) -> dict[int, int]:
         from agent import control
@@ -256,14 +256,16 @@ def test_known_tensor_keeps_its_previous_port(sw):
     assert c["decision_talb"] == 20 and c["opt_tagged"] == 20
 
 
-def test_count_reaching_len_or_last_removes_entry_and_live_layer(sw):
+def test_last_index_or_last_flag_completes_tensor_and_live_layer(sw):
+    from agent import control
+
     sw.reset()
     for i in range(3):
         sw.send(pkt(hdr(11, layer=4, tensor_len=3, pkt_idx=i)))
         if i < 2:
             assert sw.table()[11][1] == i + 1 and sw.live() == {4: 1}
     assert sw.table() == {} and sw.live() == {}
-    # LAST ends a tensor before its count does
+    # LAST ends a tensor before its last index does
     sw.send(pkt(hdr(12, layer=2, tensor_len=100)))
     sw.send(pkt(hdr(13, layer=2, tensor_len=100)))
     assert sw.live() == {2: 2}
@@ -274,9 +276,38 @@ def test_count_reaching_len_or_last_removes_entry_and_live_layer(sw):
     sw.send(pkt(hdr(15, layer=9, tensor_len=5, last=True)))
     assert set(sw.table()) == {13}
     c = sw.counters()
-    assert c["talb_removed"] == 2 and c["talb_inserted"] == 3
-    from agent import control
+    assert c["talb_completed"] == 2 and c["talb_inserted"] == 3
     assert control.tensor_occupancy(sw.maps) == 1
+    assert set(sw.table(include_done=True)) == {11, 12, 13}   # done ones kept
+
+
+def test_retransmissions_neither_end_nor_split_a_tensor(sw):
+    """received counts retransmitted packets too: a tensor ends at its LAST
+    packet (or last index), and packets sent again after it -- TCP
+    retransmits holes after the tail -- still take its port."""
+    sw.reset()
+    port = sw.send(pkt(hdr(16, layer=1, tensor_len=3, pkt_idx=0)))
+    for idx in (1, 1, 1):        # retransmissions: received 4 > tensor_len
+        assert sw.send(pkt(hdr(16, layer=1, tensor_len=3, pkt_idx=idx))) == port
+    assert sw.table()[16][1] == 4 and sw.live() == {1: 1}
+    assert sw.send(pkt(hdr(16, layer=1, tensor_len=3, pkt_idx=2, last=True))) == port
+    assert sw.table() == {} and sw.live() == {}
+    # a late retransmission: the done entry keeps it on the tensor's port
+    sw.publish([1.0 if p == port else 0.0 for p in UPLINKS])
+    assert sw.send(pkt(hdr(16, layer=1, tensor_len=3, pkt_idx=1))) == port
+    assert sw.table(include_done=True)[16][1] == 6
+    c = sw.counters()
+    assert c["talb_late"] == 1 and c["talb_hit"] == 4 and c["talb_completed"] == 1
+
+
+def test_unknown_tensor_midway_follows_the_fallback(sw):
+    sw.reset()
+    for sport in range(42000, 42010):
+        assert sw.send(pkt(hdr(sport, tensor_len=50, pkt_idx=7), sport=sport)) == \
+            ecmp_port(sw, sport)
+    c = sw.counters()
+    assert c["talb_midstream"] == 10 and c["decision_ecmp"] == 10 and c["talb_inserted"] == 0
+    assert sw.table(include_done=True) == {}
 
 
 def test_reroute_when_previous_port_goes_down(sw):
@@ -297,9 +328,13 @@ def test_idle_entry_ages_out_on_hit(sw):
     sw.reset(idle_us=1000)
     sw.send(pkt(hdr(31, layer=3, tensor_len=100)))
     time.sleep(0.01)
+    # aged: gone, and its later packets follow the fallback
     sw.send(pkt(hdr(31, layer=3, tensor_len=100, pkt_idx=1)))
     c = sw.counters()
-    assert c["talb_aged"] == 1 and c["talb_inserted"] == 2 and c["talb_hit"] == 0
+    assert c["talb_aged"] == 1 and c["talb_midstream"] == 1 and c["talb_hit"] == 0
+    assert sw.table(include_done=True) == {} and sw.live() == {}
+    # a first packet starts it again
+    sw.send(pkt(hdr(31, layer=3, tensor_len=100)))
     assert sw.table()[31][1] == 1 and sw.live() == {3: 1}
 
 
@@ -624,7 +659,8 @@ def test_model_matches_data_path_decision_for_decision(sw):
     pcm_st = st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]), min_size=4,
                       max_size=4)
     packet = st.tuples(st.booleans(), st.integers(0, 7), st.integers(0, 5),
-                       st.integers(1, 6), st.booleans(), st.integers(40000, 40007))
+                       st.integers(1, 6), st.booleans(), st.integers(40000, 40007),
+                       st.one_of(st.just(0), st.just(0), st.integers(1, 6)))
     step = st.one_of(
         st.tuples(st.just("pcm"), pcm_st, st.one_of(st.none(), st.sampled_from([0.25, 0.5, 0.9]))),
         st.tuples(st.just("pkt"), packet),
@@ -649,12 +685,12 @@ def test_model_matches_data_path_decision_for_decision(sw):
                 sw.set_down(s[1])
                 model.up = {sw.ifindex[p] for p in UPLINKS if p not in s[1]}
                 continue
-            tagged, tid, layer, tlen, last, sport = s[1]
-            mp = tm.ModelPacket(tagged, tid, layer, tlen, last,
+            tagged, tid, layer, tlen, last, sport, idx = s[1]
+            mp = tm.ModelPacket(tagged, tid, layer, tlen, last, idx,
                                 fallback_index=control.ecmp_index(4, SRC, DST4, sport, 5201, 6,
                                                                   SEED))
             want = sw.group[model.decide(sw.gid, group, mp)]
-            data = pkt(hdr(tid, layer, tlen, 0, last) if tagged else None, sport=sport)
+            data = pkt(hdr(tid, layer, tlen, idx, last) if tagged else None, sport=sport)
             before = sw.tx()
             ret, _ = sw.run(data, "p6")
             moved = {k: v - before[k] for k, v in sw.tx().items() if v != before[k]}
@@ -664,10 +700,12 @@ def test_model_matches_data_path_decision_for_decision(sw):
                 assert ret == TC_ACT_REDIRECT
                 assert moved == {sw.name_of(want): 1}, (s, moved, sw.name_of(want))
             assert sw.table() == model.table(), s
+            assert sw.table(include_done=True) == model.table(include_done=True), s
             assert sw.live() == model.live_layers(sw.gid), s
         c = sw.counters()
         for k in ("talb_hit", "talb_case1", "talb_case2", "talb_threshold", "talb_fallback",
-                  "talb_table_full", "talb_reroute", "talb_inserted", "talb_removed"):
+                  "talb_table_full", "talb_reroute", "talb_inserted", "talb_completed",
+                  "talb_late", "talb_midstream"):
             assert c[k] == model.counters[k], k
 
     check()

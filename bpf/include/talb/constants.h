@@ -28,6 +28,8 @@
 #define TALB_SCHED_MAX          64      /* smooth-WRR schedule slots/group   */
 #define TALB_COUNT_LIVE         0       /* tensor_count[]: data path's count */
 #define TALB_COUNT_SWEPT        1       /* tensor_count[]: user space's      */
+#define TALB_TENSOR_DONE        (1U << 0)  /* tensor_entry.flags: completed, kept
+					      for late packets, not live    */
 
 /* ---- load-balancing schemes (talb_config.scheme) ----------------------
  * Implemented in the data path: ECMP and TaLB (schemes/talb.h). A
@@ -115,8 +117,10 @@
 #define CNT_TALB_TABLE_FULL     37  /* new tensor, table full: fallback      */
 #define CNT_TALB_REROUTE        38  /* hit, previous port no longer usable   */
 #define CNT_TALB_AGED           39  /* hit on an idle entry: removed, new    */
-#define CNT_TALB_REMOVED        40  /* entry removed: received = len or LAST */
+#define CNT_TALB_COMPLETED      40  /* LAST / last index: entry marked done  */
 #define CNT_TALB_INSERTED       41  /* entry inserted                        */
+#define CNT_TALB_LATE           42  /* hit on a done tensor (retransmission) */
+#define CNT_TALB_MIDSTREAM      43  /* unknown tensor, pkt_idx > 0: fallback */
 /* Last hop (DESIGN section 4): the option never reaches a host. */
 #define CNT_STRIPPED            44  /* option removed before a host port     */
 #define CNT_DROP_OPT_POSITION   45  /* option not first at a host edge       */

@@ -46,9 +46,9 @@ struct fwd_group {
 	__u8 sched[TALB_SCHED_MAX];             /* CASE 2 schedule of indices */
 };
 
-/* tensors (LRU hash): tensor_id -> one live tensor, Table I of the paper
+/* tensors (LRU hash): tensor_id -> one tensor, Table I of the paper
  * (tensor_id, tensor_len, received packets, previous port) plus what
- * removal and ageing need. */
+ * removal and ageing need. Live until TALB_TENSOR_DONE. */
 struct tensor_entry {
 	__u64 first_seen_ns;    /* bpf_ktime_get_ns (CLOCK_MONOTONIC) */
 	__u64 last_seen_ns;
@@ -57,7 +57,7 @@ struct tensor_entry {
 	__u32 received;         /* packets seen, this one included */
 	__u16 tensor_len;       /* packets, from the option */
 	__u8 layer;
-	__u8 flags;             /* reserved, 0 */
+	__u8 flags;             /* TALB_TENSOR_DONE */
 };
 
 /* group_state[group_id]: what the data path keeps per group (array map,

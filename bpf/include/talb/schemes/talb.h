@@ -8,17 +8,23 @@
  *
  *   untagged packet            -> fallback scheme (ECMP)      CNT_TALB_FALLBACK
  *   tagged, tensor table hit   -> previous port (integrity)   CNT_TALB_HIT
+ *        ... tensor done       -> previous port               CNT_TALB_LATE
  *        ... port gone/down    -> decide again, remember      CNT_TALB_REROUTE
- *   tagged, miss (new tensor)  -> CASE 1 or CASE 2, insert
+ *   tagged, miss, pkt_idx 0    -> CASE 1 or CASE 2, insert
  *        ... table full        -> fallback scheme, no insert  CNT_TALB_TABLE_FULL
+ *   tagged, miss, pkt_idx > 0  -> fallback scheme, no insert  CNT_TALB_MIDSTREAM
  *
  * Tensor table (Table I): `tensors`, tensor_id -> {tensor_len, received,
- * prev_port, layer, first/last seen}. An entry goes when received reaches
- * tensor_len or a LAST packet passes; a hit on an entry idle longer than
- * config tensor_idle_us removes it first (CNT_TALB_AGED: the packet starts
- * a new tensor); user space sweeps entries that are never hit again
+ * prev_port, layer, first/last seen}. A tensor is live from its first
+ * packet (pkt_idx 0) to its LAST packet (or the packet of index
+ * tensor_len - 1); then its entry is marked done -- no longer live, but
+ * kept for packets sent again after the last one -- until it is idle. A
+ * hit on an entry idle longer than config tensor_idle_us removes it first
+ * (CNT_TALB_AGED); user space sweeps entries that are never hit again
  * (agent/control.py sweep_tensors). A tensor that ends with its first
- * packet (tensor_len 1, or LAST) is decided but never inserted.
+ * packet (tensor_len 1, or LAST) is decided but never inserted. An unknown
+ * tensor's packet other than its first (pkt_idx > 0) follows the fallback
+ * (CNT_TALB_MIDSTREAM).
  *
  * Live layers are counted per forwarding group (group_state.live[layer]),
  * not per switch. Paper section III: CASE 1/2 look at the layers of the
@@ -221,10 +227,29 @@ static __always_inline void talb_account(__u32 gid, __u32 layer, __u32 delta)
 
 static __always_inline void talb_forget(__u32 id, struct tensor_entry *e)
 {
-	__u32 gid = e->group_id, layer = e->layer;
+	__u32 gid = e->group_id, layer = e->layer, done = e->flags & TALB_TENSOR_DONE;
 
-	if (tensors.delete(&id) == 0)
+	if (tensors.delete(&id) == 0 && !done)
 		talb_account(gid, layer, (__u32)-1);
+}
+
+/* A tensor's last packet went by: it is no longer live (live layers,
+ * occupancy), but its entry stays, marked done, so that packets sent again
+ * after it (TCP retransmissions of earlier segments come after the last
+ * one) still take its port; it goes when idle. The flip is a delete and a
+ * re-insert, so that of two CPUs completing one tensor only the one whose
+ * delete succeeded accounts for it (bcc 0.26 cannot use an atomic's
+ * result). */
+static __always_inline void talb_complete(__u32 id, struct tensor_entry *e)
+{
+	struct tensor_entry done = *e;
+
+	if (tensors.delete(&id) == 0) {
+		talb_account(done.group_id, done.layer, (__u32)-1);
+		done.flags |= TALB_TENSOR_DONE;
+		tensors.insert(&id, &done);
+		talb_count(CNT_TALB_COMPLETED);
+	}
 }
 
 /* The TaLB decision for a group of n >= 2 ports. Returns an index < n. */
@@ -272,10 +297,19 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 		if (i >= 0 && talb_port_up(e->prev_port)) {
 			idx = i;
 			decide = 0;
-			talb_count(CNT_TALB_HIT);
+			talb_count(e->flags & TALB_TENSOR_DONE ? CNT_TALB_LATE :
+				   CNT_TALB_HIT);
 		} else {
 			talb_count(CNT_TALB_REROUTE);
 		}
+	} else if (p->pkt_idx != 0) {
+		/* Unknown tensor, but not its first packet: its start was
+		 * not placed here (table full then, scheme switched since,
+		 * aged out). Placing it now could move it mid-way; the
+		 * fallback keeps the flow where its start went (if that was
+		 * the fallback too) and nothing is inserted. */
+		talb_count(CNT_TALB_MIDSTREAM);
+		return talb_fallback_select(p, g, cfg, dcnt);
 	} else if (p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST)) {
 		/* A new tensor that needs an entry (one that ends with
 		 * this packet is decided and forgotten). */
@@ -299,10 +333,13 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 			e->prev_port = g->ifindex[idx];
 		e->last_seen_ns = now;
 		__sync_fetch_and_add(&e->received, 1);
-		if (e->received >= e->tensor_len || (p->flags & TALB_PKT_LAST)) {
-			talb_forget(id, e);
-			talb_count(CNT_TALB_REMOVED);
-		}
+		/* Complete at the LAST flag or the last packet index -- not
+		 * when `received` reaches tensor_len: retransmissions count
+		 * too, and ended tensors early (their tails then placed as new
+		 * tensors, on other ports: seen on the live fabric). */
+		if (!(e->flags & TALB_TENSOR_DONE) &&
+		    ((p->flags & TALB_PKT_LAST) || p->pkt_idx + 1 >= e->tensor_len))
+			talb_complete(id, e);
 	} else if (insert) {
 		fresh.first_seen_ns = now;
 		fresh.last_seen_ns = now;
