@@ -17,7 +17,7 @@ from typing import Callable
 
 from pyroute2 import IPRoute
 
-from agent.control import program_switch
+from agent.control import program_switch, set_talb_config
 from agent.host_loader import HostDatapath
 from agent.loader import SwitchDatapath, ensure_bpffs
 from agent.maps import SwitchMaps
@@ -47,6 +47,10 @@ def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
     # The hash seed stays the loader's per-switch default (from the namespace
     # name): reproducible, and no two switches hash alike.
     program_switch(maps, port_rows, groups, scheme=scheme or topo.scheme)
+    # Packets are marked into the priority bands the topology's queues have
+    # (bpf: skb->priority = 1:(0x10+band)); the two must agree.
+    set_talb_config(maps, n_bands=len(topo.queue.bands),
+                    layers_per_band=topo.queue.layers_per_band)
 
 
 def _attach_switch(topo_dict: dict, prefix: str, name: str) -> str:

@@ -49,6 +49,15 @@ class QdiscReader:
                                 basic["bytes"], basic["packets"])
         raise LookupError(f"no root qdisc 1: on {ifname} in namespace {self.netns}")
 
+    def class_bytes(self, ifname: str) -> dict[int, int]:
+        """Bytes sent per HTB class of a port: {classid: bytes} (bands are 1:10, 1:11, ...)."""
+        index = self._ifindex(ifname)
+        out = {}
+        for cls in self._ipr.get_classes(index=index):
+            stats = dict(cls.get_attr("TCA_STATS2")["attrs"])
+            out[cls["handle"]] = stats["TCA_STATS_BASIC"]["bytes"]
+        return out
+
     def close(self) -> None:
         self._ipr.close()
 

@@ -85,6 +85,10 @@ class Queue:
     cburst: int = 15_000
     quantum: int | None = None
     bands: tuple[int, ...] = (1,)
+    # Tagged packets go to band 1 + layer // layers_per_band (the last band
+    # takes the rest); band 0 is untagged traffic. The switches mark packets
+    # with this mapping (agent/fabric.py), so it lives with the bands.
+    layers_per_band: int = 1
 
     @classmethod
     def from_value(cls, field: str, value) -> "Queue":
@@ -92,20 +96,22 @@ class Queue:
             return value
         if not isinstance(value, dict):
             raise TopologyError(field, f"must be a mapping like {{limit: 150kb, bands: [1]}}, got {value!r}")
-        check_keys(field, value, ("limit", "burst", "cburst", "quantum", "bands"))
+        check_keys(field, value, ("limit", "burst", "cburst", "quantum", "bands", "layers_per_band"))
         sizes = {k: check_size(f"{field}.{k}", value[k]) for k in ("limit", "burst", "cburst", "quantum")
                  if value.get(k) is not None}
         bands = value.get("bands", [1])
         if not isinstance(bands, (list, tuple)) or not 1 <= len(bands) <= MAX_BANDS:
             raise TopologyError(f"{field}.bands", f"must be a list of 1 to {MAX_BANDS} weights, got {bands!r}")
         weights = tuple(check_int(f"{field}.bands[{i}]", w, 1, 1000) for i, w in enumerate(bands))
-        return cls(bands=weights, **sizes)
+        per = check_int(f"{field}.layers_per_band", value.get("layers_per_band", 1), 1, 256)
+        return cls(bands=weights, layers_per_band=per, **sizes)
 
     def to_dict(self) -> dict:
         d = {k: format_size(getattr(self, k)) for k in ("limit", "burst", "cburst")}
         if self.quantum is not None:
             d["quantum"] = format_size(self.quantum)
         d["bands"] = list(self.bands)
+        d["layers_per_band"] = self.layers_per_band
         return d
 
 

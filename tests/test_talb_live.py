@@ -1,7 +1,8 @@
 """TaLB end to end on a live fabric: tagged tensors from real TCP senders,
 the switches' tensor tables, and the option removed before the receiver.
 
-Fabric: 2 spines, 2 leaves, 3 hosts per leaf, scheme talb. Workers h0, h1,
+Fabric: topologies/talb.yaml (2 spines, 2 leaves, 3 hosts per leaf, scheme
+talb, 4 priority bands). Workers h0, h1,
 h2 (leaf0) and h3 (leaf1) send to a parameter server h5 (leaf1): h0-h2 cross
 leaf0's two uplinks; h3 is local to the PS's leaf, where the first hop is
 also the last (strip before the first-hop clone).
@@ -13,12 +14,14 @@ import time
 import pytest
 
 from conftest import new_prefix
-from netns_topology import LeafSpine
+from agent.qdisc_stats import QdiscReader
+from netns_topology import load_topology
 from talb import paths, send, testbed
 from workload.capture import start_capture, tensor_ports
 
 pytestmark = pytest.mark.live
 
+TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
 WORKERS = ["h0", "h1", "h2", "h3"]
 PS = "h5"
 
@@ -27,7 +30,7 @@ PS = "h5"
 def fabric(request, bcc):
     prefix = new_prefix()
     request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(LeafSpine(spines=2, leaves=2, hosts_per_leaf=3, scheme="talb"), prefix)
+    testbed.up(load_topology(TOPOLOGY), prefix)
     return prefix
 
 
@@ -93,3 +96,18 @@ def test_tensor_tables_empty_afterwards(fabric, exchange):
             break
         time.sleep(0.2)
     assert not left, f"tensor entries left behind: {left}"
+
+
+def test_tensors_queue_in_their_layers_band(fabric, exchange):
+    """Layer 0, 1, 2 tensors are marked into bands 1, 2, 3 (HTB classes
+    1:11, 1:12, 1:13) of every port they leave through."""
+    prefix = fabric
+    band = {layer: 0x10011 + layer for layer in range(3)}
+    with QdiscReader(paths.netns_name(prefix, "leaf0")) as reader:
+        sent = [reader.class_bytes(p) for p in ("spine0", "spine1")]
+    per_band = {cid: sum(s.get(cid, 0) for s in sent) for cid in band.values()}
+    # h0-h2 each sent 4 tensors of 120 kB per layer across these uplinks.
+    assert all(nbytes > 3 * 4 * 120_000 for nbytes in per_band.values()), per_band
+    with QdiscReader(paths.netns_name(prefix, "leaf1")) as reader:
+        to_ps = reader.class_bytes(PS)
+    assert all(to_ps.get(cid, 0) > 4 * 4 * 120_000 for cid in band.values()), to_ps

@@ -79,6 +79,7 @@ BAD = [
     ({"queue": {"bands": []}}, "queue.bands: must be a list of 1 to 8 weights, got []"),
     ({"queue": {"bands": [1, 0]}}, "queue.bands[1]: must be an integer between 1 and 1000, got 0"),
     ({"queue": {"bands": [1] * 9}}, "queue.bands: must be a list of 1 to 8 weights"),
+    ({"queue": {"layers_per_band": 0}}, "queue.layers_per_band: must be an integer between 1 and 256, got 0"),
     ({"link_rate": "1kbit", "queue": {"burst": "100kb"}}, "queue.burst: 100000 bytes take longer than HTB"),
     ({"tcp_cc": "Cubic!"}, "tcp_cc: must be a lowercase word, got 'Cubic!'"),
     ({"scheme": "hula"}, "scheme: must be one of ecmp, rps, letflow, drill, conga, talb, got 'hula'"),
@@ -156,6 +157,7 @@ def test_defaults():
     assert topo.host_link_rate == topo.link_rate == 100_000_000
     q = topo.queue
     assert (q.limit, q.burst, q.cburst, q.quantum, q.bands) == (150_000, 15_000, 15_000, None, (1,))
+    assert q.layers_per_band == 1
     assert len(topo.links) == 8
     assert sum(link.kind == "host" for link in topo.links) == 4
     assert all(link.up and link.rate_bps == 100_000_000 for link in topo.links)
