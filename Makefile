@@ -40,6 +40,7 @@ test: setup
 
 bench: setup
 	$(TALB) bench datapath
+	$(PYTEST) -m bench -s -q
 
 clean:
 	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(PREFIX) || true

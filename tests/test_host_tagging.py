@@ -351,6 +351,7 @@ def test_every_packet_counted_exactly_once(host):
     assert c["tagged"] == 3
 
 
+@pytest.mark.bench
 def test_tagging_cost(host, bcc, record_property, capsys):
     """ns per packet (BPF_PROG_TEST_RUN), against an empty program.
 
@@ -391,7 +392,7 @@ def test_tagging_cost(host, bcc, record_property, capsys):
     with capsys.disabled():
         print("\n  host tagging cost (BPF_PROG_TEST_RUN, 1514 B frames): "
               + ", ".join(f"{k} {v}" for k, v in numbers.items()))
-    assert tag_1 > 0 and search < 2000  # sanity, not a benchmark gate
+    assert host.counters()["tagged"] >= runs  # the timed path is the tagging one
 
 
 # ====================================================================================
