@@ -1,0 +1,184 @@
+"""What each managed switch's ports are (name, rate, buffer) and how its
+forwarding groups follow link state.
+
+Two sources, one per way of running the agent:
+
+* :class:`TopologyRouting` (``talb agent --prefix P``): the testbed's
+  topology (state file) is the truth. A link is down when any port of it
+  that the agent watches is down; the topology is updated
+  (``set_link(a, b, up=False)``) and every switch whose forwarding state no
+  longer matches it is reprogrammed (the groups ``agent.fabric.program_fabric``
+  would install), so
+  that routing stays consistent across the fabric (a spine cut off from a
+  leaf is also avoided by the other leaves). Links between the same two
+  nodes are one link here: any of them down takes all down.
+* :class:`LocalRouting` (``talb agent --switch NAME``, as on a real switch):
+  only the switch's own maps and interfaces. The groups installed when the
+  agent starts are the configuration; a down port is left out of them, a
+  destination whose ports are all down is removed (the bridge carries it).
+  Rates and buffers come from each port's HTB root and bfifo leaf.
+
+Either way ``program_switch`` does the writes: each group is one hash-map
+value, replaced atomically. The scheme running on the switch is kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.control import program_switch, read_config
+from agent.linkstate import LinkWatcher
+from agent.maps import PORT_HOST, PORT_UP, SwitchMaps
+from talb import paths
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    name: str
+    rate_bps: int
+    kind: str                 # "host" or "fabric"
+    queue_limit_bytes: int    # one band's drop-tail buffer
+
+
+def installed_state(maps: SwitchMaps) -> tuple[dict, dict]:
+    """(routes ``{ip: (ifindex, ...)}``, ports ``{ifindex: (port_id, flags)}``)
+    as the data path has them now."""
+    groups = {gid: tuple(g.ports()) for gid, g in maps.groups.items()}
+    routes = {str(k): groups.get(gid, ()) for k, gid in maps.fwd.items()}
+    ports = {ifindex: (p.port_id, p.flags) for ifindex, p in maps.ports.items()}
+    return routes, ports
+
+
+def _wanted_ports(rows) -> dict:
+    return {ifindex: (pid, (PORT_HOST if host else 0) | (PORT_UP if up else 0))
+            for pid, (_name, ifindex, host, up) in enumerate(rows)}
+
+
+class TopologyRouting:
+    """Prefix mode: every switch of a testbed, routed from its topology."""
+
+    def __init__(self, topo, prefix: str):
+        self.topo, self.prefix = topo, prefix
+
+    @property
+    def switches(self) -> list[str]:
+        return [s.name for s in self.topo.switches]
+
+    def netns(self, switch: str) -> str:
+        return paths.netns_name(self.prefix, switch)
+
+    def ports(self, switch: str) -> list[PortSpec]:
+        limit = self.topo.queue.limit
+        return [PortSpec(p.name, p.rate_bps, p.kind, limit) for p in self.topo.ports(switch)]
+
+    def _update_links(self, watchers: dict[str, LinkWatcher]) -> bool:
+        pairs: dict[frozenset, tuple[str, str, bool, bool]] = {}
+        for link in self.topo.links:
+            ends = [(n, p) for n, p in ((link.a, link.a_port), (link.b, link.b_port)) if n in watchers]
+            if not ends:
+                continue
+            key = frozenset((link.a, link.b))
+            up = all(watchers[n].up(p) for n, p in ends)
+            _, _, was, now = pairs.get(key, (link.a, link.b, link.up, True))
+            pairs[key] = (link.a, link.b, was, now and up)
+        changed = False
+        for a, b, was, now in pairs.values():
+            if was != now:
+                self.topo.set_link(a, b, up=now)
+                changed = True
+        return changed
+
+    def _wanted(self, switch: str, watcher: LinkWatcher) -> tuple[list, dict]:
+        """Port rows and routes of ``switch`` as ``agent.fabric.program_fabric``
+        derives them, with ifindexes from the watcher (no netlink lookup: a
+        regroup must fit in a window or two)."""
+        ports = self.topo.ports(switch)
+        index = {p.name: watcher.ifindex(p.name) for p in ports}
+        rows = [(p.name, index[p.name], p.kind == "host", p.up) for p in ports]
+        routes = {ip: tuple(index[n] for n in names)
+                  for ip, names in self.topo.forwarding_groups(switch).items()}
+        return rows, routes
+
+    def sync(self, watchers: dict[str, LinkWatcher], maps: dict[str, SwitchMaps]) -> list[str]:
+        """Bring every switch in line with link state; the switches reprogrammed."""
+        self._update_links(watchers)
+        done = []
+        for switch, m in maps.items():
+            rows, routes = self._wanted(switch, watchers[switch])
+            if (routes, _wanted_ports(rows)) != installed_state(m):
+                program_switch(m, rows, {ip: list(t) for ip, t in routes.items()},
+                               scheme=read_config(m)["scheme"])
+                done.append(switch)
+        return done
+
+
+def _htb_port(ipr, netns: str, ifname: str) -> tuple[int, int]:
+    """(rate bit/s of HTB class 1:1, byte limit of band 0's bfifo) of a port."""
+    import netns_topology.qdisc as q  # registers pyroute2's bfifo decoder
+
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise LookupError(f"no interface {ifname!r} in namespace {netns}")
+    rate = limit = None
+    for cls in ipr.get_classes(found[0]):
+        opts = cls.get_attr("TCA_OPTIONS")
+        if cls["handle"] == q.PARENT_CLASS and opts is not None:
+            rate = (opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]) * 8
+    for qd in ipr.get_qdiscs(found[0]):
+        if qd["handle"] == q.band_qdisc_handle(0):
+            limit = (qd.get_attr("TCA_OPTIONS") or {}).get("limit")
+    if not rate or not limit:
+        raise LookupError(f"port {ifname} ({netns}): no HTB root with class 1:1 and a bfifo "
+                          f"band 0 (netns_topology/qdisc.py): the agent needs the link rate "
+                          f"and buffer of every port")
+    return int(rate), int(limit)
+
+
+class LocalRouting:
+    """Switch mode: one switch, from its own maps and interfaces."""
+
+    def __init__(self, switch: str, netns: str | None, maps: SwitchMaps, watcher: LinkWatcher):
+        from pyroute2 import IPRoute
+
+        self.switch, self._netns = switch, netns
+        names = {link.ifindex: name for name, link in watcher.links.items()}
+        installed = sorted(maps.ports.items(), key=lambda kv: kv[1].port_id)
+        if not installed:
+            raise LookupError(f"switch {switch}: no ports installed in its maps "
+                              f"(is its data path programmed?)")
+        self._rows = []  # (name, ifindex, is_host), by port id
+        for pid, (ifindex, info) in enumerate(installed):
+            if info.port_id != pid or ifindex not in names:
+                raise LookupError(f"switch {switch}: installed ports are not ids 0..n-1 of "
+                                  f"interfaces in {netns or 'this namespace'}")
+            self._rows.append((names[ifindex], ifindex, bool(info.flags & PORT_HOST)))
+        self._routes, _ = installed_state(maps)
+        with (IPRoute(netns=netns, flags=0) if netns else IPRoute()) as ipr:
+            self._ports = []
+            for name, _ifindex, host in self._rows:
+                rate, limit = _htb_port(ipr, netns, name)
+                self._ports.append(PortSpec(name, rate, "host" if host else "fabric", limit))
+
+    @property
+    def switches(self) -> list[str]:
+        return [self.switch]
+
+    def netns(self, switch: str) -> str | None:
+        return self._netns
+
+    def ports(self, switch: str) -> list[PortSpec]:
+        return list(self._ports)
+
+    def sync(self, watchers: dict[str, LinkWatcher], maps: dict[str, SwitchMaps]) -> list[str]:
+        watcher, m = watchers[self.switch], maps[self.switch]
+        up = {ifindex: watcher.up(name) for name, ifindex, _ in self._rows}
+        rows = [(name, ifindex, host, up[ifindex]) for name, ifindex, host in self._rows]
+        routes = {}
+        for ip, members in self._routes.items():
+            live = tuple(x for x in members if up.get(x))
+            if live:
+                routes[ip] = live
+        if (routes, _wanted_ports(rows)) == installed_state(m):
+            return []
+        program_switch(m, rows, {ip: list(t) for ip, t in routes.items()},
+                       scheme=read_config(m)["scheme"])
+        return [self.switch]

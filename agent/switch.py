@@ -1,0 +1,221 @@
+"""One switch, each window: read its counters, compute U, E[W] and the PCM
+of every multipath group, publish them to its maps.
+
+Readings are immutable snapshots (:class:`SwitchReading`); the metrics
+exporter and the snapshot file read the latest one from other threads.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from agent import pcm as pcm_math
+from agent.config import AgentConfig
+from agent.control import publish_pcm, read_config, tensor_occupancy
+from agent.linkstate import LinkWatcher
+from agent.maps import COUNTER_NAMES, SwitchMaps
+from agent.routing import PortSpec
+from agent.rtnl import QdiscStats, Rtnl
+from agent.statsread import PerCpuArrayReader
+from agent.window import CounterWindow
+
+log = logging.getLogger("talb.agent")
+
+_TX_BYTES, _TX_PACKETS = 3, 2  # fields of struct port_stats
+
+
+@dataclass(frozen=True)
+class PortReading:
+    name: str
+    kind: str
+    rate_bps: int
+    up: bool
+    tx_bytes: int                  # cumulative, from the kernel
+    tx_packets: int
+    utilization: float | None      # None until the first window
+    delay_model: float | None      # seconds
+    delay_measured: float | None   # seconds, from the latest qdisc reading
+    backlog_bytes: int | None
+    qdisc_drops: int | None        # cumulative, root qdisc of the port
+
+
+@dataclass(frozen=True)
+class GroupReading:
+    gid: int
+    label: str                     # port names joined by "+"
+    ports: tuple[str, ...]         # distinct ports, group order
+    pcm: tuple[float, ...]
+    weights: tuple[float, ...]     # normalised 1 - P_i
+
+
+@dataclass(frozen=True)
+class SwitchReading:
+    name: str
+    t: float                       # monotonic time of the reading
+    dt: float | None               # length of the window it closes
+    ports: tuple[PortReading, ...]
+    groups: tuple[GroupReading, ...]
+    counters: dict                 # CNT_* name -> packets (latest housekeeping)
+    scheme: str | None
+    tensors: int | None            # live tensor table entries
+
+
+@dataclass(frozen=True)
+class _Port:
+    spec: PortSpec
+    ifindex: int
+    port_id: int
+    max_wait_s: float              # the buffer's drain time (M/D/1 cap)
+
+
+@dataclass(frozen=True)
+class _Group:
+    gid: int
+    members: tuple[int, ...]       # ifindexes as installed (publish_pcm's key)
+    distinct: tuple[int, ...]
+    names: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return "+".join(self.names)
+
+
+class SwitchMonitor:
+    """The agent's handle on one switch: maps (from pins), netlink sockets,
+    the window state."""
+
+    def __init__(self, name: str, netns: str | None, pin_dir: str | os.PathLike,
+                 config: AgentConfig):
+        self.name, self.netns, self.config = name, netns, config
+        self.maps = SwitchMaps(pin_dir)
+        self.rtnl = self.links = None
+        try:
+            self.rtnl = Rtnl(netns)
+            self.links = LinkWatcher(netns, self.rtnl)
+            self._counters = PerCpuArrayReader(self.maps.counters, len(COUNTER_NAMES),
+                                               config.read_strategy)
+        except BaseException:
+            self.close()
+            raise
+        self._ports: list[_Port] = []
+        self._groups: list[_Group] = []
+        self._window = CounterWindow()
+        self._qdiscs: dict[int, QdiscStats] = {}
+        self._slow = {"counters": {}, "scheme": None, "tensors": None}
+        self.latest: SwitchReading | None = None
+
+    # -- set-up --------------------------------------------------------------
+    def bind(self, specs: list[PortSpec]) -> None:
+        """Attach the port descriptions (rates, buffers) to installed port ids."""
+        installed = {ifindex: p.port_id for ifindex, p in self.maps.ports.items()}
+        ports = []
+        for spec in specs:
+            ifindex = self.links.ifindex(spec.name)
+            if ifindex not in installed:
+                raise LookupError(f"switch {self.name}: port {spec.name} (ifindex {ifindex}) "
+                                  f"is not installed in its maps")
+            ports.append(_Port(spec, ifindex, installed[ifindex],
+                               spec.queue_limit_bytes * 8 / spec.rate_bps))
+        self._ports = ports
+        self._reader = PerCpuArrayReader(self.maps.port_stats,
+                                         max(p.port_id for p in ports) + 1,
+                                         self.config.read_strategy)
+        self.refresh_groups()
+
+    @property
+    def read_strategy(self) -> str:
+        return self._reader.strategy
+
+    def refresh_groups(self) -> None:
+        """Re-read the installed groups (after a reprogramming)."""
+        names = {p.ifindex: p.spec.name for p in self._ports}
+        groups = []
+        for gid, g in sorted(self.maps.groups.items()):
+            members = tuple(g.ports())
+            distinct = tuple(dict.fromkeys(members))
+            if len(distinct) < 2:  # one port: no decision, nothing to publish
+                continue
+            if any(x not in names for x in distinct):
+                log.warning("%s: group %d has ports outside the switch's ports: %s",
+                            self.name, gid, members)
+                continue
+            groups.append(_Group(gid, members, distinct, tuple(names[x] for x in distinct)))
+        self._groups = groups
+
+    # -- each window ---------------------------------------------------------------
+    def poll_links(self) -> bool:
+        return self.links.poll()
+
+    def window(self, now: float, read_qdiscs: bool) -> SwitchReading:
+        """Read, compute and publish one window ending at monotonic ``now``."""
+        stats = self._reader.read()
+        totals = {p.ifindex: (stats[p.port_id][_TX_BYTES], stats[p.port_id][_TX_PACKETS])
+                  for p in self._ports}
+        win = self._window.advance(now, totals)
+        if read_qdiscs:
+            self._qdiscs = self.rtnl.root_qdiscs()
+        measured = self.config.pcm_delay == "measured"
+
+        util, delay, readings = {}, {}, []
+        for p in self._ports:
+            q = self._qdiscs.get(p.ifindex)
+            d_meas = pcm_math.measured_delay(q.backlog_bytes, p.spec.rate_bps) if q else None
+            u = d_model = None
+            if win is not None:
+                tx_bytes, tx_packets = win.deltas[p.ifindex]
+                load = pcm_math.PortLoad(tx_bytes, tx_packets, p.spec.rate_bps, win.dt_s)
+                u = pcm_math.utilization(load)
+                d_model = pcm_math.md1_delay(load, p.max_wait_s)
+                util[p.ifindex] = u
+                delay[p.ifindex] = (d_meas or 0.0) if measured else d_model
+            readings.append(PortReading(
+                p.spec.name, p.spec.kind, p.spec.rate_bps, self.links.up(p.spec.name),
+                totals[p.ifindex][0], totals[p.ifindex][1], u, d_model, d_meas,
+                q.backlog_bytes if q else None, q.drops if q else None))
+
+        groups = []
+        if win is not None:
+            for g in self._groups:
+                pcm = pcm_math.group_pcm([util[x] for x in g.distinct],
+                                         [delay[x] for x in g.distinct],
+                                         self.config.w1, self.config.w2)
+                if self._publish(g, dict(zip(g.distinct, pcm))):
+                    groups.append(GroupReading(g.gid, g.label, g.names,
+                                               tuple(pcm), tuple(pcm_math.wrr_weights(pcm))))
+        reading = SwitchReading(self.name, now, win.dt_s if win else None, tuple(readings),
+                                tuple(groups), self._slow["counters"], self._slow["scheme"],
+                                self._slow["tensors"])
+        self.latest = reading
+        return reading
+
+    def _publish(self, g: _Group, pcm: dict[int, float]) -> bool:
+        try:
+            publish_pcm(self.maps, g.members, pcm, threshold=self.config.threshold)
+        except ValueError as exc:
+            # Reprogrammed behind our back (talb testbed, another tool): re-read.
+            log.warning("%s: %s; re-reading the groups", self.name, exc)
+            self.refresh_groups()
+            return False
+        return True
+
+    # -- less often -------------------------------------------------------------------
+    def housekeeping(self, read_qdiscs: bool) -> None:
+        """Data-path counters, scheme and tensor table size (and the qdiscs,
+        when the window does not read them)."""
+        values = self._counters.read()
+        self._slow = {
+            "counters": {n: v[0] for n, v in zip(COUNTER_NAMES, values)
+                         if not n.startswith("reserved_")},
+            "scheme": read_config(self.maps)["scheme"],
+            "tensors": tensor_occupancy(self.maps),
+        }
+        if read_qdiscs:
+            self._qdiscs = self.rtnl.root_qdiscs()
+
+    def close(self) -> None:
+        if self.links is not None:
+            self.links.close()
+        if self.rtnl is not None:
+            self.rtnl.close()
+        self.maps.close()
