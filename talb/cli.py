@@ -453,5 +453,8 @@ def bench_datapath(repeat, duration, json_out):
         console.print(f"results written to {json_out}")
 
 
+from talb import cli_agent  # noqa: E402
+cli_agent.register(main)
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,184 @@
+"""Prometheus exporter of the agent (``/metrics``, prometheus-client).
+
+Port, group and data-path series come from the agent's latest readings,
+built at scrape time by a custom collector (no per-window cost). Counters
+(``*_total``) are the kernel's own cumulative counters, so they continue
+across agent restarts. The loop's own timing is in histograms and
+counters updated every window.
+
+Labels: ``switch``, ``port``, ``group`` (the group's ports joined by "+").
+"""
+from __future__ import annotations
+
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics,
+                               start_http_server)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from agent.loop import Agent
+
+# Loop timing buckets: tenths of a ms up to a second (a window is a few ms).
+_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05,
+            0.1, 0.25, 1.0)
+
+#: counters of multipath decisions -> (scheme, case). TaLB's decisions
+#: split into table hits and new tensors by case; CNT_TALB_THRESHOLD is
+#: the part of CASE 1 sent back to the lowest-PCM port by S. ECMP's count
+#: includes TaLB's fallback (untagged packets, full table).
+DECISIONS = {
+    "decision_ecmp": ("ecmp", "hash"),
+    "talb_hit": ("talb", "table_hit"),
+    "talb_case2": ("talb", "case2"),
+    "talb_threshold": ("talb", "case1_threshold"),
+    "decision_single": ("none", "single_port"),
+}
+
+
+def decisions(counters: dict) -> list[tuple[str, str, int]]:
+    """(scheme, case, packets) from the data path's counters; the cases of a
+    scheme do not overlap."""
+    out = [(*DECISIONS[name], counters[name]) for name in DECISIONS if name in counters]
+    if "talb_case1" in counters:
+        rank = max(0, counters["talb_case1"] - counters.get("talb_threshold", 0))
+        out.append(("talb", "case1", rank))
+    return out
+
+
+def drops(counters: dict) -> list[tuple[str, int]]:
+    """Packets the program dropped, by reason (CNT_DROP_*). ``released``
+    (first-hop originals freed after their clone was sent) is not a drop,
+    although clsact counts it as one."""
+    return [(name[len("drop_"):], v) for name, v in counters.items() if name.startswith("drop_")]
+
+
+class AgentMetrics:
+    """Registry + loop observer + HTTP server."""
+
+    def __init__(self):
+        # *_created series would double every counter for no use here.
+        disable_created_metrics()
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.loop_duration = Histogram("talb_agent_loop_duration_seconds",
+                                       "Time one window's work took", buckets=_BUCKETS, registry=r)
+        self.loop_lag = Histogram("talb_agent_loop_lag_seconds",
+                                  "How late a window started against its schedule",
+                                  buckets=_BUCKETS, registry=r)
+        self.windows = Counter("talb_agent_windows", "Windows run", registry=r)
+        self.slow = Counter("talb_agent_slow_windows",
+                            "Windows whose work took longer than the window", registry=r)
+        self.missed = Counter("talb_agent_missed_windows",
+                              "Scheduled windows skipped because the loop was a whole window or "
+                              "more behind (the next window covers their time)", registry=r)
+        self.errors = Counter("talb_agent_window_errors", "Windows that failed with an error",
+                              registry=r)
+        self._info = Gauge("talb_agent_info", "The agent process (value 1)",
+                           ["mode", "target", "pid"], registry=r)
+        #: plain copies of the counters, for the snapshot file
+        self.counts = {"windows": 0, "slow": 0, "missed": 0, "errors": 0}
+        self._server = None
+
+    def describe_agent(self, mode: str, target: str, pid: int) -> None:
+        self._info.labels(mode, target, str(pid)).set(1)
+
+    # -- LoopObserver ----------------------------------------------------------------
+    def window_done(self, duration_s: float, lag_s: float, slow: bool, missed: int) -> None:
+        self.loop_duration.observe(duration_s)
+        self.loop_lag.observe(max(0.0, lag_s))
+        self.windows.inc()
+        self.counts["windows"] += 1
+        if slow:
+            self.slow.inc()
+            self.counts["slow"] += 1
+        if missed:
+            self.missed.inc(missed)
+            self.counts["missed"] += missed
+
+    def window_failed(self, exc: BaseException) -> None:
+        self.errors.inc()
+        self.counts["errors"] += 1
+
+    # -- exporting -------------------------------------------------------------------
+    def watch(self, agent: Agent) -> None:
+        self.registry.register(_ReadingsCollector(agent))
+
+    def serve(self, addr: str, port: int) -> None:
+        self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _ReadingsCollector:
+    def __init__(self, agent: Agent):
+        self.agent = agent
+
+    def describe(self):
+        return []  # series depend on the fabric: nothing to declare up front
+
+    def collect(self):
+        sp = ["switch", "port"]
+        spg = ["switch", "port", "group"]
+        util = GaugeMetricFamily("talb_port_utilization_ratio",
+                                 "Eq. 1: bytes sent in the last window over link capacity", labels=sp)
+        delay = GaugeMetricFamily("talb_port_queue_delay_seconds",
+                                  "Mean queueing + service delay: M/D/1 model (Eq. 3/4) or "
+                                  "measured qdisc backlog over capacity",
+                                  labels=[*sp, "source"])
+        pcm = GaugeMetricFamily("talb_port_pcm", "Port congestion metric P_i (Eq. 5) in its group",
+                                labels=spg)
+        weight = GaugeMetricFamily("talb_port_wrr_weight",
+                                   "CASE 2 weight 1 - P_i, normalised over the group", labels=spg)
+        tx_bytes = CounterMetricFamily("talb_port_tx_bytes",
+                                       "Bytes the program sent out of the port", labels=sp)
+        tx_packets = CounterMetricFamily("talb_port_tx_packets",
+                                         "Packets the program sent out of the port", labels=sp)
+        backlog = GaugeMetricFamily("talb_port_qdisc_backlog_bytes",
+                                    "Bytes queued in the port's egress qdisc (HTB root)", labels=sp)
+        qdrops = CounterMetricFamily("talb_port_qdisc_drops",
+                                     "Packets the port's egress qdisc dropped (HTB root)", labels=sp)
+        up = GaugeMetricFamily("talb_port_up", "1 if the port is up with carrier", labels=sp)
+        tensors = GaugeMetricFamily("talb_tensor_table_entries", "Live tensor table entries",
+                                    labels=["switch"])
+        dec = CounterMetricFamily("talb_decisions",
+                                  "Multipath forwarding decisions by scheme and case",
+                                  labels=["switch", "scheme", "case"])
+        drop = CounterMetricFamily("talb_drops", "Packets the switch program dropped, by reason",
+                                   labels=["switch", "reason"])
+        events = CounterMetricFamily("talb_datapath_packets",
+                                     "Every data-path counter (CNT_* in constants.h), by name",
+                                     labels=["switch", "counter"])
+        scheme = GaugeMetricFamily("talb_scheme_info", "Load-balancing scheme of the switch",
+                                   labels=["switch", "scheme"])
+        for sw, r in sorted(self.agent.latest.items()):
+            for p in r.ports:
+                lab = [sw, p.name]
+                if p.utilization is not None:
+                    util.add_metric(lab, p.utilization)
+                    delay.add_metric([*lab, "model"], p.delay_model)
+                if p.delay_measured is not None:
+                    delay.add_metric([*lab, "measured"], p.delay_measured)
+                tx_bytes.add_metric(lab, p.tx_bytes)
+                tx_packets.add_metric(lab, p.tx_packets)
+                if p.backlog_bytes is not None:
+                    backlog.add_metric(lab, p.backlog_bytes)
+                    qdrops.add_metric(lab, p.qdisc_drops)
+                up.add_metric(lab, 1.0 if p.up else 0.0)
+            for g in r.groups:
+                for port, pv, wv in zip(g.ports, g.pcm, g.weights):
+                    pcm.add_metric([sw, port, g.label], pv)
+                    weight.add_metric([sw, port, g.label], wv)
+            if r.tensors is not None:
+                tensors.add_metric([sw], r.tensors)
+            for sch, case, v in decisions(r.counters):
+                dec.add_metric([sw, sch, case], v)
+            for reason, v in drops(r.counters):
+                drop.add_metric([sw, reason], v)
+            for name, v in r.counters.items():
+                events.add_metric([sw, name], v)
+            if r.scheme is not None:
+                scheme.add_metric([sw, r.scheme], 1.0)
+        yield from (util, delay, pcm, weight, tx_bytes, tx_packets, backlog, qdrops, up,
+                    tensors, dec, drop, events, scheme)

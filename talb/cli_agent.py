@@ -1,0 +1,133 @@
+"""`talb agent`, `talb top` and `talb bench agent`, registered on the main
+command group by :func:`register` (talb/cli.py calls it)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from agent.config import (DEFAULT_METRICS_PORT, DEFAULT_WINDOW_S, LOG_LEVELS, PCM_DELAY_MODES,
+                          AgentConfig, ConfigError)
+from agent.statsread import STRATEGIES
+from talb import paths, testbed
+
+PREFIX_HELP = "Name prefix of the testbed's namespaces (<prefix>-<node>)."
+
+
+def _threshold(value: str) -> float | None:
+    if value.strip().lower() == "max":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"--threshold: 'max' or a number in [0, 1], got {value!r}") from None
+
+
+@click.command("agent")
+@click.option("--prefix", default=paths.DEFAULT_PREFIX, show_default=True, help=PREFIX_HELP)
+@click.option("--switch", help="Manage this one switch only, from its own maps and interfaces "
+                               "(as on a real switch). Default: every switch of the testbed.")
+@click.option("--netns", help="With --switch: its network namespace "
+                              "[<prefix>-<switch> if it exists, else the agent's own].")
+@click.option("--pin-dir", type=click.Path(file_okay=False),
+              help="With --switch: directory of its pinned maps [/run/talb/bpffs/<prefix>/<switch>].")
+@click.option("--window-ms", type=float, default=DEFAULT_WINDOW_S * 1e3, show_default=True,
+              help="Window T in ms: counters read, PCM computed and published every T.")
+@click.option("--w1", type=float, default=1.0, show_default=True,
+              help="Weight W1 of utilisation in the PCM (Eq. 5).")
+@click.option("--w2", type=float, default=1.0, show_default=True,
+              help="Weight W2 of queueing delay in the PCM (Eq. 5).")
+@click.option("--threshold", default="max", show_default=True,
+              help="TaLB's CASE 1 threshold S in [0, 1]; 'max': the group's largest PCM.")
+@click.option("--pcm-delay", type=click.Choice(PCM_DELAY_MODES), default="model", show_default=True,
+              help="Queueing delay in the PCM: M/D/1 model (Eq. 3/4) or measured qdisc backlog.")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+              help="Address of the Prometheus /metrics endpoint.")
+@click.option("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, show_default=True,
+              help="Port of the Prometheus /metrics endpoint.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
+@click.option("--read-strategy", type=click.Choice(STRATEGIES), default="auto", show_default=True,
+              help="Per-CPU counter reads: one BPF_MAP_LOOKUP_BATCH, or a lookup per port.")
+@click.option("--stats-interval-ms", type=float, default=100.0, show_default=True,
+              help="Data-path counters, tensor table and (model mode) qdisc stats every this often.")
+def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_delay,
+              metrics_addr, metrics_port, log_level, read_strategy, stats_interval_ms):
+    """Run the PCM loop: port counters -> utilisation, queueing delay -> PCM ->
+    weights in the switches' maps, every window; Prometheus metrics on /metrics.
+
+    Runs until Ctrl-C / SIGTERM (or until the testbed is removed). The data
+    path keeps forwarding with the last weights while no agent runs.
+    """
+    from agent import daemon
+
+    if switch is None and (netns or pin_dir):
+        raise ConfigError("--netns/--pin-dir: only with --switch (prefix mode finds every "
+                          "switch from the testbed's state file)")
+    config = AgentConfig(window_s=window_ms / 1e3, w1=w1, w2=w2, threshold=_threshold(threshold),
+                         pcm_delay=pcm_delay, metrics_addr=metrics_addr, metrics_port=metrics_port,
+                         log_level=log_level, read_strategy=read_strategy,
+                         stats_interval_s=stats_interval_ms / 1e3)
+    testbed.require_root()
+    try:
+        code = daemon.run(config, prefix=prefix, switch=switch, netns=netns, pin_dir=pin_dir)
+    except (daemon.AgentError, OSError, LookupError) as exc:
+        raise testbed.TestbedError(str(exc)) from None
+    raise SystemExit(code)
+
+
+@click.command("top")
+@click.option("--prefix", default=paths.DEFAULT_PREFIX, show_default=True, help=PREFIX_HELP)
+@click.option("--once", is_flag=True, help="Print one frame and exit.")
+@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True,
+              help="Seconds between refreshes.")
+def top_cmd(prefix, once, interval):
+    """Live view of the agent: utilisation, delay, PCM, weight and state of every port."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from agent.top import render
+
+    paths.check_prefix(prefix)
+    console = Console(highlight=False)
+    if once:
+        console.print(render(prefix))
+        return
+    try:
+        with Live(render(prefix), console=console, refresh_per_second=4, screen=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render(prefix))
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command("agent")
+@click.option("--ports", default="16,64,256", show_default=True,
+              help="Port counts to measure (comma-separated).")
+@click.option("--windows", type=click.IntRange(10, 10**6), default=1000, show_default=True,
+              help="Windows timed per configuration.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the results here.")
+def bench_agent_cmd(ports, windows, json_out):
+    """Cost of one agent window for N ports (per-key vs batched counter
+    reads), and the highest window rate the loop sustains."""
+    from bench.agent_loop import run_all
+
+    testbed.require_root()
+    try:
+        counts = [int(x) for x in ports.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--ports: comma-separated integers, got {ports!r}") from None
+    results = run_all(counts, windows=windows, say=click.echo)
+    if json_out:
+        Path(json_out).write_text(json.dumps(results, indent=2))
+        click.echo(f"results written to {json_out}")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(agent_cmd)
+    main.add_command(top_cmd)
+    bench = main.commands.get("bench")
+    if isinstance(bench, click.Group):
+        bench.add_command(bench_agent_cmd)
