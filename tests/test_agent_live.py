@@ -1,0 +1,385 @@
+"""The agent on a live fabric: PCM from real TCP, link state, crash and restart.
+
+Fabric: 2 spines, 2 leaves, 2 hosts per leaf, 100 Mbit/s, with leaf0's
+uplink to spine1 at half rate (50 Mbit/s). The agent runs detached
+(agent.daemon.start_background), as `talb testbed up` starts it.
+
+Flows are pinned to an uplink: the data path's ECMP hash is reproduced in
+Python (agent.control.ecmp_index) and iperf3 picks the client port that
+hashes onto the wanted uplink, so every run loads the same ports.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from contextlib import contextmanager
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent import daemon
+from agent.control import ecmp_index, read_config, read_groups, read_port_stats, set_scheme
+from agent.maps import SwitchMaps
+from conftest import new_prefix
+from netns_topology import LeafSpine
+from talb import paths, send, testbed
+from workload.iperf import run_iperf3
+
+pytestmark = pytest.mark.live
+
+WINDOW_S = 0.005
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def fabric(request, bcc):
+    prefix = new_prefix()
+    topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
+    topo.set_link("leaf0", "spine1", rate="50mbit")
+
+    def cleanup():
+        daemon.stop_background(prefix)
+        testbed.down(prefix)
+
+    request.addfinalizer(cleanup)
+    testbed.up(topo, prefix)
+    return prefix, topo
+
+
+@pytest.fixture(scope="module")
+def agent(fabric):
+    prefix, _ = fabric
+    port = free_port()
+    pid = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=port)
+    return {"pid": pid, "port": port}
+
+
+def ns(prefix, node):
+    return paths.netns_name(prefix, node)
+
+
+def host_ip(topo, name):
+    return next(h.ip for h in topo.hosts if h.name == name)
+
+
+def scrape(port) -> dict:
+    """{(name, frozenset(labels)): value} of one /metrics page."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(body) for s in fam.samples}
+
+
+def series(page, name, **labels):
+    want = set(labels.items())
+    return {dict(k)["port"] if "port" in dict(k) else k: v
+            for (n, k), v in page.items() if n == name and want <= set(k)}
+
+
+def uplink_groups(prefix, leaf):
+    """The leaf's multipath groups as {gid: {...}} (read_groups)."""
+    with SwitchMaps(paths.pin_dir(prefix, leaf)) as m:
+        return {gid: g for gid, g in read_groups(m).items() if len(set(g["ports"])) > 1}
+
+
+def port_index(prefix, node) -> dict[str, int]:
+    out = subprocess.run(["ip", "-n", ns(prefix, node), "-o", "link", "show"],
+                         capture_output=True, text=True, check=True).stdout
+    return {line.split(":")[1].strip().split("@")[0]: int(line.split(":")[0])
+            for line in out.splitlines()}
+
+
+def pinned_cports(prefix, topo, src, dst, wants, leaf="leaf0") -> list[tuple[int, int]]:
+    """(server port, client port) per wanted uplink index: each flow hashes
+    onto uplink ``wants[i]`` of the leaf's group [spine0, spine1]."""
+    with SwitchMaps(paths.pin_dir(prefix, leaf)) as m:
+        seed = read_config(m)["hash_seed"]
+    used, out = set(), []
+    for i, want in enumerate(wants):
+        dport = 5301 + i
+        cport = next(p for p in range(40000, 50000) if p not in used and
+                     ecmp_index(2, host_ip(topo, src), host_ip(topo, dst), p, dport, 6, seed) == want)
+        used.add(cport)
+        out.append((dport, cport))
+    return out
+
+
+@contextmanager
+def flows(prefix, topo, src, dst, wants, duration):
+    """iperf3 flows from src to dst, flow i pinned to uplink wants[i]; yields
+    the list that receives their results when the block ends."""
+    results, errors = [], []
+
+    def one(dport, cport):
+        try:
+            results.append(run_iperf3(ns(prefix, src), ns(prefix, dst), host_ip(topo, dst),
+                                      duration=duration, port=dport, cport=cport))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=pc)
+               for pc in pinned_cports(prefix, topo, src, dst, wants)]
+    for t in threads:
+        t.start()
+    try:
+        yield results
+    finally:
+        for t in threads:
+            t.join()
+    assert not errors, errors
+
+
+def test_half_rate_uplink_has_the_highest_pcm_and_the_lowest_weight(fabric, agent):
+    """h0 sends 4 flows to h2, two hashed onto each uplink of leaf0. h0's
+    100 Mbit/s link is shared by the 4: spine1's two flows fill its
+    50 Mbit/s, spine0's take the rest of h0's link (~50% of spine0)."""
+    prefix, topo = fabric
+    idx = port_index(prefix, "leaf0")
+    samples = []
+    with flows(prefix, topo, "h0", "h2", [0, 1, 0, 1], duration=3.5) as results:
+        time.sleep(1.5)
+        for _ in range(50):
+            (g,) = uplink_groups(prefix, "leaf0").values()
+            pcm = dict(zip(g["ports"], g["pcm"]))
+            share = {p: g["schedule"].count(g["ports"].index(p)) for p in g["ports"]}
+            samples.append((pcm[idx["spine0"]], pcm[idx["spine1"]],
+                            share[idx["spine0"]], share[idx["spine1"]]))
+            time.sleep(0.02)
+        page = scrape(agent["port"])
+    assert len(results) == 4
+    higher = sum(1 for p0, p1, _, _ in samples if p1 > p0)
+    lighter = sum(1 for _, _, s0, s1 in samples if s1 < s0)
+    print(f"\nPCM spine0/spine1 (mean of {len(samples)} reads of the map): "
+          f"{sum(s[0] for s in samples) / len(samples):.3f} / "
+          f"{sum(s[1] for s in samples) / len(samples):.3f}; spine1 higher in {higher}, "
+          f"fewer schedule slots in {lighter}")
+    assert higher >= 0.9 * len(samples), samples
+    assert lighter >= 0.9 * len(samples), samples
+    # the same picture on /metrics
+    pcm = series(page, "talb_port_pcm", switch="leaf0")
+    weight = series(page, "talb_port_wrr_weight", switch="leaf0")
+    util = series(page, "talb_port_utilization_ratio", switch="leaf0")
+    assert set(pcm) == {"spine0", "spine1"} and set(weight) == {"spine0", "spine1"}
+    assert util["spine1"] > util["spine0"], util
+    assert pcm["spine1"] >= pcm["spine0"] and weight["spine1"] <= weight["spine0"], (pcm, weight)
+
+
+def _wait_for(predicate, timeout, step=0.0005, start=None):
+    """Seconds from ``start`` (default: now) until ``predicate()``, or None."""
+    start = time.monotonic() if start is None else start
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(step)
+    return None
+
+
+def _uplink_tx(prefix, leaf="leaf0") -> dict[int, int]:
+    with SwitchMaps(paths.pin_dir(prefix, leaf)) as m:
+        pid = {ifindex: p.port_id for ifindex, p in m.ports.items()}
+        stats = read_port_stats(m)
+    return {ifindex: stats[p]["tx_bytes"] for ifindex, p in pid.items()}
+
+
+def test_link_down_moves_traffic_off_the_port_and_up_brings_it_back(fabric, agent):
+    prefix, topo = fabric
+    idx = port_index(prefix, "leaf0")
+    s0, s1 = idx["spine0"], idx["spine1"]
+    leaf0 = SwitchMaps(paths.pin_dir(prefix, "leaf0"))
+
+    def uplink_sets():
+        return {tuple(g.ports()) for _, g in leaf0.groups.items() if s0 in g.ports() or s1 in g.ports()}
+
+    def spine1_in_groups():
+        return uplink_sets() == {(s0, s1)}
+
+    assert spine1_in_groups()
+    with leaf0, flows(prefix, topo, "h0", "h2", [0, 1], duration=6) as results:
+        time.sleep(1.0)
+        # timed from before `ip` starts: the change may land while it runs
+        start = time.monotonic()
+        subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", "down"], check=True)
+        ip_down = time.monotonic() - start
+        t_down = _wait_for(lambda: uplink_sets() == {(s0,)}, timeout=1.0, start=start)
+        time.sleep(0.2)
+        before = _uplink_tx(prefix)
+        time.sleep(1.0)
+        after = _uplink_tx(prefix)
+        down_delta = {p: after[p] - before[p] for p in (s0, s1)}
+        # the other switches follow: spine1 lost its leaf0 port (carrier) and leaf1
+        # reaches leaf0's hosts through spine0 only
+        leaf1_groups = {tuple(g["ports"]) for g in read_groups_of(prefix, "leaf1").values()}
+        leaf1 = port_index(prefix, "leaf1")
+
+        start = time.monotonic()
+        subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", "up"], check=True)
+        ip_up = time.monotonic() - start
+        t_up = _wait_for(spine1_in_groups, timeout=1.0, start=start)
+        time.sleep(0.5)
+        before = _uplink_tx(prefix)
+        time.sleep(1.0)
+        after = _uplink_tx(prefix)
+        up_delta = {p: after[p] - before[p] for p in (s0, s1)}
+    assert t_down is not None, "spine1 never left leaf0's groups"
+    assert t_up is not None, "spine1 never came back into leaf0's groups"
+    print(f"\nregrouped {t_down * 1e3:.1f} ms after `ip link set down` started (it ran "
+          f"{ip_down * 1e3:.1f} ms): {(t_down - ip_down) / WINDOW_S:+.1f} windows after it returned; "
+          f"up: {t_up * 1e3:.1f} ms (ip {ip_up * 1e3:.1f} ms, {(t_up - ip_up) / WINDOW_S:+.1f} "
+          f"windows); tx bytes while down {down_delta}, after up {up_delta}")
+    assert t_down - ip_down <= 2 * WINDOW_S and t_up - ip_up <= 2 * WINDOW_S, \
+        (t_down, ip_down, t_up, ip_up)
+    assert down_delta[s1] == 0 and down_delta[s0] > 5_000_000, down_delta
+    assert up_delta[s1] > 2_000_000 and up_delta[s0] > 2_000_000, up_delta
+    assert (leaf1["spine0"],) in leaf1_groups and \
+        not any(leaf1["spine1"] in g for g in leaf1_groups if len(g) == 1), leaf1_groups
+    assert len(results) == 2 and all(r.received_bps > 10e6 for r in results), results
+
+
+def read_groups_of(prefix, switch):
+    with SwitchMaps(paths.pin_dir(prefix, switch)) as m:
+        return read_groups(m)
+
+
+def test_talb_places_new_tensors_away_from_the_congested_uplink(fabric, agent, tmp_path):
+    """Scheme talb; one untagged flow (ECMP fallback) fills the half-rate
+    uplink. Tensors sent meanwhile from h0 (one layer: CASE 2, weights
+    1 - P_i) mostly take the other uplink; each tensor keeps one uplink.
+
+    Each tensor fills the other uplink at line rate for a few ms too, so in
+    most windows both uplinks are near U = 1 and Eq. 5's utilisation term
+    ranks them either way (with W1 = W2 = 1 about a quarter of the tensors
+    still land on spine1); what tells them apart is spine1's standing
+    queue. So the agent runs here on the measured queueing delay alone
+    (--pcm-delay measured --w1 0): spine1's PCM is 1 while its queue is
+    the longer one, its CASE 2 weight 0."""
+    prefix, topo = fabric
+    daemon.stop_background(prefix)
+    agent["pid"] = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=agent["port"],
+                                           pcm_delay="measured", w1=0.0)
+    for sw in ("leaf0", "leaf1", "spine0", "spine1"):
+        with SwitchMaps(paths.pin_dir(prefix, sw)) as m:
+            set_scheme(m, "talb")
+    try:
+        start = time.monotonic()
+        with flows(prefix, topo, "h1", "h3", [1], duration=6):
+            time.sleep(1.5)
+            report = send.run(prefix, ["h0"], "h2", tensors=40, layers=1, size=60_000,
+                              pcap_dir=str(tmp_path), say=lambda _m: None)
+            sent = time.monotonic() - start
+    finally:
+        for sw in ("leaf0", "leaf1", "spine0", "spine1"):
+            with SwitchMaps(paths.pin_dir(prefix, sw)) as m:
+                set_scheme(m, "ecmp")
+    assert report.ok, [(t.seq, t.ok, t.uplinks) for t in report.tensors]
+    on = {"spine0": 0, "spine1": 0}
+    for t in report.tensors:
+        (port,) = t.uplinks
+        on[port] += 1
+    print(f"\nTaLB tensors per uplink with spine1 congested: {on} (sent in {sent - 1.5:.1f} s)")
+    assert sent < 5.5, "the tensors outlasted the background load"
+    assert on["spine1"] <= 0.1 * len(report.tensors), on
+
+
+def test_agent_killed_mid_transfer_then_restarted(fabric, agent, tmp_path):
+    """SIGKILL leaves pinned maps and attached programs: a transfer goes on
+    with the last weights, every tensor arrives intact (the receiver checks
+    each one's SHA-256). A new agent re-opens the pins; the counters it
+    exports continue from the kernel's, not from zero."""
+    prefix, topo = fabric
+    before = scrape(agent["port"])
+    groups_before = uplink_groups(prefix, "leaf0")
+    reports, errors = [], []
+
+    def transfer():
+        try:  # 40 x 250 kB from h1 (leaf0) to h3 (leaf1)
+            reports.append(send.run(prefix, ["h1"], "h3", tensors=40, layers=3, size=250_000,
+                                    pcap_dir=str(tmp_path), say=lambda _m: None))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def uplinks_total():
+        return sum(_uplink_tx(prefix).values())
+
+    start_tx = uplinks_total()
+    t = threading.Thread(target=transfer)
+    t.start()
+    # kill once the transfer is under way: 2 of its 10 MB through leaf0's uplinks
+    assert _wait_for(lambda: uplinks_total() - start_tx > 2_000_000, timeout=20, step=0.01)
+    os.kill(agent["pid"], signal.SIGKILL)
+    at_kill = uplinks_total()
+    assert _wait_for(lambda: daemon.running_pid(prefix) is None, timeout=5, step=0.05) is not None
+    frozen = uplink_groups(prefix, "leaf0")
+    t.join()
+    assert not errors, errors
+    (report,) = reports
+    after_kill = uplinks_total() - at_kill
+    assert after_kill > 3_000_000, f"only {after_kill} bytes moved after the kill"
+    assert len(report.tensors) == 40 and report.ok, [(r.seq, r.ok, r.uplinks) for r in report.tensors]
+    # nobody publishes while the agent is away: the groups stay as it left them
+    assert uplink_groups(prefix, "leaf0") == frozen
+    assert {gid: g["ports"] for gid, g in frozen.items()} == \
+        {gid: g["ports"] for gid, g in groups_before.items()}
+
+    pid = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=agent["port"])
+    agent["pid"] = pid
+    after = scrape(agent["port"])
+    info = series(after, "talb_agent_info")
+    assert any(dict(k)["pid"] == str(pid) for k in info), info
+    went_back = []
+    for name in ("talb_port_tx_bytes_total", "talb_port_tx_packets_total",
+                 "talb_port_qdisc_drops_total", "talb_datapath_packets_total"):
+        for (n, labels), v in before.items():
+            if n == name and after.get((n, labels), -1) < v:
+                went_back.append((n, dict(labels), v, after.get((n, labels))))
+    assert not went_back, went_back
+    # h1's 10 MB crossed leaf0, partly while no agent ran: the new agent's totals include it
+    assert sum(series(after, "talb_port_tx_bytes_total", switch="leaf0").values()) > \
+        sum(series(before, "talb_port_tx_bytes_total", switch="leaf0").values()) + 10_000_000
+    print(f"\nagent killed mid-transfer ({after_kill / 1e6:.1f} MB crossed leaf0's uplinks "
+          f"after it): all 40 tensors verified; restarted agent pid {pid}, counters continued")
+
+
+def test_one_switch_mode_reads_rates_from_htb_and_follows_its_own_links(fabric, agent):
+    """`talb agent --switch leaf0`, as on a real switch: no topology, only
+    leaf0's maps and interfaces (rates from the HTB root, buffers from the
+    bfifo). Its own link going down takes the port out of its groups."""
+    from agent.config import AgentConfig
+
+    prefix, _ = fabric
+    daemon.stop_background(prefix)  # one publisher per switch
+    one = daemon.build(AgentConfig(window_s=WINDOW_S), prefix=prefix, switch="leaf0")
+    idx = port_index(prefix, "leaf0")
+    try:
+        assert list(one.monitors) == ["leaf0"]
+        rates = {p.name: (p.rate_bps, p.queue_limit_bytes) for p in one.routing.ports("leaf0")}
+        assert rates["spine1"][0] == 50_000_000 and rates["spine0"][0] == 100_000_000
+        assert rates["h0"][1] == 150_000
+        for _ in range(3):
+            one.step(time.monotonic())
+            time.sleep(WINDOW_S)
+        (g,) = one.latest["leaf0"].groups
+        assert g.ports == ("spine0", "spine1")
+
+        subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", "down"], check=True)
+        time.sleep(0.05)
+        one.step(time.monotonic())
+        assert set(uplink_groups(prefix, "leaf0")) == set() and \
+            [tuple(gr["ports"]) for gr in read_groups_of(prefix, "leaf0").values()
+             if idx["spine1"] in gr["ports"]] == [], read_groups_of(prefix, "leaf0")
+        subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", "up"], check=True)
+        time.sleep(0.05)
+        one.step(time.monotonic())
+        assert [g["ports"] for g in uplink_groups(prefix, "leaf0").values()] == \
+            [[idx["spine0"], idx["spine1"]]]
+    finally:
+        one.close()
+        agent["pid"] = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=agent["port"])

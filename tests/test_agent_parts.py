@@ -1,0 +1,318 @@
+"""The agent's parts one by one: counter windows, configuration errors, the
+loop's schedule, counter reads (batch vs per key), the lean netlink reader
+(against pyroute2), link state, process control and `talb top`.
+
+Kernel-facing parts run against real maps and a namespace of their own; no
+fabric is built here (tests/test_agent_live.py does that).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from agent import bpf_syscall as sc
+from agent.config import AgentConfig, ConfigError
+from agent.loop import Agent
+from agent.maps import Map, PortStats, possible_cpus
+from agent.metrics import AgentMetrics, decisions, drops
+from agent.statsread import PerCpuArrayReader
+from agent.window import CounterWindow
+from conftest import new_prefix
+
+TALB = [sys.executable, "-m", "talb.cli"]
+
+
+# --- counter windows ---------------------------------------------------------------
+def test_window_deltas_over_the_real_time_between_readings():
+    w = CounterWindow()
+    assert w.advance(10.0, {"a": (100, 1)}) is None  # first reading: no window yet
+    win = w.advance(10.007, {"a": (1600, 2), "b": (5, 5)})
+    assert win.dt_s == pytest.approx(0.007)
+    assert win.deltas == {"a": (1500, 1), "b": (0, 0)}  # a new key has no window yet
+    assert w.advance(10.007, {"a": (1600, 2)}) is None  # the clock did not move
+
+
+def test_window_counter_reset_counts_from_zero():
+    w = CounterWindow()
+    w.advance(1.0, {"a": (10_000, 10)})
+    assert w.advance(2.0, {"a": (300, 2)}).deltas == {"a": (300, 2)}
+
+
+# --- configuration ---------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, option", [
+    ({"window_s": 0}, "--window-ms"), ({"window_s": 11}, "--window-ms"),
+    ({"w1": -1}, "--w1"), ({"w1": 0, "w2": 0}, "--w1/--w2"), ({"threshold": 1.5}, "--threshold"),
+    ({"pcm_delay": "guess"}, "--pcm-delay"), ({"metrics_addr": "localhost:1"}, "--metrics-addr"),
+    ({"metrics_port": 0}, "--metrics-port"), ({"log_level": "loud"}, "--log-level"),
+    ({"read_strategy": "fast"}, "--read-strategy"), ({"stats_interval_s": 0.001}, "--stats-interval-ms"),
+    ({"w2": float("nan")}, "--w2"),
+])
+def test_bad_configuration_names_the_option(kwargs, option):
+    with pytest.raises(ConfigError, match=f"^{option}:"):
+        AgentConfig(**kwargs)
+
+
+def test_cli_refuses_bad_options_before_touching_anything(root):
+    prefix = new_prefix()
+    for args, option in ((["--window-ms", "0"], "--window-ms"),
+                         (["--threshold", "high"], "--threshold"),
+                         (["--netns", "x"], "--netns")):
+        r = subprocess.run([*TALB, "agent", "--prefix", prefix, *args], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 1 and f"error: {option}" in r.stderr, r.stderr
+    r = subprocess.run([*TALB, "agent", "--prefix", prefix], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and f"no testbed with prefix '{prefix}'" in r.stderr, r.stderr
+    from talb import paths
+    assert not paths.state_dir(prefix).exists()
+
+
+# --- the loop's schedule -----------------------------------------------------------------
+class _Observer:
+    def __init__(self):
+        self.windows = []
+        self.failed = []
+
+    def window_done(self, duration_s, lag_s, slow, missed):
+        self.windows.append((duration_s, lag_s, slow, missed))
+
+    def window_failed(self, exc):
+        self.failed.append(exc)
+
+
+class _FakeTime:
+    """A clock that moves only when the loop waits (select) or a window works."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+    def select(self, r, w, x, timeout):
+        self.now += timeout
+        return [], [], []
+
+
+class _ScriptedAgent(Agent):
+    """An Agent without switches whose windows take scripted (fake) time."""
+
+    def __init__(self, period, script, stop, clock):
+        super().__init__({}, None, AgentConfig(window_s=period), observer=_Observer(), clock=clock)
+        self.script, self.stop, self.starts = list(script), stop, []
+
+    def step(self, now):
+        self.starts.append(now)
+        work = self.script.pop(0)
+        if not self.script:
+            self.stop.set()
+        if work == "raise":
+            raise RuntimeError("boom")
+        self.clock.now += work
+
+
+def test_loop_keeps_its_schedule_counts_slow_and_missed_windows(monkeypatch):
+    import agent.loop
+
+    T = 0.005
+    clock = _FakeTime()
+    monkeypatch.setattr(agent.loop, "select", clock)
+    stop = threading.Event()
+    a = _ScriptedAgent(T, [0.001, 0.001, 0.0125, 0.001, "raise", 0.006, 0.001, 0.001], stop, clock)
+    t0 = clock.now
+    a.run(stop)
+    obs = a.observer
+    assert len(obs.windows) == 8 and len(obs.failed) == 1
+    # window 3 (slot 2) took 2.5 T, to 4.5 T: slot 3 is missed, slot 4 starts at
+    # once, half a window late; window 6 (slot 6) overran by 0.2 T: slot 7 starts late
+    assert [w[2] for w in obs.windows] == [False, False, True, False, False, True, False, False]
+    assert [w[3] for w in obs.windows] == [0, 0, 1, 0, 0, 0, 0, 0]
+    assert [round(w[1] / T, 3) for w in obs.windows] == [0, 0, 0, 0.5, 0, 0, 0.2, 0]
+    # the schedule stays on the grid t0 + k T
+    assert [round((s - t0) / T, 3) for s in a.starts] == [0, 1, 2, 4.5, 5, 6, 7.2, 8]
+    assert obs.windows[2][0] == pytest.approx(0.0125)
+
+
+def test_metrics_observer_counts_windows():
+    m = AgentMetrics()
+    m.window_done(0.001, 0.0, False, 0)
+    m.window_done(0.02, 0.001, True, 3)
+    m.window_failed(RuntimeError())
+    assert m.counts == {"windows": 2, "slow": 1, "missed": 3, "errors": 1}
+
+
+def test_decisions_and_drops_from_counters():
+    counters = {"decision_ecmp": 10, "decision_single": 4, "talb_hit": 50, "talb_case1": 7,
+                "talb_case2": 3, "talb_threshold": 2, "released": 99, "drop_strip_fail": 1,
+                "drop_opt_position": 0, "pass_no_route": 5}
+    assert sorted(decisions(counters)) == sorted([
+        ("ecmp", "hash", 10), ("none", "single_port", 4), ("talb", "table_hit", 50),
+        ("talb", "case1", 5), ("talb", "case1_threshold", 2), ("talb", "case2", 3)])
+    assert sorted(drops(counters)) == [("opt_position", 0), ("strip_fail", 1)]
+
+
+# --- counter reads -------------------------------------------------------------------------
+def test_batch_and_per_key_reads_agree(root):
+    ncpu = possible_cpus()
+    fd = sc.map_create(sc.BPF_MAP_TYPE_PERCPU_ARRAY, 4, ctypes.sizeof(PortStats), 64, "t_ps")
+    m = Map(fd, ctypes.c_uint32, PortStats)
+    try:
+        for i in range(64):
+            raw = b"".join(bytes(PortStats(i, i * 10 + c, i * 100 + c, (i << 33) + c))
+                           for c in range(ncpu))
+            sc.map_update(fd, ctypes.c_uint32(i), raw)
+        expect = [(i * ncpu, i * 10 * ncpu + sum(range(ncpu)), i * 100 * ncpu + sum(range(ncpu)),
+                   (i << 33) * ncpu + sum(range(ncpu))) for i in range(40)]
+        batch = PerCpuArrayReader(m, 40, "batch")
+        per_key = PerCpuArrayReader(m, 40, "per_key")
+        assert batch.read() == expect == per_key.read()
+        assert PerCpuArrayReader(m, 40).strategy == "batch"  # this kernel has it
+    finally:
+        m.close()
+
+
+# --- netlink and link state ------------------------------------------------------------------
+@pytest.fixture
+def netns(root):
+    """A namespace with a veth pair va<->vb, HTB (with a bfifo leaf) on va."""
+    name = f"{new_prefix()}-nl"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        def ip(*args):
+            subprocess.run(["ip", "-n", name, *args], check=True)
+        ip("link", "add", "va", "type", "veth", "peer", "name", "vb")
+        ip("link", "set", "va", "up")
+        ip("link", "set", "vb", "up")
+        subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "va", "root", "handle", "1:",
+                        "htb", "default", "10"], check=True)
+        subprocess.run(["tc", "-n", name, "class", "add", "dev", "va", "parent", "1:", "classid",
+                        "1:10", "htb", "rate", "10mbit"], check=True)
+        subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "va", "parent", "1:10", "handle",
+                        "10:", "bfifo", "limit", "30000"], check=True)
+        ip("addr", "add", "10.9.0.1/24", "dev", "va")
+        ip("addr", "add", "10.9.0.2/24", "dev", "vb")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def test_rtnl_dumps_match_pyroute2(netns):
+    from pyroute2 import IPRoute
+
+    from agent.rtnl import Rtnl
+
+    # some traffic through a's HTB
+    subprocess.run(["ip", "netns", "exec", netns, "ping", "-c", "3", "-i", "0.01", "-I", "va",
+                    "10.9.0.2"], capture_output=True)
+    r = Rtnl(netns)
+    try:
+        links, qdiscs = r.links(), r.root_qdiscs()
+    finally:
+        r.close()
+    with IPRoute(netns=netns, flags=0) as ipr:
+        want_links = {m["index"]: (m.get_attr("IFLA_IFNAME"), m["flags"]) for m in ipr.get_links()}
+        want_q = {}
+        for q in ipr.get_qdiscs():
+            if q["parent"] == 0xFFFFFFFF:
+                st = dict(q.get_attr("TCA_STATS2")["attrs"])
+                want_q[q["index"]] = (st["TCA_STATS_QUEUE"]["backlog"], st["TCA_STATS_QUEUE"]["drops"],
+                                      st["TCA_STATS_BASIC"]["bytes"], st["TCA_STATS_BASIC"]["packets"])
+    assert {i: (link.name, link.flags) for i, link in links.items()} == want_links
+    got = {i: (q.backlog_bytes, q.drops, q.bytes, q.packets) for i, q in qdiscs.items()}
+    assert got == want_q
+    va = next(i for i, link in links.items() if link.name == "va")
+    assert qdiscs[va].packets > 0
+
+
+def test_link_watcher_sees_down_up_and_a_peer_losing_carrier(netns):
+    from agent.linkstate import LinkWatcher
+    from agent.rtnl import Rtnl
+
+    rtnl = Rtnl(netns)
+    w = LinkWatcher(netns, rtnl)
+    try:
+        assert w.up("va") and w.up("vb") and not w.poll()
+        subprocess.run(["ip", "-n", netns, "link", "set", "vb", "down"], check=True)
+        time.sleep(0.05)
+        assert w.poll() and not w.up("vb") and not w.up("va")  # va: no carrier
+        assert w.links["va"].flags & 0x1  # but still administratively up
+        subprocess.run(["ip", "-n", netns, "link", "set", "vb", "up"], check=True)
+        deadline = time.monotonic() + 2
+        while not (w.up("va") and w.up("vb")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            w.poll()
+        assert w.up("va") and w.up("vb")
+    finally:
+        w.close()
+        rtnl.close()
+
+
+def test_rtnl_refuses_a_missing_namespace(root):
+    from agent.rtnl import Rtnl
+
+    with pytest.raises(FileNotFoundError, match="no network namespace"):
+        Rtnl("talb-no-such-namespace")
+    assert not os.path.exists("/run/netns/talb-no-such-namespace")
+
+
+# --- process control ------------------------------------------------------------------------
+def test_stop_background_without_an_agent_is_a_no_op(root):
+    from agent import daemon
+
+    prefix = new_prefix()
+    assert daemon.stop_background(prefix) is False
+    assert daemon.stop_background(prefix) is False
+
+
+def test_start_background_refuses_bad_options_and_a_missing_testbed(root):
+    from agent import daemon
+    from talb import testbed
+
+    prefix = new_prefix()
+    with pytest.raises(ConfigError, match="unknown option"):
+        daemon.start_background(prefix, windw_s=0.01)
+    with pytest.raises(ConfigError, match="--window-ms"):
+        daemon.start_background(prefix, window_s=100)
+    with pytest.raises(testbed.TestbedError, match="no testbed"):
+        daemon.start_background(prefix)
+    assert daemon.running_pid(prefix) is None
+
+
+# --- talb top -----------------------------------------------------------------------------------
+def test_top_once_renders_a_snapshot(tmp_path):
+    from agent.switch import GroupReading, PortReading, SwitchReading
+
+    ports = (PortReading("spine0", "fabric", 100_000_000, True, 10, 1, 0.25, 0.0002, 0.0, 0, 0),
+             PortReading("spine1", "fabric", 50_000_000, False, 20, 2, 0.9, 0.02, 0.012, 75_000, 3))
+    reading = SwitchReading("leaf0", 1.0, 0.005, ports,
+                            (GroupReading(2, "spine0+spine1", ("spine0", "spine1"), (0.0, 1.0),
+                                          (1.0, 0.0)),), {}, "talb", 4)
+    env = {**os.environ, "TALB_RUN_DIR": str(tmp_path), "COLUMNS": "160"}
+    code = ("from agent.snapshot import write_snapshot, snapshot_path; import pickle, sys; "
+            "write_snapshot(snapshot_path('x1'), pickle.load(sys.stdin.buffer), "
+            "{'pid': 1, 'prefix': 'x1', 'switch': None, 'metrics': '127.0.0.1:9477', "
+            "'config': {'window_s': 0.005, 'pcm_delay': 'model'}, 'loop': {'windows': 7}})")
+    import pickle
+    subprocess.run([sys.executable, "-c", code], input=pickle.dumps({"leaf0": reading}),
+                   env=env, check=True)
+    snap = json.loads((tmp_path / "x1" / "agent.json").read_text())
+    assert snap["switches"]["leaf0"]["groups"][0]["pcm"] == [0.0, 1.0]
+    out = subprocess.run([*TALB, "top", "--prefix", "x1", "--once"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "leaf0" in text and "scheme talb" in text and "tensors 4" in text
+    assert "spine1" in text and "down" in text and "1.000" in text and "75000" in text
+    assert "stale" not in text
+    snap["written"] -= 60  # an agent that stopped writing a minute ago
+    (tmp_path / "x1" / "agent.json").write_text(json.dumps(snap))
+    out = subprocess.run([*TALB, "top", "--prefix", "x1", "--once"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert "stale" in out.stdout
