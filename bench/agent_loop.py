@@ -1,0 +1,277 @@
+"""`talb bench agent`: what one agent window costs for N switch ports, and
+the highest window rate the loop sustains.
+
+No program is loaded: each switch is a namespace whose ports are veth ends
+with the testbed's link emulation (HTB root, bfifo leaf; the peers sit in
+another namespace, as on the fabric), and a set of maps with the data
+path's exact layout, pinned on the project's bpffs and programmed by
+``program_switch`` (groups of 8 ports). The agent opens them as it opens a
+testbed's, so a window does all its real work: link notifications, counter
+reads, qdisc dumps (measured mode), PCM maths and one ``publish_pcm`` per
+group. Switches have at most TALB_MAX_PORTS (64) ports: 256 ports are 4
+switches.
+
+Measured, per port count:
+* ms per window: read strategy (one BPF_MAP_LOOKUP_BATCH per switch vs a
+  lookup per port) x PCM delay (model vs measured), the same without the
+  ``publish_pcm`` calls (what publishing costs), and the cost of the
+  port_stats read alone (plus ``read_port_stats``, the per-key reader of
+  agent/control.py, for reference);
+* sustained rate: the loop run for a second at shrinking windows; the
+  shortest window at which it misses at most 1% of its slots (slow
+  windows, i.e. over budget but caught up with, are reported beside).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import shutil
+import subprocess
+import threading
+import time
+
+from agent import bpf_syscall as sc
+from agent.config import AgentConfig
+from agent.control import program_switch, read_port_stats
+from agent.loader import ensure_bpffs
+from agent.loop import Agent
+from agent.maps import CONST, MAP_SPECS, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS, SwitchMaps
+from agent.routing import PortSpec
+from agent.statsread import PerCpuArrayReader
+from agent.switch import SwitchMonitor
+from talb import paths
+
+RATE = 100_000_000
+QUEUE = 150_000
+WINDOWS_MS = (20.0, 10.0, 5.0, 2.0, 1.0, 0.5)
+
+_MAX_ENTRIES = {
+    "ports": TALB_MAX_PORTS, "port_stats": TALB_MAX_PORTS, "fwd": CONST["TALB_MAX_ROUTES"],
+    "groups": CONST["TALB_MAX_GROUPS"], "config": 1, "counters": CONST["TALB_NR_COUNTERS"],
+    "tensors": CONST["TALB_TENSOR_MAP_SIZE"], "group_state": CONST["TALB_MAX_GROUPS"],
+    "group_swept": CONST["TALB_MAX_GROUPS"], "tensor_count": 2,
+}
+
+
+class _FixedRouting:
+    """Ports as built here; links never change during a bench."""
+
+    def __init__(self, ports: dict[str, list[PortSpec]]):
+        self._ports = ports
+
+    def ports(self, switch):
+        return self._ports[switch]
+
+    def sync(self, watchers, maps):
+        return []
+
+
+class BenchFabric:
+    """``n_ports`` ports over ceil(n/64) switch namespaces, with pinned maps."""
+
+    def __init__(self, n_ports: int, tag: str):
+        self.tag = tag
+        self.switches: dict[str, list[PortSpec]] = {}
+        self.sink = f"{tag}-sink"
+        self.pin_root = paths.BPFFS_DIR / tag
+        self._namespaces = [self.sink]
+        _ip("netns", "add", self.sink)
+        left, k = n_ports, 0
+        try:
+            while left > 0:
+                n = min(left, TALB_MAX_PORTS)
+                self._switch(f"sw{k}", n)
+                left -= n
+                k += 1
+        except BaseException:
+            self.close()
+            raise
+
+    def netns(self, switch: str) -> str:
+        return f"{self.tag}-{switch}"
+
+    def pin_dir(self, switch: str):
+        return self.pin_root / switch
+
+    def _switch(self, name: str, n: int) -> None:
+        netns = self.netns(name)
+        _ip("netns", "add", netns)
+        self._namespaces.append(netns)
+        links = [f"link add p{i} type veth peer name {name}q{i} netns {self.sink}" for i in range(n)]
+        links += [f"link set p{i} up" for i in range(n)]
+        links += [f"link set {name}q{i} up" for i in range(n)]
+        _batch(["ip", "-n", netns, "-batch", "-"], links[:2 * n])
+        _batch(["ip", "-n", self.sink, "-batch", "-"], links[2 * n:])
+        tc = []
+        for i in range(n):
+            tc += [f"qdisc add dev p{i} root handle 1: htb default 10",
+                   f"class add dev p{i} parent 1: classid 1:1 htb rate {RATE} ceil {RATE}",
+                   f"class add dev p{i} parent 1:1 classid 1:10 htb rate {RATE} ceil {RATE}",
+                   f"qdisc add dev p{i} parent 1:10 handle 10: bfifo limit {QUEUE}"]
+        _batch(["tc", "-n", netns, "-batch", "-"], tc)
+        pin = self.pin_dir(name)
+        pin.mkdir(parents=True, exist_ok=True)
+        for mname, (kt, vt, mtype) in MAP_SPECS.items():
+            fd = sc.map_create(mtype, ctypes.sizeof(kt), ctypes.sizeof(vt), _MAX_ENTRIES[mname],
+                               mname[:15])
+            try:
+                sc.obj_pin(fd, pin / mname)
+            finally:
+                os.close(fd)
+        index = _ifindexes(netns)
+        rows = [(f"p{i}", index[f"p{i}"], False, True) for i in range(n)]
+        groups = {}
+        for g in range(0, n, TALB_MAX_GROUP_PORTS):
+            members = [index[f"p{i}"] for i in range(g, min(n, g + TALB_MAX_GROUP_PORTS))]
+            groups[f"198.18.{len(self.switches)}.{g + 1}"] = members
+        with SwitchMaps(pin) as maps:
+            program_switch(maps, rows, groups)
+        self.switches[name] = [PortSpec(f"p{i}", RATE, "fabric", QUEUE) for i in range(n)]
+
+    def agent(self, config: AgentConfig) -> Agent:
+        monitors = {}
+        try:
+            for sw, specs in self.switches.items():
+                monitors[sw] = SwitchMonitor(sw, self.netns(sw), self.pin_dir(sw), config)
+                monitors[sw].bind(specs)
+        except BaseException:
+            for m in monitors.values():
+                m.close()
+            raise
+        return Agent(monitors, _FixedRouting(self.switches), config)
+
+    def close(self) -> None:
+        for ns in self._namespaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(self.pin_root, ignore_errors=True)
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def _batch(argv: list[str], lines: list[str]) -> None:
+    r = subprocess.run(argv, input="\n".join(lines) + "\n", text=True, capture_output=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()[-300:]}")
+
+
+def _ifindexes(netns: str) -> dict[str, int]:
+    out = subprocess.run(["ip", "-n", netns, "-o", "link"], capture_output=True, text=True,
+                         check=True).stdout
+    return {line.split(":")[1].strip().split("@")[0]: int(line.split(":")[0])
+            for line in out.splitlines()}
+
+
+def _ms_per_window(agent: Agent, windows: int, publish: bool = True) -> float:
+    if not publish:
+        for m in agent.monitors.values():
+            m._publish = lambda g, pcm: True
+    agent.step(time.monotonic())  # prime the windows (first reading)
+    start = time.perf_counter()
+    for _ in range(windows):
+        agent.step(time.monotonic())
+    return (time.perf_counter() - start) / windows * 1e3
+
+
+def _read_cost_us(fabric: BenchFabric, strategy: str, repeat: int = 2000) -> float:
+    readers, maps = [], []
+    for sw, specs in fabric.switches.items():
+        m = SwitchMaps(fabric.pin_dir(sw))
+        maps.append(m)
+        readers.append(PerCpuArrayReader(m.port_stats, len(specs), strategy))
+    try:
+        start = time.perf_counter()
+        for _ in range(repeat):
+            for r in readers:
+                r.read()
+        return (time.perf_counter() - start) / repeat * 1e6
+    finally:
+        for m in maps:
+            m.close()
+
+
+def _control_read_cost_us(fabric: BenchFabric, repeat: int = 200) -> float:
+    maps = [SwitchMaps(fabric.pin_dir(sw)) for sw in fabric.switches]
+    try:
+        start = time.perf_counter()
+        for _ in range(repeat):
+            for m in maps:
+                read_port_stats(m)
+        return (time.perf_counter() - start) / repeat * 1e6
+    finally:
+        for m in maps:
+            m.close()
+
+
+def _sustained(fabric: BenchFabric, pcm_delay: str, seconds: float = 1.0) -> dict:
+    """Run the real loop at shrinking windows; per window size the share of
+    slow windows and of missed slots."""
+    rows = []
+    for window_ms in WINDOWS_MS:
+        config = AgentConfig(window_s=window_ms / 1e3, pcm_delay=pcm_delay,
+                             stats_interval_s=max(0.1, window_ms / 1e3))
+        agent = fabric.agent(config)
+        counts = {"windows": 0, "slow": 0, "missed": 0}
+
+        class Obs:
+            def window_done(self, duration_s, lag_s, slow, missed):
+                counts["windows"] += 1
+                counts["slow"] += slow
+                counts["missed"] += missed
+
+            def window_failed(self, exc):
+                raise exc
+
+        agent.observer = Obs()
+        stop = threading.Event()
+        threading.Timer(seconds, stop.set).start()
+        try:
+            agent.run(stop)
+        finally:
+            agent.close()
+        slots = counts["windows"] + counts["missed"]
+        share = counts["missed"] / slots if slots else 1.0
+        rows.append({"window_ms": window_ms, **counts, "missed_share": round(share, 4),
+                     "ok": share <= 0.01})
+    best = min((r["window_ms"] for r in rows if r["ok"]), default=None)
+    return {"runs": rows, "shortest_window_ms": best,
+            "max_rate_per_s": round(1e3 / best) if best else None}
+
+
+def run_all(port_counts=(16, 64, 256), *, windows: int = 1000, say=print) -> dict:
+    ensure_bpffs()
+    machine = {"kernel": platform.release(), "cpus": os.cpu_count()}
+    say(f"machine: kernel {machine['kernel']}, {machine['cpus']} CPUs")
+    results = {"machine": machine, "ports": {}}
+    for n in port_counts:
+        fabric = BenchFabric(n, f"bench{os.getpid() % 100000}p{n}")
+        try:
+            r = {"switches": len(fabric.switches),
+                 "port_stats_read_us": {s: round(_read_cost_us(fabric, s), 1)
+                                        for s in ("batch", "per_key")},
+                 "control_read_port_stats_us": round(_control_read_cost_us(fabric), 1),
+                 "ms_per_window": {}}
+            for strategy, mode, publish in (("batch", "model", True), ("batch", "measured", True),
+                                            ("per_key", "model", True), ("batch", "model", False)):
+                agent = fabric.agent(AgentConfig(read_strategy=strategy, pcm_delay=mode))
+                try:
+                    key = f"{strategy}/{mode}" + ("" if publish else "/no_publish")
+                    r["ms_per_window"][key] = round(_ms_per_window(agent, windows, publish), 3)
+                finally:
+                    agent.close()
+            r["sustained"] = {mode: _sustained(fabric, mode) for mode in ("model", "measured")}
+        finally:
+            fabric.close()
+        results["ports"][n] = r
+        w = r["ms_per_window"]
+        say(f"{n:4d} ports ({r['switches']} switches): window {w['batch/model']:.2f} ms "
+            f"(measured delay {w['batch/measured']:.2f} ms; per-key reads "
+            f"{w['per_key/model']:.2f} ms; without publish_pcm {w['batch/model/no_publish']:.2f} "
+            f"ms); port_stats read {r['port_stats_read_us']['batch']} us "
+            f"batched vs {r['port_stats_read_us']['per_key']} us per key "
+            f"(control.read_port_stats {r['control_read_port_stats_us']} us); sustained "
+            f"{r['sustained']['model']['max_rate_per_s']} windows/s (model), "
+            f"{r['sustained']['measured']['max_rate_per_s']} windows/s (measured)")
+    return results
