@@ -52,11 +52,12 @@ class _Errors(click.Group):
     """Turn the project's user-facing errors into one red line and exit 1."""
 
     def invoke(self, ctx):
+        from agent.daemon import AgentError
         from netns_topology import BuildError, TopologyError
 
         try:
             return super().invoke(ctx)
-        except (testbed.TestbedError, TopologyError, BuildError, ValueError) as exc:
+        except (testbed.TestbedError, TopologyError, BuildError, AgentError, ValueError) as exc:
             _fail(str(exc))
         except KeyboardInterrupt:
             _fail("interrupted")
@@ -109,9 +110,15 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--datapath", type=click.Choice(testbed.DATAPATHS), default="bpf", show_default=True,
               help="bpf: the switch programs forward; bridge: the kernel bridge alone (a baseline).")
 @click.option("--replace", is_flag=True, help="Tear down a testbed with the same prefix first.")
+@click.option("--agent/--no-agent", "with_agent", default=None,
+              help="Start the PCM agent (talb agent) with the testbed; on by default with the "
+                   "bpf data path. `talb agent --help` lists its options.")
+@click.option("--metrics-port", type=int, default=9477, show_default=True,
+              help="The agent's Prometheus /metrics port (127.0.0.1).")
 @PREFIX_OPTION
 def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_rate,
-               oversubscription, queue_limit, tcp_cc, scheme, datapath, replace, prefix):
+               oversubscription, queue_limit, tcp_cc, scheme, datapath, replace, with_agent,
+               metrics_port, prefix):
     """Build a fabric in network namespaces and attach the switch data path.
 
     Flags override the fields of --topology. Defaults: 2 spines, 2 leaves,
@@ -129,7 +136,11 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
     topo = topology_from_dict(data)
     console.print(f"[bold]talb testbed up[/] prefix [cyan]{prefix}[/]: "
                   f"{len(topo.switches)} switches, {len(topo.hosts)} hosts, datapath {datapath}")
-    state = testbed.up(topo, prefix, datapath=datapath, replace=replace, progress=_progress)
+    if with_agent is None:
+        with_agent = datapath == "bpf"
+    agent = {"metrics_port": metrics_port} if with_agent else None
+    state = testbed.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
+                       progress=_progress)
     console.print(f"[green]up[/] in {state['build_seconds']} s")
     _print_status(testbed.status(prefix))
 
@@ -197,8 +208,9 @@ def _fmt_bytes(n) -> str:
 
 
 def _print_status(st: dict) -> None:
+    agent = f"agent pid {st['agent_pid']}" if st.get("agent_pid") else "no agent"
     console.print(f"testbed [cyan]{st['prefix']}[/] is [bold]{st['status']}[/], "
-                  f"datapath {st['datapath']}, created {st['created']}")
+                  f"datapath {st['datapath']}, {agent}, created {st['created']}")
     if st["missing_namespaces"]:
         console.print(f"[yellow]missing namespaces:[/] {', '.join(st['missing_namespaces'])} "
                       f"(`talb testbed down --prefix {st['prefix']}` cleans up)")

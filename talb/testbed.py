@@ -76,13 +76,20 @@ def load_topology_of(prefix: str):
 
 
 def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
-       replace: bool = False, progress: Progress = _quiet) -> dict:
-    """Build `topo` under `prefix` and attach the data path; returns the state."""
+       replace: bool = False, agent: dict | None = None, progress: Progress = _quiet) -> dict:
+    """Build `topo` under `prefix` and attach the data path; returns the state.
+
+    ``agent``: start the PCM agent (`talb agent`) for the testbed, with these
+    AgentConfig options (``{}`` for the defaults); None: no agent. A failure
+    to start it fails `up` like any other step (everything is removed)."""
     from netns_topology import build
 
     paths.check_prefix(prefix)
     if datapath not in DATAPATHS:
         raise TestbedError(f"datapath: must be one of {', '.join(DATAPATHS)}, got {datapath!r}")
+    if agent is not None and datapath != "bpf":
+        raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
+                           "to manage (use --no-agent with --datapath bridge)")
     require_root()
     if exists(prefix):
         if not replace:
@@ -112,7 +119,12 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
             attach_fabric(topo, prefix, progress=progress)
         state.update(status="up", build_seconds=round(time.monotonic() - started, 2))
         state.pop("pid")
-        _write_state(prefix, state)
+        _write_state(prefix, state)  # the agent reads the topology from it
+        if agent is not None:
+            from agent.daemon import start_background
+
+            pid = start_background(prefix, **agent)
+            progress(f"agent running (pid {pid}), log {paths.state_dir(prefix) / 'agent.log'}")
     except BaseException as exc:
         progress(f"failed ({type(exc).__name__}: {exc}); removing what was built")
         down(prefix)
@@ -126,6 +138,10 @@ def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> 
 
     paths.check_prefix(prefix)
     require_root()
+    from agent.daemon import stop_background
+
+    if stop_background(prefix):  # first: it holds maps and netlink sockets
+        progress("stopped the agent")
     removed = teardown(prefix)
     if removed:
         progress(f"removed {len(removed)} namespaces")
@@ -171,7 +187,10 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
                          "counters": counters.get("counters", {})})
     expected = {h["namespace"] for h in hosts} | {s["namespace"] for s in switches}
     missing = sorted(expected - present)
+    from agent.daemon import running_pid
+
     return {"prefix": prefix, "status": state["status"], "datapath": state.get("datapath"),
+            "agent_pid": running_pid(prefix),
             "created": state.get("created"), "build_seconds": state.get("build_seconds"),
             "hosts": hosts, "switches": switches, "missing_namespaces": missing}
 

@@ -17,7 +17,8 @@ from talb import paths, testbed
 pytestmark = pytest.mark.live
 
 TALB = [sys.executable, "-m", "talb.cli"]
-SMALL = ["--spines", "1", "--leaves", "2", "--hosts-per-leaf", "1"]
+# The agent is tested on its own below; elsewhere it would only compete for a port.
+SMALL = ["--spines", "1", "--leaves", "2", "--hosts-per-leaf", "1", "--no-agent"]
 
 
 def talb(*args, timeout=120):
@@ -112,7 +113,7 @@ def test_up_replace_rebuilds(prefix):
     refused = talb("testbed", "up", "--prefix", prefix, *SMALL)
     assert refused.returncode == 1 and "already up" in refused.stderr
     replaced = talb("testbed", "up", "--prefix", prefix, "--replace", "--spines", "2",
-                    "--leaves", "2", "--hosts-per-leaf", "1")
+                    "--leaves", "2", "--hosts-per-leaf", "1", "--no-agent")
     assert replaced.returncode == 0, replaced.stderr
     st = testbed.status(prefix)
     assert {s["name"] for s in st["switches"]} == {"spine0", "spine1", "leaf0", "leaf1"}
@@ -120,7 +121,7 @@ def test_up_replace_rebuilds(prefix):
 
 def test_down_after_a_killed_up_removes_everything(prefix):
     """SIGKILL `up` half-way (no chance to clean up): `down` still removes it all."""
-    proc = subprocess.Popen([*TALB, "testbed", "up", "--prefix", prefix,
+    proc = subprocess.Popen([*TALB, "testbed", "up", "--prefix", prefix, "--no-agent",
                              "--spines", "2", "--leaves", "4", "--hosts-per-leaf", "3"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -162,3 +163,50 @@ def test_kernel_bridge_datapath_forwards_without_programs(prefix):
         assert time.monotonic() < deadline, "the bridge fabric never forwarded"
     scheme = talb("scheme", "--prefix", prefix)
     assert scheme.returncode == 1 and "kernel bridge" in scheme.stderr
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int, wait: float = 5.0) -> bool:
+    """Still running after `wait` s? A zombie (killed, waiting for init to reap it) is not."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        if state == "Z":
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_up_starts_the_agent_and_down_stops_it(prefix):
+    import urllib.request
+
+    from agent.daemon import running_pid
+
+    port = free_port()
+    up = talb("testbed", "up", "--prefix", prefix, "--metrics-port", str(port),
+              *[a for a in SMALL if a != "--no-agent"])
+    assert up.returncode == 0, up.stderr + up.stdout
+    pid = running_pid(prefix)
+    assert pid and testbed.status(prefix)["agent_pid"] == pid
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert b"talb_port_pcm" in resp.read()
+    assert talb("testbed", "down", "--prefix", prefix).returncode == 0
+    assert not alive(pid), "down left the agent running"
+    assert_nothing_left(prefix)
+
+
+def test_agent_refuses_the_bridge_datapath(prefix):
+    result = talb("testbed", "up", "--prefix", prefix, "--datapath", "bridge", "--agent", *SMALL[:-1])
+    assert result.returncode == 1 and "agent" in result.stderr, result.stderr
+    assert_nothing_left(prefix)
