@@ -250,6 +250,13 @@ def _print_howto(prefix: str) -> None:
     console.print(f"  shell on a host:  sudo {talb} shell h0{flag}    "
                   f"(or: sudo ip netns exec {paths.netns_name(prefix, 'h0')} bash)")
     console.print(f"  status:           sudo {talb} testbed status{flag}")
+    from agent.daemon import running_pid
+
+    if running_pid(prefix):
+        console.print(f"  live port view:   sudo {talb} top{flag}    "
+                      f"(its header gives the agent's Prometheus /metrics address)")
+    console.print(f"  TaLB:             sudo {talb} scheme talb{flag}; "
+                  f"sudo {talb} send --src h0 --dst h3{flag}; sudo {talb} table{flag}")
     down_alias = "    (or: sudo make testbed-down)" if not flag else ""
     console.print(f"  tear down:        sudo {talb} testbed down{flag}{down_alias}")
 
