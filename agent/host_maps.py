@@ -6,19 +6,19 @@
   :class:`HostIsn`, :class:`HostDesc`, :class:`HostRing`.
 * :class:`HostMaps`: one host's maps, opened from its pin directory
   (``talb.paths.pin_dir(prefix, host)``) by name, each a typed
-  :class:`agent.maps.Map` whose layout is checked against these mirrors.
+  :class:`agent.maps.Map` whose layout is checked against these mirrors
+  (an :class:`agent.maps.MapSet`).
   Needs no bcc: the tensor-sending library uses it inside host namespaces.
 """
 from __future__ import annotations
 
 import ctypes
 import ipaddress
-import os
 from pathlib import Path
 from types import MappingProxyType
 
 from agent import bpf_syscall as sc
-from agent.maps import Map, parse_constants
+from agent.maps import MapSet, constant, counter_names, parse_constants
 
 try:
     from talb.paths import BPF_SRC_DIR
@@ -36,10 +36,7 @@ HOST_CONST = MappingProxyType(parse_constants(HOST_CONSTANTS_H))
 
 
 def _c(name: str) -> int:
-    try:
-        return HOST_CONST[name]
-    except KeyError:
-        raise RuntimeError(f"{HOST_CONSTANTS_H}: no integer #define {name}") from None
+    return constant(HOST_CONST, name, HOST_CONSTANTS_H)
 
 
 HOST_RING_SLOTS = _c("HOST_RING_SLOTS")
@@ -51,22 +48,8 @@ HOST_OPT_F_LAST = _c("HOST_OPT_F_LAST")
 HOST_NR_COUNTERS = _c("HOST_NR_COUNTERS")
 
 
-def _counter_names() -> tuple[str, ...]:
-    names: list[str | None] = [None] * HOST_NR_COUNTERS
-    for k, v in HOST_CONST.items():
-        if not k.startswith("HOST_CNT_"):
-            continue
-        if not 0 <= v < HOST_NR_COUNTERS:
-            raise RuntimeError(f"{HOST_CONSTANTS_H}: {k}={v} outside counters[{HOST_NR_COUNTERS}]")
-        if names[v] is not None:
-            raise RuntimeError(f"{HOST_CONSTANTS_H}: {k} and HOST_CNT_{names[v].upper()} "
-                               f"share index {v}")
-        names[v] = k[len("HOST_CNT_"):].lower()
-    return tuple(n if n is not None else f"reserved_{i}" for i, n in enumerate(names))
-
-
 #: counter index -> name ("tagged", "pure_ack", "untagged_no_ring", ...)
-HOST_COUNTER_NAMES = _counter_names()
+HOST_COUNTER_NAMES = counter_names(HOST_CONST, "HOST_CNT_", HOST_NR_COUNTERS, HOST_CONSTANTS_H)
 
 
 # --- structs (mirrors of bpf/include/talb/host_structs.h) ---------------------
@@ -138,69 +121,17 @@ HOST_MAP_SPECS = MappingProxyType({
 })
 
 
-class HostMaps:
+class HostMaps(MapSet):
     """All maps of one host's data path, as attributes named like the maps
     (``.flow_isn``, ``.flow_rings``, ``.counters``). Open with
     ``HostMaps(pin_dir)`` (from pins, any process, no bcc) or
     ``HostMaps.from_fds({name: fd})``."""
 
-    NAMES = tuple(HOST_MAP_SPECS)
-
-    def __init__(self, pin_dir: str | os.PathLike | None = None):
-        self.pin_dir = Path(pin_dir) if pin_dir is not None else None
-        self.maps: dict[str, Map] = {}
-        if pin_dir is None:
-            return
-        missing = [n for n in self.NAMES if not (self.pin_dir / n).exists()]
-        if missing:
-            raise FileNotFoundError(
-                f"{self.pin_dir}: no pinned map(s) {', '.join(missing)}: no TaLB host program "
-                f"is pinned there (`talb testbed up` attaches it to every host)")
-        try:
-            for n, (kt, vt, mtype) in HOST_MAP_SPECS.items():
-                self.maps[n] = Map.from_pin(self.pin_dir / n, kt, vt, expect_type=mtype)
-        except BaseException:
-            self.close()
-            raise
-
-    @classmethod
-    def from_fds(cls, fds: dict[str, int]) -> "HostMaps":
-        """Wrap maps by fd (e.g. bcc's ``table.map_fd``); the fds are dup'ed."""
-        self = cls(None)
-        try:
-            for n, (kt, vt, mtype) in HOST_MAP_SPECS.items():
-                fd = os.dup(fds[n])
-                try:
-                    self.maps[n] = Map(fd, kt, vt, name=n, expect_type=mtype)
-                except BaseException:
-                    os.close(fd)
-                    raise
-        except BaseException:
-            self.close()
-            raise
-        return self
+    SPECS = HOST_MAP_SPECS
+    MISSING_HINT = (": no TaLB host program is pinned there "
+                    "(`talb testbed up` attaches it to every host)")
 
     def read_counters(self) -> dict[str, int]:
         """{counter name: packets}, summed over CPUs."""
         return {name: self.counters.get(i, 0) for i, name in enumerate(HOST_COUNTER_NAMES)
                 if not name.startswith("reserved_")}
-
-    def __getattr__(self, name: str) -> Map:
-        maps = self.__dict__.get("maps", {})
-        if name in maps:
-            return maps[name]
-        raise AttributeError(name)
-
-    def __getitem__(self, name: str) -> Map:
-        return self.maps[name]
-
-    def close(self) -> None:
-        for m in self.maps.values():
-            m.close()
-        self.maps = {}
-
-    def __enter__(self) -> "HostMaps":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -7,9 +7,11 @@
 * :class:`Map`: a typed view of one map fd (get/set/delete/items; per-CPU
   values summed, or per CPU). Opened from a pin, it checks the kernel's key
   and value sizes against the mirror and refuses a mismatch.
-* :class:`SwitchMaps`: one switch's maps, opened from its pin directory by
-  name. Needs no bcc and no program reload: ``talb testbed status`` and the
-  agent use it on a running data path.
+* :class:`MapSet`: a data path's maps, opened from its pin directory (or
+  from fds) by name, each a checked :class:`Map`; :class:`SwitchMaps` is one
+  switch's (agent/host_maps.py's HostMaps a host's). Needs no bcc and no
+  program reload: ``talb testbed status`` and the agent use it on a running
+  data path.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
+from typing import Mapping
 
 from agent import bpf_syscall as sc
 
@@ -36,7 +39,8 @@ __all__ = [
     "CONST", "SCHEMES", "SCHEME_NAMES", "IMPLEMENTED_SCHEMES", "COUNTER_NAMES",
     "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorEntry", "GroupState",
     "Map",
-    "MapLayoutError", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
+    "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
+    "constant", "counter_names",
 ]
 
 
@@ -98,11 +102,33 @@ def parse_constants(path: str | os.PathLike = CONSTANTS_H) -> dict[str, int]:
 CONST = MappingProxyType(parse_constants())
 
 
-def _c(name: str) -> int:
+def constant(consts: Mapping[str, int], name: str, header: str | os.PathLike) -> int:
+    """``consts[name]``; a RuntimeError naming ``header`` if it lacks it."""
     try:
-        return CONST[name]
+        return consts[name]
     except KeyError:
-        raise RuntimeError(f"{CONSTANTS_H}: no integer #define {name}") from None
+        raise RuntimeError(f"{header}: no integer #define {name}") from None
+
+
+def counter_names(consts: Mapping[str, int], prefix: str, n: int, header: str | os.PathLike,
+                  *, exclude: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Counter index -> name for a counters array of ``n``, from the
+    ``<prefix><NAME>`` defines of ``header`` (but ``exclude``); indices
+    without a name are ``reserved_<i>``. Checks range and uniqueness."""
+    names: list[str | None] = [None] * n
+    for k, v in consts.items():
+        if not k.startswith(prefix) or k in exclude:
+            continue
+        if not 0 <= v < n:
+            raise RuntimeError(f"{header}: {k}={v} outside counters[{n}]")
+        if names[v] is not None:
+            raise RuntimeError(f"{header}: {k} and {prefix}{names[v].upper()} share index {v}")
+        names[v] = k[len(prefix):].lower()
+    return tuple(name if name is not None else f"reserved_{i}" for i, name in enumerate(names))
+
+
+def _c(name: str) -> int:
+    return constant(CONST, name, CONSTANTS_H)
 
 
 TALB_MAX_PORTS = _c("TALB_MAX_PORTS")
@@ -128,20 +154,9 @@ SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
 IMPLEMENTED_SCHEMES = frozenset({"ecmp", "talb"})
 
 
-def _counter_names() -> tuple[str, ...]:
-    names = [None] * TALB_NR_COUNTERS
-    for k, v in CONST.items():
-        if k.startswith("CNT_") and k != "CNT_DECISION_BASE":
-            if not 0 <= v < TALB_NR_COUNTERS:
-                raise RuntimeError(f"{CONSTANTS_H}: {k}={v} outside counters[{TALB_NR_COUNTERS}]")
-            if names[v] is not None:
-                raise RuntimeError(f"{CONSTANTS_H}: {k} and CNT_{names[v].upper()} share index {v}")
-            names[v] = k[len("CNT_"):].lower()
-    return tuple(n if n is not None else f"reserved_{i}" for i, n in enumerate(names))
-
-
 #: counter index -> name ("pass_no_route", "released", "decision_ecmp", ...)
-COUNTER_NAMES = _counter_names()
+COUNTER_NAMES = counter_names(CONST, "CNT_", TALB_NR_COUNTERS, CONSTANTS_H,
+                              exclude=frozenset({"CNT_DECISION_BASE"}))
 
 
 # --- structs (mirrors of bpf/include/talb/structs.h) -------------------------
@@ -450,31 +465,24 @@ class Map:
         return f"Map({self.name!r}, fd={self.fd}, {self.info!r})"
 
 
-# --- one switch -------------------------------------------------------------------
-#: map name (as declared in bpf/include/talb/maps.h and pinned) ->
-#: (key type, value type, kernel map type)
-MAP_SPECS = MappingProxyType({
-    "ports": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_HASH),
-    "port_stats": (ctypes.c_uint32, PortStats, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
-    "fwd": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
-    "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),
-    "config": (ctypes.c_uint32, TalbConfig, sc.BPF_MAP_TYPE_ARRAY),
-    "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
-    "tensors": (ctypes.c_uint32, TensorEntry, sc.BPF_MAP_TYPE_LRU_HASH),
-    "group_state": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
-    "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
-    "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
-})
+# --- a set of maps ------------------------------------------------------------------
+class MapSet:
+    """All maps of one data path, as attributes named like the maps, each a
+    typed :class:`Map` whose layout is checked. Open with ``cls(pin_dir)``
+    (from pins; works in any process, no bcc) or ``cls.from_fds({name: fd})``.
 
+    A subclass names its maps in ``SPECS``: map name (as declared in bpf/
+    and pinned) -> (key type, value type, kernel map type); ``NAMES`` follows
+    from it. ``MISSING_HINT`` ends the error for missing pins.
+    """
 
-class SwitchMaps:
-    """All maps of one switch's data path, as attributes named like the maps
-    (``.ports``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
-    ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
-    ``.tensor_count``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
-    any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""
+    SPECS: MappingProxyType = MappingProxyType({})
+    NAMES: tuple[str, ...] = ()
+    MISSING_HINT = ""
 
-    NAMES = tuple(MAP_SPECS)
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.NAMES = tuple(cls.SPECS)
 
     def __init__(self, pin_dir: str | os.PathLike | None = None):
         self.pin_dir = Path(pin_dir) if pin_dir is not None else None
@@ -484,21 +492,20 @@ class SwitchMaps:
         missing = [n for n in self.NAMES if not (self.pin_dir / n).exists()]
         if missing:
             raise FileNotFoundError(
-                f"{self.pin_dir}: no pinned map(s) {', '.join(missing)} "
-                f"(is the switch's data path loaded? `talb testbed status`)")
+                f"{self.pin_dir}: no pinned map(s) {', '.join(missing)}{self.MISSING_HINT}")
         try:
-            for n, (kt, vt, mtype) in MAP_SPECS.items():
+            for n, (kt, vt, mtype) in self.SPECS.items():
                 self.maps[n] = Map.from_pin(self.pin_dir / n, kt, vt, expect_type=mtype)
         except BaseException:
             self.close()
             raise
 
     @classmethod
-    def from_fds(cls, fds: dict[str, int]) -> "SwitchMaps":
+    def from_fds(cls, fds: dict[str, int]):
         """Wrap maps by fd (e.g. bcc's ``table.map_fd``); the fds are dup'ed."""
         self = cls(None)
         try:
-            for n, (kt, vt, mtype) in MAP_SPECS.items():
+            for n, (kt, vt, mtype) in cls.SPECS.items():
                 fd = os.dup(fds[n])
                 try:
                     self.maps[n] = Map(fd, kt, vt, name=n, expect_type=mtype)
@@ -524,8 +531,36 @@ class SwitchMaps:
             m.close()
         self.maps = {}
 
-    def __enter__(self) -> "SwitchMaps":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# --- one switch -------------------------------------------------------------------
+#: map name (as declared in bpf/include/talb/maps.h and pinned) ->
+#: (key type, value type, kernel map type)
+MAP_SPECS = MappingProxyType({
+    "ports": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_HASH),
+    "port_stats": (ctypes.c_uint32, PortStats, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "fwd": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
+    "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),
+    "config": (ctypes.c_uint32, TalbConfig, sc.BPF_MAP_TYPE_ARRAY),
+    "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "tensors": (ctypes.c_uint32, TensorEntry, sc.BPF_MAP_TYPE_LRU_HASH),
+    "group_state": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
+    "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
+    "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
+})
+
+
+class SwitchMaps(MapSet):
+    """All maps of one switch's data path, as attributes named like the maps
+    (``.ports``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
+    ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
+    ``.tensor_count``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
+    any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""
+
+    SPECS = MAP_SPECS
+    MISSING_HINT = " (is the switch's data path loaded? `talb testbed status`)"

@@ -29,6 +29,7 @@
 #include "talb/host_structs.h"
 #include "talb/host_maps.h"
 #include "talb/host_tag.h"
+#include "talb/skb.h"
 
 int talb_host_tc(struct __sk_buff *skb)
 {
@@ -42,14 +43,11 @@ int talb_host_tc(struct __sk_buff *skb)
 	const struct host_desc *d;
 	union host_l3 l3;
 	void *data, *data_end;
-	__u32 linear, off;
+	__u32 off;
 	int proto, tcp_hlen, payload;
 
 	/* Headers in the linear area (a no-op for TCP's own packets). */
-	linear = skb->data_end - skb->data;
-	if (linear < TALB_PARSE_MAX && skb->len > linear)
-		bpf_skb_pull_data(skb, skb->len < TALB_PARSE_MAX ?
-				  skb->len : TALB_PARSE_MAX);
+	talb_pull_headers(skb);
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 	nh.pos = data;

@@ -48,6 +48,7 @@
 #include "talb/structs.h"
 #include "talb/maps.h"
 #include "talb/decision.h"
+#include "talb/skb.h"
 
 /* Remove the first IPv4 option (ours: 12 bytes right after the base
  * header) and fix IHL, total length and checksum. The checksum is updated
@@ -92,7 +93,6 @@ int talb_switch_tc(struct __sk_buff *skb)
 	struct talb_verdict v = {};
 	struct port_info *in;
 	__u32 ifindex = skb->ifindex;   /* at ingress: the arrival device */
-	__u32 linear;
 	void *data, *data_end;
 
 	in = ports.lookup(&ifindex);
@@ -105,10 +105,7 @@ int talb_switch_tc(struct __sk_buff *skb)
 	talb_port_rx(in->port_id, pkt.len);
 
 	/* Headers in the linear area (a no-op for the fabric's packets). */
-	linear = skb->data_end - skb->data;
-	if (linear < TALB_PARSE_MAX && skb->len > linear)
-		bpf_skb_pull_data(skb, skb->len < TALB_PARSE_MAX ?
-				  skb->len : TALB_PARSE_MAX);
+	talb_pull_headers(skb);
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 

@@ -3,9 +3,9 @@
  * talb/maps.h - ALL maps of the switch data path, and their small helpers.
  *
  * bcc only rewrites map operations (map.lookup(...)) in the main source
- * file, so agent/loader.py expands the project's own `#include "talb/..."`
- * lines into one text (with #line markers, so diagnostics still name these
- * files) before handing it to bcc. Include this header once, from the entry
+ * file, so the loader (agent/loader.py, through agent/datapath.py) expands
+ * the project's own `#include "talb/..."` lines into one text (with #line
+ * markers, so diagnostics still name these files) before handing it to bcc. Include this header once, from the entry
  * point, before any header that uses a map.
  *
  * The loader pins every map as <pin_dir>/<map name>; user space
