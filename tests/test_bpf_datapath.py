@@ -12,11 +12,11 @@ import ctypes
 import errno
 import os
 import random
-import tempfile
 
 import pytest
 
-from conftest import new_prefix, skip_or_fail
+from conftest import new_prefix
+from helpers import ProgTestSwitch, loaded_switch
 
 pytestmark = pytest.mark.bpf
 
@@ -32,15 +32,11 @@ DST_DOWN = "198.18.1.9"  # group whose only port is down (p5 marked down in a te
 
 
 # --- fixtures ------------------------------------------------------------------------
-class Switch:
+class Switch(ProgTestSwitch):
     """A loaded (not attached) data path and veth ports in a namespace."""
 
     def __init__(self, netns_name, dp, ifindex):
-        self.netns = netns_name
-        self.dp = dp
-        self.maps = dp.maps
-        self.ifindex = ifindex            # name -> ifindex (p0..p5, q0..q5)
-        self.port_names = [f"p{i}" for i in range(N_PORTS)]
+        super().__init__(netns_name, dp, ifindex, N_PORTS)
         self.ports = [(n, ifindex[n], False, True) for n in self.port_names]
         self.groups = {
             DST4: [ifindex[f"p{i}"] for i in (1, 2, 3, 4)],
@@ -57,63 +53,11 @@ class Switch:
                                scheme="ecmp", hash_seed=seed)
         control.set_release(self.maps, release)
 
-    def run(self, data: bytes, ingress: str = "p0", repeat: int = 1):
-        from pyroute2 import netns
-
-        from agent import bpf_syscall as sc
-
-        netns.pushns(self.netns)
-        try:
-            ret, out, dur, _ = sc.prog_test_run(
-                self.dp.prog_fd, data, ctx=sc.SkBuff(ifindex=self.ifindex[ingress]),
-                repeat=repeat)
-        finally:
-            netns.popns()
-        return ret, out
-
-    def tx(self) -> dict[str, int]:
-        """tx packets per port name."""
-        from agent import control
-
-        stats = control.read_port_stats(self.maps, range(N_PORTS))
-        return {n: stats[i]["tx_packets"] for i, n in enumerate(self.port_names)}
-
-    def counters(self) -> dict[str, int]:
-        from agent import control
-
-        return control.read_counters(self.maps)
-
-    def port_of(self, ifindex: int) -> str:
-        return next(n for n in self.port_names if self.ifindex[n] == ifindex)
-
 
 @pytest.fixture(scope="module")
 def switch(bcc):
-    from pyroute2 import IPRoute, netns
-
-    from agent.loader import SwitchDatapath
-
-    name = f"{new_prefix()}-dp"
-    try:
-        netns.create(name)
-    except Exception as exc:
-        skip_or_fail(f"cannot create network namespace: {exc}")
-    dp = None
-    try:
-        ifindex = {}
-        with IPRoute(netns=name) as ipr:
-            for i in range(N_PORTS):
-                ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
-            for i in range(N_PORTS):
-                for n in (f"p{i}", f"q{i}"):
-                    ifindex[n] = ipr.link_lookup(ifname=n)[0]
-                    ipr.link("set", index=ifindex[n], state="up")
-        dp = SwitchDatapath(name, tempfile.gettempdir() + "/unused-pins").load()
+    with loaded_switch("dp", N_PORTS) as (name, dp, ifindex):
         yield Switch(name, dp, ifindex)
-    finally:
-        if dp is not None:
-            dp.close()
-        netns.remove(name)
 
 
 def tcp(src=SRC, dst=DST4, sport=40000, dport=5201, **ip):

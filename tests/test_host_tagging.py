@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import new_prefix, skip_or_fail
+from helpers import run_in, socket_in
 
 pytestmark = pytest.mark.bpf
 
@@ -398,21 +400,6 @@ def test_tagging_cost(host, bcc, record_property, capsys):
 # ====================================================================================
 # Part 2: live, two hosts on one veth pair
 # ====================================================================================
-def _run(ns: str, *cmd: str, check: bool = True):
-    return subprocess.run(["ip", "netns", "exec", ns, *cmd], check=check, capture_output=True,
-                          text=True, timeout=30)
-
-
-def _socket_in(ns: str, *args) -> socket.socket:
-    from pyroute2 import netns
-
-    netns.pushns(ns)
-    try:
-        return socket.socket(*args)
-    finally:
-        netns.popns()
-
-
 class Pair:
     """h1 (198.18.0.1) --veth-- h2 (198.18.0.2), the host program on both."""
 
@@ -434,8 +421,8 @@ class Pair:
 
         for ns in self.ns.values():
             netns.create(ns)
-            _run(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                 "net.ipv6.conf.default.disable_ipv6=1", "net.ipv4.tcp_congestion_control=cubic")
+            run_in(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                  "net.ipv6.conf.default.disable_ipv6=1", "net.ipv4.tcp_congestion_control=cubic")
         with IPRoute(netns=self.ns["h1"], flags=0) as ipr:
             ipr.link("add", ifname="eth0", kind="veth",
                      peer={"ifname": "eth0", "net_ns_fd": self.ns["h2"]})
@@ -456,7 +443,7 @@ class Pair:
                 ipr.route("add", dst=f"{self.IPS[peer]}/32", oif=i,
                           metrics={"advmss": 1460})
             if shutil.which("ethtool"):
-                _run(ns, "ethtool", "-K", "eth0", "tso", "off", "gso", "off", "gro", "off")
+                run_in(ns, "ethtool", "-K", "eth0", "tso", "off", "gso", "off", "gro", "off")
         ensure_bpffs()
         for h, ns in self.ns.items():
             with HostDatapath(ns, self.pin[h]) as dp:
@@ -467,6 +454,20 @@ class Pair:
         from agent.host_maps import HostMaps
 
         return HostMaps(self.pin[h])
+
+    @contextmanager
+    def connection(self):
+        """A TCP connection from h1 to h2: yields (h1's socket, h2's accepted
+        one), both closed afterwards."""
+        srv = socket_in(self.ns["h2"], socket.AF_INET, socket.SOCK_STREAM)
+        cli = socket_in(self.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
+        with srv, cli:
+            srv.bind((DST, 0))
+            srv.listen(1)
+            cli.connect((DST, srv.getsockname()[1]))
+            conn, _ = srv.accept()
+            with conn:
+                yield cli, conn
 
     def teardown(self):
         from pyroute2 import netns
@@ -509,7 +510,7 @@ class Capture:
     ingress)."""
 
     def __init__(self, ns: str, ifname: str = "eth0"):
-        self.sock = _socket_in(ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock = socket_in(ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.sock.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE
         self.sock.bind((ifname, 0))
         self.frames: list[tuple[int, bytes]] = []
@@ -606,7 +607,7 @@ class Receiver:
     sends back the SHA-256 of what it read."""
 
     def __init__(self, ns: str, ip: str, n: int = 1):
-        self.srv = _socket_in(ns, socket.AF_INET, socket.SOCK_STREAM)
+        self.srv = socket_in(ns, socket.AF_INET, socket.SOCK_STREAM)
         self.srv.bind((ip, 0))
         self.srv.listen(n)
         self.port = self.srv.getsockname()[1]
@@ -720,25 +721,18 @@ def test_kernel_counts_the_syn_in_bytes_acked_on_the_active_side_only(pair):
         raw = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 128)
         return struct.unpack_from("=Q", raw, _TCPI_BYTES_ACKED)[0]
 
-    srv = _socket_in(pair.ns["h2"], socket.AF_INET, socket.SOCK_STREAM)
-    cli = _socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
-    with srv, cli:
-        srv.bind((DST, 0))
-        srv.listen(1)
-        cli.connect((DST, srv.getsockname()[1]))
-        conn, _ = srv.accept()
-        with conn:
-            time.sleep(0.05)
-            assert (acked(cli), acked(conn)) == (1, 0)
-            cli.sendall(b"a" * 1000)
-            conn.sendall(b"b" * 77)
-            deadline = time.monotonic() + 5
-            while (acked(cli), acked(conn)) != (1001, 77) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert (acked(cli), acked(conn)) == (1001, 77)
-            with pair.maps("h1") as m1, pair.maps("h2") as m2:
-                assert m1.flow_isn[FlowKey.of_socket(cli)].active
-                assert not m2.flow_isn[FlowKey.of_socket(conn)].active
+    with pair.connection() as (cli, conn):
+        time.sleep(0.05)
+        assert (acked(cli), acked(conn)) == (1, 0)
+        cli.sendall(b"a" * 1000)
+        conn.sendall(b"b" * 77)
+        deadline = time.monotonic() + 5
+        while (acked(cli), acked(conn)) != (1001, 77) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (acked(cli), acked(conn)) == (1001, 77)
+        with pair.maps("h1") as m1, pair.maps("h2") as m2:
+            assert m1.flow_isn[FlowKey.of_socket(cli)].active
+            assert not m2.flow_isn[FlowKey.of_socket(conn)].active
 
 
 def test_live_tensors_tagged_retransmission_keeps_tag_plain_flow_untagged(pair, record_property,
@@ -756,8 +750,8 @@ def test_live_tensors_tagged_retransmission_keeps_tag_plain_flow_untagged(pair, 
     tensors = [(layer, rng.randbytes(n)) for layer, n in plan]
     plain_payload = rng.randbytes(300_000)
 
-    tagged_sock = _socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
-    plain_sock = _socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
+    tagged_sock = socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
+    plain_sock = socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
     with tagged_sock, plain_sock:
         tagged_sock.connect((DST, rx.port))
         plain_sock.connect((DST, rx.port))
@@ -815,23 +809,16 @@ def test_live_accepted_socket_tags_too(pair):
     """The passive side (accept()): the SYN is not in bytes_acked there."""
     from workload.tensor_sender import TensorSender
 
-    srv = _socket_in(pair.ns["h2"], socket.AF_INET, socket.SOCK_STREAM)
-    cli = _socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
     cap = Capture(pair.ns["h2"])
     sizes = [3000, 1, 10_000]
     payloads = [os.urandom(n) for n in sizes]
     got = bytearray()
-    with srv, cli:
-        srv.bind((DST, 0))
-        srv.listen(1)
-        cli.connect((DST, srv.getsockname()[1]))
-        conn, _ = srv.accept()
-        with conn:
-            with TensorSender(conn, pin_dir=pair.pin["h2"]) as tx:
-                records = [tx.send(p, layer=i) for i, p in enumerate(payloads)]
-                while len(got) < sum(sizes):
-                    got += cli.recv(1 << 16)
-            ports = conn.getsockname()[1], conn.getpeername()[1]
+    with pair.connection() as (cli, conn):
+        with TensorSender(conn, pin_dir=pair.pin["h2"]) as tx:
+            records = [tx.send(p, layer=i) for i, p in enumerate(payloads)]
+            while len(got) < sum(sizes):
+                got += cli.recv(1 << 16)
+        ports = conn.getsockname()[1], conn.getpeername()[1]
     assert bytes(got) == b"".join(payloads)
     assert [r.stream_start for r in records] == [0, 3000, 3001]
     summary = check_stream(_parse(cap.outgoing(), *ports), records, b"".join(payloads))
@@ -844,7 +831,7 @@ def test_live_ring_overrun_raises_then_waits(pair):
 
     dropper = Dropper(pair, "h2")
     rx = Receiver(pair.ns["h2"], DST)
-    sock = _socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
     with sock:
         sock.connect((DST, rx.port))
         dropper.set(remaining=DROP_ANY)  # every tagged frame: nothing gets acknowledged
@@ -878,7 +865,7 @@ def test_errors_name_the_problem(pair, tmp_path):
     from workload.tensor_sender import TensorSender, TensorSenderError
 
     rx = Receiver(pair.ns["h2"], DST)
-    sock = _socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
     with sock:
         with pytest.raises(TensorSenderError, match="not connected"):
             TensorSender(sock, pin_dir=pair.pin["h1"])
@@ -923,7 +910,7 @@ def test_untagged_when_connection_predates_the_program(pair):
     HostDatapath(pair.ns["h1"], pair.pin["h1"]).detach(["eth0"])
     assert egress_filter(pair.ns["h1"], "eth0") is None
     rx = Receiver(pair.ns["h2"], DST)
-    sock = _socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
     with sock:
         sock.connect((DST, rx.port))
         # reattach, bound to the same maps (reload keeps state)
@@ -990,7 +977,7 @@ def test_testbed_up_attaches_the_host_program_everywhere(bcc):
         with HostMaps(paths.pin_dir(prefix, h0.name)) as m:
             assert m.read_counters()["tagged"] >= 3
         # in-process: a socket made in a host's namespace locates that host
-        s = _socket_in(paths.netns_name(prefix, h1.name), socket.AF_INET, socket.SOCK_STREAM)
+        s = socket_in(paths.netns_name(prefix, h1.name), socket.AF_INET, socket.SOCK_STREAM)
         with s:
             loc = locate_host(s)
         assert (loc.prefix, loc.host, loc.index) == (prefix, h1.name, 1)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import new_prefix, skip_or_fail
+from helpers import run_in, socket_in
 
 pytestmark = [pytest.mark.live, pytest.mark.bpf]
 
@@ -31,22 +32,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # --- helpers -------------------------------------------------------------------------
-def _run(ns: str, *cmd: str, check: bool = True, timeout: float = 30):
-    return subprocess.run(["ip", "netns", "exec", ns, *cmd], check=check,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _socket_in(ns: str, *args) -> socket.socket:
-    """A socket created in namespace ``ns`` (it stays there)."""
-    from pyroute2 import netns
-
-    netns.pushns(ns)
-    try:
-        return socket.socket(*args)
-    finally:
-        netns.popns()
-
-
 def _csum(b: bytes) -> int:
     if len(b) % 2:
         b += b"\0"
@@ -60,7 +45,7 @@ def ping(ns: str, dst: str, count: int = 3, timeout: float = 1.0) -> int:
     """ICMP echo from namespace ``ns`` (no ping binary needed); replies received."""
     ident = os.getpid() & 0xFFFF
     ok = 0
-    with _socket_in(ns, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as s:
+    with socket_in(ns, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as s:
         for seq in range(count):
             payload = b"talb" * 8
             hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
@@ -84,7 +69,7 @@ def tcp_transfer(src_ns: str, dst_ns: str, dst_ip: str, nbytes: int = 4 << 20,
     """Send ``nbytes`` over one TCP connection src_ns -> dst_ns; returns the
     sha256 of what was sent and of what was received."""
     payload = os.urandom(nbytes)
-    srv = _socket_in(dst_ns, socket.AF_INET, socket.SOCK_STREAM)
+    srv = socket_in(dst_ns, socket.AF_INET, socket.SOCK_STREAM)
     got = hashlib.sha256()
     errors = []
 
@@ -105,7 +90,7 @@ def tcp_transfer(src_ns: str, dst_ns: str, dst_ip: str, nbytes: int = 4 << 20,
         port = srv.getsockname()[1]
         t = threading.Thread(target=serve, daemon=True)
         t.start()
-        with _socket_in(src_ns, socket.AF_INET, socket.SOCK_STREAM) as c:
+        with socket_in(src_ns, socket.AF_INET, socket.SOCK_STREAM) as c:
             c.settimeout(timeout)
             c.connect((dst_ip, port))
             c.sendall(payload)
@@ -131,8 +116,8 @@ class Topo:
 
         for ns in (self.h1, self.sw, self.h2):
             netns.create(ns)
-            _run(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                 "net.ipv6.conf.default.disable_ipv6=1")
+            run_in(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                  "net.ipv6.conf.default.disable_ipv6=1")
         with IPRoute(netns=self.sw) as ipr:
             ipr.link("add", ifname="p1", kind="veth", peer={"ifname": "eth0", "net_ns_fd": self.h1})
             ipr.link("add", ifname="p2", kind="veth", peer={"ifname": "eth0", "net_ns_fd": self.h2})
@@ -163,7 +148,7 @@ class Topo:
         if not shutil.which("ethtool"):
             skip_or_fail("ethtool not installed")
         for ns, dev in ((self.h1, "eth0"), (self.h2, "eth0"), (self.sw, "p1"), (self.sw, "p2")):
-            _run(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off")
+            run_in(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off")
 
     def teardown(self):
         from pyroute2 import netns
@@ -307,7 +292,7 @@ def test_load_attach_pin_exit_then_forward_count_control_detach(topo):
     # detach (by a fresh object, no load needed) stops forwarding
     SwitchDatapath(topo.sw, topo.pin).detach(["p1", "p2"])
     assert ingress_filter(topo.sw, "p1") is None and ingress_filter(topo.sw, "p2") is None
-    r = _run(topo.sw, "tc", "qdisc", "show", "dev", "p1")
+    r = run_in(topo.sw, "tc", "qdisc", "show", "dev", "p1")
     assert "clsact" not in r.stdout
     assert ping(topo.h1, H2_IP, count=2, timeout=0.5) == 0
 
@@ -386,7 +371,7 @@ def _iperf_backlog(topo, seconds: int = 4) -> dict:
     topo.procs.append(srv)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # wait for the listener
-        if ":1451 00000000:0000 0A" in _run(topo.h2, "cat", "/proc/net/tcp").stdout:
+        if ":1451 00000000:0000 0A" in run_in(topo.h2, "cat", "/proc/net/tcp").stdout:
             break
         time.sleep(0.05)
     cli = subprocess.Popen(["ip", "netns", "exec", topo.h1, "iperf3", "-c", H2_IP, "-P", "2",
@@ -425,12 +410,13 @@ def test_first_hop_release_builds_queue(topo, record_property, capsys):
         skip_or_fail("iperf3 not installed")
     limit = 150_000
     topo.offloads_off()
-    _run(topo.h1, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
-    _run(topo.sw, "tc", "qdisc", "add", "dev", "p2", "root", "handle", "1:", "htb", "default", "1")
-    _run(topo.sw, "tc", "class", "add", "dev", "p2", "parent", "1:", "classid", "1:1", "htb",
-         "rate", "100mbit", "burst", "15k", "cburst", "15k", "quantum", "1514")
-    _run(topo.sw, "tc", "qdisc", "add", "dev", "p2", "parent", "1:1", "handle", "10:", "bfifo",
-         "limit", str(limit))
+    run_in(topo.h1, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
+    run_in(topo.sw, "tc", "qdisc", "add", "dev", "p2", "root", "handle", "1:", "htb",
+           "default", "1")
+    run_in(topo.sw, "tc", "class", "add", "dev", "p2", "parent", "1:", "classid", "1:1", "htb",
+          "rate", "100mbit", "burst", "15k", "cburst", "15k", "quantum", "1514")
+    run_in(topo.sw, "tc", "qdisc", "add", "dev", "p2", "parent", "1:1", "handle", "10:", "bfifo",
+          "limit", str(limit))
 
     with SwitchDatapath(topo.sw, topo.pin).load() as dp:
         dp.attach(["p1", "p2"])

@@ -19,12 +19,12 @@ import ctypes
 import errno
 import socket
 import struct
-import tempfile
 import time
 
 import pytest
 
-from conftest import new_prefix, skip_or_fail
+from conftest import new_prefix
+from helpers import ProgTestSwitch, loaded_switch
 
 pytestmark = pytest.mark.bpf
 
@@ -83,13 +83,9 @@ def hdr(tensor_id, layer=0, tensor_len=10, pkt_idx=0, last=False, version=1):
 
 
 # --- fixture ---------------------------------------------------------------------------
-class Switch:
+class Switch(ProgTestSwitch):
     def __init__(self, netns_name, dp, ifindex):
-        self.netns = netns_name
-        self.dp = dp
-        self.maps = dp.maps
-        self.ifindex = ifindex
-        self.port_names = [f"p{i}" for i in range(N_PORTS)]
+        super().__init__(netns_name, dp, ifindex, N_PORTS)
         self.host_ports = {"p0", "p5"}
         self.group = [ifindex[p] for p in UPLINKS]
         self.gid = None
@@ -134,26 +130,6 @@ class Switch:
                                    {self.ifindex[p]: v for p, v in zip(UPLINKS, pcm)},
                                    threshold=threshold)
 
-    def run(self, data: bytes, ingress: str = "p0", repeat: int = 1, full=False):
-        from pyroute2 import netns
-
-        from agent import bpf_syscall as sc
-
-        netns.pushns(self.netns)
-        try:
-            ret, out, dur, ctx = sc.prog_test_run(
-                self.dp.prog_fd, data, ctx=sc.SkBuff(ifindex=self.ifindex[ingress]),
-                repeat=repeat)
-        finally:
-            netns.popns()
-        return (ret, out, dur, ctx) if full else (ret, out)
-
-    def tx(self) -> dict[str, int]:
-        from agent import control
-
-        stats = control.read_port_stats(self.maps, range(N_PORTS))
-        return {n: stats[i]["tx_packets"] for i, n in enumerate(self.port_names)}
-
     def send(self, data: bytes, ingress: str = "p0") -> str | None:
         """Run one packet; the port it went out of (None: not forwarded)."""
         before = self.tx()
@@ -165,11 +141,6 @@ class Switch:
         (port, n), = moved.items()
         assert n == 1
         return port
-
-    def counters(self) -> dict[str, int]:
-        from agent import control
-
-        return control.read_counters(self.maps)
 
     def table(self, include_done=False) -> dict[int, tuple]:
         from agent import control
@@ -183,37 +154,11 @@ class Switch:
 
         return control.read_live_layers(self.maps).get(self.gid, {})
 
-    def name_of(self, ifindex: int) -> str:
-        return next(n for n in self.port_names if self.ifindex[n] == ifindex)
-
 
 @pytest.fixture(scope="module")
 def sw(bcc):
-    from pyroute2 import IPRoute, netns
-
-    from agent.loader import SwitchDatapath
-
-    name = f"{new_prefix()}-talb"
-    try:
-        netns.create(name)
-    except Exception as exc:
-        skip_or_fail(f"cannot create network namespace: {exc}")
-    dp = None
-    try:
-        ifindex = {}
-        with IPRoute(netns=name) as ipr:
-            for i in range(N_PORTS):
-                ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
-            for i in range(N_PORTS):
-                for n in (f"p{i}", f"q{i}"):
-                    ifindex[n] = ipr.link_lookup(ifname=n)[0]
-                    ipr.link("set", index=ifindex[n], state="up", mtu=1600)
-        dp = SwitchDatapath(name, tempfile.gettempdir() + "/unused-pins").load()
+    with loaded_switch("talb", N_PORTS, mtu=1600) as (name, dp, ifindex):
         yield Switch(name, dp, ifindex)
-    finally:
-        if dp is not None:
-            dp.close()
-        netns.remove(name)
 
 
 def ecmp_port(sw, sport=40000, dport=5201):
@@ -698,7 +643,7 @@ def test_model_matches_data_path_decision_for_decision(sw):
                 assert ret == TC_ACT_OK and not moved    # chosen port down: to the bridge
             else:
                 assert ret == TC_ACT_REDIRECT
-                assert moved == {sw.name_of(want): 1}, (s, moved, sw.name_of(want))
+                assert moved == {sw.port_of(want): 1}, (s, moved, sw.port_of(want))
             assert sw.table() == model.table(), s
             assert sw.table(include_done=True) == model.table(include_done=True), s
             assert sw.live() == model.live_layers(sw.gid), s

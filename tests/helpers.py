@@ -1,0 +1,108 @@
+"""Helpers shared by the tests that work inside network namespaces.
+
+* :func:`run_in`, :func:`socket_in`: a command, a socket in a namespace.
+* :func:`loaded_switch` and :class:`ProgTestSwitch`: the switch program
+  loaded (not attached) in a namespace of veth ports, packets run through it
+  with ``BPF_PROG_TEST_RUN`` (test_bpf_datapath.py, test_talb_switch.py).
+  A test run does not execute a redirect, so the chosen egress port is
+  observed through ``port_stats``.
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import tempfile
+from contextlib import contextmanager
+
+from conftest import new_prefix, skip_or_fail
+
+
+def run_in(ns: str, *cmd: str, check: bool = True, timeout: float = 30):
+    return subprocess.run(["ip", "netns", "exec", ns, *cmd], check=check,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def socket_in(ns: str, *args) -> socket.socket:
+    """A socket created in namespace ``ns`` (it stays there)."""
+    from pyroute2 import netns
+
+    netns.pushns(ns)
+    try:
+        return socket.socket(*args)
+    finally:
+        netns.popns()
+
+
+@contextmanager
+def loaded_switch(suffix: str, n_ports: int, **link):
+    """A namespace ``<new prefix>-<suffix>`` with veth pairs p<i>/q<i> for
+    i < ``n_ports``, all up (and ``link`` set, e.g. mtu=1600), and the switch
+    program loaded there: yields (namespace, SwitchDatapath, {name: ifindex}).
+    Closes the program and removes the namespace afterwards."""
+    from pyroute2 import IPRoute, netns
+
+    from agent.loader import SwitchDatapath
+
+    name = f"{new_prefix()}-{suffix}"
+    try:
+        netns.create(name)
+    except Exception as exc:
+        skip_or_fail(f"cannot create network namespace: {exc}")
+    dp = None
+    try:
+        ifindex = {}
+        with IPRoute(netns=name) as ipr:
+            for i in range(n_ports):
+                ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
+            for i in range(n_ports):
+                for n in (f"p{i}", f"q{i}"):
+                    ifindex[n] = ipr.link_lookup(ifname=n)[0]
+                    ipr.link("set", index=ifindex[n], state="up", **link)
+        dp = SwitchDatapath(name, tempfile.gettempdir() + "/unused-pins").load()
+        yield name, dp, ifindex
+    finally:
+        if dp is not None:
+            dp.close()
+        netns.remove(name)
+
+
+class ProgTestSwitch:
+    """A loaded switch program (:func:`loaded_switch`) and its ports p0..p<n-1>."""
+
+    def __init__(self, netns_name, dp, ifindex, n_ports: int):
+        self.netns = netns_name
+        self.dp = dp
+        self.maps = dp.maps
+        self.ifindex = ifindex            # name -> ifindex (p<i>, q<i>)
+        self.port_names = [f"p{i}" for i in range(n_ports)]
+
+    def run(self, data: bytes, ingress: str = "p0", repeat: int = 1, full: bool = False):
+        """One test run of ``data`` arriving at ``ingress``: (verdict, packet
+        out), or with ``full`` also the duration and the ctx out."""
+        from pyroute2 import netns
+
+        from agent import bpf_syscall as sc
+
+        netns.pushns(self.netns)
+        try:
+            ret, out, dur, ctx = sc.prog_test_run(
+                self.dp.prog_fd, data, ctx=sc.SkBuff(ifindex=self.ifindex[ingress]),
+                repeat=repeat)
+        finally:
+            netns.popns()
+        return (ret, out, dur, ctx) if full else (ret, out)
+
+    def tx(self) -> dict[str, int]:
+        """tx packets per port name."""
+        from agent import control
+
+        stats = control.read_port_stats(self.maps, range(len(self.port_names)))
+        return {n: stats[i]["tx_packets"] for i, n in enumerate(self.port_names)}
+
+    def counters(self) -> dict[str, int]:
+        from agent import control
+
+        return control.read_counters(self.maps)
+
+    def port_of(self, ifindex: int) -> str:
+        return next(n for n in self.port_names if self.ifindex[n] == ifindex)
