@@ -23,6 +23,9 @@ class LinkWatcher:
         self._events = LinkEvents(netns)
         self._by_index: dict[int, LinkState] = {}
         self.links: dict[str, LinkState] = {}
+        # Every name ever seen: a deleted port is down, and still has its index
+        # (its groups are rewritten without it instead of failing).
+        self._known: dict[str, int] = {}
         self._resync()
 
     def _resync(self) -> None:
@@ -32,6 +35,7 @@ class LinkWatcher:
     def _index_names(self) -> None:
         # Kept by ifindex: a renamed interface replaces its old name.
         self.links = {link.name: link for link in self._by_index.values()}
+        self._known.update((name, link.ifindex) for name, link in self.links.items())
 
     def fileno(self) -> int:
         """Readable when notifications are pending."""
@@ -43,7 +47,7 @@ class LinkWatcher:
 
     def ifindex(self, name: str) -> int:
         try:
-            return self.links[name].ifindex
+            return self._known[name]
         except KeyError:
             raise LookupError(f"no interface {name!r} in namespace {self.netns}") from None
 

@@ -63,9 +63,7 @@ class Agent:
         for name in done:
             self.monitors[name].refresh_groups()
         if done:
-            down = sorted(f"{n}:{port}" for n, m in self.monitors.items()
-                          for port, link in m.links.links.items()
-                          if not link.up and port not in ("lo", "br0"))
+            down = sorted(f"{n}:{port}" for n, m in self.monitors.items() for port in m.down_ports())
             log.info("link state changed (down: %s): reprogrammed %s",
                      ", ".join(down) or "none", ", ".join(done))
         return done

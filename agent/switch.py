@@ -143,6 +143,9 @@ class SwitchMonitor:
             groups.append(_Group(gid, members, distinct, tuple(names[x] for x in distinct)))
         self._groups = groups
 
+    def down_ports(self) -> list[str]:
+        return [p.spec.name for p in self._ports if not self.links.up(p.spec.name)]
+
     # -- each window ---------------------------------------------------------------
     def poll_links(self) -> bool:
         return self.links.poll()

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent import daemon
 from agent.control import ecmp_index, read_config, read_groups, read_port_stats, set_scheme
 from agent.maps import SwitchMaps
+from agent.rtnl import LinkEvents
 from conftest import new_prefix
 from netns_topology import LeafSpine
 from talb import paths, send, testbed
@@ -173,9 +174,9 @@ def test_half_rate_uplink_has_the_highest_pcm_and_the_lowest_weight(fabric, agen
     assert pcm["spine1"] >= pcm["spine0"] and weight["spine1"] <= weight["spine0"], (pcm, weight)
 
 
-def _wait_for(predicate, timeout, step=0.0005, start=None):
-    """Seconds from ``start`` (default: now) until ``predicate()``, or None."""
-    start = time.monotonic() if start is None else start
+def _wait_for(predicate, timeout, step=0.0005):
+    """Seconds until ``predicate()``, or None."""
+    start = time.monotonic()
     while time.monotonic() - start < timeout:
         if predicate():
             return time.monotonic() - start
@@ -203,13 +204,32 @@ def test_link_down_moves_traffic_off_the_port_and_up_brings_it_back(fabric, agen
         return uplink_sets() == {(s0, s1)}
 
     assert spine1_in_groups()
+    events = LinkEvents(ns(prefix, "leaf0"))
+
+    def set_spine1(state: str, wanted: set) -> tuple[float | None, float | None]:
+        """`ip link set spine1 <state>` on leaf0; seconds from the kernel's
+        notification of the new state (the agent hears the same broadcast)
+        until leaf0's groups are ``wanted``, and from the command's start."""
+        start = time.monotonic()
+        # not waited for: the notification is read while `ip` runs
+        ip = subprocess.Popen(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", state])
+        notified = None
+        while time.monotonic() - start < 2.0:
+            if notified is None and any(link.name == "spine1" and link.up == (state == "up")
+                                        for _, link in events.drain()):
+                notified = time.monotonic()
+            if uplink_sets() == wanted:
+                done = time.monotonic()
+                assert ip.wait() == 0
+                # (no notification seen yet: count from the command's start)
+                return done - (notified or start), done - start
+            time.sleep(0.0005)
+        ip.wait()
+        return None, None
+
     with leaf0, flows(prefix, topo, "h0", "h2", [0, 1], duration=6) as results:
         time.sleep(1.0)
-        # timed from before `ip` starts: the change may land while it runs
-        start = time.monotonic()
-        subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", "down"], check=True)
-        ip_down = time.monotonic() - start
-        t_down = _wait_for(lambda: uplink_sets() == {(s0,)}, timeout=1.0, start=start)
+        down_after, down_total = set_spine1("down", {(s0,)})
         time.sleep(0.2)
         before = _uplink_tx(prefix)
         time.sleep(1.0)
@@ -220,23 +240,20 @@ def test_link_down_moves_traffic_off_the_port_and_up_brings_it_back(fabric, agen
         leaf1_groups = {tuple(g["ports"]) for g in read_groups_of(prefix, "leaf1").values()}
         leaf1 = port_index(prefix, "leaf1")
 
-        start = time.monotonic()
-        subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", "up"], check=True)
-        ip_up = time.monotonic() - start
-        t_up = _wait_for(spine1_in_groups, timeout=1.0, start=start)
+        up_after, up_total = set_spine1("up", {(s0, s1)})
+        events.close()
         time.sleep(0.5)
         before = _uplink_tx(prefix)
         time.sleep(1.0)
         after = _uplink_tx(prefix)
         up_delta = {p: after[p] - before[p] for p in (s0, s1)}
-    assert t_down is not None, "spine1 never left leaf0's groups"
-    assert t_up is not None, "spine1 never came back into leaf0's groups"
-    print(f"\nregrouped {t_down * 1e3:.1f} ms after `ip link set down` started (it ran "
-          f"{ip_down * 1e3:.1f} ms): {(t_down - ip_down) / WINDOW_S:+.1f} windows after it returned; "
-          f"up: {t_up * 1e3:.1f} ms (ip {ip_up * 1e3:.1f} ms, {(t_up - ip_up) / WINDOW_S:+.1f} "
-          f"windows); tx bytes while down {down_delta}, after up {up_delta}")
-    assert t_down - ip_down <= 2 * WINDOW_S and t_up - ip_up <= 2 * WINDOW_S, \
-        (t_down, ip_down, t_up, ip_up)
+    assert down_total is not None, "spine1 never left leaf0's groups"
+    assert up_total is not None, "spine1 never came back into leaf0's groups"
+    print(f"\nregrouped {down_after * 1e3:.1f} ms after the link-down notification "
+          f"({down_after / WINDOW_S:.1f} windows; {down_total * 1e3:.1f} ms after `ip` started), "
+          f"{up_after * 1e3:.1f} ms after link-up ({up_after / WINDOW_S:.1f} windows; "
+          f"{up_total * 1e3:.1f} ms); tx bytes while down {down_delta}, after up {up_delta}")
+    assert down_after <= 2 * WINDOW_S and up_after <= 2 * WINDOW_S, (down_after, up_after)
     assert down_delta[s1] == 0 and down_delta[s0] > 5_000_000, down_delta
     assert up_delta[s1] > 2_000_000 and up_delta[s0] > 2_000_000, up_delta
     assert (leaf1["spine0"],) in leaf1_groups and \
@@ -355,7 +372,10 @@ def test_one_switch_mode_reads_rates_from_htb_and_follows_its_own_links(fabric, 
     from agent.config import AgentConfig
 
     prefix, _ = fabric
-    daemon.stop_background(prefix)  # one publisher per switch
+    assert daemon.stop_background(prefix)  # one publisher per switch
+    # SIGTERM: a clean exit (the loop's last words), pid file gone
+    assert "stopped after" in daemon.log_file(prefix).read_text().splitlines()[-1]
+    assert daemon.running_pid(prefix) is None and not daemon.pid_file(prefix).exists()
     one = daemon.build(AgentConfig(window_s=WINDOW_S), prefix=prefix, switch="leaf0")
     idx = port_index(prefix, "leaf0")
     try:

@@ -249,6 +249,11 @@ def test_link_watcher_sees_down_up_and_a_peer_losing_carrier(netns):
             time.sleep(0.01)
             w.poll()
         assert w.up("va") and w.up("vb")
+        # a deleted port is down, and keeps its index (its groups can be rewritten)
+        vb = w.ifindex("vb")
+        subprocess.run(["ip", "-n", netns, "link", "del", "vb"], check=True)
+        time.sleep(0.05)
+        assert w.poll() and not w.up("vb") and not w.up("va") and w.ifindex("vb") == vb
     finally:
         w.close()
         rtnl.close()
