@@ -35,7 +35,10 @@ class AgentConfig:
     window_s: float = DEFAULT_WINDOW_S       # --window-ms
     w1: float = 1.0                          # --w1: weight of utilisation in Eq. 5
     w2: float = 1.0                          # --w2: weight of queueing delay in Eq. 5
-    threshold: float | None = None           # --threshold: S; None = the group's max PCM
+    # --threshold: S of CASE 1. None: 1.0, the largest PCM Eq. 5 yields
+    # (docs/talb-decisions.md: the group's max, DESIGN §5's reading, would
+    # send rank 1 back on a two-uplink leaf every time); "max": that reading.
+    threshold: float | str | None = None
     pcm_delay: str = "model"                 # --pcm-delay: model (M/D/1) | measured (qdisc)
     metrics_addr: str = "127.0.0.1"          # --metrics-addr
     metrics_port: int = DEFAULT_METRICS_PORT  # --metrics-port
@@ -59,7 +62,7 @@ class AgentConfig:
         if self.w1 + self.w2 <= 0:
             raise ConfigError(f"--w1/--w2: at least one weight must be > 0, "
                               f"got {self.w1} and {self.w2}")
-        if self.threshold is not None:
+        if self.threshold is not None and self.threshold != "max":
             number("threshold", "--threshold", 0.0, 1.0)
         if self.pcm_delay not in PCM_DELAY_MODES:
             raise ConfigError(f"--pcm-delay: one of {', '.join(PCM_DELAY_MODES)}, "

@@ -195,7 +195,9 @@ def config_argv(config: AgentConfig) -> list[str]:
             "--metrics-addr", config.metrics_addr, "--metrics-port", str(config.metrics_port),
             "--log-level", config.log_level, "--read-strategy", config.read_strategy,
             "--stats-interval-ms", f"{config.stats_interval_s * 1e3:g}"]
-    if config.threshold is not None:
+    if config.threshold == "max":
+        argv += ["--threshold", "max"]
+    elif config.threshold is not None:
         argv += ["--threshold", f"{config.threshold:g}"]
     return argv
 

@@ -194,7 +194,8 @@ class SwitchMonitor:
 
     def _publish(self, g: _Group, pcm: dict[int, float]) -> bool:
         try:
-            publish_pcm(self.maps, g.members, pcm, threshold=self.config.threshold)
+            s = self.config.threshold
+            publish_pcm(self.maps, g.members, pcm, threshold=max(pcm.values()) if s == "max" else s)
         except ValueError as exc:
             # Reprogrammed behind our back (talb testbed, another tool): re-read.
             log.warning("%s: %s; re-reading the groups", self.name, exc)

@@ -16,9 +16,11 @@ from talb import paths, testbed
 PREFIX_HELP = "Name prefix of the testbed's namespaces (<prefix>-<node>)."
 
 
-def _threshold(value: str) -> float | None:
-    if value.strip().lower() == "max":
+def _threshold(value: str | None) -> float | str | None:
+    if value is None:
         return None
+    if value.strip().lower() == "max":
+        return "max"
     try:
         return float(value)
     except ValueError:
@@ -39,8 +41,10 @@ def _threshold(value: str) -> float | None:
               help="Weight W1 of utilisation in the PCM (Eq. 5).")
 @click.option("--w2", type=float, default=1.0, show_default=True,
               help="Weight W2 of queueing delay in the PCM (Eq. 5).")
-@click.option("--threshold", default="max", show_default=True,
-              help="TaLB's CASE 1 threshold S in [0, 1]; 'max': the group's largest PCM.")
+@click.option("--threshold", default=None,
+              help="TaLB's CASE 1 threshold S in [0, 1] [default: 1.0, the largest PCM]; "
+                   "'max': each group's largest PCM (DESIGN §5's reading; see "
+                   "docs/talb-decisions.md for why it is not the default).")
 @click.option("--pcm-delay", type=click.Choice(PCM_DELAY_MODES), default="model", show_default=True,
               help="Queueing delay in the PCM: M/D/1 model (Eq. 3/4) or measured qdisc backlog.")
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True,

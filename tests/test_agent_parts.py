@@ -59,6 +59,20 @@ def test_bad_configuration_names_the_option(kwargs, option):
         AgentConfig(**kwargs)
 
 
+@pytest.mark.parametrize("threshold, argv", [(None, []), ("max", ["--threshold", "max"]),
+                                             (0.7, ["--threshold", "0.7"])])
+def test_threshold_round_trips_to_the_detached_agents_argv(threshold, argv):
+    """None (S = 1.0), "max" (each group's largest PCM) and a number survive
+    start_background's trip through the command line."""
+    from agent.daemon import config_argv
+    from talb.cli_agent import _threshold
+
+    args = config_argv(AgentConfig(threshold=threshold))
+    tail = args[args.index("--threshold"):args.index("--threshold") + 2] if "--threshold" in args else []
+    assert tail == argv
+    assert _threshold(tail[1] if tail else None) == threshold
+
+
 def test_cli_refuses_bad_options_before_touching_anything(root):
     prefix = new_prefix()
     for args, option in ((["--window-ms", "0"], "--window-ms"),
