@@ -18,7 +18,7 @@ help:
 	@echo "  sudo make testbed-down  remove everything 'testbed' made"
 	@echo "  sudo make status        show the running testbed"
 	@echo "  sudo make test          run the test suite (what CI runs)"
-	@echo "  sudo make bench         data-path benchmarks (BPF vs empty program, BPF vs kernel bridge)"
+	@echo "  sudo make bench         benchmarks: data path (BPF vs empty, BPF vs bridge), agent loop, TaLB/host tagging cost"
 	@echo "  sudo make setup         install packages, kernel headers and the venv (done by the others)"
 	@echo "Variables: PREFIX=$(PREFIX) TOPOLOGY=<file.yaml> PYTEST_ARGS=..."
 
@@ -40,6 +40,7 @@ test: setup
 
 bench: setup
 	$(TALB) bench datapath
+	$(TALB) bench agent
 	$(PYTEST) -m bench -s -q
 
 clean:

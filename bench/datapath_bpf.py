@@ -77,8 +77,8 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         fds = {
             "empty (TC_ACT_OK)": (b_ok.load_func(b"empty_ok", BPF.SCHED_CLS).fd, "198.18.1.4"),
             "empty redirect": (b_rd.load_func(b"empty_redirect", BPF.SCHED_CLS).fd, "198.18.1.4"),
-            "talb single-port group": (dp.prog_fd, "198.18.1.1"),
-            "talb ECMP, 4-port group": (dp.prog_fd, "198.18.1.4"),
+            "switch, single-port group": (dp.prog_fd, "198.18.1.1"),
+            "switch ECMP, 4-port group": (dp.prog_fd, "198.18.1.4"),
         }
         ctx = sc.SkBuff(ifindex=ifindex["p0"])
         results: dict[tuple[str, int], float] = {}
@@ -106,7 +106,7 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
                 + "  ".join(f"{results[(name, s)]:>6} ns" for s in sizes))
         ratios = {}
         for s in sizes:
-            e, r = results[("talb ECMP, 4-port group", s)], results[("empty redirect", s)]
+            e, r = results[("switch ECMP, 4-port group", s)], results[("empty redirect", s)]
             ratios[f"ecmp/empty_redirect {s}B"] = e / max(r, 1)
             say(f"    {s} B: ECMP / empty redirect = {e / max(r, 1):.2f}x "
                 f"(+{e - r} ns per packet)")
