@@ -269,8 +269,12 @@ class TalbModel:
             self.counters["decision_talb"] += 1
             return idx
         if p.pkt_idx != 0:
+            # The fallback's choice is remembered as a done entry, so that the
+            # rest of the tensor (a late first packet too) keeps that port.
             self.counters["talb_midstream"] += 1
             self.counters["decision_ecmp"] += 1
+            self.tensors[p.tensor_id] = ModelEntry(p.tensor_len, 1, g.ifindex[p.fallback_index],
+                                                   p.layer, gid, done=True)
             return p.fallback_index
         if p.tensor_len <= 1 or p.last:
             self.counters["decision_talb"] += 1

@@ -56,13 +56,21 @@ def test_every_tensor_arrives_intact(exchange):
     assert not bad, f"tensors lost or corrupted: {bad}"
 
 
-def test_no_tensor_is_split_across_uplinks(exchange):
+def _talb_counters(prefix) -> dict:
+    from agent.control import read_counters
+    from agent.maps import SwitchMaps
+
+    with SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
+        return {k: v for k, v in read_counters(maps).items() if v and (k.startswith("talb") or k.startswith("opt"))}
+
+
+def test_no_tensor_is_split_across_uplinks(fabric, exchange):
     report, _ = exchange
     remote = [t for t in report.tensors if t.src in ("h0", "h1", "h2")]
     unseen = [t.tensor_id for t in remote if not t.uplinks]
     assert not unseen, f"tagged tensors never seen on leaf0's uplinks: {unseen[:5]}"
     split = {t.tensor_id: t.uplinks for t in remote if t.split}
-    assert not split, f"tensors split across uplinks: {split}"
+    assert not split, f"tensors split across uplinks: {split}; leaf0 counters: {_talb_counters(fabric)}"
 
 
 def test_tensors_of_one_flow_use_both_uplinks(exchange):

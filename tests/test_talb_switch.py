@@ -252,7 +252,23 @@ def test_unknown_tensor_midway_follows_the_fallback(sw):
             ecmp_port(sw, sport)
     c = sw.counters()
     assert c["talb_midstream"] == 10 and c["decision_ecmp"] == 10 and c["talb_inserted"] == 0
-    assert sw.table(include_done=True) == {}
+    # remembered, not live: no layer counted, no occupancy
+    assert sw.table() == {} and sw.live() == {}
+    assert len(sw.table(include_done=True)) == 10
+
+
+def test_first_packet_after_its_tensor_went_midstream_keeps_the_port(sw):
+    """Packet 0 lost before the switch, later packets take the fallback; the
+    resent packet 0 must follow them, not be placed as a new tensor (seen
+    live: a tensor split 51 + 33 over two uplinks)."""
+    sw.reset()
+    for sport in range(43000, 43016):
+        tid = 5000 + sport
+        mid = [sw.send(pkt(hdr(tid, tensor_len=50, pkt_idx=i), sport=sport)) for i in (1, 2, 3)]
+        first = sw.send(pkt(hdr(tid, tensor_len=50, pkt_idx=0), sport=sport))
+        rest = sw.send(pkt(hdr(tid, tensor_len=50, pkt_idx=4), sport=sport))
+        assert len({*mid, first, rest}) == 1, (sport, mid, first, rest)
+    assert sw.counters()["talb_inserted"] == 0 and sw.live() == {}
 
 
 def test_reroute_when_previous_port_goes_down(sw):
@@ -277,8 +293,10 @@ def test_idle_entry_ages_out_on_hit(sw):
     sw.send(pkt(hdr(31, layer=3, tensor_len=100, pkt_idx=1)))
     c = sw.counters()
     assert c["talb_aged"] == 1 and c["talb_midstream"] == 1 and c["talb_hit"] == 0
-    assert sw.table(include_done=True) == {} and sw.live() == {}
-    # a first packet starts it again
+    # its rest follows the fallback, remembered as done: not live
+    assert sw.table() == {} and sw.live() == {} and 31 in sw.table(include_done=True)
+    # once that is idle too, a first packet starts the tensor again
+    time.sleep(0.01)
     sw.send(pkt(hdr(31, layer=3, tensor_len=100)))
     assert sw.table()[31][1] == 1 and sw.live() == {3: 1}
 

@@ -304,12 +304,28 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 		}
 	} else if (p->pkt_idx != 0) {
 		/* Unknown tensor, but not its first packet: its start was
-		 * not placed here (table full then, scheme switched since,
-		 * aged out). Placing it now could move it mid-way; the
-		 * fallback keeps the flow where its start went (if that was
-		 * the fallback too) and nothing is inserted. */
+		 * not placed here (lost before this switch and not yet
+		 * resent, table full then, scheme switched since, aged out).
+		 * It follows the fallback, and that choice is remembered as
+		 * a done entry (not live: no layer, no occupancy; it goes
+		 * when idle), so that the rest of the tensor -- its first
+		 * packet too, when TCP resends it later -- stays on the same
+		 * port. Without it, a resent first packet was placed as a new
+		 * tensor, elsewhere: seen on the live fabric under load (a
+		 * first packet dropped at a veth backlog, 51 + 33 packets on
+		 * two uplinks). */
 		talb_count(CNT_TALB_MIDSTREAM);
-		return talb_fallback_select(p, g, cfg, dcnt);
+		idx = talb_fallback_select(p, g, cfg, dcnt) & (TALB_MAX_GROUP_PORTS - 1);
+		fresh.first_seen_ns = now;
+		fresh.last_seen_ns = now;
+		fresh.prev_port = g->ifindex[idx];
+		fresh.group_id = gid;
+		fresh.received = 1;
+		fresh.tensor_len = p->tensor_len;
+		fresh.layer = p->layer;
+		fresh.flags = TALB_TENSOR_DONE;
+		tensors.insert(&id, &fresh);    /* BPF_NOEXIST: first CPU wins */
+		return idx;
 	} else if (p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST)) {
 		/* A new tensor that needs an entry (one that ends with
 		 * this packet is decided and forgotten). */
