@@ -139,8 +139,15 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
     if with_agent is None:
         with_agent = datapath == "bpf"
     agent = {"metrics_port": metrics_port} if with_agent else None
-    state = testbed.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
-                       progress=_progress)
+    from agent.daemon import AgentError
+
+    try:
+        state = testbed.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
+                           progress=_progress)
+    except AgentError as exc:
+        hint = (f"; another testbed's agent may hold the port: give this one its own "
+                f"--metrics-port, or --no-agent" if "in use" in str(exc) else "")
+        raise testbed.TestbedError(f"{exc}{hint}") from None
     console.print(f"[green]up[/] in {state['build_seconds']} s")
     _print_status(testbed.status(prefix))
 
