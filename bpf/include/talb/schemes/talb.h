@@ -252,6 +252,20 @@ static __always_inline void talb_complete(__u32 id, struct tensor_entry *e)
 	}
 }
 
+/* A table entry for the packet's tensor, first seen now, on `port`. */
+static __always_inline void talb_entry_fill(struct tensor_entry *t,
+					    const struct talb_pkt *p,
+					    __u32 port, __u32 gid, __u64 now)
+{
+	t->first_seen_ns = now;
+	t->last_seen_ns = now;
+	t->prev_port = port;
+	t->group_id = gid;
+	t->received = 1;
+	t->tensor_len = p->tensor_len;
+	t->layer = p->layer;
+}
+
 /* The TaLB decision for a group of n >= 2 ports. Returns an index < n. */
 static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 						const struct fwd_group *g,
@@ -316,13 +330,7 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 		 * two uplinks). */
 		talb_count(CNT_TALB_MIDSTREAM);
 		idx = talb_fallback_select(p, g, cfg, dcnt) & (TALB_MAX_GROUP_PORTS - 1);
-		fresh.first_seen_ns = now;
-		fresh.last_seen_ns = now;
-		fresh.prev_port = g->ifindex[idx];
-		fresh.group_id = gid;
-		fresh.received = 1;
-		fresh.tensor_len = p->tensor_len;
-		fresh.layer = p->layer;
+		talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
 		fresh.flags = TALB_TENSOR_DONE;
 		tensors.insert(&id, &fresh);    /* BPF_NOEXIST: first CPU wins */
 		return idx;
@@ -357,13 +365,7 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 		    ((p->flags & TALB_PKT_LAST) || p->pkt_idx + 1 >= e->tensor_len))
 			talb_complete(id, e);
 	} else if (insert) {
-		fresh.first_seen_ns = now;
-		fresh.last_seen_ns = now;
-		fresh.prev_port = g->ifindex[idx];
-		fresh.group_id = gid;
-		fresh.received = 1;
-		fresh.tensor_len = p->tensor_len;
-		fresh.layer = p->layer;
+		talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
 		/* BPF_NOEXIST: another CPU inserting the same tensor
 		 * meanwhile wins; this packet keeps its own decision and
 		 * is not counted twice. */
