@@ -14,6 +14,8 @@ import os
 import random
 
 import pytest
+import hypothesis
+from hypothesis import strategies as st
 
 from conftest import new_prefix
 from helpers import ProgTestSwitch, loaded_switch
@@ -495,8 +497,6 @@ def test_unimplemented_scheme_in_map_falls_back_to_ecmp(switch):
 def test_random_frames_never_misforwarded(switch):
     """Mutated frames: passed, or forwarded to a port of the group of the
     destination they carry, never anything else."""
-    hypothesis = pytest.importorskip("hypothesis")
-    from hypothesis import strategies as st
 
     from agent.maps import IPv4Key
 

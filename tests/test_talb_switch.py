@@ -22,6 +22,8 @@ import struct
 import time
 
 import pytest
+import hypothesis
+from hypothesis import strategies as st
 
 from conftest import new_prefix
 from helpers import ProgTestSwitch, loaded_switch
@@ -472,8 +474,6 @@ def test_other_options_around_ours_parse(sw, before, after):
 
 
 def test_random_option_bytes_never_crash_or_misroute(sw):
-    hypothesis = pytest.importorskip("hypothesis")
-    from hypothesis import strategies as st
 
     sw.reset()
     valid = {sw.ifindex[p] for p in UPLINKS}
@@ -613,8 +613,6 @@ def test_band_marking_sets_htb_classid(sw):
 
 # --- the model, decision for decision -----------------------------------------------------------
 def test_model_matches_data_path_decision_for_decision(sw):
-    hypothesis = pytest.importorskip("hypothesis")
-    from hypothesis import strategies as st
 
     from agent import control
     from agent import talb_model as tm
