@@ -26,7 +26,10 @@
  * bytes_acked into a stream offset. */
 #define HOST_ISN_ACTIVE         (1U << 0)
 
-/* ---- the option's flags byte (DESIGN section 4) ------------------------ */
+/* ---- the option's flags byte (DESIGN section 4) ------------------------
+ * For user space only (agent/host_maps.py parses this file alone): the
+ * program writes constants.h's TALB_IPOPT_VERSION / TALB_IPOPT_F_LAST, and
+ * host_tag.h fails to compile if these differ from them. */
 #define HOST_OPT_VERSION        1           /* bits 0-1 */
 #define HOST_OPT_F_LAST         (1U << 2)   /* last packet of the tensor */
 

@@ -13,7 +13,7 @@
 #ifndef TALB_HOST_TAG_H
 #define TALB_HOST_TAG_H
 
-#include "talb/constants.h"     /* TALB_IPOPT_TYPE, TALB_IPOPT_LEN */
+#include "talb/constants.h"     /* TALB_IPOPT_*: the option, as the switch reads it */
 #include "talb/talb_option.h"   /* struct talb_opt: the option as on the wire */
 #include "talb/parsing_helpers.h"
 
@@ -27,6 +27,12 @@
 #define HOST_IPV4_IHL   5       /* IHL of a header without options */
 /* IHL once the option is in: (20 + 12) / 4 */
 #define HOST_TAGGED_IHL ((20 + TALB_IPOPT_LEN) / 4)
+
+/* host_constants.h repeats the flags for agent/host_maps.py (its parser
+ * reads one file); the program writes the TALB_IPOPT_* ones. */
+_Static_assert(HOST_OPT_VERSION == TALB_IPOPT_VERSION &&
+	       HOST_OPT_F_LAST == TALB_IPOPT_F_LAST,
+	       "host_constants.h HOST_OPT_* != constants.h TALB_IPOPT_*");
 
 /* The IPv4 header as it leaves the host: base header, then the TaLB option
  * as the first (and only) option. As 32-bit words for bpf_csum_diff. */
@@ -100,10 +106,10 @@ static __always_inline void host_build_l3(union host_l3 *out,
 {
 	__u32 rel = off - d->stream_start;
 	__u32 idx = d->mss ? rel / d->mss : 0;
-	__u8 flags = HOST_OPT_VERSION;
+	__u8 flags = TALB_IPOPT_VERSION;
 
 	if (rel + payload >= d->stream_end - d->stream_start)
-		flags |= HOST_OPT_F_LAST;
+		flags |= TALB_IPOPT_F_LAST;
 
 	__builtin_memcpy(&out->h.ip, iph, sizeof(out->h.ip));
 	out->h.ip.ihl = HOST_TAGGED_IHL;
