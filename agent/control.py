@@ -239,8 +239,13 @@ def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
 
 
 # --- TaLB: groups, PCM, tensor table ---------------------------------------------------
-def _find_group(maps: SwitchMaps, group_ifindexes: Sequence[int]) -> tuple[int, FwdGroup]:
+def _find_group(maps: SwitchMaps, group_ifindexes: Sequence[int],
+                group_id: int | None = None) -> tuple[int, FwdGroup]:
     want = [int(x) for x in group_ifindexes]
+    if group_id is not None:  # the caller's id: one lookup instead of a walk of the map
+        g = maps.groups.get(group_id)
+        if g is not None and g.ports() == want:
+            return group_id, g
     for gid, g in maps.groups.items():
         if g.ports() == want:
             return gid, g
@@ -249,7 +254,8 @@ def _find_group(maps: SwitchMaps, group_ifindexes: Sequence[int]) -> tuple[int, 
 
 
 def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
-                pcm: Mapping[int, float], threshold: float | None = None) -> int:
+                pcm: Mapping[int, float], threshold: float | None = None, *,
+                group_id: int | None = None) -> int:
     """Publish the port congestion metrics of one forwarding group.
 
     ``group_ifindexes``: the group's ports, in its order (as installed by
@@ -260,8 +266,10 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
     Computes the port order by PCM (lowest first) and the smooth-WRR
     schedule for weights ``1 - P_i`` (agent/talb_model.py) and replaces the
     group in one map update: the data path sees the old publication or the
-    new one, never a mix. Returns the group id."""
-    gid, g = _find_group(maps, group_ifindexes)
+    new one, never a mix. ``group_id``: where the caller expects the group
+    (a hint: if that id holds other ports, the group is searched by its
+    ports as without it). Returns the group id."""
+    gid, g = _find_group(maps, group_ifindexes, group_id)
     ports = g.ports()
     missing = [x for x in ports if x not in pcm]
     if missing:

@@ -195,7 +195,8 @@ class SwitchMonitor:
     def _publish(self, g: _Group, pcm: dict[int, float]) -> bool:
         try:
             s = self.config.threshold
-            publish_pcm(self.maps, g.members, pcm, threshold=max(pcm.values()) if s == "max" else s)
+            publish_pcm(self.maps, g.members, pcm,
+                        threshold=max(pcm.values()) if s == "max" else s, group_id=g.gid)
         except ValueError as exc:
             # Reprogrammed behind our back (talb testbed, another tool): re-read.
             log.warning("%s: %s; re-reading the groups", self.name, exc)
