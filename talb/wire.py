@@ -18,10 +18,14 @@ from dataclasses import dataclass
 from scapy.fields import BitEnumField, BitField, ByteField, IntField, ShortField
 from scapy.layers.inet import IP, IPOption
 
-OPT_TYPE = 0x9E
-OPT_LEN = 12
-VERSION = 1
-FLAG_LAST = 0x04
+from agent.maps import CONST
+
+# The numbers of bpf/include/talb/constants.h (TALB_IPOPT_*), parsed there.
+OPT_TYPE = CONST["TALB_IPOPT_TYPE"]
+OPT_LEN = CONST["TALB_IPOPT_LEN"]
+VERSION = CONST["TALB_IPOPT_VERSION"]
+VERSION_MASK = CONST["TALB_IPOPT_VERSION_MASK"]
+FLAG_LAST = CONST["TALB_IPOPT_F_LAST"]
 _FMT = "!BBIBBHH"  # network byte order, no padding: 12 bytes
 assert struct.calcsize(_FMT) == OPT_LEN
 
@@ -54,7 +58,7 @@ class TaLBHeader:
     version: int = VERSION
 
     def pack(self) -> bytes:
-        flags = (self.version & 0x03) | (FLAG_LAST if self.last else 0)
+        flags = (self.version & VERSION_MASK) | (FLAG_LAST if self.last else 0)
         return struct.pack(_FMT, OPT_TYPE, OPT_LEN, self.tensor_id, self.layer, flags,
                            self.tensor_len, self.pkt_idx)
 
@@ -63,7 +67,7 @@ class TaLBHeader:
         typ, length, tid, layer, flags, tlen, idx = struct.unpack(_FMT, raw[:OPT_LEN])
         if typ != OPT_TYPE or length != OPT_LEN:
             raise ValueError(f"not a TaLB option: type {typ:#x}, length {length}")
-        return cls(tid, layer, tlen, idx, bool(flags & FLAG_LAST), flags & 0x03)
+        return cls(tid, layer, tlen, idx, bool(flags & FLAG_LAST), flags & VERSION_MASK)
 
     def scapy(self) -> IPOption_TaLB:
         return IPOption_TaLB(tensor_id=self.tensor_id, layer=self.layer, tensor_len=self.tensor_len,
