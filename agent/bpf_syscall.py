@@ -35,6 +35,7 @@ BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
 BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_MAP_LOOKUP_BATCH = 24
 
 # --- map types (enum bpf_map_type), the ones the project uses -------------
 BPF_MAP_TYPE_HASH = 1
@@ -114,6 +115,21 @@ class _MapElemAttr(ctypes.Structure):
         ("_pad0", ctypes.c_uint32),
         ("key", ctypes.c_uint64),
         ("value", ctypes.c_uint64),  # or next_key
+        ("flags", ctypes.c_uint64),
+    ]
+
+
+class _MapBatchAttr(ctypes.Structure):
+    """``batch`` member (BPF_MAP_*_BATCH)."""
+
+    _fields_ = [
+        ("in_batch", ctypes.c_uint64),
+        ("out_batch", ctypes.c_uint64),
+        ("keys", ctypes.c_uint64),
+        ("values", ctypes.c_uint64),
+        ("count", ctypes.c_uint32),
+        ("map_fd", ctypes.c_uint32),
+        ("elem_flags", ctypes.c_uint64),
         ("flags", ctypes.c_uint64),
     ]
 

@@ -21,34 +21,8 @@ import errno
 from agent import bpf_syscall as sc
 from agent.maps import Map, possible_cpus
 
-BPF_MAP_LOOKUP_BATCH = 24
 STRATEGIES = ("auto", "batch", "per_key")
 _ENOTSUPP = 524  # the kernel's internal "operation not supported" (no errno name)
-
-
-class _BatchAttr(ctypes.Structure):
-    """``union bpf_attr``'s ``batch`` member (BPF_MAP_*_BATCH)."""
-
-    _fields_ = [
-        ("in_batch", ctypes.c_uint64),
-        ("out_batch", ctypes.c_uint64),
-        ("keys", ctypes.c_uint64),
-        ("values", ctypes.c_uint64),
-        ("count", ctypes.c_uint32),
-        ("map_fd", ctypes.c_uint32),
-        ("elem_flags", ctypes.c_uint64),
-        ("flags", ctypes.c_uint64),
-    ]
-
-
-class _ElemAttr(ctypes.Structure):
-    _fields_ = [
-        ("map_fd", ctypes.c_uint32),
-        ("_pad0", ctypes.c_uint32),
-        ("key", ctypes.c_uint64),
-        ("value", ctypes.c_uint64),
-        ("flags", ctypes.c_uint64),
-    ]
 
 
 class PerCpuArrayReader:
@@ -77,8 +51,8 @@ class PerCpuArrayReader:
         if strategy == "per_key":
             self._key = ctypes.c_uint32()
             self._value = ctypes.create_string_buffer(self._stride)
-            self._elem = _ElemAttr(map_fd=m.fd, key=ctypes.addressof(self._key),
-                                   value=ctypes.addressof(self._value))
+            self._elem = sc._MapElemAttr(map_fd=m.fd, key=ctypes.addressof(self._key),
+                                         value=ctypes.addressof(self._value))
 
     def _batch_works(self) -> bool:
         try:
@@ -90,11 +64,12 @@ class PerCpuArrayReader:
         return True
 
     def _read_batch(self) -> memoryview:
-        attr = _BatchAttr(in_batch=0, out_batch=ctypes.addressof(self._out_batch),
-                          keys=ctypes.addressof(self._keys), values=ctypes.addressof(self._values),
-                          count=self.n, map_fd=self.map.fd)
+        attr = sc._MapBatchAttr(in_batch=0, out_batch=ctypes.addressof(self._out_batch),
+                                keys=ctypes.addressof(self._keys),
+                                values=ctypes.addressof(self._values),
+                                count=self.n, map_fd=self.map.fd)
         try:
-            sc._bpf(BPF_MAP_LOOKUP_BATCH, attr, f"BPF_MAP_LOOKUP_BATCH {self.map.name}")
+            sc._bpf(sc.BPF_MAP_LOOKUP_BATCH, attr, f"BPF_MAP_LOOKUP_BATCH {self.map.name}")
         except OSError as exc:
             # ENOENT: the batch reached the end of the map; the entries before it are valid.
             if exc.errno != errno.ENOENT:
