@@ -15,24 +15,17 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Callable
 
-from pyroute2 import IPRoute
-
 from agent.control import program_switch, set_talb_config
+from agent.datapath import _ifindex, _ipr, ensure_bpffs
 from agent.host_loader import HostDatapath
-from agent.loader import SwitchDatapath, ensure_bpffs
+from agent.loader import SwitchDatapath
 from agent.maps import SwitchMaps
 from talb import paths
 
 
 def _ifindexes(netns: str, names: list[str]) -> dict[str, int]:
-    with IPRoute(netns=netns, flags=0) as ipr:  # flags=0: never create a missing namespace
-        found = {}
-        for name in names:
-            idx = ipr.link_lookup(ifname=name)
-            if not idx:
-                raise RuntimeError(f"port {name} missing in namespace {netns}")
-            found[name] = idx[0]
-    return found
+    with _ipr(netns) as ipr:
+        return {name: _ifindex(ipr, name, netns) for name in names}
 
 
 def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,

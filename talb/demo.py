@@ -34,7 +34,8 @@ class DemoReport:
         return self.pairs_ok == self.pairs_total and spread_ok
 
 
-def _uplink_tx(prefix: str, leaf: str) -> dict[str, int]:
+def uplink_tx(prefix: str, leaf: str) -> dict[str, int]:
+    """Bytes the switch program has sent out of each fabric port of `leaf`."""
     st = testbed.status(prefix)
     sw = next(s for s in st["switches"] if s["name"] == leaf)
     return {p["name"]: p["tx_bytes"] or 0 for p in sw["ports"] if p["kind"] == "fabric"}
@@ -78,9 +79,9 @@ def run(prefix: str = paths.DEFAULT_PREFIX, *, duration: float = 3.0,
         return report
     say(f"3/3 iperf3: {parallel} parallel flows {src.name} -> {dst.name}; "
         f"bytes each uplink of {src.leaf} carried")
-    before = _uplink_tx(prefix, src.leaf)
+    before = uplink_tx(prefix, src.leaf)
     many = run_iperf3(ns[src.name], ns[dst.name], dst.ip, duration=duration, parallel=parallel)
-    after = _uplink_tx(prefix, src.leaf)
+    after = uplink_tx(prefix, src.leaf)
     delta = {port: after[port] - before.get(port, 0) for port in after}
     total = sum(delta.values()) or 1
     report.spread = {"uplinks": len(delta), "uplinks_used": sum(1 for v in delta.values() if v > total * 0.05),

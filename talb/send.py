@@ -19,8 +19,10 @@ from pathlib import Path
 from talb import paths, testbed
 from workload.capture import start_capture, tensor_ports
 from workload.netexec import ns_popen
+from workload.snowflake import DEFAULT_WORKER_BITS
 
-MAX_WORKERS = 16  # the Snowflake id's default 4-bit worker field (paper §IV)
+# Distinct tensor ids need distinct workers: the Snowflake id's worker field.
+MAX_WORKERS = 1 << DEFAULT_WORKER_BITS
 APP = [sys.executable, "-m", "workload.tensor_app"]
 
 

@@ -14,6 +14,7 @@ import shutil
 import time
 from typing import Callable
 
+from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
 from talb import paths
 
 Progress = Callable[[str], None]
@@ -33,16 +34,6 @@ def require_root() -> None:
     if os.geteuid() != 0:
         raise TestbedError("must run as root: network namespaces and BPF need it "
                            "(sudo talb ..., or sudo make testbed)")
-
-
-def namespaces(prefix: str) -> list[str]:
-    """Namespaces that belong to this prefix (names '<prefix>-<node>')."""
-    paths.check_prefix(prefix)
-    try:
-        names = os.listdir("/run/netns")
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if n.startswith(prefix + "-"))
 
 
 def exists(prefix: str) -> bool:

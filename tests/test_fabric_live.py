@@ -13,7 +13,7 @@ from agent.qdisc_stats import QdiscReader
 from conftest import new_prefix
 from netns_topology import LeafSpine
 from talb import paths, testbed
-from talb.demo import GOODPUT_PER_RATE
+from talb.demo import GOODPUT_PER_RATE, uplink_tx
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
 
@@ -37,12 +37,6 @@ def ns(prefix, node):
 
 def host(topo, name):
     return next(h for h in topo.hosts if h.name == name)
-
-
-def uplink_tx(prefix, leaf):
-    st = testbed.status(prefix)
-    sw = next(s for s in st["switches"] if s["name"] == leaf)
-    return {p["name"]: p["tx_bytes"] for p in sw["ports"] if p["kind"] == "fabric"}
 
 
 def test_every_host_reaches_every_other_host(fabric):
