@@ -8,6 +8,7 @@ Two shapes share the topology-wide fields (mtu, rates, queue, tcp_cc, scheme):
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -41,6 +42,15 @@ def _entry(field: str, value, keys: tuple[str, ...], required: str) -> dict:
     return value
 
 
+@contextmanager
+def _within(field: str):
+    """A TopologyError raised inside, seen from ``field`` (``rate`` -> ``links[1].rate``)."""
+    try:
+        yield
+    except TopologyError as exc:
+        raise exc.within(field) from None
+
+
 def _between(entry: dict) -> tuple[str, str]:
     pair = entry["between"]
     if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(n, str) for n in pair):
@@ -70,31 +80,23 @@ def topology_from_dict(d) -> Topo:
         topo = Topo(**params)
         for i, item in enumerate(_list("switches", d.get("switches"), "[{name: s0, role: leaf}]")):
             entry = _entry(f"switches[{i}]", item, ("name", "role"), "name")
-            try:
+            with _within(f"switches[{i}]"):
                 topo.add_switch(**entry)
-            except TopologyError as exc:
-                raise exc.within(f"switches[{i}]") from None
         for i, item in enumerate(_list("hosts", d.get("hosts"), "[{name: h0}]")):
             entry = _entry(f"hosts[{i}]", item, ("name", "ip", "mac"), "name")
-            try:
+            with _within(f"hosts[{i}]"):
                 topo.add_host(**entry)
-            except TopologyError as exc:
-                raise exc.within(f"hosts[{i}]") from None
         for field, entry in _link_entries(d):
-            try:
+            with _within(field):
                 topo.add_link(*_between(entry), rate=entry.get("rate"), up=entry.get("up", True))
-            except TopologyError as exc:
-                raise exc.within(field) from None
     else:
         topo = LeafSpine(**{k: d[k] for k in shape}, **params)
         for field, entry in _link_entries(d):
             changes = {k: entry[k] for k in ("rate", "up") if k in entry}
             if not changes:
                 raise TopologyError(field, "an override needs rate and/or up")
-            try:
+            with _within(field):
                 topo.set_link(*_between(entry), **changes)
-            except TopologyError as exc:
-                raise exc.within(field) from None
     topo.validate()
     return topo
 
