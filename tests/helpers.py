@@ -1,6 +1,7 @@
 """Helpers shared by the tests that work inside network namespaces.
 
 * :func:`run_in`, :func:`socket_in`: a command, a socket in a namespace.
+* :func:`free_port`: a free TCP port on loopback (metrics, Prometheus).
 * :func:`loaded_switch` and :class:`ProgTestSwitch`: the switch program
   loaded (not attached) in a namespace of veth ports, packets run through it
   with ``BPF_PROG_TEST_RUN`` (test_bpf_datapath.py, test_talb_switch.py).
@@ -31,6 +32,13 @@ def socket_in(ns: str, *args) -> socket.socket:
         return socket.socket(*args)
     finally:
         netns.popns()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @contextmanager

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -27,6 +26,7 @@ from agent.control import ecmp_index, read_config, read_groups, read_port_stats,
 from agent.maps import SwitchMaps
 from agent.rtnl import LinkEvents
 from conftest import new_prefix
+from helpers import free_port
 from netns_topology import LeafSpine
 from talb import paths, send, testbed
 from workload.iperf import run_iperf3
@@ -34,12 +34,6 @@ from workload.iperf import run_iperf3
 pytestmark = pytest.mark.live
 
 WINDOW_S = 0.005
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

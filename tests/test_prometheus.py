@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -19,6 +18,7 @@ import pytest
 
 from agent import daemon
 from conftest import new_prefix, skip_or_fail
+from helpers import free_port
 from netns_topology import LeafSpine
 from talb import paths, testbed
 from workload.iperf import run_iperf3
@@ -33,12 +33,6 @@ SERIES = [
     "talb_agent_loop_duration_seconds_bucket", "talb_agent_loop_lag_seconds_bucket",
     "talb_agent_windows_total", "talb_agent_slow_windows_total", "talb_scheme_info",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, timeout: float = 5.0):
