@@ -216,24 +216,21 @@ def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
             raise SchemeError("fallback: TaLB cannot be its own fallback (untagged packets "
                               "carry no tensor)")
         cfg.fallback_scheme = fid
-    if tensor_limit is not None:
-        if not 1 <= int(tensor_limit) <= TALB_MAX_TENSORS:
-            raise ValueError(f"tensor_limit: 1..TALB_MAX_TENSORS={TALB_MAX_TENSORS}, "
-                             f"got {tensor_limit}")
-        cfg.tensor_limit = int(tensor_limit)
-    if tensor_idle_us is not None:
-        if not 1 <= int(tensor_idle_us) <= 0xFFFFFFFF:
-            raise ValueError(f"tensor_idle_us: 1..2^32-1, got {tensor_idle_us}")
-        cfg.tensor_idle_us = int(tensor_idle_us)
-    if n_bands is not None:
-        if not 1 <= int(n_bands) <= CONST["TALB_MAX_BANDS"]:
-            raise ValueError(f"n_bands: 1..TALB_MAX_BANDS={CONST['TALB_MAX_BANDS']}, "
-                             f"got {n_bands}")
-        cfg.n_bands = int(n_bands)
-    if layers_per_band is not None:
-        if not 1 <= int(layers_per_band) <= 256:
-            raise ValueError(f"layers_per_band: 1..256, got {layers_per_band}")
-        cfg.layers_per_band = int(layers_per_band)
+    # field: (value, largest allowed, the range as the error names it); 1 is the least
+    limits = {
+        "tensor_limit": (tensor_limit, TALB_MAX_TENSORS,
+                         f"1..TALB_MAX_TENSORS={TALB_MAX_TENSORS}"),
+        "tensor_idle_us": (tensor_idle_us, 0xFFFFFFFF, "1..2^32-1"),
+        "n_bands": (n_bands, CONST["TALB_MAX_BANDS"],
+                    f"1..TALB_MAX_BANDS={CONST['TALB_MAX_BANDS']}"),
+        "layers_per_band": (layers_per_band, 256, "1..256"),
+    }
+    for field, (value, hi, text) in limits.items():
+        if value is None:
+            continue
+        if not 1 <= int(value) <= hi:
+            raise ValueError(f"{field}: {text}, got {value}")
+        setattr(cfg, field, int(value))
     maps.config[0] = cfg
     return read_config(maps)
 
