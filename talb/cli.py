@@ -198,13 +198,6 @@ def testbed_demo(duration, parallel, prefix):
     console.print("[green]demo passed[/]: the fabric is up for you to use")
 
 
-def _fmt_rate(bps: int) -> str:
-    for unit, div in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bps >= div:
-            return f"{bps / div:g} {unit}"
-    return f"{bps} bit/s"
-
-
 def _fmt_bytes(n) -> str:
     if n is None:
         return "-"
@@ -215,6 +208,8 @@ def _fmt_bytes(n) -> str:
 
 
 def _print_status(st: dict) -> None:
+    from netns_topology.units import format_rate
+
     agent = f"agent pid {st['agent_pid']}" if st.get("agent_pid") else "no agent"
     console.print(f"testbed [cyan]{st['prefix']}[/] is [bold]{st['status']}[/], "
                   f"datapath {st['datapath']}, {agent}, created {st['created']}")
@@ -233,7 +228,7 @@ def _print_status(st: dict) -> None:
         for col in ("port", "peer", "kind", "rate", "state", "tx", "rx"):
             t.add_column(col, justify="right" if col in ("tx", "rx") else "left")
         for p in sw["ports"]:
-            t.add_row(p["name"], p["peer"], p["kind"], _fmt_rate(p["rate_bps"]),
+            t.add_row(p["name"], p["peer"], p["kind"], format_rate(p["rate_bps"]),
                       "up" if p["up"] else "[red]down[/]", _fmt_bytes(p["tx_bytes"]),
                       _fmt_bytes(p["rx_bytes"]))
         console.print(t)
