@@ -187,7 +187,8 @@ class BpfDatapath:
     #: the clsact hook of the filter: "ingress" or "egress"
     TC_DIRECTION: str
     #: -D<macro>="<pin_dir>" makes the source declare its maps pinned there
-    PIN_DIR_MACRO: str
+    #: (TALB_MAP, bpf/include/talb/map_decl.h)
+    PIN_DIR_MACRO: str = "TALB_PIN_DIR"
 
     def __init__(self, netns: str | None, pin_dir: str | os.PathLike):
         self.netns = netns

@@ -54,7 +54,6 @@ class HostDatapath(BpfDatapath):
     PROG_NAME = HOST_PROG_NAME
     MAPS_CLASS = HostMaps
     TC_DIRECTION = "egress"
-    PIN_DIR_MACRO = "TALB_HOST_PIN_DIR"
 
     def attach(self, ifnames=("eth0",)) -> None:
         """:meth:`BpfDatapath.attach`, to the host's eth0 by default."""

@@ -68,7 +68,6 @@ class SwitchDatapath(BpfDatapath):
     PROG_NAME = PROG_NAME
     MAPS_CLASS = SwitchMaps
     TC_DIRECTION = "ingress"
-    PIN_DIR_MACRO = "TALB_PIN_DIR"
 
     def load(self, *, release_sk: bool = True, hash_seed: int | None = None,
              reuse_pins: bool = False, cflags: tuple[str, ...] = ()) -> "SwitchDatapath":

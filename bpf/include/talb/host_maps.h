@@ -13,28 +13,20 @@
 
 #include "talb/host_constants.h"
 #include "talb/host_structs.h"
-
-/* TALB_HOST_MAP(type, key, value, name, max_entries): a fresh map, or, when
- * the loader passes -DTALB_HOST_PIN_DIR="\"/path\"", the one pinned at
- * /path/<name> (a reload keeps learned ISNs and live rings). */
-#ifdef TALB_HOST_PIN_DIR
-#define TALB_HOST_MAP(_type, _key, _value, _name, _max) \
-	BPF_TABLE_PINNED(_type, _key, _value, _name, _max, TALB_HOST_PIN_DIR "/" #_name)
-#else
-#define TALB_HOST_MAP(_type, _key, _value, _name, _max) \
-	BPF_TABLE(_type, _key, _value, _name, _max)
-#endif
+/* TALB_MAP: fresh, or pinned at TALB_PIN_DIR (a reload keeps learned ISNs
+ * and live rings) */
+#include "talb/map_decl.h"
 
 /* flow -> our ISN, learned from our SYN / SYN-ACK. LRU: flows come and go
  * without anyone deleting them; an evicted entry only costs tags of a flow
  * idle long enough to be the least recent of HOST_MAX_FLOWS. */
-TALB_HOST_MAP("lru_hash", struct host_flow_key, struct host_isn, flow_isn, HOST_MAX_FLOWS);
+TALB_MAP("lru_hash", struct host_flow_key, struct host_isn, flow_isn, HOST_MAX_FLOWS);
 /* flow -> tensor descriptors, written by the library (TensorSender), which
  * also deletes it (close()). Not LRU: a ring must never vanish under a
  * sender; a full map is a clear error in the library instead. */
-TALB_HOST_MAP("hash", struct host_flow_key, struct host_ring, flow_rings, HOST_MAX_TAGGED_FLOWS);
+TALB_MAP("hash", struct host_flow_key, struct host_ring, flow_rings, HOST_MAX_TAGGED_FLOWS);
 /* HOST_CNT_* -> packets, per CPU */
-TALB_HOST_MAP("percpu_array", __u32, __u64, counters, HOST_NR_COUNTERS);
+TALB_MAP("percpu_array", __u32, __u64, counters, HOST_NR_COUNTERS);
 
 /* Per-CPU: a plain add, no atomics. */
 static __always_inline void host_count(__u32 idx)

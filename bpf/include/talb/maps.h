@@ -16,17 +16,7 @@
 
 #include "talb/constants.h"
 #include "talb/structs.h"
-
-/* TALB_MAP(type, key, value, name, max_entries): a fresh map, or, when the
- * loader passes -DTALB_PIN_DIR="\"/path\"", the map already pinned at
- * /path/<name> (a reload keeps the data path's state). */
-#ifdef TALB_PIN_DIR
-#define TALB_MAP(_type, _key, _value, _name, _max) \
-	BPF_TABLE_PINNED(_type, _key, _value, _name, _max, TALB_PIN_DIR "/" #_name)
-#else
-#define TALB_MAP(_type, _key, _value, _name, _max) \
-	BPF_TABLE(_type, _key, _value, _name, _max)
-#endif
+#include "talb/map_decl.h"   /* TALB_MAP: fresh, or pinned at TALB_PIN_DIR */
 
 /* ifindex -> port (id, flags). Ports not in this map are not ours. */
 TALB_MAP("hash", __u32, struct port_info, ports, TALB_MAX_PORTS);
