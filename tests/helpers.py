@@ -1,6 +1,7 @@
 """Helpers shared by the tests that work inside network namespaces.
 
 * :func:`run_in`, :func:`socket_in`: a command, a socket in a namespace.
+* :func:`ping`: ICMP echoes from a namespace (no ping binary needed).
 * :func:`free_port`: a free TCP port on loopback (metrics, Prometheus).
 * :func:`loaded_switch` and :class:`ProgTestSwitch`: the switch program
   loaded (not attached) in a namespace of veth ports, packets run through it
@@ -10,9 +11,13 @@
 """
 from __future__ import annotations
 
+import os
+import select
 import socket
+import struct
 import subprocess
 import tempfile
+import time
 from contextlib import contextmanager
 
 from conftest import new_prefix, skip_or_fail
@@ -32,6 +37,39 @@ def socket_in(ns: str, *args) -> socket.socket:
         return socket.socket(*args)
     finally:
         netns.popns()
+
+
+def _checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of ``data``."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    total = (total >> 16) + (total & 0xFFFF)
+    return ~(total + (total >> 16)) & 0xFFFF
+
+
+def ping(ns: str, dst: str, count: int = 3, timeout: float = 1.0) -> int:
+    """``count`` ICMP echoes from namespace ``ns``, each waited for up to
+    ``timeout`` s (no ping binary needed): the number of replies received."""
+    ident = os.getpid() & 0xFFFF
+    ok = 0
+    with socket_in(ns, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as s:
+        for seq in range(count):
+            payload = b"talb" * 8
+            hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+            s.sendto(struct.pack("!BBHHH", 8, 0, _checksum(hdr + payload), ident, seq) + payload,
+                     (dst, 0))
+            end = time.monotonic() + timeout
+            while (left := end - time.monotonic()) > 0:
+                if not select.select([s], [], [], left)[0]:
+                    break
+                data, addr = s.recvfrom(2048)
+                ihl = (data[0] & 0x0F) * 4
+                typ, _, _, i, q = struct.unpack("!BBHHH", data[ihl:ihl + 8])
+                if typ == 0 and i == ident and q == seq and addr[0] == dst:
+                    ok += 1
+                    break
+    return ok
 
 
 def free_port() -> int:

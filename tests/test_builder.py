@@ -4,8 +4,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ from netns_topology import builder, qdisc
 from netns_topology.teardown import namespaces
 from talb.paths import netns_name
 from conftest import new_prefix
+from helpers import ping
 
 REPO = Path(__file__).resolve().parent.parent
 IFF_UP = 0x1
@@ -75,39 +74,11 @@ def read_sysctl(prefix: str, node: str, key: str) -> str:
         netns.popns()
 
 
-def _checksum(data: bytes) -> int:
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    total = (total >> 16) + (total & 0xFFFF)
-    return ~(total + (total >> 16)) & 0xFFFF
-
-
-def ping(prefix: str, node: str, dst: str, timeout: float = 0.5) -> bool:
-    """One ICMP echo from inside `node` (no ping binary needed)."""
-    ident, payload = os.getpid() & 0xFFFF, b"talbtopo"  # an even length, for the 16-bit checksum
-    header = struct.pack("!BBHHH", 8, 0, 0, ident, 1)
-    packet = struct.pack("!BBHHH", 8, 0, _checksum(header + payload), ident, 1) + payload
-    sock = netns.create_socket(netns_name(prefix, node), socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-    with sock:
-        sock.settimeout(timeout)
-        sock.sendto(packet, (dst, 0))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                data, (src, _) = sock.recvfrom(2048)
-            except socket.timeout:
-                return False
-            ihl = (data[0] & 0x0F) * 4
-            kind, _, _, rid, _ = struct.unpack("!BBHHH", data[ihl:ihl + 8])
-            if kind == 0 and rid == ident and src == dst:
-                return True
-    return False
-
-
 def wait_for_ping(prefix: str, node: str, dst: str, limit: float = 15.0) -> float:
     """Seconds until `dst` answers; STP makes ports forward after 2 x forward_delay."""
     start = time.monotonic()
     while time.monotonic() - start < limit:
-        if ping(prefix, node, dst):
+        if ping(netns_name(prefix, node), dst, count=1, timeout=0.5):
             return time.monotonic() - start
         time.sleep(0.2)
     pytest.fail(f"{node} could not ping {dst} within {limit} s")
@@ -251,8 +222,8 @@ def test_high_rate_uses_64_bit_rates(prefix):
 def test_hosts_ping_through_the_bridges(fabric):
     waited = wait_for_ping(fabric["prefix"], "h0", "198.18.0.2")
     print(f"\nSTP let h0 reach h1 after {waited:.1f} s")
-    assert ping(fabric["prefix"], "h1", "198.18.0.1")
-    assert ping(fabric["prefix"], "h3", "198.18.1.1")
+    assert ping(netns_name(fabric["prefix"], "h1"), "198.18.0.1", count=1, timeout=0.5)
+    assert ping(netns_name(fabric["prefix"], "h3"), "198.18.1.1", count=1, timeout=0.5)
     # across the fabric too: the spanning tree avoids the down link
     assert wait_for_ping(fabric["prefix"], "h0", "198.18.1.2") < 15
 

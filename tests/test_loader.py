@@ -10,10 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -23,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import new_prefix, skip_or_fail
-from helpers import run_in, socket_in
+from helpers import ping, run_in, socket_in
 
 pytestmark = [pytest.mark.live, pytest.mark.bpf]
 
@@ -32,38 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # --- helpers -------------------------------------------------------------------------
-def _csum(b: bytes) -> int:
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    s = (s >> 16) + (s & 0xFFFF)
-    s += s >> 16
-    return ~s & 0xFFFF
-
-
-def ping(ns: str, dst: str, count: int = 3, timeout: float = 1.0) -> int:
-    """ICMP echo from namespace ``ns`` (no ping binary needed); replies received."""
-    ident = os.getpid() & 0xFFFF
-    ok = 0
-    with socket_in(ns, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as s:
-        for seq in range(count):
-            payload = b"talb" * 8
-            hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
-            s.sendto(struct.pack("!BBHHH", 8, 0, _csum(hdr + payload), ident, seq) + payload,
-                     (dst, 0))
-            end = time.monotonic() + timeout
-            while (left := end - time.monotonic()) > 0:
-                if not select.select([s], [], [], left)[0]:
-                    break
-                data, addr = s.recvfrom(2048)
-                ihl = (data[0] & 0x0F) * 4
-                typ, _, _, i, q = struct.unpack("!BBHHH", data[ihl:ihl + 8])
-                if typ == 0 and i == ident and q == seq and addr[0] == dst:
-                    ok += 1
-                    break
-    return ok
-
-
 def tcp_transfer(src_ns: str, dst_ns: str, dst_ip: str, nbytes: int = 4 << 20,
                  timeout: float = 20) -> tuple[str, str]:
     """Send ``nbytes`` over one TCP connection src_ns -> dst_ns; returns the
