@@ -19,7 +19,7 @@ from agent.maps import (
 )
 
 __all__ = [
-    "SchemeError", "program_switch", "read_port_stats", "read_ports", "read_counters",
+    "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
     "read_config", "set_scheme", "set_release", "set_hash_seed", "set_talb_config",
     "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
     "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
@@ -51,6 +51,11 @@ def _scheme_id(name: str) -> int:
             f"scheme {name!r} is not implemented in the data path yet "
             f"(implemented: {', '.join(sorted(IMPLEMENTED_SCHEMES))})")
     return SCHEMES[key]
+
+
+def port_flags(is_host: bool, up: bool) -> int:
+    """The ``ports`` map's flags of a port (``PortInfo.flags``)."""
+    return (PORT_HOST if is_host else 0) | (PORT_UP if up else 0)
 
 
 def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
@@ -91,8 +96,7 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
                              f"got {spec!r}") from None
         if int(ifindex) in by_ifindex:
             raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex} listed twice")
-        flags = (PORT_HOST if is_host else 0) | (PORT_UP if up else 0)
-        by_ifindex[int(ifindex)] = (pid, flags)
+        by_ifindex[int(ifindex)] = (pid, port_flags(is_host, up))
 
     routes: dict[int, tuple[int, ...]] = {}
     for dst, members in groups.items():

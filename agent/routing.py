@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.control import program_switch, read_config
+from agent.control import port_flags, program_switch, read_config
 from agent.linkstate import LinkWatcher
-from agent.maps import PORT_HOST, PORT_UP, SwitchMaps
+from agent.maps import PORT_HOST, SwitchMaps
 from talb import paths
 
 
@@ -49,7 +49,7 @@ def installed_state(maps: SwitchMaps) -> tuple[dict, dict]:
 
 
 def _wanted_ports(rows) -> dict:
-    return {ifindex: (pid, (PORT_HOST if host else 0) | (PORT_UP if up else 0))
+    return {ifindex: (pid, port_flags(host, up))
             for pid, (_name, ifindex, host, up) in enumerate(rows)}
 
 
