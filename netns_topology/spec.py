@@ -101,8 +101,8 @@ def topology_from_dict(d) -> Topo:
     return topo
 
 
-def load_topology(path) -> Topo:
-    """Read a YAML topology file (see topologies/leafspine.yaml for the fields)."""
+def read_topology_file(path) -> dict:
+    """A YAML topology file's fields, unvalidated (callers may add to them)."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -111,4 +111,13 @@ def load_topology(path) -> Topo:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise TopologyError(str(path), f"not valid YAML: {exc}") from None
-    return topology_from_dict({} if data is None else data)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise TopologyError(str(path), f"must hold a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def load_topology(path) -> Topo:
+    """Read a YAML topology file (see topologies/leafspine.yaml for the fields)."""
+    return topology_from_dict(read_topology_file(path))

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import click
-import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -80,18 +79,10 @@ def testbed_group():
 
 
 def _topology_dict(topology: str | None, overrides: dict) -> dict:
-    data: dict = {}
-    if topology:
-        path = Path(topology)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except FileNotFoundError:
-            raise testbed.TestbedError(f"--topology: no such file {topology}") from None
-        except yaml.YAMLError as exc:
-            raise testbed.TestbedError(f"--topology: {topology} is not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise testbed.TestbedError(f"--topology: {topology} must hold a mapping of fields, "
-                                       f"got {type(data).__name__}")
+    """The --topology file's fields, with the flags given on top."""
+    from netns_topology import read_topology_file
+
+    data = read_topology_file(topology) if topology else {}
     data.update({k: v for k, v in overrides.items() if v is not None})
     return data
 
