@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from scapy.fields import BitEnumField, BitField, ByteField, IntField, ShortField
 from scapy.layers.inet import IP, IPOption
@@ -46,6 +47,18 @@ class IPOption_TaLB(IPOption):
         ShortField("tensor_len", 1),
         ShortField("pkt_idx", 0),
     ]
+
+
+class TensorKey(NamedTuple):
+    """What identifies one tensor fabric-wide: the sender's IPv4 address and
+    its tensor_id. Ids are unique per sending host only (workload/snowflake.py),
+    so every switch table and every tool that attributes packets to tensors
+    keys by both (docs/talb-decisions.md)."""
+    src: str            # dotted IPv4 address of the sending host
+    tensor_id: int
+
+    def __str__(self) -> str:
+        return f"{self.src}/{self.tensor_id:#010x}"
 
 
 @dataclass(frozen=True)
