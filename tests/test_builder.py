@@ -1,6 +1,7 @@
 """Building fabrics in real namespaces, read back with pyroute2 (needs root)."""
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -219,13 +220,42 @@ def test_high_rate_uses_64_bit_rates(prefix):
     assert parent.get("TCA_OPTIONS").get("TCA_HTB_RATE64") == 5_000_000_000
 
 
+def bridge_port_states(prefix: str, node: str) -> dict[str, str]:
+    """STP state of every bridge port of ``node`` (forwarding, blocking, disabled, ...)."""
+    out = subprocess.run(["ip", "netns", "exec", netns_name(prefix, node), "bridge", "-j", "link", "show"],
+                         capture_output=True, text=True, check=True).stdout
+    return {p["ifname"]: p["state"] for p in json.loads(out)}
+
+
+def tx_packets(prefix: str, node: str, ifname: str) -> int:
+    with ipr_in(prefix, node) as ipr:
+        return link_by_name(ipr, ifname).get("IFLA_STATS64")["tx_packets"]
+
+
 def test_hosts_ping_through_the_bridges(fabric):
-    waited = wait_for_ping(fabric["prefix"], "h0", "198.18.0.2")
+    prefix = fabric["prefix"]
+    waited = wait_for_ping(prefix, "h0", "198.18.0.2")
     print(f"\nSTP let h0 reach h1 after {waited:.1f} s")
-    assert ping(netns_name(fabric["prefix"], "h1"), "198.18.0.1", count=1, timeout=0.5)
-    assert ping(netns_name(fabric["prefix"], "h3"), "198.18.1.1", count=1, timeout=0.5)
-    # across the fabric too: the spanning tree avoids the down link
-    assert wait_for_ping(fabric["prefix"], "h0", "198.18.1.2") < 15
+    assert ping(netns_name(prefix, "h1"), "198.18.0.1", count=1, timeout=0.5)
+    assert ping(netns_name(prefix, "h3"), "198.18.1.1", count=1, timeout=0.5)
+
+    # Across the fabric: with leaf1-spine0 down the leaf-spine links form a
+    # tree, so the spanning tree settles with every live port forwarding
+    # (a link that should be down but is up closes a loop: one port blocks)
+    # and the down link's ends disabled.
+    wait_for_ping(prefix, "h0", "198.18.1.2")
+    want = {node: {port.name: "disabled" if {node, port.peer} == {"leaf1", "spine0"} else "forwarding"
+                   for port in fabric["topo"].ports(node)}
+            for node in ("leaf0", "leaf1", "spine0", "spine1")}
+    deadline = time.monotonic() + 15
+    while (states := {node: bridge_port_states(prefix, node) for node in want}) != want:
+        assert time.monotonic() < deadline, f"STP did not settle: {states}, want {want}"
+        time.sleep(0.5)
+    # and the echoes took the one path left, through spine1
+    before = tx_packets(prefix, "spine1", "leaf1"), tx_packets(prefix, "spine1", "leaf0")
+    assert ping(netns_name(prefix, "h0"), "198.18.1.2", count=5, timeout=1.0) == 5
+    after = tx_packets(prefix, "spine1", "leaf1"), tx_packets(prefix, "spine1", "leaf0")
+    assert after[0] - before[0] >= 5 and after[1] - before[1] >= 5, (before, after)
 
 
 # -- refusal, failure and clean-up ---------------------------------------------------

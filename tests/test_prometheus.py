@@ -112,6 +112,9 @@ def query(base: str, promql: str) -> list[dict]:
 
 
 def values(result) -> list[float]:
+    """The sample values of a query result, which must not be empty: an
+    `all()` over no series would pass on nothing."""
+    assert result, "the query returned no series"
     return [float(r["value"][1]) for r in result]
 
 
@@ -145,12 +148,13 @@ def test_prometheus_scrapes_every_series_with_sane_values(agent_port, prometheus
 
     # the transfer went h0 (leaf0) -> h3 (leaf1): leaf0's counters grew over it
     grew = query(prometheus, 'sum(increase(talb_port_tx_bytes_total{switch="leaf0"}[15s]))')
-    assert values(grew) and values(grew)[0] > 10_000_000, grew
+    assert values(grew)[0] > 10_000_000, grew
     after = {r["metric"]["port"]: float(r["value"][1])
              for r in query(prometheus, 'talb_port_tx_bytes_total{switch="leaf0"}')}
+    assert tx_during, "leaf0 exported no tx counters during the transfer"
     for r in tx_during:
         assert after[r["metric"]["port"]] >= float(r["value"][1]), (tx_during, after)
     windows = values(query(prometheus, "talb_agent_windows_total"))
-    assert windows and windows[0] > 100, windows
+    assert windows[0] > 100, windows
     decisions = query(prometheus, 'talb_decisions_total{switch="leaf0", scheme="ecmp"}')
-    assert values(decisions) and values(decisions)[0] > 1000, decisions
+    assert values(decisions)[0] > 1000, decisions
