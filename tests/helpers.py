@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import select
 import socket
-import struct
 import subprocess
 import tempfile
 import time
@@ -39,34 +38,26 @@ def socket_in(ns: str, *args) -> socket.socket:
         netns.popns()
 
 
-def _checksum(data: bytes) -> int:
-    """The Internet checksum (RFC 1071) of ``data``."""
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    total = (total >> 16) + (total & 0xFFFF)
-    return ~(total + (total >> 16)) & 0xFFFF
-
-
 def ping(ns: str, dst: str, count: int = 3, timeout: float = 1.0) -> int:
     """``count`` ICMP echoes from namespace ``ns``, each waited for up to
-    ``timeout`` s (no ping binary needed): the number of replies received."""
+    ``timeout`` s (no ping binary needed): the number of replies received.
+    scapy builds the echo (and its checksum) and parses the replies; a raw
+    socket made in ``ns`` carries them (scapy's own sockets route by the
+    root namespace's table)."""
+    from scapy.layers.inet import ICMP, IP
+
     ident = os.getpid() & 0xFFFF
     ok = 0
     with socket_in(ns, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as s:
         for seq in range(count):
-            payload = b"talb" * 8
-            hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
-            s.sendto(struct.pack("!BBHHH", 8, 0, _checksum(hdr + payload), ident, seq) + payload,
-                     (dst, 0))
+            s.sendto(bytes(ICMP(type="echo-request", id=ident, seq=seq) / (b"talb" * 8)), (dst, 0))
             end = time.monotonic() + timeout
             while (left := end - time.monotonic()) > 0:
                 if not select.select([s], [], [], left)[0]:
                     break
-                data, addr = s.recvfrom(2048)
-                ihl = (data[0] & 0x0F) * 4
-                typ, _, _, i, q = struct.unpack("!BBHHH", data[ihl:ihl + 8])
-                if typ == 0 and i == ident and q == seq and addr[0] == dst:
+                reply = IP(s.recv(2048))
+                if (reply.src == dst and ICMP in reply and reply[ICMP].type == 0
+                        and reply[ICMP].id == ident and reply[ICMP].seq == seq):
                     ok += 1
                     break
     return ok

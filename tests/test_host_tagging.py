@@ -126,13 +126,17 @@ def frame(seq: int = 1, payload: bytes = b"", flags: str = "PA", src=SRC, dst=DS
     return bytes(pkt / Raw(payload) if payload else pkt)
 
 
-def ip_checksum_ok(ip_header: bytes) -> bool:
-    if len(ip_header) % 2:
-        ip_header += b"\0"
-    s = sum(struct.unpack(f"!{len(ip_header) // 2}H", ip_header))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s == 0xFFFF
+def ip_checksum_ok(frame: bytes) -> bool:
+    """The IPv4 header checksum of an Ethernet frame is the one scapy computes."""
+    from scapy.layers.inet import IP
+    from scapy.layers.l2 import Ether
+
+    import talb.wire  # noqa: F401  (registers IPOption_TaLB: the option parses as itself)
+
+    ip = Ether(frame)[IP]
+    fresh = ip.copy()
+    del fresh.chksum
+    return IP(bytes(fresh)).chksum == ip.chksum
 
 
 def assert_tagged(inp: bytes, out: bytes, *, tensor_id, layer, tensor_len, pkt_idx, last):
@@ -145,7 +149,7 @@ def assert_tagged(inp: bytes, out: bytes, *, tensor_id, layer, tensor_len, pkt_i
     assert struct.unpack("!H", out[16:18])[0] == struct.unpack("!H", inp[16:18])[0] + OPT_LEN
     # the rest of the base header is unchanged (except length and checksum)
     assert out[15] == inp[15] and out[18:24] == inp[18:24] and out[26:34] == inp[26:34]
-    assert ip_checksum_ok(out[14:14 + 32])
+    assert ip_checksum_ok(out)
     assert out[14 + 32:] == inp[14 + 20:]                 # TCP header + payload, byte for byte
     hdr = TaLBHeader.unpack(out[34:46])
     assert hdr == TaLBHeader(tensor_id, layer, tensor_len, pkt_idx, last), hdr
@@ -693,7 +697,7 @@ def check_stream(segments, records, stream: bytes) -> dict:
         rec = next(r for r in records if r.stream_start <= off < r.stream_end)
         assert tag is not None, f"data segment at stream offset {off} untagged"
         ihl = raw[14] & 0x0F
-        assert ihl == 8 and ip_checksum_ok(raw[14:14 + 32])
+        assert ihl == 8 and ip_checksum_ok(raw)
         assert struct.unpack("!H", raw[16:18])[0] == 20 + OPT_LEN + (raw[46 + 12] >> 4) * 4 \
             + len(payload)
         last = off + len(payload) >= rec.stream_end
