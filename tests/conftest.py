@@ -3,8 +3,13 @@
 * Every test that builds namespaces uses a prefix of its own,
   ``t<pid><letters>``, so tests never touch a user's testbed (prefix
   ``talb``) or each other.
-* At session start, namespaces left by a crashed run (a ``t<pid>...``
-  prefix whose pid is dead) are removed, so a crash never breaks the next run.
+* Tests only ever remove what they made. :func:`new_prefix` records each
+  prefix with its owner (the pytest process: pid and start time) under
+  ``/run/talb/test-prefixes`` before anything is built. At session start the
+  recorded prefixes whose owner is gone (a crashed run) are taken down and
+  their records dropped; nothing is ever removed for what its name looks
+  like (``t42exp`` is a valid user prefix). At session end a prefix that
+  left nothing behind drops its record.
 * Under CI=true a test that would be skipped for lack of root or a kernel
   feature fails instead: a CI run that skips the namespace tests is a failed run.
 """
@@ -12,14 +17,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import string
+from pathlib import Path
 
 import pytest
 
+from talb import paths
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _letters = itertools.count()
-_STALE_RE = re.compile(r"^t(\d+)([a-z]+)-")
 
 
 def skip_or_fail(reason: str) -> None:
@@ -27,6 +33,52 @@ def skip_or_fail(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"required for CI but unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+# --- the registry of prefixes tests made -----------------------------------------------
+def registry_dir() -> Path:
+    # '-' is never in a prefix, so this cannot be a testbed's state directory.
+    return paths.RUN_DIR / "test-prefixes"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot): with the pid, an
+    identity a recycled pid does not repeat. None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def record_prefix(prefix: str, pid: int | None = None) -> Path:
+    """Record ``prefix`` as made by process ``pid`` (this one by default)."""
+    pid = os.getpid() if pid is None else pid
+    registry_dir().mkdir(parents=True, exist_ok=True)
+    rec = registry_dir() / paths.check_prefix(prefix)
+    tmp = rec.with_name(f".{prefix}.{os.getpid()}")
+    tmp.write_text(f"{pid} {_start_time(pid)}\n")
+    tmp.replace(rec)
+    return rec
+
+
+def recorded_prefixes() -> dict[str, tuple[int, str]]:
+    """{prefix: (owner pid, owner start time)} of every record."""
+    out = {}
+    d = registry_dir()
+    for rec in d.iterdir() if d.is_dir() else ():
+        if rec.name.startswith("."):
+            continue
+        try:
+            pid, start = rec.read_text().split()
+            out[rec.name] = (int(pid), start)
+        except (OSError, ValueError):  # half-written by a killed run: its owner is gone
+            out[rec.name] = (-1, "")
+    return out
+
+
+def owner_alive(pid: int, start: str) -> bool:
+    return pid > 0 and _start_time(pid) == start
 
 
 def new_prefix() -> str:
@@ -37,40 +89,61 @@ def new_prefix() -> str:
         n //= 26
         if n == 0:
             break
-    return f"t{os.getpid()}{suffix}"[:12]
+    prefix = f"t{os.getpid()}{suffix}"[:12]
+    if os.geteuid() == 0:  # without root nothing can be built, so nothing to record
+        record_prefix(prefix)
+    return prefix
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _left_nothing(prefix: str) -> bool:
+    from netns_topology.teardown import namespaces
+
+    return (not namespaces(prefix) and not paths.pin_dir(prefix).exists()
+            and not paths.state_dir(prefix).exists())
 
 
-def _remove_stale_test_namespaces() -> None:
-    if os.geteuid() != 0 or not os.path.isdir("/run/netns"):
-        return
-    stale = set()
-    for name in os.listdir("/run/netns"):
-        m = _STALE_RE.match(name)
-        if m and not _pid_alive(int(m.group(1))):
-            stale.add(f"t{m.group(1)}{m.group(2)}")
-    if not stale:
-        return
+def remove_stale_test_prefixes() -> list[str]:
+    """Take down every recorded prefix whose owner is gone, then drop its
+    record: the prefixes removed. A prefix nobody recorded is never touched."""
+    if os.geteuid() != 0:
+        return []
     from talb import testbed
 
-    for prefix in sorted(stale):
+    removed = []
+    for prefix, (pid, start) in sorted(recorded_prefixes().items()):
+        if owner_alive(pid, start):
+            continue
+        try:
+            paths.check_prefix(prefix)
+        except ValueError:  # not a record new_prefix wrote: leave it to a human
+            continue
         testbed.down(prefix)
+        (registry_dir() / prefix).unlink(missing_ok=True)
+        removed.append(prefix)
+    return removed
 
 
 def pytest_sessionstart(session):
     try:
-        _remove_stale_test_namespaces()
+        removed = remove_stale_test_prefixes()
+        if removed:
+            print(f"removed what crashed test runs left: {', '.join(removed)}")
     except Exception as exc:  # never block a run on clean-up of an older one
-        print(f"warning: could not remove stale test namespaces: {exc}")
+        print(f"warning: could not remove stale test prefixes: {exc}")
+
+
+def pytest_sessionfinish(session):
+    """Drop this run's records of prefixes that left nothing behind; a
+    leftover keeps its record, so the next run removes it."""
+    if os.geteuid() != 0:
+        return
+    me = os.getpid()
+    for prefix, (pid, _start) in recorded_prefixes().items():
+        try:
+            if pid == me and _left_nothing(prefix):
+                (registry_dir() / prefix).unlink(missing_ok=True)
+        except Exception as exc:
+            print(f"warning: could not check test prefix {prefix}: {exc}")
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import new_prefix
+from helpers import free_port
 from talb import paths, testbed
 
 pytestmark = pytest.mark.live
@@ -165,14 +166,6 @@ def test_kernel_bridge_datapath_forwards_without_programs(prefix):
     assert scheme.returncode == 1 and "kernel bridge" in scheme.stderr
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def alive(pid: int, wait: float = 5.0) -> bool:
     """Still running after `wait` s? A zombie (killed, waiting for init to reap it) is not."""
     deadline = time.monotonic() + wait
@@ -210,3 +203,47 @@ def test_agent_refuses_the_bridge_datapath(prefix):
     result = talb("testbed", "up", "--prefix", prefix, "--datapath", "bridge", "--agent", *SMALL[:-1])
     assert result.returncode == 1 and "agent" in result.stderr, result.stderr
     assert_nothing_left(prefix)
+
+
+# --- the test suite's own clean-up (tests/conftest.py) --------------------------------
+def user_style_prefix() -> str:
+    """A valid user prefix that reads like a dead test run's (t<pid><letters>, the
+    pid not running): what the old clean-up, matching names, would have removed."""
+    return next(f"t{n}exp" for n in (42, 4242, 42424, 424242, 4242424)
+                if not os.path.exists(f"/proc/{n}"))
+
+
+def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc):
+    """Session start takes down a prefix recorded by a process that is gone,
+    and nothing else: not a user's testbed whose name looks like a test's,
+    not a prefix whose recording process still runs."""
+    import conftest
+    from netns_topology import LeafSpine, build, teardown
+
+    user = user_style_prefix()
+    if testbed.namespaces(user) or paths.state_dir(user).exists():
+        pytest.fail(f"a testbed {user!r} exists on this machine; this test would build over it")
+    # a prefix recorded by a test run that then died
+    made = subprocess.run([sys.executable, "-c", "import conftest; print(conftest.new_prefix())"],
+                          cwd=os.path.dirname(__file__), capture_output=True, text=True, check=True)
+    stale = made.stdout.strip()
+    owner, start = conftest.recorded_prefixes()[stale]
+    assert not conftest.owner_alive(owner, start)
+    live = new_prefix()  # recorded by this (running) process
+    small = LeafSpine(spines=1, leaves=1, hosts_per_leaf=1)
+    try:
+        for prefix in (user, stale, live):
+            build(small, prefix)
+        paths.state_dir(stale).mkdir(parents=True, exist_ok=True)
+
+        removed = conftest.remove_stale_test_prefixes()
+
+        assert stale in removed and user not in removed and live not in removed
+        assert testbed.namespaces(stale) == [] and not paths.state_dir(stale).exists()
+        assert stale not in conftest.recorded_prefixes()
+        assert len(testbed.namespaces(user)) == 3  # h0, leaf0, spine0
+        assert len(testbed.namespaces(live)) == 3 and live in conftest.recorded_prefixes()
+    finally:
+        for prefix in (user, stale, live):
+            teardown(prefix)
+        (conftest.registry_dir() / stale).unlink(missing_ok=True)
