@@ -14,7 +14,10 @@ from pathlib import Path
 RUN_DIR = Path(os.environ.get("TALB_RUN_DIR", "/run/talb"))
 BPFFS_DIR = RUN_DIR / "bpffs"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BPF_SRC_DIR = REPO_ROOT / "bpf"
+# The eBPF C sources: packaged as talb/bpf by a (non-editable) install
+# (pyproject.toml maps bpf/ there); in a checkout they are <checkout>/bpf.
+_PACKAGED_BPF = Path(__file__).resolve().parent / "bpf"
+BPF_SRC_DIR = _PACKAGED_BPF if _PACKAGED_BPF.is_dir() else REPO_ROOT / "bpf"
 
 DEFAULT_PREFIX = "talb"
 # Letters and digits only: namespaces are named "<prefix>-<node>", so a prefix

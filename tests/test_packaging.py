@@ -1,0 +1,46 @@
+"""A non-editable install carries what talb needs at run time: the eBPF C
+sources (bpf/, packaged as talb/bpf), found by talb.paths outside a checkout."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_carries_every_bpf_source_and_talb_finds_them(tmp_path):
+    # Build from a copy: an in-tree build leaves build/ behind, whose stale
+    # files would end up in later wheels.
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis",
+        "results"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "--disable-pip-version-check", "-q", "-w", str(tmp_path / "dist"), str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (wheel,) = (tmp_path / "dist").glob("talb-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        zf.extractall(tmp_path / "site")
+    sources = {p.relative_to(REPO / "bpf").as_posix() for p in (REPO / "bpf").rglob("*")
+               if p.is_file() and p.suffix in (".c", ".h")}
+    assert "switch_tc.c" in sources and "include/talb/maps.h" in sources
+    missing = sorted(s for s in sources if f"talb/bpf/{s}" not in names)
+    assert not missing, f"not in the wheel: {missing}"
+
+    # the unpacked wheel alone on the path, run from elsewhere: talb.paths
+    # points into it, and the loaders (which read bpf/ headers at import) import
+    site = tmp_path / "site"
+    probe = ("import talb.paths as p, agent.loader as l, agent.host_loader as h;"
+             "print(p.__file__); print(p.BPF_SRC_DIR); print(l.SWITCH_SRC.is_file(), h.HOST_SRC.is_file())")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(site)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    module, bpf_dir, found = r.stdout.splitlines()
+    assert Path(module).is_relative_to(site) and Path(bpf_dir) == site / "talb" / "bpf", r.stdout
+    assert found == "True True", r.stdout
