@@ -16,7 +16,8 @@
  *
  * Tensor table (Table I): `tensors`, (source address, tensor_id) ->
  * {tensor_len, received, prev_port, layer, first/last seen}: ids are unique
- * per sending host only, so the sender is part of the key (issue 8). A tensor is live from its first
+ * per sending host only, so the sender is part of the key (issue 8;
+ * docs/talb-decisions.md). A tensor is live from its first
  * packet (pkt_idx 0) to its LAST packet (or the packet of index
  * tensor_len - 1); then its entry is marked done -- no longer live, but
  * kept for packets sent again after the last one -- until it is idle. A
