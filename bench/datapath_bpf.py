@@ -97,6 +97,12 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         finally:
             netns.popns()
 
+        say("    instructions verified (bpf_prog_info.verified_insns, of the verifier's "
+            f"{sc.VERIFIER_INSN_LIMIT:,}):")
+        verified = {}
+        for pname, info in dp.programs().items():
+            verified[pname] = info.verified_insns
+            say(f"      {pname:<24} {info.verified_insns:>9,}  ({info.verifier_share:.1%})")
         say(f"(a) BPF_PROG_TEST_RUN, {repeat:,} repeats, best of {rounds}, "
             f"kernel {os.uname().release}, {os.cpu_count()} CPUs")
         width = max(len(n) for n in fds)
@@ -120,7 +126,8 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
             except Exception:
                 pass
         netns.remove(ns)
-    return {"ns": {name: {s: results[(name, s)] for s in sizes} for name in fds}, "ratios": ratios}
+    return {"ns": {name: {s: results[(name, s)] for s in sizes} for name in fds}, "ratios": ratios,
+            "verified_insns": verified}
 
 
 def main(argv=None) -> int:
