@@ -11,7 +11,8 @@ import ipaddress
 import time
 from typing import Iterable, Mapping, Sequence
 
-from agent import talb_model
+from agent.schemes import talb as talb_scheme
+from agent.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
 from agent.maps import (
     CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES, PORT_HOST, PORT_UP, SCHEME_NAMES,
     SCHEMES, TALB_COUNT_LIVE, TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
@@ -265,7 +266,7 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
     1.0, the largest PCM Eq. 5 yields -- see docs/talb-decisions.md).
 
     Computes the port order by PCM (lowest first) and the smooth-WRR
-    schedule for weights ``1 - P_i`` (agent/talb_model.py) and replaces the
+    schedule for weights ``1 - P_i`` (agent/schemes/talb.py) and replaces the
     group in one map update: the data path sees the old publication or the
     new one, never a mix. ``group_id``: where the caller expects the group
     (a hint: if that id holds other ports, the group is searched by its
@@ -275,11 +276,11 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
     missing = [x for x in ports if x not in pcm]
     if missing:
         raise ValueError(f"publish_pcm: no PCM for port(s) {missing} of group {ports}")
-    fixed = [talb_model.pcm_to_fixed(pcm[x]) for x in ports]
+    fixed = [talb_scheme.pcm_to_fixed(pcm[x]) for x in ports]
     new = FwdGroup.of(
-        ports, pcm=fixed, order=talb_model.pcm_order(fixed),
-        threshold=talb_model.PCM_ONE if threshold is None else talb_model.pcm_to_fixed(threshold),
-        schedule=talb_model.smooth_wrr_schedule(talb_model.wrr_weights(fixed)))
+        ports, pcm=fixed, order=talb_scheme.pcm_order(fixed),
+        threshold=talb_scheme.PCM_ONE if threshold is None else talb_scheme.pcm_to_fixed(threshold),
+        schedule=talb_scheme.smooth_wrr_schedule(talb_scheme.wrr_weights(fixed)))
     new.flags = g.flags
     maps.groups[gid] = new
     return gid
@@ -292,8 +293,8 @@ def read_groups(maps: SwitchMaps) -> dict[int, dict]:
     for gid, g in sorted(maps.groups.items()):
         d = g.talb()
         out[gid] = {"ports": g.ports(),
-                    "pcm": [talb_model.pcm_from_fixed(x) for x in d["pcm"]],
-                    "order": d["order"], "threshold": talb_model.pcm_from_fixed(d["threshold"]),
+                    "pcm": [talb_scheme.pcm_from_fixed(x) for x in d["pcm"]],
+                    "order": d["order"], "threshold": talb_scheme.pcm_from_fixed(d["threshold"]),
                     "schedule": d["schedule"]}
     return out
 
@@ -337,7 +338,7 @@ def read_live_layers(maps: SwitchMaps) -> dict[int, dict[int, int]]:
     for gid in sorted(maps.groups.keys()):
         st, sw = maps.group_state.get(gid), maps.group_swept.get(gid)
         if st is not None:
-            out[gid] = talb_model.live_counts(st, sw)
+            out[gid] = talb_scheme.live_counts(st, sw)
     return out
 
 
@@ -452,43 +453,3 @@ def read_counters(maps: SwitchMaps) -> dict[str, int]:
             continue
         out[name] = maps.counters.get(idx, 0)
     return out
-
-
-# --- reference of the data path's hash (bpf/include/talb/hash.h) ------------------
-_M32 = 0xFFFFFFFF
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _M32
-
-
-def _mix(h: int, k: int) -> int:
-    k = (k * 0xCC9E2D51) & _M32
-    k = _rotl(k, 15)
-    k = (k * 0x1B873593) & _M32
-    h ^= k
-    h = _rotl(h, 13)
-    return (h * 5 + 0xE6546B64) & _M32
-
-
-def flow_hash(saddr, daddr, sport: int, dport: int, proto: int, seed: int) -> int:
-    """The data path's 5-tuple hash (MurmurHash3 x86_32 over saddr, daddr,
-    sport<<16|dport, proto as host-order 32-bit words)."""
-    h = seed & _M32
-    h = _mix(h, int(ipaddress.IPv4Address(saddr)))
-    h = _mix(h, int(ipaddress.IPv4Address(daddr)))
-    h = _mix(h, ((sport & 0xFFFF) << 16) | (dport & 0xFFFF))
-    h = _mix(h, proto & 0xFF)
-    h ^= 16
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    h ^= h >> 16
-    return h
-
-
-def ecmp_index(n_ports: int, saddr, daddr, sport: int, dport: int, proto: int,
-               seed: int) -> int:
-    """Index into a group of ``n_ports`` (>= 2) that ECMP picks for a flow."""
-    return flow_hash(saddr, daddr, sport, dport, proto, seed) % n_ports

@@ -1,4 +1,5 @@
-"""TaLB's switch decision in pure Python: the reference for the data path.
+"""TaLB's switch decision in pure Python: the reference for the data path
+(the model of ``bpf/include/talb/schemes/talb.h``, one module of agent.schemes).
 
 ``bpf/include/talb/schemes/talb.h`` is the decision in C; this module is the
 same decision, step by step, with no kernel in sight. It serves three ends:

@@ -1,0 +1,12 @@
+"""Pure-Python models of the switch's load-balancing decisions.
+
+One module per scheme, mirroring ``bpf/include/talb/schemes/`` file for
+file, so that the C and the Python of a scheme can be read side by side:
+
+    ecmp.py     schemes/ecmp.h     5-tuple hash mod n
+    talb.py     schemes/talb.h     TaLB (and what the agent publishes for it)
+
+The models hold no kernel state; the property tests
+(tests/test_schemes_switch.py, tests/test_talb_switch.py) run them beside
+the BPF program, packet by packet, and compare every decision.
+"""
