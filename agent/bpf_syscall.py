@@ -41,6 +41,7 @@ BPF_MAP_LOOKUP_BATCH = 24
 # --- map types (enum bpf_map_type), the ones the project uses -------------
 BPF_MAP_TYPE_HASH = 1
 BPF_MAP_TYPE_ARRAY = 2
+BPF_MAP_TYPE_PROG_ARRAY = 3
 BPF_MAP_TYPE_PERCPU_HASH = 5
 BPF_MAP_TYPE_PERCPU_ARRAY = 6
 BPF_MAP_TYPE_LRU_HASH = 9
@@ -50,6 +51,7 @@ BPF_MAP_TYPE_DEVMAP_HASH = 25
 BPF_MAP_TYPE_NAMES = {
     BPF_MAP_TYPE_HASH: "hash",
     BPF_MAP_TYPE_ARRAY: "array",
+    BPF_MAP_TYPE_PROG_ARRAY: "prog_array",
     BPF_MAP_TYPE_PERCPU_HASH: "percpu_hash",
     BPF_MAP_TYPE_PERCPU_ARRAY: "percpu_array",
     BPF_MAP_TYPE_LRU_HASH: "lru_hash",

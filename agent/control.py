@@ -21,7 +21,8 @@ from agent.maps import (
 
 __all__ = [
     "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
-    "read_config", "set_scheme", "set_release", "set_hash_seed", "set_talb_config",
+    "read_config", "set_scheme", "scheme_params", "SCHEME_PARAMS", "parse_params",
+    "set_port_rates", "read_port_queues", "set_release", "set_hash_seed", "set_talb_config",
     "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
     "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
 ]
@@ -180,16 +181,132 @@ def read_config(maps: SwitchMaps) -> dict:
         "tensor_idle_us": cfg.tensor_idle_us or CONST["TALB_DEFAULT_IDLE_US"],
         "n_bands": max(1, cfg.n_bands),
         "layers_per_band": cfg.layers_per_band or CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
+        "flowlet_timeout_us": cfg.flowlet_timeout_us or CONST["TALB_DEFAULT_FLOWLET_US"],
+        "drill_d": cfg.drill_d or CONST["TALB_DEFAULT_DRILL_D"],
+        "drill_m": cfg.drill_m,
     }
 
 
-def set_scheme(maps: SwitchMaps, name: str) -> None:
-    """Switch the load-balancing scheme at run time (no reload).
-    SchemeError for an unknown or not yet implemented scheme."""
+# --- schemes and their parameters ---------------------------------------------------
+#: scheme -> {parameter: (read_config / TalbConfig field, least, largest)}: what
+#: ``talb scheme NAME --param key=value`` sets (docs/schemes.md: defaults and why).
+#: TaLB's ``fallback`` is a scheme name; TaLB also takes its fallback's parameters.
+SCHEME_PARAMS: Mapping[str, Mapping[str, tuple]] = {
+    "ecmp": {},
+    "rps": {},
+    "letflow": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000)},
+    "drill": {"d": ("drill_d", 1, CONST["TALB_DRILL_MAX_D"]),
+              "m": ("drill_m", 0, CONST["TALB_DRILL_MAX_M"])},
+    "talb": {"fallback": ("fallback_scheme", None, None),
+             "tensor_limit": ("tensor_limit", 1, TALB_MAX_TENSORS),
+             "idle_us": ("tensor_idle_us", 1, 0xFFFFFFFF)},
+}
+
+
+def parse_params(items: Iterable[str]) -> dict[str, str]:
+    """``["d=2", "m=1"]`` -> ``{"d": "2", "m": "1"}`` (the CLI's --param);
+    SchemeError naming an item without ``=`` or given twice."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise SchemeError(f"--param {item!r}: expected key=value")
+        if key in out:
+            raise SchemeError(f"--param {key}: given twice ({out[key]!r}, {value!r})")
+        out[key] = value
+    return out
+
+
+def _params_of(scheme: str, fallback: str | None = None) -> dict[str, tuple]:
+    params = dict(SCHEME_PARAMS.get(scheme, {}))
+    if scheme == "talb" and fallback:
+        params.update(SCHEME_PARAMS.get(fallback, {}))
+    return params
+
+
+def scheme_params(maps: SwitchMaps) -> dict:
+    """The effective parameters of the scheme in force (defaults resolved),
+    ``{}`` for ECMP and RPS; TaLB's include its fallback's."""
+    cfg = read_config(maps)
+    scheme = cfg["scheme"]
+    out = {}
+    for key, (field, _lo, _hi) in _params_of(scheme, cfg["fallback_scheme"]).items():
+        out[key] = cfg[field]
+    return out
+
+
+def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None = None) -> dict:
+    """Switch the load-balancing scheme at run time (no reload), with its
+    parameters (``{"d": 2}``; strings as from the CLI are parsed). The
+    scheme and its parameters land in one write of config[0]: a packet sees
+    the old configuration or the new one, never a mix. SchemeError for an
+    unknown or not implemented scheme, a key the scheme does not take, or a
+    value out of range -- naming the key and the value. Returns the
+    effective parameters (:func:`scheme_params`)."""
     scheme_id = _scheme_id(name)
+    scheme = SCHEME_NAMES[scheme_id]
+    params = dict(params or {})
     cfg = maps.config[0]
+    fallback = SCHEME_NAMES.get(cfg.fallback_scheme)
+    if "fallback" in params:
+        if scheme != "talb":
+            raise SchemeError(f"--param fallback={params['fallback']}: only TaLB has a "
+                              f"fallback scheme (for untagged packets), not {scheme}")
+        fid = _scheme_id(params["fallback"])
+        if fid == SCHEMES["talb"]:
+            raise SchemeError(f"--param fallback={params['fallback']}: TaLB cannot be its "
+                              f"own fallback (untagged packets carry no tensor)")
+        cfg.fallback_scheme = fid
+        fallback = SCHEME_NAMES[fid]
+    known = _params_of(scheme, fallback)
+    for key, raw in params.items():
+        if key == "fallback":
+            continue
+        if key not in known:
+            takes = ", ".join(known) or "no parameters"
+            raise SchemeError(f"--param {key}={raw}: {scheme} takes {takes}")
+        field, lo, hi = known[key]
+        try:
+            value = int(str(raw), 0)
+        except ValueError:
+            raise SchemeError(f"--param {key}={raw}: not an integer") from None
+        if not lo <= value <= hi:
+            raise SchemeError(f"--param {key}={raw}: must be {lo}..{hi}")
+        setattr(cfg, field, value)
     cfg.scheme = scheme_id
     maps.config[0] = cfg
+    return scheme_params(maps)
+
+
+# --- links: what DRILL's queue estimate drains at -----------------------------------
+def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple[int, int]]) -> None:
+    """``{ifindex: (rate_bps, queue_limit_bytes)}`` for installed ports: the
+    data path's queue estimates (DRILL) drain at this rate and never exceed
+    this limit. Ports left out keep what they have."""
+    from agent.maps import PortRate
+
+    installed = read_ports(maps)
+    for ifindex, (rate_bps, limit) in rates.items():
+        if ifindex not in installed:
+            raise ValueError(f"set_port_rates: ifindex {ifindex} is not a port of the switch")
+        if rate_bps < 0 or not 0 <= limit < 2**32:
+            raise ValueError(f"set_port_rates: ifindex {ifindex}: rate {rate_bps} bit/s, "
+                             f"limit {limit} B out of range")
+        maps.port_rate[installed[ifindex]["port_id"]] = PortRate(int(rate_bps) // 8, int(limit))
+
+
+def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
+    """``{ifindex: bytes}``: the data path's queue estimate of each port now
+    (drained to ``now_ns`` as the data path would, agent/schemes/drill.py)."""
+    from agent.schemes.drill import PortQueue
+
+    now = _monotonic_ns() if now_ns is None else now_ns
+    out = {}
+    for ifindex, p in read_ports(maps).items():
+        q, r = maps.port_queue.get(p["port_id"]), maps.port_rate.get(p["port_id"])
+        out[ifindex] = PortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes).at(now)
+    return out
 
 
 def set_release(maps: SwitchMaps, on: bool) -> None:

@@ -87,12 +87,85 @@ static __always_inline int talb_strip_option(struct __sk_buff *skb)
 	return 0;
 }
 
+/* Act on a forwarding verdict: the last hop's strip, the band, the
+ * first-hop release, the redirect. The end of every entry point. */
+static __always_inline int talb_act(struct __sk_buff *skb, struct talb_pkt *pkt,
+				    struct talb_verdict *v)
+{
+	if ((v->egress_flags & PORT_HOST) && (pkt->flags & TALB_PKT_OPT_SEEN)) {
+		if (!(pkt->flags & TALB_PKT_OPT_STRIP)) {
+			talb_count(CNT_DROP_OPT_POSITION);
+			return TC_ACT_SHOT;
+		}
+		if (talb_strip_option(skb)) {
+			talb_count(CNT_DROP_STRIP_FAIL);
+			return TC_ACT_SHOT;
+		}
+		talb_count(CNT_STRIPPED);
+		pkt->len = skb->len;
+	}
+	skb->priority = v->priority;
+
+	if ((v->cfg_flags & CFG_RELEASE_SK) && skb->sk) {
+		if (bpf_clone_redirect(skb, v->egress_ifindex, 0) == 0) {
+			talb_count(CNT_RELEASED);
+			talb_port_tx(v->egress_port_id, pkt->len);
+			return TC_ACT_SHOT;
+		}
+		/* Send the owned original rather than lose the packet. */
+		talb_count(CNT_CLONE_FAIL);
+	}
+	talb_count(CNT_REDIRECTED);
+	talb_port_tx(v->egress_port_id, pkt->len);
+	return bpf_redirect(v->egress_ifindex, 0);
+}
+
+/* Index idx of group g chosen (decision counter dcnt): verdict, then act. */
+static __always_inline int talb_finish(struct __sk_buff *skb, struct talb_pkt *pkt,
+				       const struct fwd_group *g,
+				       const struct talb_config *cfg, __u32 idx,
+				       __u32 dcnt, __u64 now)
+{
+	struct talb_verdict v = {};
+
+	if (!talb_verdict_for(pkt, g, cfg, idx, dcnt, now, &v)) {
+		talb_count(v.reason);
+		return TC_ACT_OK;
+	}
+	return talb_act(skb, pkt, &v);
+}
+
+/* Hand the packet to scheme `scheme`'s program. Returns only when there is
+ * none (the caller decides by ECMP and counts CNT_SCHEME_FALLBACK). */
+static __always_inline void talb_tail(struct __sk_buff *skb, const struct talb_pkt *pkt,
+				      __u32 gid, __u64 now, __u32 scheme, __u32 flags)
+{
+	__u32 zero = 0;
+	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+
+	if (!s)
+		return;
+	s->pkt = *pkt;
+	s->now = now;
+	s->gid = gid;
+	s->flags = flags;
+	scheme_progs.call(skb, scheme);
+}
+
+/* The main program: parse, route; single-port groups and ECMP decide
+ * here, every other scheme in its own program (talb_scheme_entry),
+ * reached by a tail call -- each program is verified on its own, so the
+ * schemes do not add up in one verifier budget (docs/schemes.md). */
 int talb_switch_tc(struct __sk_buff *skb)
 {
 	struct talb_pkt pkt = {};
 	struct talb_verdict v = {};
+	const struct talb_config *cfg;
+	struct fwd_group *g = 0;
 	struct port_info *in;
 	__u32 ifindex = skb->ifindex;   /* at ingress: the arrival device */
+	__u32 gid = 0, idx = 0, dcnt = CNT_DECISION_SINGLE;
+	__u64 now = 0;
 	void *data, *data_end;
 
 	in = ports.lookup(&ifindex);
@@ -118,35 +191,87 @@ int talb_switch_tc(struct __sk_buff *skb)
 		talb_count(CNT_DROP_OPT_POSITION);
 		return TC_ACT_SHOT;
 	}
-	if (!talb_decide(&pkt, &v)) {
-		talb_count(v.reason);
+	cfg = talb_config_get();
+	if (!cfg || !talb_route(&pkt, &v, &g, &gid)) {
+		talb_count(cfg ? v.reason : CNT_PASS_GROUP_EMPTY);
 		return TC_ACT_OK;
 	}
-
-	if ((v.egress_flags & PORT_HOST) && (pkt.flags & TALB_PKT_OPT_SEEN)) {
-		if (!(pkt.flags & TALB_PKT_OPT_STRIP)) {
-			talb_count(CNT_DROP_OPT_POSITION);
-			return TC_ACT_SHOT;
+	if (talb_scheme_clock(cfg))
+		now = bpf_ktime_get_ns();
+	if (g->n_ports > 1) {
+		if (cfg->scheme != TALB_SCHEME_ECMP) {
+			talb_tail(skb, &pkt, gid, now, cfg->scheme, 0);
+			talb_count(CNT_SCHEME_FALLBACK);        /* no such program */
 		}
-		if (talb_strip_option(skb)) {
-			talb_count(CNT_DROP_STRIP_FAIL);
-			return TC_ACT_SHOT;
-		}
-		talb_count(CNT_STRIPPED);
-		pkt.len = skb->len;
+		idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
 	}
-	skb->priority = v.priority;
+	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
+}
 
-	if ((v.cfg_flags & CFG_RELEASE_SK) && skb->sk) {
-		if (bpf_clone_redirect(skb, v.egress_ifindex, 0) == 0) {
-			talb_count(CNT_RELEASED);
-			talb_port_tx(v.egress_port_id, pkt.len);
-			return TC_ACT_SHOT;
-		}
-		/* Send the owned original rather than lose the packet. */
-		talb_count(CNT_CLONE_FAIL);
+/* A scheme's program: the packet from scheme_scratch, the scheme's
+ * choice, then as the main program. TaLB hands what it does not place
+ * (untagged, table full, unknown midway) to its fallback scheme: ECMP
+ * here, any other by a tail call to that scheme's program, marked
+ * TALB_SCRATCH_REMEMBER when TaLB remembers the fallback's port. */
+static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme)
+{
+	__u32 zero = 0, idx, flags, gid, fb, dcnt = CNT_DECISION_ECMP;
+	const struct talb_config *cfg = talb_config_get();
+	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+	struct talb_pkt pkt;
+	struct fwd_group *g;
+	__u64 now;
+
+	if (!s || !cfg) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* cannot happen: arrays */
+		return TC_ACT_OK;
 	}
-	talb_count(CNT_REDIRECTED);
-	talb_port_tx(v.egress_port_id, pkt.len);
-	return bpf_redirect(v.egress_ifindex, 0);
+	pkt = s->pkt;
+	now = s->now;
+	gid = s->gid;
+	flags = s->flags;
+	g = groups.lookup(&gid);
+	if (!g || g->n_ports == 0 || g->n_ports > TALB_MAX_GROUP_PORTS) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* replaced meanwhile */
+		return TC_ACT_OK;
+	}
+	if (scheme == TALB_SCHEME_TALB) {
+		idx = talb_scheme_select(&pkt, g, gid, cfg, now);
+		if (idx < TALB_USE_FALLBACK)
+			return talb_finish(skb, &pkt, g, cfg, idx, CNT_DECISION_TALB, now);
+		flags = idx == TALB_USE_FALLBACK_REMEMBER ? TALB_SCRATCH_REMEMBER : 0;
+		fb = cfg->fallback_scheme;
+		if (fb == TALB_SCHEME_RPS || fb == TALB_SCHEME_LETFLOW || fb == TALB_SCHEME_DRILL)
+			talb_tail(skb, &pkt, gid, now, fb, flags);
+		if (fb != TALB_SCHEME_ECMP)
+			talb_count(CNT_SCHEME_FALLBACK);
+		idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
+	} else {
+		idx = talb_scheme_pick(scheme, &pkt, g, gid, cfg, now, &dcnt);
+	}
+	if (flags & TALB_SCRATCH_REMEMBER)
+		talb_remember_midstream(&pkt, g, gid, idx, now);
+	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
+}
+
+/* One program per scheme, in scheme_progs at its TALB_SCHEME_* id
+ * (agent/loader.py SCHEME_PROGS). */
+int talb_scheme_rps(struct __sk_buff *skb)
+{
+	return talb_scheme_entry(skb, TALB_SCHEME_RPS);
+}
+
+int talb_scheme_letflow(struct __sk_buff *skb)
+{
+	return talb_scheme_entry(skb, TALB_SCHEME_LETFLOW);
+}
+
+int talb_scheme_drill(struct __sk_buff *skb)
+{
+	return talb_scheme_entry(skb, TALB_SCHEME_DRILL);
+}
+
+int talb_scheme_talb(struct __sk_buff *skb)
+{
+	return talb_scheme_entry(skb, TALB_SCHEME_TALB);
 }

@@ -32,9 +32,10 @@
 					      for late packets, not live    */
 
 /* ---- load-balancing schemes (talb_config.scheme) ----------------------
- * Implemented in the data path: ECMP and TaLB (schemes/talb.h). A
- * configured scheme that is not implemented falls back to ECMP and counts
- * CNT_SCHEME_FALLBACK (user space refuses to set one: agent/control.py). */
+ * One header each under schemes/ (decision.h dispatches). Implemented:
+ * ECMP, RPS, LetFlow, DRILL and TaLB. A configured scheme that is not
+ * implemented falls back to ECMP and counts CNT_SCHEME_FALLBACK (user
+ * space refuses to set one: agent/control.py, IMPLEMENTED_SCHEMES). */
 #define TALB_SCHEME_ECMP        0
 #define TALB_SCHEME_RPS         1
 #define TALB_SCHEME_LETFLOW     2
@@ -42,6 +43,17 @@
 #define TALB_SCHEME_CONGA       4
 #define TALB_SCHEME_TALB        5
 #define TALB_NR_SCHEMES         6
+
+/* ---- baseline schemes: limits and defaults (docs/schemes.md says why) -- */
+#define TALB_FLOWLET_TABLE_SIZE 16384   /* flowlets: 5-tuples (LRU)          */
+#define TALB_DEFAULT_FLOWLET_US 500     /* LetFlow flowlet gap               */
+#define TALB_DEFAULT_DRILL_D    2       /* DRILL random samples per packet   */
+#define TALB_DEFAULT_DRILL_M    1       /* DRILL ports remembered            */
+#define TALB_DRILL_MAX_D        4
+#define TALB_DRILL_MAX_M        2
+/* Queue estimates (DRILL): a port idle this long is empty whatever its
+ * rate, and dt * bytes_per_s stays below 2^64 up to 4.6 GB/s. */
+#define TALB_QUEUE_DT_MAX_NS    4000000000ULL
 
 /* ---- port flags (struct port_info.flags) ------------------------------ */
 #define PORT_HOST               (1U << 0)  /* faces a host (last hop)        */
@@ -125,6 +137,9 @@
 #define CNT_STRIPPED            44  /* option removed before a host port     */
 #define CNT_DROP_OPT_POSITION   45  /* option not first at a host edge       */
 #define CNT_DROP_STRIP_FAIL     46  /* bpf_skb_adjust_room failed            */
+/* Flowlets (schemes/letflow.h) */
+#define CNT_FLOWLET_NEW         47  /* new flowlet: random usable port       */
+#define CNT_FLOWLET_SAME        48  /* within the gap: the flowlet's port    */
 #define TALB_NR_COUNTERS        64
 
 /* ---- wire format (DESIGN section 4, bpf/include/talb/talb_option.h) --- */

@@ -84,8 +84,8 @@ struct group_state {
 
 /* config[0]: runtime configuration, read per packet (switch scheme without
  * reloading). reserved[] keeps the value size stable while later schemes
- * add fields (flowlet timeout, ...); it must be zero. A TaLB field left 0
- * means its default (TALB_DEFAULT_* / TALB_MAX_TENSORS). */
+ * add fields; it must be zero. A field left 0 means its default
+ * (TALB_DEFAULT_* / TALB_MAX_TENSORS), but drill_m (0 is DRILL(d, 0)). */
 struct talb_config {
 	__u32 scheme;           /* TALB_SCHEME_* */
 	__u32 hash_seed;        /* seed of the 5-tuple hash */
@@ -95,7 +95,48 @@ struct talb_config {
 	__u32 tensor_idle_us;   /* idle timeout of an entry (0: default) */
 	__u32 n_bands;          /* priority bands of the egress HTB (0, 1: one) */
 	__u32 layers_per_band;  /* tagged band = 1 + layer / layers_per_band */
-	__u32 reserved[8];
+	__u32 flowlet_timeout_us; /* LetFlow: flowlet gap */
+	__u16 drill_d;          /* DRILL: random samples, 1..TALB_DRILL_MAX_D */
+	__u16 drill_m;          /* DRILL: remembered ports, 0..TALB_DRILL_MAX_M */
+	__u32 reserved[6];
+};
+
+/* flowlets key (LetFlow): a flow's 5-tuple, host byte order as parsed. */
+struct flow_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* flowlets: the flow's current flowlet. */
+struct flowlet {
+	__u64 last_seen_ns;     /* bpf_ktime_get_ns of its last packet */
+	__u32 port;             /* ifindex the flowlet takes */
+	__u32 pad;
+};
+
+/* port_rate[port_id]: the port's link, written by user space
+ * (agent/control.py set_port_rates): drains the queue estimate. */
+struct port_rate {
+	__u64 bytes_per_s;      /* 0: unknown, never drained */
+	__u32 limit_bytes;      /* the port's queue limit (0: none) */
+	__u32 pad;
+};
+
+/* port_queue[port_id]: the data path's estimate of the port's backlog
+ * (schemes/drill.h): bytes at last_ns. */
+struct port_queue {
+	__u64 bytes;
+	__u64 last_ns;
+};
+
+/* drill_mem[group_id], per CPU: one DRILL engine's remembered ports
+ * (ifindex, best first; 0: none). */
+struct drill_mem {
+	__u32 port[TALB_DRILL_MAX_M];
 };
 
 #endif /* TALB_STRUCTS_H */
