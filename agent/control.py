@@ -280,20 +280,23 @@ def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None 
 
 
 # --- links: what DRILL's queue estimate drains at -----------------------------------
-def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple[int, int]]) -> None:
-    """``{ifindex: (rate_bps, queue_limit_bytes)}`` for installed ports: the
-    data path's queue estimates (DRILL) drain at this rate and never exceed
-    this limit. Ports left out keep what they have."""
+def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple]) -> None:
+    """``{ifindex: (rate_bps, queue_limit_bytes[, burst_bytes])}`` for
+    installed ports: the data path's queue estimates (DRILL) drain at this
+    rate behind a token bucket of this burst (the port's HTB) and never
+    exceed this limit. Ports left out keep what they have."""
     from agent.maps import PortRate
 
     installed = read_ports(maps)
-    for ifindex, (rate_bps, limit) in rates.items():
+    for ifindex, spec in rates.items():
+        rate_bps, limit, burst = (*spec, 0) if len(spec) == 2 else spec
         if ifindex not in installed:
             raise ValueError(f"set_port_rates: ifindex {ifindex} is not a port of the switch")
-        if rate_bps < 0 or not 0 <= limit < 2**32:
+        if rate_bps < 0 or not 0 <= limit < 2**32 or not 0 <= burst < 2**32:
             raise ValueError(f"set_port_rates: ifindex {ifindex}: rate {rate_bps} bit/s, "
-                             f"limit {limit} B out of range")
-        maps.port_rate[installed[ifindex]["port_id"]] = PortRate(int(rate_bps) // 8, int(limit))
+                             f"limit {limit} B, burst {burst} B out of range")
+        maps.port_rate[installed[ifindex]["port_id"]] = PortRate(
+            int(rate_bps) // 8, int(limit), int(burst))
 
 
 def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
@@ -305,7 +308,8 @@ def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, i
     out = {}
     for ifindex, p in read_ports(maps).items():
         q, r = maps.port_queue.get(p["port_id"]), maps.port_rate.get(p["port_id"])
-        out[ifindex] = PortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes).at(now)
+        out[ifindex] = PortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes, q.credit,
+                                 r.burst_bytes).at(now)
     return out
 
 

@@ -331,16 +331,18 @@ class Flowlet(ctypes.Structure):
 
 
 class PortRate(ctypes.Structure):
-    """A port's link rate and queue limit (struct port_rate; user space writes)."""
+    """A port's shaper: rate, queue limit, bucket (struct port_rate; user space writes)."""
 
     _fields_ = [("bytes_per_s", ctypes.c_uint64), ("limit_bytes", ctypes.c_uint32),
-                ("pad", ctypes.c_uint32)]
+                ("burst_bytes", ctypes.c_uint32)]
 
 
 class PortQueue(ctypes.Structure):
-    """The data path's queue estimate of a port (struct port_queue)."""
+    """The data path's model of a port's shaper (struct port_queue): backlog
+    and bucket credit at last_ns."""
 
-    _fields_ = [("bytes", ctypes.c_uint64), ("last_ns", ctypes.c_uint64)]
+    _fields_ = [("bytes", ctypes.c_uint64), ("last_ns", ctypes.c_uint64),
+                ("credit", ctypes.c_uint64)]
 
 
 class TalbPkt(ctypes.Structure):

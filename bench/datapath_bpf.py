@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """ns/packet of the switch data path under BPF_PROG_TEST_RUN.
 
-Compares bpf/switch_tc.c (ECMP over a 4-port group, and a single-port
-group) with an empty program and an empty redirect program, for 64 B and
-1514 B TCP packets, release flag off (a test run does not execute the
-redirect, so this is the program's own cost: parse, lookups, hash,
-counters). The kernel reports the mean over ``--repeat`` runs; the best of
-``--rounds`` is printed. Not a pass/fail test.
+Compares bpf/switch_tc.c (a single-port group, and a 4-port group under
+each scheme: ECMP in the main program, RPS, LetFlow, DRILL and TaLB --
+an untagged packet, through its ECMP fallback -- in their tail-called
+programs) with an empty program and an empty redirect program, for 64 B
+and 1514 B TCP packets, release flag off (a test run does not execute the
+redirect, so this is the program's own cost: parse, lookups, decision,
+counters). Also prints each program's instructions verified. The kernel
+reports the mean over ``--repeat`` runs; the best of ``--rounds`` is
+printed. Not a pass/fail test.
 
     sudo python bench/datapath_bpf.py [--repeat 1000000] [--rounds 3]
 
@@ -26,6 +29,18 @@ EMPTY_OK = b"int empty_ok(struct __sk_buff *skb) { return TC_ACT_OK; }"
 EMPTY_REDIRECT = b"""
 int empty_redirect(struct __sk_buff *skb) { return bpf_redirect(IFINDEX, 0); }
 """
+
+
+#: the schemes with a row of their own, 4-port group
+SCHEME_ROWS = ("ecmp", "rps", "letflow", "drill", "talb")
+
+
+_ROW_NAMES = {"ecmp": "ECMP", "rps": "RPS", "letflow": "LetFlow", "drill": "DRILL(2,1)",
+              "talb": "TaLB (untagged -> ECMP)"}
+
+
+def scheme_row(scheme: str) -> str:
+    return f"switch {_ROW_NAMES[scheme]}, 4-port group"
 
 
 def tcp_packet(size: int) -> bytes:
@@ -74,18 +89,26 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         b_rd = BPF(text=b"#include <uapi/linux/pkt_cls.h>\n" + EMPTY_REDIRECT,
                    cflags=[f"-DIFINDEX={ifindex['p1']}"])
         progs += [b_ok, b_rd]
+        # name: (program fd, destination, scheme set before the run)
         fds = {
-            "empty (TC_ACT_OK)": (b_ok.load_func(b"empty_ok", BPF.SCHED_CLS).fd, "198.18.1.4"),
-            "empty redirect": (b_rd.load_func(b"empty_redirect", BPF.SCHED_CLS).fd, "198.18.1.4"),
-            "switch, single-port group": (dp.prog_fd, "198.18.1.1"),
-            "switch ECMP, 4-port group": (dp.prog_fd, "198.18.1.4"),
+            "empty (TC_ACT_OK)": (b_ok.load_func(b"empty_ok", BPF.SCHED_CLS).fd, "198.18.1.4",
+                                  None),
+            "empty redirect": (b_rd.load_func(b"empty_redirect", BPF.SCHED_CLS).fd, "198.18.1.4",
+                               None),
+            "switch, single-port group": (dp.prog_fd, "198.18.1.1", "ecmp"),
         }
+        for scheme in SCHEME_ROWS:
+            fds[scheme_row(scheme)] = (dp.prog_fd, "198.18.1.4", scheme)
+        control.set_port_rates(dp.maps, {ifindex[f"p{i}"]: (100_000_000, 150_000)
+                                         for i in range(5)})
         ctx = sc.SkBuff(ifindex=ifindex["p0"])
         results: dict[tuple[str, int], float] = {}
         netns.pushns(ns)
         try:
             for size in sizes:
-                for name, (fd, dst) in fds.items():
+                for name, (fd, dst, scheme) in fds.items():
+                    if scheme:
+                        control.set_scheme(dp.maps, scheme)
                     data = bytearray(tcp_packet(size))
                     data[30:34] = bytes(int(x) for x in dst.split("."))
                     best = None
@@ -111,14 +134,22 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
             say(f"    {name:<{width}}  "
                 + "  ".join(f"{results[(name, s)]:>6} ns" for s in sizes))
         ratios = {}
-        for s in sizes:
-            e, r = results[("switch ECMP, 4-port group", s)], results[("empty redirect", s)]
-            ratios[f"ecmp/empty_redirect {s}B"] = e / max(r, 1)
-            say(f"    {s} B: ECMP / empty redirect = {e / max(r, 1):.2f}x "
-                f"(+{e - r} ns per packet)")
+        for scheme in SCHEME_ROWS:
+            for s in sizes:
+                e, r = results[(scheme_row(scheme), s)], results[("empty redirect", s)]
+                ratios[f"{scheme}/empty_redirect {s}B"] = e / max(r, 1)
+            say(f"    {scheme:<8} / empty redirect = "
+                + ", ".join(f"{results[(scheme_row(scheme), s)] / max(results[('empty redirect', s)], 1):.2f}x"
+                            f" at {s} B" for s in sizes))
         counters = control.read_counters(dp.maps)
         if not counters["redirected"] or counters["released"]:
             raise RuntimeError(f"benchmark did not exercise the redirect path: {counters}")
+        for scheme in SCHEME_ROWS:
+            if not counters[f"decision_{scheme}"] and scheme != "talb" \
+                    or scheme == "talb" and not counters["talb_fallback"]:
+                raise RuntimeError(f"benchmark did not run {scheme}'s decision: {counters}")
+        if counters["scheme_fallback"]:
+            raise RuntimeError(f"a scheme had no program (fell back to ECMP): {counters}")
     finally:
         for p in progs:
             try:

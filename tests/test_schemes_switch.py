@@ -38,6 +38,7 @@ UPLINKS = ("p1", "p2", "p3", "p4")
 SEED = 777
 RATE_BPS = 100_000_000          # the fabric's links
 LIMIT = 150_000                 # and their queues
+BURST = 15_000                  # and their HTB bucket
 
 
 def tcp(sport=40000, dport=5201, src=SRC, dst=DST4, payload=b"x" * 64):
@@ -76,7 +77,7 @@ class Switch(ProgTestSwitch):
                                scheme="ecmp", hash_seed=SEED)
         control.set_release(self.maps, False)
         if rates:
-            control.set_port_rates(self.maps, {self.ifindex[n]: (RATE_BPS, LIMIT)
+            control.set_port_rates(self.maps, {self.ifindex[n]: (RATE_BPS, LIMIT, BURST)
                                                for n in self.port_names})
         control.set_scheme(self.maps, scheme, params or {})
         self.set_rng(rng)
@@ -285,15 +286,15 @@ def test_letflow_matches_model(sw):
 
 
 # --- DRILL ---------------------------------------------------------------------------------
-def _queues(sw) -> dict[str, tuple[int, int]]:
-    return {p: (q.bytes, q.last_ns) for p in UPLINKS
+def _queues(sw) -> dict[str, tuple[int, int, int]]:
+    return {p: (q.bytes, q.last_ns, q.credit) for p in UPLINKS
             for q in [sw.maps.port_queue[sw.port_id(p)]]}
 
 
-def _set_queue(sw, port: str, nbytes: int, last_ns: int) -> None:
+def _set_queue(sw, port: str, nbytes: int, last_ns: int, credit: int = 0) -> None:
     from agent.maps import PortQueue
 
-    sw.maps.port_queue[sw.port_id(port)] = PortQueue(nbytes, last_ns)
+    sw.maps.port_queue[sw.port_id(port)] = PortQueue(nbytes, last_ns, credit)
 
 
 def test_drill_takes_the_shorter_estimated_queue(sw):
@@ -307,7 +308,7 @@ def test_drill_takes_the_shorter_estimated_queue(sw):
     for _ in range(200):
         port = sw.send(data)
         assert port is not None
-    q = {p: b for p, (b, _) in _queues(sw).items()}
+    q = {p: b for p, (b, _, _) in _queues(sw).items()}
     assert sum(q.values()) == sum(start.values()) + 200 * len(data)
     # with one remembered port and two samples a queue can lag by a few packets
     assert max(q.values()) - min(q.values()) <= 4 * len(data), q
@@ -315,21 +316,32 @@ def test_drill_takes_the_shorter_estimated_queue(sw):
 
 
 def test_drill_estimate_drains_at_link_rate_and_caps_at_limit(sw):
+    """The shaper model alone: p1 the only usable port, so every packet is
+    accounted to it."""
     from agent import control
 
-    sw.reset("drill", {"d": 1, "m": 0})
-    sw.maps.port_queue.clear()
+    sw.reset("drill", {"d": 1, "m": 0}, down=("p2", "p3", "p4"))
     now = mono_ns()
     _set_queue(sw, "p1", 100_000, now - 4_000_000)   # 4 ms at 12.5 MB/s: 50 kB gone
     est = control.read_port_queues(sw.maps, now_ns=now)[sw.ifindex["p1"]]
     assert est == 50_000
+    # a full bucket: a burst's worth leaves at once (the bucket's filling is
+    # in test_drill_matches_model). At 8 kbit/s from here on, so that the
+    # test's own pace refills nothing.
+    control.set_port_rates(sw.maps, {sw.ifindex["p1"]: (8_000, LIMIT, BURST)})
+    _set_queue(sw, "p1", 0, mono_ns(), BURST)
+    data = tcp(payload=b"b" * 1000)
+    for _ in range(BURST // len(data)):
+        assert sw.send(data) == "p1"
+    q = sw.maps.port_queue[sw.port_id("p1")]
+    assert q.bytes == 0 and q.credit < len(data), (q.bytes, q.credit)
+    assert sw.send(data) == "p1"        # the bucket spent: this one queues
+    assert sw.maps.port_queue[sw.port_id("p1")].bytes > 0
+    # a full queue stays at the port's limit (the qdisc drops past it)
     _set_queue(sw, "p1", LIMIT - 10, mono_ns() + 10**9)   # "in the future": not drained
-    # all four ports equal but p1 full: DRILL(1,0) picks at random; account to p1
-    for p in UPLINKS[1:]:
-        _set_queue(sw, p, 2 * LIMIT, mono_ns() + 10**9)
     for _ in range(5):
-        sw.send(tcp(payload=b"y" * 1000))
-    assert sw.maps.port_queue[sw.port_id("p1")].bytes <= LIMIT
+        assert sw.send(data) == "p1"
+    assert sw.maps.port_queue[sw.port_id("p1")].bytes == LIMIT
 
 
 def test_drill_matches_model(sw):
@@ -341,7 +353,7 @@ def test_drill_matches_model(sw):
         st.tuples(st.just("pkt"), st.integers(64, 1400)),
         st.tuples(st.just("pkt"), st.integers(64, 1400)),
         st.tuples(st.just("queue"), st.sampled_from(UPLINKS), st.integers(0, LIMIT),
-                  st.integers(0, 20_000)),
+                  st.integers(0, 20_000), st.integers(0, BURST)),
         st.tuples(st.just("down"), st.sets(st.sampled_from(UPLINKS), max_size=3)),
     )
 
@@ -360,11 +372,11 @@ def test_drill_matches_model(sw):
                 down = set(s[1])
                 sw.set_down(down)
                 continue
-            if s[0] == "queue":         # an estimate set s[3] us ago
-                _set_queue(sw, s[1], s[2], mono_ns() - s[3] * 1000)
+            if s[0] == "queue":         # an estimate set s[3] us ago, credit s[4]
+                _set_queue(sw, s[1], s[2], mono_ns() - s[3] * 1000, s[4])
                 continue
-            before = {p: PortQueue(b, t, RATE_BPS // 8, LIMIT)
-                      for p, (b, t) in _queues(sw).items()}
+            before = {p: PortQueue(b, t, RATE_BPS // 8, LIMIT, c, BURST)
+                      for p, (b, t, c) in _queues(sw).items()}
             data = tcp(payload=b"z" * s[1])
             port = sw.send(data)
             if not up_set(sw, down):
@@ -375,7 +387,7 @@ def test_drill_matches_model(sw):
                                 lambda i: before[UPLINKS[i]].at(now), d, m)
             assert port == UPLINKS[want], (s, port, UPLINKS[want])
             before[port].account(len(data), now)
-            assert _queues(sw) == {p: (q.bytes, q.last_ns) for p, q in before.items()}
+            assert _queues(sw) == {p: (q.bytes, q.last_ns, q.credit) for p, q in before.items()}
             assert list(sw.maps.drill_mem.get_percpu(sw.gid)[0].port) == memory
             assert sw.rng() == rng.state
 

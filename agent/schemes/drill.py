@@ -18,28 +18,41 @@ _INF = (1 << 64) - 1
 
 @dataclass
 class PortQueue:
-    """A port's estimate as stored (bytes at last_ns) and its link."""
+    """A port's shaper as the estimate models it (struct port_queue with its
+    port_rate): backlog and bucket credit at last_ns."""
 
     bytes: int = 0
     last_ns: int = 0
     bytes_per_s: int = 0    # 0: never drained
     limit_bytes: int = 0    # 0: no cap
+    credit: int = 0
+    burst_bytes: int = 0
 
-    def at(self, now_ns: int) -> int:
-        """The estimate at ``now_ns`` (drill_drained)."""
+    def _advanced(self, now_ns: int) -> tuple[int, int]:
+        """(backlog, credit) at ``now_ns`` (drill_advance)."""
         dt = (now_ns - self.last_ns + 2**63) % 2**64 - 2**63
         if self.bytes_per_s == 0 or dt <= 0:
-            return self.bytes
+            return self.bytes, self.credit
         if dt > DT_MAX_NS:
-            return 0
-        return max(0, self.bytes - dt * self.bytes_per_s // NS_PER_S)
+            return 0, self.burst_bytes
+        t = dt * self.bytes_per_s // NS_PER_S
+        d = min(self.bytes, t)
+        return self.bytes - d, min(self.burst_bytes, self.credit + t - d)
+
+    def at(self, now_ns: int) -> int:
+        """The estimate at ``now_ns`` (drill_queue)."""
+        return self._advanced(now_ns)[0]
 
     def account(self, length: int, now_ns: int) -> None:
         """A packet of ``length`` bytes leaves through the port (drill_account)."""
-        b = self.at(now_ns) + length
-        if self.limit_bytes and b > self.limit_bytes:
-            b = self.limit_bytes
-        self.bytes, self.last_ns = b, now_ns
+        b, c = self._advanced(now_ns)
+        if b == 0 and c >= length:
+            c -= length
+        else:
+            b += length
+            if self.limit_bytes and b > self.limit_bytes:
+                b = self.limit_bytes
+        self.bytes, self.credit, self.last_ns = b, c, now_ns
 
 
 def drill_select(ifindexes: Sequence[int], up: Collection[int] | None, rng: Rng,

@@ -118,19 +118,20 @@ struct flowlet {
 	__u32 pad;
 };
 
-/* port_rate[port_id]: the port's link, written by user space
+/* port_rate[port_id]: the port's shaper, written by user space
  * (agent/control.py set_port_rates): drains the queue estimate. */
 struct port_rate {
 	__u64 bytes_per_s;      /* 0: unknown, never drained */
 	__u32 limit_bytes;      /* the port's queue limit (0: none) */
-	__u32 pad;
+	__u32 burst_bytes;      /* the shaper's bucket (HTB burst) */
 };
 
-/* port_queue[port_id]: the data path's estimate of the port's backlog
- * (schemes/drill.h): bytes at last_ns. */
+/* port_queue[port_id]: the data path's model of the port's shaper
+ * (schemes/drill.h): backlog and bucket credit at last_ns. */
 struct port_queue {
 	__u64 bytes;
 	__u64 last_ns;
+	__u64 credit;
 };
 
 /* drill_mem[group_id], per CPU: one DRILL engine's remembered ports

@@ -15,11 +15,12 @@
  * Queue estimate. A program cannot read the qdisc's backlog, so the data
  * path keeps one per port (port_queue, by port id): every packet sent out
  * of a port under DRILL adds its bytes; the estimate drains at the port's
- * link rate (port_rate, written by user space: agent/control.py
- * set_port_rates), and never exceeds the port's queue limit (the qdisc
- * drops past it). A port of rate 0 (unknown) is never drained. Updates
- * are not atomic across CPUs: a lost update under-counts one packet; its
- * error against the real backlog is measured in docs/schemes.md.
+ * link rate behind a token bucket of the shaper's burst (port_rate,
+ * written by user space: agent/control.py set_port_rates), and never
+ * exceeds the port's queue limit (the qdisc drops past it). A port of
+ * rate 0 (unknown) is never drained. Updates are not atomic across CPUs:
+ * a lost update under-counts one packet; the error against the real
+ * backlog is measured in docs/schemes.md.
  * agent/schemes/drill.py is the model.
  *
  * Needs talb/maps.h included before it.
@@ -31,46 +32,78 @@
 
 #define TALB_NS_PER_S           1000000000ULL
 
-/* Bytes left of `bytes` queued at `last_ns`, at `now`. */
-static __always_inline __u64 drill_drained(__u64 bytes, __u64 last_ns,
-					   const struct port_rate *r, __u64 now)
-{
-	__s64 dt = (__s64)(now - last_ns);
-	__u64 out;
+/* A port's shaper as the estimate models it: the backlog, and the token
+ * bucket's credit -- HTB sends up to `burst` bytes at once after an idle
+ * spell, so a packet meeting an empty queue and enough credit leaves at
+ * once and never queues (without the bucket the estimate stood ~20 kB
+ * above the real backlog on the live fabric: docs/schemes.md). */
+struct drill_q {
+	__u64 bytes;
+	__u64 credit;
+};
 
+/* The shaper of port `q` advanced to `now`: the tokens of the elapsed time
+ * drain the backlog first, the rest fills the bucket up to its burst. */
+static __always_inline void drill_advance(const struct port_queue *q,
+					  const struct port_rate *r, __u64 now,
+					  struct drill_q *o)
+{
+	__s64 dt = (__s64)(now - q->last_ns);
+	__u64 t, d, burst;
+
+	o->bytes = q->bytes;
+	o->credit = q->credit;
 	if (!r || r->bytes_per_s == 0 || dt <= 0)
-		return bytes;
-	/* past this every real queue is empty, and the product stays < 2^64 */
-	if (dt > TALB_QUEUE_DT_MAX_NS)
-		return 0;
-	out = (__u64)dt * r->bytes_per_s / TALB_NS_PER_S;
-	return bytes > out ? bytes - out : 0;
+		return;
+	burst = r->burst_bytes;
+	/* past this every real queue is empty and every bucket full (and
+	 * the product below stays < 2^64) */
+	if (dt > TALB_QUEUE_DT_MAX_NS) {
+		o->bytes = 0;
+		o->credit = burst;
+		return;
+	}
+	t = (__u64)dt * r->bytes_per_s / TALB_NS_PER_S;
+	d = o->bytes < t ? o->bytes : t;
+	o->bytes -= d;
+	o->credit += t - d;
+	if (o->credit > burst)
+		o->credit = burst;
 }
 
 /* The estimate of port `port_id` at `now`. */
 static __always_inline __u64 drill_queue(__u32 port_id, __u64 now)
 {
 	struct port_queue *q = port_queue.lookup(&port_id);
+	struct drill_q o;
 
 	if (!q)
 		return 0;
-	return drill_drained(q->bytes, q->last_ns, port_rate.lookup(&port_id), now);
+	drill_advance(q, port_rate.lookup(&port_id), now, &o);
+	return o.bytes;
 }
 
 /* A packet of `len` bytes leaves through `port_id` (any redirect while
- * DRILL decides). */
+ * DRILL decides): through the bucket if the queue is empty and the credit
+ * covers it, else onto the queue (never past the port's limit). */
 static __always_inline void drill_account(__u32 port_id, __u32 len, __u64 now)
 {
 	struct port_queue *q = port_queue.lookup(&port_id);
 	struct port_rate *r = port_rate.lookup(&port_id);
-	__u64 b;
+	struct drill_q o;
 
 	if (!q)
 		return;
-	b = drill_drained(q->bytes, q->last_ns, r, now) + len;
-	if (r && r->limit_bytes && b > r->limit_bytes)
-		b = r->limit_bytes;
-	q->bytes = b;
+	drill_advance(q, r, now, &o);
+	if (o.bytes == 0 && o.credit >= len) {
+		o.credit -= len;
+	} else {
+		o.bytes += len;
+		if (r && r->limit_bytes && o.bytes > r->limit_bytes)
+			o.bytes = r->limit_bytes;
+	}
+	q->bytes = o.bytes;
+	q->credit = o.credit;
 	q->last_ns = now;
 }
 
