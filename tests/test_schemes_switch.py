@@ -445,3 +445,58 @@ def test_talb_fallback_letflow_places_untagged_flowlets(sw):
     seen = {sw.send(tcp()) for _ in range(100)}
     assert seen == set(UPLINKS)
     assert sw.counters()["decision_rps"] == 100
+
+
+def test_talb_with_a_random_fallback_matches_model(sw):
+    """TaLB hands untagged packets, full-table and midway tensors to RPS (a
+    tail call from TaLB's program to RPS's), and remembers the port RPS
+    chose for a tensor met midway: model and program agree packet by packet."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    from agent import control
+    from agent.schemes import talb as tm
+    from agent.schemes.pick import Rng
+    from agent.schemes.rps import rps_select
+    from talb.wire import TaLBHeader
+
+    packet = st.tuples(st.sampled_from([True, True, False]), st.integers(0, 7),
+                       st.integers(0, 3), st.integers(2, 5), st.sampled_from([False, False, True]),
+                       st.sampled_from([0, 0, 0, 1, 3]))
+    seen = {"talb_fallback": 0, "talb_midstream": 0, "talb_table_full": 0}
+
+    @hypothesis.settings(max_examples=60, deadline=None, derandomize=True)
+    @hypothesis.given(st.integers(1, 2**32 - 1), st.integers(1, 2),
+                      st.lists(packet, min_size=1, max_size=25))
+    def check(state, limit, packets):
+        sw.reset("talb", {"fallback": "rps", "tensor_limit": limit}, rng=state)
+        control.clear_tensor_table(sw.maps)
+        control.set_talb_config(sw.maps, tensor_idle_us=0xFFFFFFFF)
+        sw.maps.counters.clear()
+        rng = Rng(state)
+        model = tm.TalbModel(tensor_limit=limit)
+        group = tm.ModelGroup(list(sw.group))
+        for tagged, tid, layer, tlen, last, idx in packets:
+            mp = tm.ModelPacket(tagged, tid, layer, tlen, last, idx, src=SRC,
+                                fallback_index=lambda: rps_select(sw.group, None, rng),
+                                fallback_counter="decision_rps")
+            want = sw.group[model.decide(sw.gid, group, mp)]
+            opts = [TaLBHeader(tid, layer, tlen, idx, last).scapy()] if tagged else []
+            data = bytes(Ether() / IP(src=SRC, dst=DST4, options=opts)
+                         / TCP(sport=40000, dport=5201, flags="A") / b"t")
+            assert sw.send(data, "p5") == sw.port_of(want), (tagged, tid, idx)
+            assert sw.rng() == rng.state
+        table = {(r["src"], r["tensor_id"]): (r["tensor_len"], r["received"], r["prev_port"],
+                                              r["layer"], r["group_id"])
+                 for r in control.read_tensor_table(sw.maps, include_done=True)}
+        assert table == model.table(include_done=True)
+        c = sw.counters()
+        for k in ("talb_fallback", "talb_midstream", "talb_table_full", "talb_inserted",
+                  "decision_rps", "decision_talb"):
+            assert c[k] == model.counters[k], k
+        assert c["decision_ecmp"] == 0 and c["scheme_fallback"] == 0
+        for k in seen:
+            seen[k] += c[k]
+
+    check()
+    assert all(n >= 10 for n in seen.values()), seen    # every way to the fallback ran
