@@ -123,8 +123,9 @@ class Scaling:
 
 
 def _inflation(sizes: list[int], b: float, floor: int) -> float:
+    # as Scaling.tensor_bytes and describe() count it
     exact = sum(s * b for s in sizes)
-    return sum(max(s * b, min(s, floor)) for s in sizes) / exact
+    return sum(max(round(s * b), min(s, floor)) for s in sizes) / exact
 
 
 def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = "bytes",
