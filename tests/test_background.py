@@ -158,6 +158,7 @@ def test_live_background_run_delivers_every_flow(fabric):
     s = result.summary()
     assert s["done"] == len(bg.plan) and s["all_fct_mean_s"] > 0
     assert result.params["planned_flows"] == len(bg.plan)
+    assert result.params["problems"] == []
     _assert_nothing_left(bg, hosts)
     assert not bg.workdir.exists()
 
@@ -180,4 +181,27 @@ def test_live_stop_mid_flow_reports_censored_and_ends_everything(fabric):
     assert first.status == "censored" and first.fct_s is None and first.end_ns is None
     assert all(f.status in ("censored", "not_started") for f in result.flows)
     assert result.summary()["done"] == 0 and "all_fct_mean_s" not in result.summary()
+    _assert_nothing_left(bg, hosts)
+
+
+@pytest.mark.live
+def test_live_refused_flow_is_failed_with_its_error(fabric):
+    """A flow whose destination has no sink (its address swapped for a host
+    on the same leaf that runs none) is reported failed, never done."""
+    import dataclasses
+
+    topo, prefix = fabric
+    hosts = fabric_hosts(topo, prefix)
+    by = {h.name: h for h in hosts}
+    bg = BackgroundLoad(hosts, load=0.2, capacity_bps=uplink_capacity_bps(topo), seed=11,
+                        duration_s=0.5, senders=["h0"], max_flow_bytes=100_000, drain_s=20)
+    assert bg.plan, "the seed planned no flow"
+    first = bg.plan[0]
+    other = next(h for h in hosts if h.leaf == by[first.dst].leaf and h.name != first.dst)
+    bg.plan = [dataclasses.replace(first, dst=first.dst, dst_ip=other.ip)]   # sink runs on first.dst only
+    with bg:
+        pass
+    (rec,) = bg.result.flows
+    assert rec.status == "failed" and rec.fct_s is None
+    assert "refused" in rec.error.lower(), rec.error
     _assert_nothing_left(bg, hosts)

@@ -413,8 +413,18 @@ class BackgroundLoad:
                     except subprocess.TimeoutExpired:
                         pass
         finally:
+            # exits of their own with an error, before we end anything
+            crashed = {f"{role} {name}": proc.returncode
+                       for role, procs in (("source", self._sources), ("sink", self._sinks))
+                       for name, proc in procs.items() if proc.poll() not in (None, 0)}
             self._end_all()
-        self.result = BackgroundResult(self._collect(), self.params)
+        problems = []
+        for what, code in sorted(crashed.items()):
+            role, name = what.split()
+            err = self.workdir / f"{role}-{name}.err"
+            tail = err.read_text().strip()[-300:] if err.exists() else ""
+            problems.append(f"{what} exited {code}: {tail}")
+        self.result = BackgroundResult(self._collect(), {**self.params, "problems": problems})
         return self.result
 
     def running(self) -> list[int]:
