@@ -100,6 +100,9 @@ class _Observer:
     def window_failed(self, exc):
         self.failed.append(exc)
 
+    def switch_failed(self, switch, exc):
+        self.failed.append((switch, exc))
+
 
 class _FakeTime:
     """A clock that moves only when the loop waits (select) or a window works."""
@@ -154,12 +157,84 @@ def test_loop_keeps_its_schedule_counts_slow_and_missed_windows(monkeypatch):
     assert obs.windows[2][0] == pytest.approx(0.0125)
 
 
+class _Monitor:
+    """A switch's window work as the loop sees it; ``fault`` raises in every window."""
+
+    def __init__(self, name, fault=None):
+        self.name, self.fault, self.maps, self.links = name, fault, None, None
+        self.published, self.latest = [], None
+
+    def poll_links(self):
+        return False
+
+    def housekeeping(self, read_qdiscs):
+        pass
+
+    def window(self, now, read_qdiscs):
+        if self.fault is not None:
+            raise self.fault
+        self.published.append(now)
+        from agent.switch import SwitchReading
+        self.latest = SwitchReading(self.name, now, None, (), (), {}, "ecmp", None)
+        return self.latest
+
+
+class _NoRouting:
+    def sync(self, watchers, maps, on_error=None):
+        return []
+
+
+def test_one_failing_switch_does_not_stop_the_others(caplog):
+    """spine1's window raises every time (first and middle of three, then
+    last): the others still publish in every window; each failure counts in
+    talb_agent_switch_errors_total{switch="spine1"}; the log says it once,
+    not once per window."""
+    clock = _FakeTime()
+    metrics = AgentMetrics()
+    for order in (["spine1", "leaf0", "leaf1"], ["leaf0", "spine1", "leaf1"],
+                  ["leaf0", "leaf1", "spine1"]):
+        mons = {n: _Monitor(n, OSError(9, "Bad file descriptor") if n == "spine1" else None)
+                for n in order}
+        agent = Agent(mons, _NoRouting(), AgentConfig(window_s=0.005), observer=metrics,
+                      clock=clock)
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="talb.agent"):
+            for _ in range(20):
+                agent.step(clock())
+                clock.now += 0.005
+        assert len(mons["leaf0"].published) == 20 and len(mons["leaf1"].published) == 20, order
+        assert set(agent.latest) == {"leaf0", "leaf1"}
+        failed = [r for r in caplog.records if "spine1" in r.getMessage()]
+        assert len(failed) == 1 and "Bad file descriptor" in failed[0].getMessage(), failed
+    assert metrics.registry.get_sample_value("talb_agent_switch_errors_total",
+                                             {"switch": "spine1"}) == 60
+    assert metrics.registry.get_sample_value("talb_agent_switch_errors_total",
+                                             {"switch": "leaf0"}) is None
+    assert metrics.counts["switch_errors"] == 60 and metrics.counts["errors"] == 0
+
+
+def test_a_persistent_switch_fault_is_logged_again_after_the_interval(caplog):
+    from agent.loop import ERROR_LOG_INTERVAL_S
+
+    clock = _FakeTime()
+    mons = {"leaf0": _Monitor("leaf0", RuntimeError("gone"))}
+    agent = Agent(mons, _NoRouting(), AgentConfig(window_s=0.005), clock=clock)
+    with caplog.at_level("ERROR", logger="talb.agent"):
+        for _ in range(3):
+            agent.step(clock())
+        clock.now += ERROR_LOG_INTERVAL_S
+        agent.step(clock())
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 2 and "failed 2 more times" in msgs[1], msgs
+
+
 def test_metrics_observer_counts_windows():
     m = AgentMetrics()
     m.window_done(0.001, 0.0, False, 0)
     m.window_done(0.02, 0.001, True, 3)
     m.window_failed(RuntimeError())
-    assert m.counts == {"windows": 2, "slow": 1, "missed": 3, "errors": 1}
+    m.switch_failed("leaf0", RuntimeError())
+    assert m.counts == {"windows": 2, "slow": 1, "missed": 3, "errors": 1, "switch_errors": 1}
 
 
 def test_decisions_and_drops_from_counters():
