@@ -59,7 +59,7 @@ def port_flags(is_host: bool, up: bool) -> int:
 
 
 def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
-                   groups: Mapping[str, Sequence[int]], scheme: str = "ecmp",
+                   groups: Mapping[str, Sequence[int]], scheme: str | None = "ecmp",
                    hash_seed: int | None = None) -> dict:
     """Install a switch's ports, forwarding groups and config.
 
@@ -73,7 +73,10 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
     Order of writes keeps the data path consistent at every step: ports,
     then groups (each replaced atomically: hash map), then fwd, then stale
     fwd entries and unused groups removed, then config. ``hash_seed=None``
-    keeps the current seed (the loader sets a per-switch default).
+    keeps the current seed (the loader sets a per-switch default);
+    ``scheme=None`` with ``hash_seed=None`` leaves the config map untouched
+    (the agent's regrouping: config belongs to the user, and a
+    read-modify-write of it would revert a `talb scheme` landing meanwhile).
 
     TaLB: a new group gets neutral values (every PCM 0, order = group
     order, plain round-robin schedule, threshold TALB_PCM_ONE) until
@@ -84,7 +87,7 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
 
     Returns ``{"ports": n, "routes": n, "groups": {group_id: [ifindex]}}``.
     """
-    scheme_id = _scheme_id(scheme)
+    scheme_id = None if scheme is None else _scheme_id(scheme)
     if len(ports) > TALB_MAX_PORTS:
         raise ValueError(f"ports: {len(ports)} ports, at most TALB_MAX_PORTS={TALB_MAX_PORTS}")
     by_ifindex: dict[int, tuple[int, int]] = {}
@@ -153,12 +156,14 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
             maps.groups.delete(gid)
     _reset_group_state(maps, gone_ids)
 
-    # config
-    cfg = maps.config[0]
-    cfg.scheme = scheme_id
-    if hash_seed is not None:
-        cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
-    maps.config[0] = cfg
+    # config: only when asked to set something in it
+    if scheme_id is not None or hash_seed is not None:
+        cfg = maps.config[0]
+        if scheme_id is not None:
+            cfg.scheme = scheme_id
+        if hash_seed is not None:
+            cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
+        maps.config[0] = cfg
     return {
         "ports": len(by_ifindex),
         "routes": len(routes),
