@@ -320,6 +320,111 @@ def test_rtnl_dumps_match_pyroute2(netns):
     assert qdiscs[va].packets > 0
 
 
+N_PORTS = 200  # root qdisc messages of ~0.3 kB: the dump spans several receives
+
+
+@pytest.fixture(scope="module")
+def many_qdiscs(root, tmp_path_factory):
+    """A namespace with N_PORTS veth pairs aN<->bN, an HTB root 1: on each
+    aN (some packets through a0's), so that a qdisc dump spans several
+    receives."""
+    name = f"{new_prefix()}-nq"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        # quiet ports: no IPv6 (router solicitations, DAD) moving the counters
+        subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw",
+                        "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"], check=True)
+        tmp_path = tmp_path_factory.mktemp("nq")
+        links = tmp_path / "links"
+        links.write_text("".join(f"link add a{i} type veth peer name b{i}\nlink set a{i} up\n"
+                                 f"link set b{i} up\n" for i in range(N_PORTS)))
+        subprocess.run(["ip", "-n", name, "-b", str(links)], check=True)
+        qdiscs = tmp_path / "qdiscs"
+        qdiscs.write_text("".join(f"qdisc add dev a{i} root handle 1: htb default 10\n"
+                                  for i in range(N_PORTS)))
+        subprocess.run(["tc", "-n", name, "-b", str(qdiscs)], check=True)
+        subprocess.run(["ip", "-n", name, "addr", "add", "10.77.0.1/24", "dev", "a0"], check=True)
+        # a permanent neighbour: no ARP probe moves a0's counters later
+        subprocess.run(["ip", "-n", name, "neigh", "replace", "10.77.0.2", "dev", "a0", "lladdr",
+                        "02:00:00:00:00:02", "nud", "permanent"], check=True)
+        subprocess.run(["ip", "netns", "exec", name, "ping", "-c", "3", "-i", "0.01", "-w", "1",
+                        "-I", "a0", "10.77.0.2"], capture_output=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _qdisc_truth(netns) -> dict:
+    """{ifindex: (backlog, qlen, drops, bytes, packets)} of every aN's root,
+    read by pyroute2 (agent/qdisc_stats.py), one interface at a time."""
+    from agent.qdisc_stats import QdiscReader
+
+    reader = QdiscReader(netns)
+    try:
+        out = {}
+        for i in range(N_PORTS):
+            q = reader.read(f"a{i}")
+            out[reader._ifindex(f"a{i}")] = (q.backlog_bytes, q.backlog_packets, q.drops,
+                                             q.sent_bytes, q.sent_packets)
+        return out
+    finally:
+        reader._ipr.close()
+
+
+def _ours(qdiscs) -> dict:
+    return {i: (q.backlog_bytes, q.qlen, q.drops, q.bytes, q.packets) for i, q in qdiscs.items()}
+
+
+def test_rtnl_dump_after_an_interrupted_dump_is_complete(many_qdiscs, monkeypatch):
+    """A dump that fails half-way (here: parsing its fifth qdisc) leaves the
+    rest of its replies in the socket; the next dump must be the whole,
+    current table (pyroute2's), not the stale tail ending at the old DONE."""
+    import agent.rtnl as rtnl
+
+    truth = _qdisc_truth(many_qdiscs)
+    assert len(truth) == N_PORTS and truth[min(truth)][4] > 0  # a0 sent the pings
+    r = rtnl.Rtnl(many_qdiscs)
+    try:
+        parse, calls = rtnl._qdisc_stats, []
+
+        def failing(*args):
+            calls.append(1)
+            if len(calls) == 5:
+                raise ValueError("injected parse failure")
+            return parse(*args)
+
+        for _ in range(3):  # and again: every later dump starts clean
+            monkeypatch.setattr(rtnl, "_qdisc_stats", failing)
+            calls.clear()
+            with pytest.raises(ValueError, match="injected"):
+                r.root_qdiscs()
+            monkeypatch.setattr(rtnl, "_qdisc_stats", parse)
+            got = _ours(r.root_qdiscs())
+            assert {i: got.get(i) for i in truth} == truth
+            assert len(r.links()) == 2 * N_PORTS + 1  # lo too: the link dump is whole as well
+    finally:
+        r.close()
+    assert _qdisc_truth(many_qdiscs) == truth  # the ports were quiet: one truth for all reads
+
+
+def test_rtnl_skips_replies_to_another_request(many_qdiscs):
+    """Replies of another sequence number in the socket (a link dump nobody
+    read) are skipped: their DONE does not end the qdisc dump."""
+    import agent.rtnl as rtnl
+
+    truth = _qdisc_truth(many_qdiscs)
+    r = rtnl.Rtnl(many_qdiscs)
+    try:
+        body = rtnl._IFINFO.pack(0, 0, 0, 0, 0)
+        r.sock.send(rtnl._NLMSG.pack(rtnl._NLMSG.size + len(body), rtnl.RTM_GETLINK,
+                                     rtnl.NLM_F_REQUEST | rtnl.NLM_F_DUMP, 4242, 0) + body)
+        got = _ours(r.root_qdiscs())
+        assert {i: got.get(i) for i in truth} == truth
+    finally:
+        r.close()
+
+
 def test_link_watcher_sees_down_up_and_a_peer_losing_carrier(netns):
     from agent.linkstate import LinkWatcher
     from agent.rtnl import Rtnl
