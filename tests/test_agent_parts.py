@@ -484,6 +484,72 @@ def test_start_background_refuses_bad_options_and_a_missing_testbed(root):
     assert daemon.running_pid(prefix) is None
 
 
+def test_pid_file_is_ours_only_if_it_names_an_agent_of_this_prefix(root):
+    """The pid file is believed only for a live `talb agent` whose command
+    line serves this prefix: an agent of another prefix, one in --switch
+    mode or an unrelated process (a reused pid) is not ours."""
+    from agent import daemon
+    from talb import paths
+
+    prefix, other = new_prefix(), new_prefix()
+    assert daemon.served_prefix(["python", "-m", "talb.cli", "agent"]) == paths.DEFAULT_PREFIX
+    assert daemon.served_prefix(["/usr/bin/talb", "agent", f"--prefix={prefix}"]) == prefix
+    assert daemon.served_prefix(["talb", "agent", "--prefix", prefix, "--switch", "leaf0"]) is None
+    assert daemon.served_prefix(["sleep", "agent", "--prefix", prefix]) is None
+    nap = "import time; time.sleep(60)"
+    procs = {name: subprocess.Popen([sys.executable, "-c", nap, *argv])
+             for name, argv in (("other", ["talb", "agent", "--prefix", other]),
+                                ("switch", ["talb", "agent", "--prefix", prefix, "--switch", "s"]),
+                                ("unrelated", []),
+                                ("ours", ["talb", "agent", "--prefix", prefix]))}
+    paths.state_dir(prefix).mkdir(parents=True)
+    try:
+        seen = {}
+        for name, proc in procs.items():
+            daemon.pid_file(prefix).write_text(f"{proc.pid}\n")
+            seen[name] = daemon.running_pid(prefix)
+        assert seen == {"other": None, "switch": None, "unrelated": None,
+                        "ours": procs["ours"].pid}
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+        import shutil
+        shutil.rmtree(paths.state_dir(prefix))
+
+
+def test_a_second_agent_of_a_prefix_refuses_to_run(root):
+    """The agent holds its prefix's lock while it lives; another process
+    taking it (as a second agent would) is refused with the first's pid."""
+    import fcntl
+
+    from agent import daemon
+    from talb import paths
+
+    prefix = new_prefix()
+    paths.state_dir(prefix).mkdir(parents=True)
+    try:
+        fd = daemon._hold_agent_lock(prefix)
+        try:
+            daemon.pid_file(prefix).write_text(f"{os.getpid()}\n")
+            code = ("import sys; from agent import daemon; "
+                    f"daemon._hold_agent_lock({prefix!r})")
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               timeout=60)
+            assert r.returncode != 0 and "AgentError" in r.stderr and \
+                f"an agent for prefix '{prefix}' is already running" in r.stderr, r.stderr
+        finally:
+            os.close(fd)
+        probe = os.open(daemon.lock_file(prefix), os.O_RDWR)
+        try:  # released with the fd (or the process): free again
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
+    finally:
+        import shutil
+        shutil.rmtree(paths.state_dir(prefix))
+
+
 # --- talb top -----------------------------------------------------------------------------------
 def test_top_once_renders_a_snapshot(tmp_path):
     from agent.switch import GroupReading, PortReading, SwitchReading
