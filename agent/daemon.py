@@ -133,6 +133,19 @@ def _hold_agent_lock(prefix: str) -> int | None:
     return fd
 
 
+def _agent_lock_held(prefix: str) -> bool:
+    """Another process holds the agent lock (an agent that may not have
+    written its pid file yet)."""
+    fd = _open_lock(lock_file(prefix))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe's own lock at once
+    return False
+
+
 @contextmanager
 def _starting(prefix: str):
     """Serialises starters of ``prefix``: check, spawn and wait as one step."""
@@ -309,8 +322,9 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
     testbed.read_state(prefix)  # a clear error when no testbed is up
     with _starting(prefix):
         other = running_pid(prefix)
-        if other is not None:
-            raise AgentError(f"an agent for prefix '{prefix}' is already running (pid {other})")
+        if other is not None or _agent_lock_held(prefix):  # the latter: one still starting
+            raise AgentError(f"an agent for prefix '{prefix}' is already running"
+                             f"{f' (pid {other})' if other else ''}")
         pid = _spawn(prefix, config, timeout)
         pid_file(prefix).write_text(f"{pid}\n")
     return pid

@@ -567,3 +567,58 @@ def test_concurrent_starts_run_exactly_one_agent(fabric, no_agent):
                 p.terminate()
             p.communicate(timeout=10)
     assert _agents_of(prefix) == []
+
+
+def _has_bpf_maps(pid: int) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    for fd in fds:
+        try:
+            if "bpf-map" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_start_while_an_agent_is_still_building_is_refused(fabric, no_agent):
+    """Agent A is frozen (SIGSTOP) once it has opened the switches' maps but
+    before it wrote its pid file: the moment a pid-file check cannot see
+    it. A start meanwhile is refused; when A goes on, it is the one agent."""
+    prefix, _ = fabric
+    ports = [free_port(), free_port()]
+    argv = [sys.executable, "-m", "talb.cli", "agent", "--prefix", prefix, "--window-ms", "5",
+            "--metrics-port", str(ports[0])]
+    caught = None
+    for _attempt in range(5):
+        a = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while a.poll() is None and not _has_bpf_maps(a.pid):
+            time.sleep(0.0002)
+        os.kill(a.pid, signal.SIGSTOP)
+        if not daemon.pid_file(prefix).exists():
+            caught = a
+            break
+        a.kill()  # built already: try again
+        a.wait()
+        daemon.pid_file(prefix).unlink(missing_ok=True)
+    assert caught is not None, "never caught the agent between opening its maps and its pid file"
+    try:
+        with pytest.raises(daemon.AgentError, match="already running"):
+            pid = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=ports[1])
+            print(f"a second agent started: pid {pid}")
+        os.kill(caught.pid, signal.SIGCONT)
+        assert _wait_for(lambda: daemon.running_pid(prefix) == caught.pid, timeout=20, step=0.05)
+        time.sleep(1.0)
+        assert _agents_of(prefix) == [caught.pid]
+    finally:
+        os.kill(caught.pid, signal.SIGCONT)
+        daemon.stop_background(prefix)
+        if caught.poll() is None:
+            caught.terminate()
+        caught.wait(timeout=10)
+        for pid in _agents_of(prefix):  # a second agent this test's starts made
+            os.kill(pid, signal.SIGTERM)
+            _wait_for(lambda: pid not in _agents_of(prefix), timeout=10, step=0.05)
+    assert _agents_of(prefix) == []
