@@ -622,3 +622,51 @@ def test_a_start_while_an_agent_is_still_building_is_refused(fabric, no_agent):
             os.kill(pid, signal.SIGTERM)
             _wait_for(lambda: pid not in _agents_of(prefix), timeout=10, step=0.05)
     assert _agents_of(prefix) == []
+
+
+def test_a_broken_switch_does_not_stop_the_others_publishing(fabric, no_agent):
+    """The agent (prefix mode, real maps) loses the first of its switches'
+    counter map (closed: every read fails with EBADF). Every window still
+    publishes the other switches' groups (a stale value written before
+    each window is replaced) and counts the broken switch's failure in
+    talb_agent_switch_errors_total."""
+    from agent.config import AgentConfig
+    from agent.control import publish_pcm
+    from agent.metrics import AgentMetrics
+
+    prefix, _ = fabric
+    one = daemon.build(AgentConfig(window_s=WINDOW_S), prefix=prefix)
+    metrics = AgentMetrics()
+    one.observer = metrics
+    try:
+        broken = next(iter(one.monitors))
+        others = {}
+        for name, m in one.monitors.items():
+            multi = {gid: g["ports"] for gid, g in read_groups(m.maps).items()
+                     if len(set(g["ports"])) > 1}
+            if name != broken and multi:
+                others[name] = multi
+        assert others, "no other switch with a multipath group to watch"
+        one.step(time.monotonic())  # first window: counters' baseline
+        time.sleep(WINDOW_S)
+        one.monitors[broken].maps.port_stats.close()
+        windows = 10
+        republished = dict.fromkeys(others, 0)
+        for _ in range(windows):
+            for name, groups in others.items():
+                for gid, ports in groups.items():  # stale: P = 0.5 everywhere
+                    publish_pcm(one.monitors[name].maps, ports, dict.fromkeys(ports, 0.5),
+                                group_id=gid)
+            one.step(time.monotonic())
+            for name, groups in others.items():
+                now = read_groups(one.monitors[name].maps)
+                if all(0.5 not in now[gid]["pcm"] for gid in groups):
+                    republished[name] += 1
+            time.sleep(WINDOW_S)
+        assert republished == dict.fromkeys(others, windows), republished
+        assert metrics.registry.get_sample_value("talb_agent_switch_errors_total",
+                                                 {"switch": broken}) == windows
+        assert all(metrics.registry.get_sample_value("talb_agent_switch_errors_total",
+                                                     {"switch": n}) is None for n in others)
+    finally:
+        one.close()
