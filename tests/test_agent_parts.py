@@ -267,6 +267,95 @@ def test_batch_and_per_key_reads_agree(root):
         m.close()
 
 
+# --- the config map's writers -------------------------------------------------------------
+_CONFIG_WRITER = """
+import sys
+from pathlib import Path
+from agent import control
+from agent.maps import Map, TalbConfig
+import ctypes
+
+class Maps:
+    pin_dir = Path(sys.argv[1])
+    config = Map.from_pin(pin_dir / "config", ctypes.c_uint32, TalbConfig)
+
+sys.stdin.readline()  # both start at once
+for i in range(int(sys.argv[3])):
+    if sys.argv[2] == "count":
+        with control.config_update(Maps) as cfg:
+            cfg.tensor_limit += 1
+    elif sys.argv[2] == "scheme":
+        control.set_scheme(Maps, ("talb", "ecmp")[i % 2])
+    else:
+        control.set_release(Maps, i % 2 == 0)
+"""
+
+
+@pytest.fixture
+def config_pin(root):
+    """A pinned config array (the data path's ``config`` map), alone in a
+    directory on the project's bpffs."""
+    from agent.maps import TalbConfig
+    from talb import paths
+
+    d = paths.BPFFS_DIR / f"{new_prefix()}cfg"
+    d.mkdir(parents=True)
+    fd = sc.map_create(sc.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(TalbConfig), 1, "t_cfg")
+    try:
+        sc.obj_pin(fd, d / "config")
+        yield d
+    finally:
+        os.close(fd)
+        (d / "config").unlink(missing_ok=True)
+        d.rmdir()
+
+
+def _writers(pin, *jobs):
+    procs = [subprocess.Popen([sys.executable, "-c", _CONFIG_WRITER, str(pin), kind, str(n)],
+                              stdin=subprocess.PIPE, text=True) for kind, n in jobs]
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for p in procs:
+        p.stdin.close()
+        assert p.wait(timeout=120) == 0
+
+
+def _read_config_pin(pin):
+    from agent.maps import TalbConfig
+
+    m = Map.from_pin(pin / "config", ctypes.c_uint32, TalbConfig)
+    try:
+        return m[0]
+    finally:
+        m.close()
+
+
+def test_concurrent_config_writers_lose_no_update(config_pin):
+    """config[0] is one array value, replaced whole: three processes each
+    read-modify-write it 400 times at once (through control.config_update,
+    as every set_* does); no update is lost."""
+    _writers(config_pin, ("count", 400), ("count", 400), ("count", 400))
+    assert _read_config_pin(config_pin).tensor_limit == 1200
+
+
+def test_scheme_and_release_set_at_once_both_stand(config_pin):
+    """`talb scheme` and `talb release` from two shells at once: each
+    command's last value is what the data path has (neither reverts the
+    other's field)."""
+    from agent.maps import CFG_RELEASE_SK, SCHEMES
+
+    for _ in range(3):
+        _writers(config_pin, ("scheme", 301), ("release", 301))  # last: talb, release on
+        cfg = _read_config_pin(config_pin)
+        assert cfg.scheme == SCHEMES["talb"] and cfg.flags & CFG_RELEASE_SK, \
+            (cfg.scheme, cfg.flags)
+        _writers(config_pin, ("scheme", 300), ("release", 300))  # last: ecmp, release off
+        cfg = _read_config_pin(config_pin)
+        assert cfg.scheme == SCHEMES["ecmp"] and not cfg.flags & CFG_RELEASE_SK, \
+            (cfg.scheme, cfg.flags)
+
+
 # --- netlink and link state ------------------------------------------------------------------
 @pytest.fixture
 def netns(root):
