@@ -9,6 +9,10 @@ more behind, the slots it can no longer meet are counted as missed and the
 next window starts at once on the grid. Nothing is lost by missing a slot:
 U and E[W] are computed over the real time between two readings.
 
+Each switch's work in a window is isolated: a switch that fails is counted
+(``LoopObserver.switch_failed``) and logged, rate-limited, and the others
+are still read and published.
+
 Between windows the loop waits in ``select()`` on the switches' link
 notification sockets: a port going down or up is handled at once (its
 groups rewritten in a few ms), not at the next window.
@@ -28,8 +32,6 @@ from agent.switch import SwitchMonitor, SwitchReading
 log = logging.getLogger("talb.agent")
 
 SWEEP_INTERVAL_S = 1.0  # idle tensor entries (agent/control.py sweep_tensors)
-
-
 ERROR_LOG_INTERVAL_S = 10.0  # a persistent fault is logged again at most this often
 
 
