@@ -79,7 +79,12 @@ def test_explicit_worker_ids_collide_so_the_test_above_can_fail():
 
 
 def _draw(directory: str, threads: int, n: int) -> list[int]:
+    """Claim a slot, say so, wait for the go, then draw from several threads."""
     ids = host_ids(directory)
+    ids.claim()
+    (Path(directory) / f"claimed-{os.getpid()}").touch()
+    while not (Path(directory) / "go").exists():
+        time.sleep(0.005)
     out: list[list[int]] = []
     lock = threading.Lock()
 
@@ -110,7 +115,8 @@ print(json.dumps(_draw(sys.argv[2], 4, 3000)))
 
 def test_threads_and_processes_on_one_host_never_share_an_id(tmp_path):
     """4 fresh interpreters and 4 forked processes, 4 threads each, draw
-    3000 ids apiece from one host's slots at the same time."""
+    3000 ids apiece from one host's slots at the same time (all 8 hold
+    their slots before any draws)."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}
     procs = [subprocess.Popen([sys.executable, "-c", _DRAW_SCRIPT, str(REPO), str(tmp_path)],
                               stdout=subprocess.PIPE, text=True, env=env) for _ in range(4)]
@@ -120,6 +126,11 @@ def test_threads_and_processes_on_one_host_never_share_an_id(tmp_path):
         children = [ctx.Process(target=_draw_to, args=(queue, str(tmp_path))) for _ in range(4)]
         for c in children:
             c.start()
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("claimed-*"))) < 8:  # all hold a slot at once
+            assert time.monotonic() < deadline, "the processes did not all claim a slot"
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
         forked = [queue.get(timeout=120) for _ in children]
         for c in children:
             c.join(10)

@@ -248,7 +248,8 @@ class TensorSender:
             else:
                 ids = _shared_generator(worker_id)
         elif worker_id is not None and worker_id != getattr(ids, "worker_id", None):
-            raise ValueError(f"worker_id: {worker_id} differs from ids.worker_id={ids.worker_id}; "
+            raise ValueError(f"worker_id: {worker_id} differs from ids.worker_id="
+                             f"{getattr(ids, 'worker_id', None)}; "
                              "give one or the other")
         self.ids = ids
         self._closed = False
