@@ -305,25 +305,28 @@ def _monotonic_ns() -> int:
 
 def read_tensor_table(maps: SwitchMaps, now_ns: int | None = None, *,
                       include_done: bool = False) -> list[dict]:
-    """The live tensor table (Table I), oldest first: ``tensor_id,
-    tensor_len, received, prev_port (ifindex), layer, group_id, done,
-    first_seen_ns, last_seen_ns, age_s, idle_s``. ``include_done``: also
+    """The live tensor table (Table I), oldest first: ``src (the sender's
+    IPv4 address), tensor_id, tensor_len, received, prev_port (ifindex),
+    layer, group_id, done, first_seen_ns, last_seen_ns, age_s, idle_s``. A
+    tensor is (src, tensor_id): ids are unique per sending host only.
+    ``include_done``: also
     the completed tensors kept for late packets (retransmissions) until
     they are idle."""
     now = _monotonic_ns() if now_ns is None else now_ns
     rows = []
-    for tid, e in maps.tensors.items():
+    for key, e in maps.tensors.items():
         done = bool(e.flags & TALB_TENSOR_DONE)
         if done and not include_done:
             continue
-        rows.append({"done": done,
-            "tensor_id": tid, "tensor_len": e.tensor_len, "received": e.received,
+        rows.append({"done": done, "src": key.src,
+            "tensor_id": key.tensor_id, "tensor_len": e.tensor_len, "received": e.received,
             "prev_port": e.prev_port, "layer": e.layer, "group_id": e.group_id,
             "first_seen_ns": e.first_seen_ns, "last_seen_ns": e.last_seen_ns,
             "age_s": max(0, now - e.first_seen_ns) / 1e9,
             "idle_s": max(0, now - e.last_seen_ns) / 1e9,
         })
-    rows.sort(key=lambda r: (r["first_seen_ns"], r["tensor_id"]))
+    rows.sort(key=lambda r: (r["first_seen_ns"], ipaddress.IPv4Address(r["src"]),
+                             r["tensor_id"]))
     return rows
 
 
@@ -362,10 +365,10 @@ def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
     now = _monotonic_ns() if now_ns is None else now_ns
     removed: dict[int, dict[int, int]] = {}
     total = removed_all = 0
-    for tid, e in list(maps.tensors.items()):
+    for key, e in list(maps.tensors.items()):
         if now - e.last_seen_ns <= idle_s * 1e9:
             continue
-        if maps.tensors.delete(tid):
+        if maps.tensors.delete(key):
             removed_all += 1
             if e.flags & TALB_TENSOR_DONE:   # no longer counted as live
                 continue
@@ -393,8 +396,8 @@ def _reset_group_state(maps: SwitchMaps, gids) -> None:
     if not gids:
         return
     gone = 0
-    for tid, e in list(maps.tensors.items()):
-        if e.group_id in gids and maps.tensors.delete(tid) and not e.flags & TALB_TENSOR_DONE:
+    for key, e in list(maps.tensors.items()):
+        if e.group_id in gids and maps.tensors.delete(key) and not e.flags & TALB_TENSOR_DONE:
             gone += 1
     for gid in gids:
         maps.group_state[gid] = GroupState()
@@ -407,8 +410,8 @@ def _reset_group_state(maps: SwitchMaps, gids) -> None:
 def clear_tensor_table(maps: SwitchMaps) -> None:
     """Empty the tensor table and every group's TaLB state (tests, resets;
     races with packets in flight: use on an idle switch)."""
-    for tid in list(maps.tensors.keys()):
-        maps.tensors.delete(tid)
+    for key in list(maps.tensors.keys()):
+        maps.tensors.delete(key)
     maps.group_state.clear()
     maps.group_swept.clear()
     maps.tensor_count.clear()

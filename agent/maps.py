@@ -37,7 +37,8 @@ CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "constants.h"
 
 __all__ = [
     "CONST", "SCHEMES", "SCHEME_NAMES", "IMPLEMENTED_SCHEMES", "COUNTER_NAMES",
-    "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorEntry", "GroupState",
+    "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
+    "GroupState",
     "Map",
     "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
     "constant", "counter_names",
@@ -231,6 +232,30 @@ class FwdGroup(ctypes.Structure):
                 "schedule": list(self.sched[: min(self.sched_len, TALB_SCHED_MAX)])}
 
 
+class TensorKey(ctypes.Structure):
+    """tensors key: mirror of struct tensor_key -- the sender's IPv4 address
+    and the tensor_id, both in host byte order (as the data path parsed
+    them). ``TensorKey.of("10.0.0.1", 0x12345678)``; ``.wire()`` is the
+    same key as talb.wire.TensorKey."""
+
+    _fields_ = [("saddr", ctypes.c_uint32), ("tensor_id", ctypes.c_uint32)]
+
+    @classmethod
+    def of(cls, src, tensor_id: int) -> "TensorKey":
+        return cls(int(ipaddress.IPv4Address(src)), tensor_id)
+
+    @property
+    def src(self) -> str:
+        return str(ipaddress.IPv4Address(self.saddr))
+
+    def as_tuple(self) -> tuple[str, int]:
+        """``(src, tensor_id)``: equal to talb.wire.TensorKey of the same tensor."""
+        return self.src, self.tensor_id
+
+    def __str__(self) -> str:
+        return f"{self.src}/{self.tensor_id:#010x}"
+
+
 class TensorEntry(ctypes.Structure):
     """A live tensor (Table I): mirror of struct tensor_entry."""
 
@@ -319,8 +344,10 @@ def _sum_values(values: list):
 class Map:
     """A typed view of one BPF map.
 
-    Keys may be given as ``key_type`` instances or as the argument of its
-    constructor (an int for integer keys, ``IPv4Key(int)``); values of simple
+    Keys may be given as ``key_type`` instances, as the argument of its
+    constructor (an int for integer keys, ``IPv4Key(int)``) or, for a struct
+    key, as a tuple of its ``of`` (``("10.0.0.1", tensor_id)``, a
+    talb.wire.TensorKey, for ``TensorKey``); values of simple
     ctypes types come back as Python ints, structs as ctypes instances.
     For per-CPU maps ``get`` sums over CPUs; ``get_percpu`` lists them.
     """
@@ -374,7 +401,9 @@ class Map:
 
     # -- conversion --
     def _key(self, key):
-        if not isinstance(key, self.key_type):
+        if isinstance(key, tuple):
+            key = self.key_type.of(*key)
+        elif not isinstance(key, self.key_type):
             key = self.key_type(key)
         return key
 
@@ -548,7 +577,7 @@ MAP_SPECS = MappingProxyType({
     "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),
     "config": (ctypes.c_uint32, TalbConfig, sc.BPF_MAP_TYPE_ARRAY),
     "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
-    "tensors": (ctypes.c_uint32, TensorEntry, sc.BPF_MAP_TYPE_LRU_HASH),
+    "tensors": (TensorKey, TensorEntry, sc.BPF_MAP_TYPE_LRU_HASH),
     "group_state": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),

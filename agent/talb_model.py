@@ -168,6 +168,16 @@ class ModelPacket:
     pkt_idx: int = 0
     #: index the fallback scheme (ECMP) picks for this packet's flow
     fallback_index: int = 0
+    #: the sender's IPv4 address (dotted): with tensor_id, the tensor's key
+    src: str | None = None
+
+    def key(self) -> tuple[str, int]:
+        """(src, tensor_id): the tensor's key in the switch's table -- ids
+        are unique per sending host only (talb.wire.TensorKey)."""
+        if self.src is None:
+            raise ValueError(f"ModelPacket.src: a tagged packet (tensor_id {self.tensor_id}) "
+                             "needs its sender's address, None given")
+        return self.src, self.tensor_id
 
 
 @dataclass
@@ -186,7 +196,8 @@ class TalbModel:
 
     ``up``: ifindexes of ports with PORT_UP (None: all). No clock: entries
     never age here (the tests cover ageing on the data path alone), and done
-    entries stay (the data path keeps them until idle)."""
+    entries stay (the data path keeps them until idle). ``tensors`` is keyed
+    by (src, tensor_id), like the data path's table."""
 
     tensor_limit: int = MAX_TENSORS
     up: set | None = None
@@ -205,8 +216,8 @@ class TalbModel:
     def _account(self, gid: int, layer: int, delta: int) -> None:
         self.live.setdefault(gid, Counter())[layer] += delta
 
-    def _complete(self, tid: int) -> None:
-        e = self.tensors[tid]
+    def _complete(self, key: tuple[str, int]) -> None:
+        e = self.tensors[key]
         e.done = True
         self._account(e.group_id, e.layer, -1)
         self.counters["talb_completed"] += 1
@@ -254,7 +265,8 @@ class TalbModel:
             self.counters["talb_fallback"] += 1
             self.counters["decision_ecmp"] += 1
             return p.fallback_index
-        e = self.tensors.get(p.tensor_id)
+        key = p.key()
+        e = self.tensors.get(key)
         if e is not None:
             if e.prev_port in g.ifindex and self._port_up(e.prev_port):
                 idx = g.ifindex.index(e.prev_port)
@@ -265,7 +277,7 @@ class TalbModel:
                 e.prev_port = g.ifindex[idx]
             e.received += 1
             if not e.done and (p.last or p.pkt_idx + 1 >= e.tensor_len):
-                self._complete(p.tensor_id)
+                self._complete(key)
             self.counters["decision_talb"] += 1
             return idx
         if p.pkt_idx != 0:
@@ -273,8 +285,8 @@ class TalbModel:
             # rest of the tensor (a late first packet too) keeps that port.
             self.counters["talb_midstream"] += 1
             self.counters["decision_ecmp"] += 1
-            self.tensors[p.tensor_id] = ModelEntry(p.tensor_len, 1, g.ifindex[p.fallback_index],
-                                                   p.layer, gid, done=True)
+            self.tensors[key] = ModelEntry(p.tensor_len, 1, g.ifindex[p.fallback_index],
+                                           p.layer, gid, done=True)
             return p.fallback_index
         if p.tensor_len <= 1 or p.last:
             self.counters["decision_talb"] += 1
@@ -285,18 +297,18 @@ class TalbModel:
             self.counters["decision_ecmp"] += 1
             return p.fallback_index
         idx = self.new_tensor(gid, g, p.layer)
-        self.tensors[p.tensor_id] = ModelEntry(p.tensor_len, 1, g.ifindex[idx], p.layer, gid)
+        self.tensors[key] = ModelEntry(p.tensor_len, 1, g.ifindex[idx], p.layer, gid)
         self._account(gid, p.layer, +1)
         self.counters["talb_inserted"] += 1
         self.counters["decision_talb"] += 1
         return idx
 
-    def table(self, include_done: bool = False) -> dict[int, tuple]:
-        """``{tensor_id: (tensor_len, received, prev_port, layer, group_id)}``
-        of the live tensors (and the done ones), the fields the data path's
-        table is compared on."""
-        return {tid: (e.tensor_len, e.received, e.prev_port, e.layer, e.group_id)
-                for tid, e in self.tensors.items() if include_done or not e.done}
+    def table(self, include_done: bool = False) -> dict[tuple[str, int], tuple]:
+        """``{(src, tensor_id): (tensor_len, received, prev_port, layer,
+        group_id)}`` of the live tensors (and the done ones), the fields the
+        data path's table is compared on."""
+        return {key: (e.tensor_len, e.received, e.prev_port, e.layer, e.group_id)
+                for key, e in self.tensors.items() if include_done or not e.done}
 
 
 def group_weights_of(schedule: Sequence[int], n: int) -> list[int]:

@@ -280,8 +280,9 @@ def shell(node, command, prefix):
 def table(switch, limit, as_json, prefix):
     """Show the live TaLB tensor table (Table I of the paper) and the decision counters.
 
-    One row per live tensor: tensor_id, tensor_len (packets), received
-    packets, the port it takes (previous port), layer, age and idle time.
+    One row per live tensor: the tensor (sender address/tensor_id: ids are
+    unique per host only), tensor_len (packets), received packets, the port
+    it takes (previous port), layer, age and idle time.
     Reads the pinned maps only; works while traffic flows.
     """
     testbed.require_root()
@@ -334,13 +335,22 @@ def _tensor_table(prefix: str, topo, switch: str) -> dict:
 
 
 def _print_tensor_table(st: dict, limit: int) -> None:
+    from talb.wire import TensorKey   # scapy: loaded only when a table is printed
+
     t = Table(title=f"{st['switch']} (scheme {st['scheme']}, fallback {st['fallback']}): "
                     f"{st['entries']} live tensors (limit {st['limit']}), {st['done']} done "
                     f"(kept for late packets until idle)", title_justify="left")
-    for col in ("tensor_id", "tensor_len", "received", "previous port", "layer", "age", "idle"):
-        t.add_column(col, justify="left" if col in ("tensor_id", "previous port") else "right")
+    # the tensor (sender/id, up to 26 characters) and the port are what a
+    # reader looks for: never cut; the counts give way on a narrow terminal
+    t.add_column("tensor (source/id)", no_wrap=True, min_width=26)
+    t.add_column("len", justify="right")
+    t.add_column("received", justify="right")
+    t.add_column("previous port", no_wrap=True)
+    for col in ("layer", "age", "idle"):
+        t.add_column(col, justify="right")
     for r in st["tensors"][:max(0, limit)]:
-        t.add_row(f"{r['tensor_id']:#010x}", str(r["tensor_len"]), str(r["received"]),
+        t.add_row(str(TensorKey(r["src"], r["tensor_id"])), str(r["tensor_len"]),
+                  str(r["received"]),
                   r["prev_port_name"], str(r["layer"]), f"{r['age_s'] * 1e3:.1f} ms",
                   f"{r['idle_s'] * 1e3:.1f} ms")
     console.print(t)

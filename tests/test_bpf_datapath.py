@@ -127,6 +127,7 @@ def test_map_info_matches_structs(switch):
         assert (info.key_size, info.value_size) == (ctypes.sizeof(kt), ctypes.sizeof(vt))
     assert switch.maps.port_stats.info.max_entries == M.CONST["TALB_MAX_PORTS"]
     assert switch.maps.counters.info.max_entries == M.CONST["TALB_NR_COUNTERS"]
+    assert switch.maps.tensors.info.max_entries == M.CONST["TALB_TENSOR_MAP_SIZE"]
 
 
 def test_constants_come_from_the_header():

@@ -17,7 +17,8 @@
 #define TALB_PKT_LAST       (1U << 5)   /* TALB_IPOPT_F_LAST */
 
 /* What a decision may look at. Addresses and ports in host byte order
- * (hash input), daddr_be as on the wire (fwd key). */
+ * (hash input; saddr with tensor_id also keys the tensor table),
+ * daddr_be as on the wire (fwd key). */
 struct talb_pkt {
 	__u32 saddr;
 	__u32 daddr;

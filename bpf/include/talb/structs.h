@@ -46,7 +46,17 @@ struct fwd_group {
 	__u8 sched[TALB_SCHED_MAX];             /* CASE 2 schedule of indices */
 };
 
-/* tensors (LRU hash): tensor_id -> one tensor, Table I of the paper
+/* tensors key: a tensor is (sender, tensor_id). Ids are unique per sending
+ * host only (the 12-byte option has no room for the sender, and the IPv4
+ * header already carries it), so two hosts' tensors of one id must not
+ * share an entry (issue 8; docs/talb-decisions.md). Both fields in host
+ * byte order, as talb_extract() parsed them: no byte swap per packet. */
+struct tensor_key {
+	__u32 saddr;            /* IPv4 source address of the sender */
+	__u32 tensor_id;
+};
+
+/* tensors (LRU hash): tensor_key -> one tensor, Table I of the paper
  * (tensor_id, tensor_len, received packets, previous port) plus what
  * removal and ageing need. Live until TALB_TENSOR_DONE. */
 struct tensor_entry {

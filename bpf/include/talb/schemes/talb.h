@@ -14,8 +14,10 @@
  *        ... table full        -> fallback scheme, no insert  CNT_TALB_TABLE_FULL
  *   tagged, miss, pkt_idx > 0  -> fallback scheme, no insert  CNT_TALB_MIDSTREAM
  *
- * Tensor table (Table I): `tensors`, tensor_id -> {tensor_len, received,
- * prev_port, layer, first/last seen}. A tensor is live from its first
+ * Tensor table (Table I): `tensors`, (source address, tensor_id) ->
+ * {tensor_len, received, prev_port, layer, first/last seen}: ids are unique
+ * per sending host only, so the sender is part of the key (issue 8;
+ * docs/talb-decisions.md). A tensor is live from its first
  * packet (pkt_idx 0) to its LAST packet (or the packet of index
  * tensor_len - 1); then its entry is marked done -- no longer live, but
  * kept for packets sent again after the last one -- until it is idle. A
@@ -225,11 +227,12 @@ static __always_inline void talb_account(__u32 gid, __u32 layer, __u32 delta)
 	}
 }
 
-static __always_inline void talb_forget(__u32 id, struct tensor_entry *e)
+static __always_inline void talb_forget(struct tensor_key *key,
+					struct tensor_entry *e)
 {
 	__u32 gid = e->group_id, layer = e->layer, done = e->flags & TALB_TENSOR_DONE;
 
-	if (tensors.delete(&id) == 0 && !done)
+	if (tensors.delete(key) == 0 && !done)
 		talb_account(gid, layer, (__u32)-1);
 }
 
@@ -240,14 +243,15 @@ static __always_inline void talb_forget(__u32 id, struct tensor_entry *e)
  * re-insert, so that of two CPUs completing one tensor only the one whose
  * delete succeeded accounts for it (bcc 0.26 cannot use an atomic's
  * result). */
-static __always_inline void talb_complete(__u32 id, struct tensor_entry *e)
+static __always_inline void talb_complete(struct tensor_key *key,
+					  struct tensor_entry *e)
 {
 	struct tensor_entry done = *e;
 
-	if (tensors.delete(&id) == 0) {
+	if (tensors.delete(key) == 0) {
 		talb_account(done.group_id, done.layer, (__u32)-1);
 		done.flags |= TALB_TENSOR_DONE;
-		tensors.insert(&id, &done);
+		tensors.insert(key, &done);
 		talb_count(CNT_TALB_COMPLETED);
 	}
 }
@@ -273,11 +277,13 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 						const struct talb_config *cfg,
 						__u32 *dcnt)
 {
+	/* the sender's address as parsed (talb_extract): ids are per host */
+	struct tensor_key key = { .saddr = p->saddr, .tensor_id = p->tensor_id };
 	struct tensor_entry fresh = {};
 	struct tensor_entry *e;
 	struct group_state *st;
 	struct group_state *sw;
-	__u32 n = g->n_ports, id = p->tensor_id, idx = 0, limit, layer = p->layer;
+	__u32 n = g->n_ports, idx = 0, limit, layer = p->layer;
 	__u32 decide = 1, insert = 0;
 	__u64 now, idle_ns;
 	int i;
@@ -297,9 +303,9 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 	idle_ns = (__u64)(cfg->tensor_idle_us ? cfg->tensor_idle_us :
 			  TALB_DEFAULT_IDLE_US) * 1000;
 
-	e = tensors.lookup(&id);
+	e = tensors.lookup(&key);
 	if (e && now - e->last_seen_ns > idle_ns) {
-		talb_forget(id, e);
+		talb_forget(&key, e);
 		talb_count(CNT_TALB_AGED);
 		e = 0;
 	}
@@ -332,7 +338,7 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 		idx = talb_fallback_select(p, g, cfg, dcnt) & (TALB_MAX_GROUP_PORTS - 1);
 		talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
 		fresh.flags = TALB_TENSOR_DONE;
-		tensors.insert(&id, &fresh);    /* BPF_NOEXIST: first CPU wins */
+		tensors.insert(&key, &fresh);   /* BPF_NOEXIST: first CPU wins */
 		return idx;
 	} else if (p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST)) {
 		/* A new tensor that needs an entry (one that ends with
@@ -363,13 +369,13 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 		 * tensors, on other ports: seen on the live fabric). */
 		if (!(e->flags & TALB_TENSOR_DONE) &&
 		    ((p->flags & TALB_PKT_LAST) || p->pkt_idx + 1 >= e->tensor_len))
-			talb_complete(id, e);
+			talb_complete(&key, e);
 	} else if (insert) {
 		talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
 		/* BPF_NOEXIST: another CPU inserting the same tensor
 		 * meanwhile wins; this packet keeps its own decision and
 		 * is not counted twice. */
-		if (tensors.insert(&id, &fresh) == 0) {
+		if (tensors.insert(&key, &fresh) == 0) {
 			talb_account(gid, p->layer, 1);
 			talb_count(CNT_TALB_INSERTED);
 		}
