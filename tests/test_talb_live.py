@@ -265,6 +265,12 @@ def test_one_run_from_two_hosts_unforced_ids_are_unique_per_host(fabric):
                       port=7103, say=lambda _m: None, timeout=120)
     keys = [t.key for t in report.tensors]
     assert len(keys) == 2 * 3 * 10 and len(set(keys)) == len(keys)
+    # each sender process drew all its ids under one worker slot (a slot may
+    # pass to a later process of the host once its holder exited)
+    fields: dict[int, set] = {}
+    for t in report.tensors:
+        fields.setdefault(t.worker, set()).add(t.tensor_id & 0xF)
+    assert len(fields) == 6 and all(len(f) == 1 for f in fields.values()), fields
     assert report.ok, [(str(t.key), t.ok, t.uplinks) for t in report.tensors]
 
 
