@@ -113,9 +113,10 @@ class SlotIds:
         return self.claim()
 
     def next_id(self) -> int:
+        # Under our lock: a release() meanwhile must not free the slot while
+        # an id of it is being made.
         with self._lock:
-            gen = self._claimed()
-        return gen.next_id()  # Snowflake has its own lock
+            return self._claimed().next_id()
 
     def parse(self, tensor_id: int):
         with self._lock:
@@ -125,7 +126,7 @@ class SlotIds:
     def release(self) -> None:
         """Give the slot back (the next id claims one again)."""
         with self._lock:
-            self._drop(close=True)
+            self._drop()
 
     def _claimed(self) -> Snowflake:
         if self._gen is None:
@@ -158,7 +159,7 @@ class SlotIds:
                                      timestamp_bits=ID_BITS - DEFAULT_SEQUENCE_BITS - self.worker_bits,
                                      unit_ns=self.unit_ns, clock=self._clock, sleep=self._sleep)
                 except BaseException:
-                    self._drop(close=True)
+                    self._drop()
                     raise
             if time.monotonic() >= deadline:
                 raise IdSlotsExhausted(
@@ -175,10 +176,9 @@ class SlotIds:
         while (now := self._clock()) // self.unit_ns <= claimed:
             self._sleep(max((claimed + 1) * self.unit_ns - now, 1) / 1e9)
 
-    def _drop(self, *, close: bool) -> None:
+    def _drop(self) -> None:
         if self._fd is not None:
-            if close:
-                os.close(self._fd)
+            os.close(self._fd)  # the kernel releases the flock
             self._fd = None
         self._gen = None
 
@@ -188,7 +188,7 @@ class SlotIds:
         # copy is closed) and stops the child from keeping it after the parent
         # exits. The lock object may have been held by another thread at fork.
         self._lock = threading.Lock()
-        self._drop(close=True)
+        self._drop()
 
     def __repr__(self) -> str:
         slot = self._gen.worker_id if self._gen is not None else None
