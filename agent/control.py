@@ -7,8 +7,11 @@ agent and tests all program switches the same way.
 """
 from __future__ import annotations
 
+import fcntl
 import ipaddress
+import os
 import time
+from contextlib import contextmanager
 from typing import Iterable, Mapping, Sequence
 
 from agent.schemes import talb as talb_scheme
@@ -21,8 +24,9 @@ from agent.maps import (
 
 __all__ = [
     "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
-    "read_config", "set_scheme", "scheme_params", "SCHEME_PARAMS", "parse_params",
-    "set_port_rates", "read_port_queues", "set_release", "set_hash_seed", "set_talb_config",
+    "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS",
+    "parse_params", "set_port_rates", "read_port_queues", "set_release", "set_hash_seed",
+    "set_talb_config",
     "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
     "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
 ]
@@ -61,7 +65,7 @@ def port_flags(is_host: bool, up: bool) -> int:
 
 
 def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
-                   groups: Mapping[str, Sequence[int]], scheme: str = "ecmp",
+                   groups: Mapping[str, Sequence[int]], scheme: str | None = "ecmp",
                    hash_seed: int | None = None) -> dict:
     """Install a switch's ports, forwarding groups and config.
 
@@ -75,7 +79,10 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
     Order of writes keeps the data path consistent at every step: ports,
     then groups (each replaced atomically: hash map), then fwd, then stale
     fwd entries and unused groups removed, then config. ``hash_seed=None``
-    keeps the current seed (the loader sets a per-switch default).
+    keeps the current seed (the loader sets a per-switch default);
+    ``scheme=None`` with ``hash_seed=None`` leaves the config map untouched
+    (the agent's regrouping: config belongs to the user, and a
+    read-modify-write of it would revert a `talb scheme` landing meanwhile).
 
     TaLB: a new group gets neutral values (every PCM 0, order = group
     order, plain round-robin schedule, threshold TALB_PCM_ONE) until
@@ -86,7 +93,7 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
 
     Returns ``{"ports": n, "routes": n, "groups": {group_id: [ifindex]}}``.
     """
-    scheme_id = _scheme_id(scheme)
+    scheme_id = None if scheme is None else _scheme_id(scheme)
     if len(ports) > TALB_MAX_PORTS:
         raise ValueError(f"ports: {len(ports)} ports, at most TALB_MAX_PORTS={TALB_MAX_PORTS}")
     by_ifindex: dict[int, tuple[int, int]] = {}
@@ -155,12 +162,13 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
             maps.groups.delete(gid)
     _reset_group_state(maps, gone_ids)
 
-    # config
-    cfg = maps.config[0]
-    cfg.scheme = scheme_id
-    if hash_seed is not None:
-        cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
-    maps.config[0] = cfg
+    # config: only when asked to set something in it
+    if scheme_id is not None or hash_seed is not None:
+        with config_update(maps) as cfg:
+            if scheme_id is not None:
+                cfg.scheme = scheme_id
+            if hash_seed is not None:
+                cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
     return {
         "ports": len(by_ifindex),
         "routes": len(routes),
@@ -185,6 +193,29 @@ def read_config(maps: SwitchMaps) -> dict:
         "drill_d": cfg.drill_d or CONST["TALB_DEFAULT_DRILL_D"],
         "drill_m": cfg.drill_m,
     }
+
+
+@contextmanager
+def config_update(maps: SwitchMaps):
+    """``config[0]`` to change in the block, written back at its end (not
+    after an error). The array's one value can only be replaced whole, so
+    each read-modify-write holds an flock on the switch's pin directory:
+    two writers at once (`talb scheme` and `talb release` from two shells)
+    never lose one's change. Maps opened by fd (no pin directory) are one
+    process's: no lock."""
+    fd = None
+    pin_dir = getattr(maps, "pin_dir", None)
+    if pin_dir is not None:
+        fd = os.open(pin_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        cfg = maps.config[0]
+        yield cfg
+        maps.config[0] = cfg
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 # --- schemes and their parameters ---------------------------------------------------
@@ -247,7 +278,12 @@ def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None 
     scheme_id = _scheme_id(name)
     scheme = SCHEME_NAMES[scheme_id]
     params = dict(params or {})
-    cfg = maps.config[0]
+    with config_update(maps) as cfg:    # an error below: nothing written
+        _apply_scheme(cfg, scheme_id, scheme, params)
+    return scheme_params(maps)
+
+
+def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
     fallback = SCHEME_NAMES.get(cfg.fallback_scheme)
     if "fallback" in params:
         if scheme != "talb":
@@ -275,8 +311,6 @@ def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None 
             raise SchemeError(f"--param {key}={raw}: must be {lo}..{hi}")
         setattr(cfg, field, value)
     cfg.scheme = scheme_id
-    maps.config[0] = cfg
-    return scheme_params(maps)
 
 
 # --- links: what DRILL's queue estimate drains at -----------------------------------
@@ -315,15 +349,13 @@ def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, i
 
 def set_release(maps: SwitchMaps, on: bool) -> None:
     """First-hop socket release (CFG_RELEASE_SK, DESIGN section 3) on/off."""
-    cfg = maps.config[0]
-    cfg.flags = (cfg.flags | CFG_RELEASE_SK) if on else (cfg.flags & ~CFG_RELEASE_SK)
-    maps.config[0] = cfg
+    with config_update(maps) as cfg:
+        cfg.flags = (cfg.flags | CFG_RELEASE_SK) if on else (cfg.flags & ~CFG_RELEASE_SK)
 
 
 def set_hash_seed(maps: SwitchMaps, seed: int) -> None:
-    cfg = maps.config[0]
-    cfg.hash_seed = int(seed) & 0xFFFFFFFF
-    maps.config[0] = cfg
+    with config_update(maps) as cfg:
+        cfg.hash_seed = int(seed) & 0xFFFFFFFF
 
 
 def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
@@ -335,29 +367,28 @@ def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
     ``tensor_idle_us``: idle timeout of an entry; ``n_bands``: priority
     bands of the egress HTB (1..TALB_MAX_BANDS, as the topology's
     ``queue.bands``); ``layers_per_band``: layers per tagged band."""
-    cfg = maps.config[0]
-    if fallback is not None:
-        fid = _scheme_id(fallback)
-        if fid == SCHEMES["talb"]:
-            raise SchemeError("fallback: TaLB cannot be its own fallback (untagged packets "
-                              "carry no tensor)")
-        cfg.fallback_scheme = fid
-    # field: (value, largest allowed, the range as the error names it); 1 is the least
-    limits = {
-        "tensor_limit": (tensor_limit, TALB_MAX_TENSORS,
-                         f"1..TALB_MAX_TENSORS={TALB_MAX_TENSORS}"),
-        "tensor_idle_us": (tensor_idle_us, 0xFFFFFFFF, "1..2^32-1"),
-        "n_bands": (n_bands, CONST["TALB_MAX_BANDS"],
-                    f"1..TALB_MAX_BANDS={CONST['TALB_MAX_BANDS']}"),
-        "layers_per_band": (layers_per_band, 256, "1..256"),
-    }
-    for field, (value, hi, text) in limits.items():
-        if value is None:
-            continue
-        if not 1 <= int(value) <= hi:
-            raise ValueError(f"{field}: {text}, got {value}")
-        setattr(cfg, field, int(value))
-    maps.config[0] = cfg
+    with config_update(maps) as cfg:
+        if fallback is not None:
+            fid = _scheme_id(fallback)
+            if fid == SCHEMES["talb"]:
+                raise SchemeError("fallback: TaLB cannot be its own fallback (untagged packets "
+                                  "carry no tensor)")
+            cfg.fallback_scheme = fid
+        # field: (value, largest allowed, the range as the error names it); 1 is the least
+        limits = {
+            "tensor_limit": (tensor_limit, TALB_MAX_TENSORS,
+                             f"1..TALB_MAX_TENSORS={TALB_MAX_TENSORS}"),
+            "tensor_idle_us": (tensor_idle_us, 0xFFFFFFFF, "1..2^32-1"),
+            "n_bands": (n_bands, CONST["TALB_MAX_BANDS"],
+                        f"1..TALB_MAX_BANDS={CONST['TALB_MAX_BANDS']}"),
+            "layers_per_band": (layers_per_band, 256, "1..256"),
+        }
+        for field, (value, hi, text) in limits.items():
+            if value is None:
+                continue
+            if not 1 <= int(value) <= hi:
+                raise ValueError(f"{field}: {text}, got {value}")
+            setattr(cfg, field, int(value))
     return read_config(maps)
 
 

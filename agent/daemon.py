@@ -8,10 +8,16 @@ weights it published; started again, it re-opens the pins and carries on
 
 Files, per prefix, under ``/run/talb/<prefix>/``: ``agent.pid`` (written by
 the agent in prefix mode, removed at a clean exit), ``agent.log`` (output
-of a background agent), ``agent.json`` (snapshot, every second).
+of a background agent), ``agent.json`` (snapshot, every second),
+``agent.lock`` (flock held by the prefix's one agent while it lives: a
+second agent, however started, refuses to run) and ``agent.start.lock``
+(held by :func:`start_background` from its check to the agent answering,
+so that two starters never both spawn). The pid file is trusted only if
+its process is a ``talb agent`` of that prefix (its command line).
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
@@ -21,6 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -33,7 +40,7 @@ from talb import paths
 log = logging.getLogger("talb.agent")
 
 __all__ = ["AgentError", "start_background", "stop_background", "running_pid", "pid_file",
-           "log_file", "run", "build", "config_argv"]
+           "log_file", "lock_file", "served_prefix", "run", "build", "config_argv"]
 
 
 class AgentError(RuntimeError):
@@ -48,24 +55,106 @@ def log_file(prefix: str) -> Path:
     return paths.state_dir(prefix) / "agent.log"
 
 
-def _is_agent(pid: int) -> bool:
-    """``pid`` is a live (not zombie) ``talb agent`` process."""
+def lock_file(prefix: str) -> Path:
+    """Held (flock) by the running agent of ``prefix`` for its whole life."""
+    return paths.state_dir(prefix) / "agent.lock"
+
+
+def _start_lock_file(prefix: str) -> Path:
+    """Held by a starter (start_background) from its check to the agent up."""
+    return paths.state_dir(prefix) / "agent.start.lock"
+
+
+def served_prefix(cmdline: list[str]) -> str | None:
+    """The prefix a ``talb agent`` command line manages in prefix mode
+    (``--prefix P``, ``--prefix=P``, or the default), or None: not a talb
+    agent, or one in ``--switch`` mode (it holds no pid file)."""
+    try:
+        at = cmdline.index("agent")
+    except ValueError:
+        return None
+    if not any("talb" in a for a in cmdline[:at]):
+        return None
+    prefix = paths.DEFAULT_PREFIX
+    args = iter(cmdline[at + 1:])
+    for a in args:
+        if a == "--switch" or a.startswith("--switch="):
+            return None
+        if a == "--prefix":
+            prefix = next(args, None)
+        elif a.startswith("--prefix="):
+            prefix = a.split("=", 1)[1]
+    return prefix
+
+
+def _is_agent(pid: int, prefix: str) -> bool:
+    """``pid`` is a live (not zombie) ``talb agent`` process of ``prefix``."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError):
         return False
     state = stat.rsplit(")", 1)[1].split()[0]
-    return state not in ("Z", "X") and b"agent" in cmdline and any(b"talb" in a for a in cmdline)
+    cmdline = raw.decode(errors="replace").split("\0")[:-1]
+    return state not in ("Z", "X") and served_prefix(cmdline) == prefix
 
 
 def running_pid(prefix: str) -> int | None:
-    """Pid of the agent running for ``prefix`` (from its pid file), or None."""
+    """Pid of the agent running for ``prefix`` (from its pid file), or None:
+    a pid file naming a dead process, an agent of another prefix or any
+    other process is not taken for ours."""
     try:
         pid = int(pid_file(prefix).read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-    return pid if _is_agent(pid) else None
+    return pid if _is_agent(pid, prefix) else None
+
+
+def _open_lock(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+
+def _hold_agent_lock(prefix: str) -> int | None:
+    """The lock of the one agent of ``prefix`` (an fd, held until closed;
+    the kernel releases it however the process ends). None when the
+    testbed's state directory is missing (build() then says so);
+    AgentError when another agent holds it."""
+    if not paths.state_dir(prefix).is_dir():
+        return None
+    fd = _open_lock(lock_file(prefix))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        other = running_pid(prefix)
+        raise AgentError(f"an agent for prefix '{prefix}' is already running"
+                         f"{f' (pid {other}); stop it first (kill {other})' if other else ''}") \
+            from None
+    return fd
+
+
+def _agent_lock_held(prefix: str) -> bool:
+    """Another process holds the agent lock (an agent that may not have
+    written its pid file yet)."""
+    fd = _open_lock(lock_file(prefix))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe's own lock at once
+    return False
+
+
+@contextmanager
+def _starting(prefix: str):
+    """Serialises starters of ``prefix``: check, spawn and wait as one step."""
+    fd = _open_lock(_start_lock_file(prefix))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 # --- building the agent -----------------------------------------------------------------
@@ -108,13 +197,6 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
 
 
 # --- foreground -------------------------------------------------------------------------
-def _refuse_second_agent(prefix: str) -> None:
-    other = running_pid(prefix)
-    if other is not None and other != os.getpid():
-        raise AgentError(f"an agent for prefix '{prefix}' is already running (pid {other}); "
-                         f"stop it first (kill {other})")
-
-
 def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str | None = None,
         netns: str | None = None, pin_dir: str | None = None) -> int:
     """Run until SIGTERM/SIGINT (or, in prefix mode, until the testbed is
@@ -124,11 +206,11 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    if switch is None:
-        _refuse_second_agent(prefix)
-    pidf = agent = metrics = None
+    pidf = agent = metrics = lock = None
     snap = snapshot_path(prefix, switch)
     try:
+        if switch is None:  # one agent per prefix, however it was started
+            lock = _hold_agent_lock(prefix)
         agent = build(config, prefix=prefix, switch=switch, netns=netns, pin_dir=pin_dir)
         if switch is None:  # written once the testbed is known to be there
             pidf = pid_file(prefix)
@@ -183,6 +265,8 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
                     pidf.unlink()
             except FileNotFoundError:
                 pass
+        if lock is not None:
+            os.close(lock)
         for s, h in previous.items():
             signal.signal(s, h)
 
@@ -236,11 +320,19 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
                           f"(known: {', '.join(sorted(known))})")
     config = AgentConfig(**opts)
     testbed.read_state(prefix)  # a clear error when no testbed is up
-    other = running_pid(prefix)
-    if other is not None:
-        raise AgentError(f"an agent for prefix '{prefix}' is already running (pid {other})")
+    with _starting(prefix):
+        other = running_pid(prefix)
+        if other is not None or _agent_lock_held(prefix):  # the latter: one still starting
+            raise AgentError(f"an agent for prefix '{prefix}' is already running"
+                             f"{f' (pid {other})' if other else ''}")
+        pid = _spawn(prefix, config, timeout)
+        pid_file(prefix).write_text(f"{pid}\n")
+    return pid
+
+
+def _spawn(prefix: str, config: AgentConfig, timeout: float) -> int:
+    """Start the agent process and wait until its /metrics answers."""
     logf = log_file(prefix)
-    logf.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "talb.cli", "agent", "--prefix", prefix, *config_argv(config)]
     with open(logf, "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -252,18 +344,17 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
     while not _endpoint_answers(url, proc.pid):
         if proc.poll() is not None or time.monotonic() > deadline:
             if proc.poll() is None:
-                _terminate(proc.pid)
+                _terminate(proc.pid, prefix)
             _children.pop(proc.pid, None)
             tail = logf.read_text(errors="replace").strip().splitlines()[-5:]
             raise AgentError(f"the agent for '{prefix}' did not come up "
                              f"({'exit ' + str(proc.returncode) if proc.returncode is not None else 'timeout'}); "
                              f"{logf}: " + " | ".join(tail))
         time.sleep(0.1)
-    pid_file(prefix).write_text(f"{proc.pid}\n")
     return proc.pid
 
 
-def _terminate(pid: int, timeout: float = 5.0) -> None:
+def _terminate(pid: int, prefix: str, timeout: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after ``timeout``; reaps it if it is our child."""
     child = _children.pop(pid, None)
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, timeout)):
@@ -275,7 +366,7 @@ def _terminate(pid: int, timeout: float = 5.0) -> None:
         while time.monotonic() < deadline:
             if child is not None and child.poll() is not None:
                 return
-            if child is None and not _is_agent(pid):
+            if child is None and not _is_agent(pid, prefix):
                 return
             time.sleep(0.05)
     if child is not None:
@@ -288,7 +379,7 @@ def stop_background(prefix: str, timeout: float = 5.0) -> bool:
     paths.check_prefix(prefix)
     pid = running_pid(prefix)
     if pid is not None:
-        _terminate(pid, timeout)
+        _terminate(pid, prefix, timeout)
     pid_file(prefix).unlink(missing_ok=True)
     snapshot_path(prefix).unlink(missing_ok=True)
     return pid is not None

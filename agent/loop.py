@@ -9,6 +9,10 @@ more behind, the slots it can no longer meet are counted as missed and the
 next window starts at once on the grid. Nothing is lost by missing a slot:
 U and E[W] are computed over the real time between two readings.
 
+Each switch's work in a window is isolated: a switch that fails is counted
+(``LoopObserver.switch_failed``) and logged, rate-limited, and the others
+are still read and published.
+
 Between windows the loop waits in ``select()`` on the switches' link
 notification sockets: a port going down or up is handled at once (its
 groups rewritten in a few ms), not at the next window.
@@ -28,6 +32,7 @@ from agent.switch import SwitchMonitor, SwitchReading
 log = logging.getLogger("talb.agent")
 
 SWEEP_INTERVAL_S = 1.0  # idle tensor entries (agent/control.py sweep_tensors)
+ERROR_LOG_INTERVAL_S = 10.0  # a persistent fault is logged again at most this often
 
 
 class LoopObserver(Protocol):
@@ -35,9 +40,35 @@ class LoopObserver(Protocol):
 
     def window_failed(self, exc: BaseException) -> None: ...
 
+    def switch_failed(self, switch: str, exc: BaseException) -> None: ...
+
 
 class Routing(Protocol):
-    def sync(self, watchers: dict, maps: dict) -> list[str]: ...
+    def sync(self, watchers: dict, maps: dict,
+             on_error: Callable[[str, Exception], None] | None = None) -> list[str]: ...
+
+
+class _ErrorLog:
+    """Logs a failure when it is new (another error than the last one of its
+    source) or, while it persists, once every ``interval`` seconds with the
+    number of repeats in between: a switch failing 200 times a second must
+    not flood the log."""
+
+    def __init__(self, clock: Callable[[], float], interval: float = ERROR_LOG_INTERVAL_S):
+        self.clock, self.interval = clock, interval
+        self._last: dict[str, tuple[str, float, int]] = {}  # source -> (msg, logged at, repeats)
+
+    def report(self, source: str, what: str, exc: BaseException) -> None:
+        msg = f"{type(exc).__name__}: {exc}"
+        now = self.clock()
+        last = self._last.get(source)
+        if last is not None and last[0] == msg and now - last[1] < self.interval:
+            self._last[source] = (msg, last[1], last[2] + 1)
+            return
+        repeats = f" (failed {last[2]} more times since it was last logged)" \
+            if last is not None and last[0] == msg and last[2] else ""
+        log.error("%s failed: %s%s", what, msg, repeats, exc_info=exc)
+        self._last[source] = (msg, now, 0)
 
 
 class Agent:
@@ -50,18 +81,20 @@ class Agent:
         self.observer = observer
         self.clock = clock
         self._next_stats = self._next_sweep = 0.0
-        self._last_error = None
+        self._errors = _ErrorLog(clock)
 
     @property
     def latest(self) -> dict[str, SwitchReading]:
         return {name: m.latest for name, m in self.monitors.items() if m.latest is not None}
 
     def sync_links(self) -> list[str]:
-        """Make the installed groups follow link state; the switches reprogrammed."""
+        """Make the installed groups follow link state; the switches reprogrammed.
+        A switch that cannot be reprogrammed is reported; the others are."""
         done = self.routing.sync({n: m.links for n, m in self.monitors.items()},
-                                 {n: m.maps for n, m in self.monitors.items()})
+                                 {n: m.maps for n, m in self.monitors.items()},
+                                 on_error=self._switch_failed)
         for name in done:
-            self.monitors[name].refresh_groups()
+            self._on_switch(name, self.monitors[name].refresh_groups)
         if done:
             down = sorted(f"{n}:{port}" for n, m in self.monitors.items() for port in m.down_ports())
             log.info("link state changed (down: %s): reprogrammed %s",
@@ -71,8 +104,8 @@ class Agent:
     def follow_links(self) -> None:
         """Apply pending link notifications; regroup if a port changed."""
         changed = False
-        for m in self.monitors.values():
-            changed |= m.poll_links()
+        for name, m in self.monitors.items():
+            changed |= bool(self._on_switch(name, m.poll_links))
         if changed:
             self.sync_links()
 
@@ -94,8 +127,13 @@ class Agent:
         return False
 
     def step(self, now: float) -> None:
-        """One window."""
-        self.follow_links()
+        """One window. Each switch's work is isolated: one that fails (its
+        maps gone, its namespace deleted, a bad reading) is reported and the
+        others are still read and published."""
+        try:
+            self.follow_links()
+        except Exception as exc:  # routing as a whole: the windows still run
+            self._report(exc)
         measured = self.config.pcm_delay == "measured"
         stats_due = now >= self._next_stats
         if stats_due:
@@ -103,12 +141,30 @@ class Agent:
         sweep_due = now >= self._next_sweep
         if sweep_due:
             self._next_sweep = now + SWEEP_INTERVAL_S
-        for m in self.monitors.values():
-            if stats_due:
-                m.housekeeping(read_qdiscs=not measured)
-            m.window(now, read_qdiscs=measured)
-            if sweep_due and m.latest.scheme == "talb":
-                sweep_tensors(m.maps)
+        for name, m in self.monitors.items():
+            self._on_switch(name, self._switch_window, m, now, measured, stats_due, sweep_due)
+
+    @staticmethod
+    def _switch_window(m: SwitchMonitor, now: float, measured: bool, stats_due: bool,
+                       sweep_due: bool) -> None:
+        if stats_due:
+            m.housekeeping(read_qdiscs=not measured)
+        m.window(now, read_qdiscs=measured)
+        if sweep_due and m.latest.scheme == "talb":
+            sweep_tensors(m.maps)
+
+    def _on_switch(self, name: str, fn: Callable, *args):
+        """``fn(*args)`` for switch ``name``; an error is reported, not raised (None)."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self._switch_failed(name, exc)
+            return None
+
+    def _switch_failed(self, name: str, exc: Exception) -> None:
+        if self.observer is not None:
+            self.observer.switch_failed(name, exc)
+        self._errors.report(f"switch:{name}", f"switch {name}", exc)
 
     def run(self, stop: threading.Event, tick: Callable[[], None] | None = None,
             tick_interval_s: float = 1.0) -> None:
@@ -141,10 +197,7 @@ class Agent:
     def _report(self, exc: Exception) -> None:
         if self.observer is not None:
             self.observer.window_failed(exc)
-        msg = f"{type(exc).__name__}: {exc}"
-        if msg != self._last_error:  # once per distinct error, not 200 times a second
-            log.exception("window failed: %s", msg)
-        self._last_error = msg
+        self._errors.report("window", "window", exc)
 
     def close(self) -> None:
         for m in self.monitors.values():

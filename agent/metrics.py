@@ -71,10 +71,14 @@ class AgentMetrics:
                               "more behind (the next window covers their time)", registry=r)
         self.errors = Counter("talb_agent_window_errors", "Windows that failed with an error",
                               registry=r)
+        self.switch_errors = Counter("talb_agent_switch_errors",
+                                     "Failures of one switch's work in a window (reading, "
+                                     "publishing, reprogramming); the other switches go on",
+                                     ["switch"], registry=r)
         self._info = Gauge("talb_agent_info", "The agent process (value 1)",
                            ["mode", "target", "pid"], registry=r)
         #: plain copies of the counters, for the snapshot file
-        self.counts = {"windows": 0, "slow": 0, "missed": 0, "errors": 0}
+        self.counts = {"windows": 0, "slow": 0, "missed": 0, "errors": 0, "switch_errors": 0}
         self._server = None
 
     def describe_agent(self, mode: str, target: str, pid: int) -> None:
@@ -96,6 +100,10 @@ class AgentMetrics:
     def window_failed(self, exc: BaseException) -> None:
         self.errors.inc()
         self.counts["errors"] += 1
+
+    def switch_failed(self, switch: str, exc: BaseException) -> None:
+        self.switch_errors.labels(switch).inc()
+        self.counts["switch_errors"] += 1
 
     # -- exporting -------------------------------------------------------------------
     def watch(self, agent: Agent) -> None:

@@ -19,16 +19,21 @@ Two sources, one per way of running the agent:
   Rates and buffers come from each port's HTB root and bfifo leaf.
 
 Either way ``program_switch`` does the writes: each group is one hash-map
-value, replaced atomically. The scheme running on the switch is kept.
+value, replaced atomically. The switch's config map (scheme, hash seed,
+flags) is never written here: the user owns it (one writer per field).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from agent.control import port_flags, program_switch, read_config
+from agent.control import port_flags, program_switch
 from agent.linkstate import LinkWatcher
 from agent.maps import PORT_HOST, SwitchMaps
 from talb import paths
+
+
+OnError = Callable[[str, Exception], None]
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,14 @@ def installed_state(maps: SwitchMaps) -> tuple[dict, dict]:
     routes = {str(k): groups.get(gid, ()) for k, gid in maps.fwd.items()}
     ports = {ifindex: (p.port_id, p.flags) for ifindex, p in maps.ports.items()}
     return routes, ports
+
+
+def _reprogram(maps: SwitchMaps, rows: list, routes: dict) -> None:
+    """Ports, groups and routes only. The switch's config (scheme, seed,
+    flags) is the user's (`talb scheme`, `talb testbed up`): the agent never
+    writes it, so a scheme switched while a link flaps is never reverted by
+    a read-modify-write of config[0] racing the user's."""
+    program_switch(maps, rows, {ip: list(t) for ip, t in routes.items()}, scheme=None)
 
 
 def _wanted_ports(rows) -> dict:
@@ -98,16 +111,23 @@ class TopologyRouting:
                   for ip, names in self.topo.forwarding_groups(switch).items()}
         return rows, routes
 
-    def sync(self, watchers: dict[str, LinkWatcher], maps: dict[str, SwitchMaps]) -> list[str]:
-        """Bring every switch in line with link state; the switches reprogrammed."""
+    def sync(self, watchers: dict[str, LinkWatcher], maps: dict[str, SwitchMaps],
+             on_error: OnError | None = None) -> list[str]:
+        """Bring every switch in line with link state; the switches reprogrammed.
+        ``on_error(switch, exc)``: a switch that fails is reported there and
+        the others are still reprogrammed (None: the first error raises)."""
         self._update_links(watchers)
         done = []
         for switch, m in maps.items():
-            rows, routes = self._wanted(switch, watchers[switch])
-            if (routes, _wanted_ports(rows)) != installed_state(m):
-                program_switch(m, rows, {ip: list(t) for ip, t in routes.items()},
-                               scheme=read_config(m)["scheme"])
-                done.append(switch)
+            try:
+                rows, routes = self._wanted(switch, watchers[switch])
+                if (routes, _wanted_ports(rows)) != installed_state(m):
+                    _reprogram(m, rows, routes)
+                    done.append(switch)
+            except Exception as exc:
+                if on_error is None:
+                    raise
+                on_error(switch, exc)
         return done
 
 
@@ -168,7 +188,8 @@ class LocalRouting:
     def ports(self, switch: str) -> list[PortSpec]:
         return list(self._ports)
 
-    def sync(self, watchers: dict[str, LinkWatcher], maps: dict[str, SwitchMaps]) -> list[str]:
+    def sync(self, watchers: dict[str, LinkWatcher], maps: dict[str, SwitchMaps],
+             on_error: OnError | None = None) -> list[str]:
         watcher, m = watchers[self.switch], maps[self.switch]
         up = {ifindex: watcher.up(name) for name, ifindex, _ in self._rows}
         rows = [(name, ifindex, host, up[ifindex]) for name, ifindex, host in self._rows]
@@ -177,8 +198,13 @@ class LocalRouting:
             live = tuple(x for x in members if up.get(x))
             if live:
                 routes[ip] = live
-        if (routes, _wanted_ports(rows)) == installed_state(m):
+        try:
+            if (routes, _wanted_ports(rows)) == installed_state(m):
+                return []
+            _reprogram(m, rows, routes)
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(self.switch, exc)
             return []
-        program_switch(m, rows, {ip: list(t) for ip, t in routes.items()},
-                       scheme=read_config(m)["scheme"])
         return [self.switch]

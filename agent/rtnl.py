@@ -20,7 +20,9 @@ import errno
 import os
 import socket
 import struct
+from contextlib import closing
 from dataclasses import dataclass
+from typing import Callable
 
 NETLINK_ROUTE = 0
 CLONE_NEWNET = 0x40000000
@@ -119,17 +121,29 @@ def _attrs(buf, off: int, end: int):
 
 
 def _messages(buf, n: int):
+    """(type, sequence number, payload start, end) of each message in buf[:n]."""
     off = 0
     while off + _NLMSG.size <= n:
-        length, kind, _flags, _seq, _pid = _NLMSG.unpack_from(buf, off)
+        length, kind, _flags, seq, _pid = _NLMSG.unpack_from(buf, off)
         if length < _NLMSG.size:
             return
-        yield kind, off + _NLMSG.size, off + length
+        yield kind, seq, off + _NLMSG.size, off + length
         off += (length + 3) & ~3
 
 
+DRAIN_TIMEOUT_S = 1.0  # the rest of an abandoned dump is in the kernel's hands: it comes at once
+DUMP_ATTEMPTS = 3      # EBUSY (another dump still running on the socket) -> drain it, ask again
+
+
 class Rtnl:
-    """Dumps over one netlink socket in one namespace."""
+    """Dumps over one netlink socket in one namespace.
+
+    Every reply is matched to its request by sequence number: a dump
+    abandoned half-way (an exception in its reader) leaves the rest of its
+    replies, and its DONE, in the socket; they are drained at once and, if
+    any remain, skipped by the next dump (never taken for its own end). A
+    dump refused with EBUSY (the kernel runs one dump per socket; another
+    request's is unfinished) is asked again once that one is read out."""
 
     def __init__(self, netns: str | None):
         self.netns = netns
@@ -138,44 +152,81 @@ class Rtnl:
         self._buf = bytearray(_RCVBUF)
 
     def _dump(self, msg_type: int, body: bytes):
-        self._seq += 1
-        seq = self._seq
-        hdr = _NLMSG.pack(_NLMSG.size + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
-        self.sock.send(hdr + body)
+        for _attempt in range(DUMP_ATTEMPTS):
+            self._seq = (self._seq + 1) & 0xFFFFFFFF or 1
+            seq = self._seq
+            hdr = _NLMSG.pack(_NLMSG.size + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP,
+                              seq, 0)
+            self.sock.send(hdr + body)
+            finished = False
+            try:
+                for kind, mseq, start, end in self._replies():
+                    if mseq != seq:
+                        continue  # a stale reply of an abandoned request
+                    if kind == NLMSG_DONE:
+                        finished = True
+                        return
+                    if kind == NLMSG_ERROR:
+                        finished = True
+                        code = -struct.unpack_from("=i", self._buf, start)[0]
+                        if code == errno.EBUSY:
+                            break
+                        if code:
+                            raise OSError(code, f"rtnetlink dump {msg_type} in {self.netns}: "
+                                                f"{os.strerror(code)}")
+                        return
+                    yield kind, start, end
+            finally:
+                if not finished:
+                    self._drain(lambda s: s == seq)
+            # EBUSY: an abandoned dump of another request still runs on this
+            # socket (the kernel runs one at a time): read it to its end, ask again
+            self._drain(lambda s: s != seq)
+        raise OSError(errno.EBUSY, f"rtnetlink dump {msg_type} in {self.netns}: "
+                                   f"{os.strerror(errno.EBUSY)} after {DUMP_ATTEMPTS} attempts")
+
+    def _replies(self):
         view = memoryview(self._buf)
         while True:
             n = self.sock.recv_into(view)
-            for kind, start, end in _messages(self._buf, n):
-                if kind == NLMSG_DONE:
+            yield from _messages(self._buf, n)
+
+    def _drain(self, ends: Callable[[int], bool]) -> None:
+        """Read and drop replies up to the DONE or error of a sequence
+        number for which ``ends(seq)``."""
+        self.sock.settimeout(DRAIN_TIMEOUT_S)
+        try:
+            for kind, mseq, _start, _end in self._replies():
+                if kind in (NLMSG_DONE, NLMSG_ERROR) and ends(mseq):
                     return
-                if kind == NLMSG_ERROR:
-                    code = -struct.unpack_from("=i", self._buf, start)[0]
-                    if code:
-                        raise OSError(code, f"rtnetlink dump {msg_type} in {self.netns}: "
-                                            f"{os.strerror(code)}")
-                    return
-                yield kind, start, end
+        except OSError:  # timeout or a broken socket: the seq check covers what is left
+            pass
+        finally:
+            self.sock.settimeout(None)
 
     def links(self) -> dict[int, LinkState]:
         out = {}
-        for kind, start, end in self._dump(RTM_GETLINK, _IFINFO.pack(socket.AF_UNSPEC, 0, 0, 0, 0)):
-            if kind == RTM_NEWLINK:
-                link = parse_link(self._buf, start, end)
-                out[link.ifindex] = link
+        with closing(self._dump(RTM_GETLINK, _IFINFO.pack(socket.AF_UNSPEC, 0, 0, 0, 0))) as dump:
+            for kind, start, end in dump:
+                if kind == RTM_NEWLINK:
+                    link = parse_link(self._buf, start, end)
+                    out[link.ifindex] = link
         return out
 
     def root_qdiscs(self) -> dict[int, QdiscStats]:
         """ifindex -> statistics of the interface's root qdisc."""
         out = {}
-        for kind, start, end in self._dump(RTM_GETQDISC, _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)):
-            if kind != RTM_NEWQDISC:
-                continue
-            _fam, ifindex, _handle, parent, _info = _TCMSG.unpack_from(self._buf, start)
-            if parent != TC_H_ROOT:
-                continue
-            stats = _qdisc_stats(self._buf, start + _TCMSG.size, end)
-            if stats is not None:
-                out[ifindex] = stats
+        # closing: an error here drains the rest of the dump at once (Rtnl._dump)
+        with closing(self._dump(RTM_GETQDISC, _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0))) as dump:
+            for kind, start, end in dump:
+                if kind != RTM_NEWQDISC:
+                    continue
+                _fam, ifindex, _handle, parent, _info = _TCMSG.unpack_from(self._buf, start)
+                if parent != TC_H_ROOT:
+                    continue
+                stats = _qdisc_stats(self._buf, start + _TCMSG.size, end)
+                if stats is not None:
+                    out[ifindex] = stats
         return out
 
     def close(self) -> None:
@@ -237,7 +288,7 @@ class LinkEvents:
                     self.overflowed = True
                     continue
                 raise
-            for kind, start, end in _messages(self._buf, n):
+            for kind, _seq, start, end in _messages(self._buf, n):
                 if kind in (RTM_NEWLINK, RTM_DELLINK):
                     out.append((kind == RTM_DELLINK, parse_link(self._buf, start, end)))
 

@@ -420,17 +420,21 @@ def scheme(name, params, prefix):
               help="Layers the tensors cycle through (0 = front = highest priority).")
 @click.option("--size", default="200kb", show_default=True, help="Bytes per tensor, e.g. 200kb, 1mb.")
 @click.option("--senders", type=int, default=1, show_default=True,
-              help="TCP connections (workers) per source host.")
+              help="TCP connections (worker processes) per source host, at most 16.")
 @click.option("--port", type=int, default=7000, show_default=True, help="Receiver's TCP port.")
-@click.option("--pcap-dir", type=click.Path(file_okay=False), help="Keep the uplink captures here.")
+@click.option("--pcap-dir", type=click.Path(file_okay=False),
+              help="Keep the uplink captures here (default: a temporary directory, removed at the end).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @PREFIX_OPTION
 def send_cmd(srcs, dst, tensors, layers, size, senders, port, pcap_dir, as_json, prefix):
     """Send tagged tensors over TCP and show each tensor's FCT and uplink.
 
     A smoke tool for TaLB: the receiver checks every byte (SHA-256), the
-    senders' leaf uplinks are captured, and a tensor seen on more than one
-    uplink is flagged as split (tensor integrity broken).
+    senders' leaf uplinks are captured, and a tensor (source address,
+    tensor id) seen on more than one uplink is flagged as split (tensor
+    integrity broken). Several sources in one run and several runs side by
+    side are fine: each host's ids are unique, and tensors are told apart by
+    their source.
     """
     from netns_topology import parse_size
     from talb import send as send_mod
@@ -465,7 +469,7 @@ def _print_send(report) -> None:
                       f"p99 {s['p99_s'] * 1e3:.1f} ms")
     ok = sum(r.ok for r in report.tensors)
     console.print(f"  {ok}/{len(report.tensors)} tensors verified, {len(report.split)} split across "
-                  f"uplinks; captures in {report.pcap_dir}")
+                  "uplinks" + (f"; captures in {report.pcap_dir}" if report.pcap_dir else ""))
 
 
 # --- bench --------------------------------------------------------------------

@@ -5,24 +5,35 @@ on the uplinks of the senders' leaves, sends tagged tensors over TCP from the
 source host(s), then joins the three views into one report per tensor:
 flow completion time, bytes verified, and which uplink(s) carried it (more
 than one would break tensor integrity).
+
+A tensor is its sender's: the report and the split detection key captured
+packets by (source address, tensor_id) (talb.wire.TensorKey), as the
+switches do, so several sources, and several runs side by side, never mix
+their tensors even when two hosts' ids coincide. Each sender process draws
+its ids from a worker slot of its host (workload/id_slots.py).
 """
 from __future__ import annotations
 
 import json
+import selectors
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from talb import paths, testbed
-from workload.capture import start_capture, tensor_ports
-from workload.netexec import ns_popen
+from talb.wire import TensorKey
+from workload.capture import CaptureError, start_capture, tensor_ports
+from workload.netexec import finish, ns_popen, stop
 from workload.snowflake import DEFAULT_WORKER_BITS
 
-# Distinct tensor ids need distinct workers: the Snowflake id's worker field.
-MAX_WORKERS = 1 << DEFAULT_WORKER_BITS
+# Each sender is one process, and a host's processes draw tensor ids from
+# its worker slots (workload/id_slots.py): at most that many per host at once.
+MAX_SENDERS_PER_HOST = 1 << DEFAULT_WORKER_BITS
 APP = [sys.executable, "-m", "workload.tensor_app"]
 
 
@@ -38,6 +49,11 @@ class TensorResult:
     fct_s: float | None
     ok: bool
     uplinks: dict = field(default_factory=dict)  # port -> tagged packets seen
+    src_ip: str = ""
+
+    @property
+    def key(self) -> TensorKey:
+        return TensorKey(self.src_ip, self.tensor_id)
 
     @property
     def split(self) -> bool:
@@ -47,7 +63,7 @@ class TensorResult:
 @dataclass
 class SendReport:
     tensors: list
-    pcap_dir: str
+    pcap_dir: str | None  # None: the captures were in a temporary directory, now removed
     local: bool  # destination on the senders' leaf: no uplink to watch
 
     @property
@@ -78,45 +94,78 @@ def _check(value: int, name: str, lo: int, hi: int) -> int:
     return value
 
 
+def _readline(proc: subprocess.Popen, timeout: float) -> str:
+    """One line of proc's stdout, or "" after ``timeout`` seconds."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            return ""
+    return proc.stdout.readline()
+
+
+def _last_line(err: str, returncode: int) -> str:
+    return err.strip().splitlines()[-1] if err.strip() else f"exit {returncode}"
+
+
 def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: int = 3,
         size: int = 200_000, senders: int = 1, port: int = 7000, pcap_dir: str | None = None,
-        say=print, timeout: float = 300.0) -> SendReport:
+        say=print, timeout: float = 300.0, fixed_ids: int | None = None) -> SendReport:
+    """Send, capture and report (see the module docstring). ``timeout``: for
+    the whole exchange; every process started is ended and reaped on every
+    path, and without ``pcap_dir`` the captures' temporary directory is
+    removed. ``fixed_ids``: every sender numbers its tensors fixed_ids,
+    fixed_ids+1, ... instead of drawing ids from its host's slots (to force
+    tensors of different hosts to share ids, as tests do)."""
     topo = testbed.load_topology_of(prefix)
     hosts = {h.name: h for h in topo.hosts}
     for name in [*srcs, dst]:
         if name not in hosts:
             raise testbed.TestbedError(f"host: no host '{name}' in testbed '{prefix}' "
                                        f"(hosts: {', '.join(hosts)})")
+    if not srcs:
+        raise testbed.TestbedError("--src: give at least one sending host")
+    if len(set(srcs)) != len(srcs):
+        raise testbed.TestbedError(f"--src: a host named twice in {','.join(srcs)}; use --senders "
+                                   "for several connections from one host")
     if dst in srcs:
         raise testbed.TestbedError(f"--dst {dst} is also a --src: pick another destination")
     _check(tensors, "--tensors", 1, 100_000)
     _check(layers, "--layers", 1, 256)
     _check(size, "--size", 1, 1 << 30)
+    _check(senders, "--senders", 1, MAX_SENDERS_PER_HOST)
+    if not timeout > 0:
+        raise testbed.TestbedError(f"timeout: must be > 0 seconds, got {timeout!r}")
     workers = len(srcs) * senders
-    _check(workers, "--senders x sources", 1, MAX_WORKERS)
+    deadline = time.monotonic() + timeout
 
-    pcaps = Path(pcap_dir or tempfile.mkdtemp(prefix="talb-send-"))
-    pcaps.mkdir(parents=True, exist_ok=True)
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
+    tmp = None if pcap_dir else tempfile.mkdtemp(prefix="talb-send-")
+    pcaps = Path(pcap_dir or tmp)
     src_leaves = sorted({hosts[s].leaf for s in srcs})
     local = all(hosts[s].leaf == hosts[dst].leaf for s in srcs)
     captures = []
     procs: list[subprocess.Popen] = []
     try:
+        pcaps.mkdir(parents=True, exist_ok=True)
         for leaf in src_leaves:
             for p in topo.ports(leaf):
                 if p.kind == "fabric" and p.up:
                     captures.append(start_capture(paths.netns_name(prefix, leaf), p.name,
                                                   pcaps / f"{leaf}-{p.name}.pcap"))
         say(f"capturing tagged packets leaving {', '.join(src_leaves)} on "
-            f"{len(captures)} uplinks -> {pcaps}")
+            f"{len(captures)} uplinks" + (f" -> {pcaps}" if pcap_dir else ""))
 
         receiver = ns_popen(paths.netns_name(prefix, dst),
                             [*APP, "receive", "--port", str(port), "--connections", str(workers)])
         procs.append(receiver)
-        ready = receiver.stdout.readline()
+        ready = _readline(receiver, min(left(), 30.0))
         if '"ready"' not in ready:
-            raise testbed.TestbedError(f"receiver on {dst} did not start: "
-                                       f"{ready.strip() or receiver.stderr.read().strip()}")
+            stop(receiver)
+            raise testbed.TestbedError(
+                f"receiver on {dst} did not start: "
+                f"{ready.strip() or _last_line(receiver.stderr.read(), receiver.returncode)}")
         say(f"receiver on {dst} ({hosts[dst].ip}:{port}); {workers} sender(s) x {tensors} tensors "
             f"of {size} bytes over {layers} layer(s)")
 
@@ -125,35 +174,51 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
             for k in range(senders):
                 w = i * senders + k
                 worker_src[w] = src
+                ids = [] if fixed_ids is None else ["--fixed-ids", str(fixed_ids)]
                 procs.append(ns_popen(paths.netns_name(prefix, src), [
                     *APP, "send", "--dst", hosts[dst].ip, "--port", str(port), "--worker", str(w),
-                    "--tensors", str(tensors), "--layers", str(layers), "--size", str(size)]))
+                    "--tensors", str(tensors), "--layers", str(layers), "--size", str(size), *ids]))
 
         sent, errors = [], []
-        for proc in procs[1:]:
-            out, err = proc.communicate(timeout=timeout)
+        for w, proc in enumerate(procs[1:]):
+            try:
+                out, err = finish(proc, left())
+            except subprocess.TimeoutExpired:
+                raise testbed.TestbedError(
+                    f"sender {w} on {worker_src[w]} did not finish within {timeout:g} s "
+                    "(every sender and the receiver were ended)") from None
             if proc.returncode != 0:
-                errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}")
+                errors.append(f"sender {w} on {worker_src[w]}: {_last_line(err, proc.returncode)}")
             sent += [r for r in _read_json_lines(out) if "tensor_id" in r]
-        out, err = receiver.communicate(timeout=30)
-        received = {(r["worker"], r["seq"]): r for r in _read_json_lines(out) if "seq" in r}
         if errors:
             raise testbed.TestbedError("sender failed: " + "; ".join(errors))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        try:
+            out, err = finish(receiver, min(left(), 30.0))
+        except subprocess.TimeoutExpired:
+            raise testbed.TestbedError(f"receiver on {dst} did not finish after its senders") from None
+        received = {(r["worker"], r["seq"]): r for r in _read_json_lines(out) if "seq" in r}
         for cap in captures:
             cap.stop()
+        try:
+            ports = tensor_ports(captures)
+        except CaptureError as exc:
+            raise testbed.TestbedError(str(exc)) from None
+    finally:
+        for proc in procs:
+            stop(proc)
+        for cap in captures:
+            cap.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
-    ports = tensor_ports(captures)
     results = []
     for s in sorted(sent, key=lambda r: (r["worker"], r["seq"])):
         r = received.get((s["worker"], s["seq"]))
+        src = worker_src[s["worker"]]
+        key = TensorKey(hosts[src].ip, s["tensor_id"])
         results.append(TensorResult(
-            worker=s["worker"], src=worker_src[s["worker"]], seq=s["seq"], tensor_id=s["tensor_id"],
+            worker=s["worker"], src=src, seq=s["seq"], tensor_id=s["tensor_id"],
             layer=s["layer"], bytes=s["bytes"], len_pkts=s["len_pkts"],
             fct_s=(r["t_done_ns"] - s["t_start_ns"]) / 1e9 if r else None,
-            ok=bool(r and r["ok"]), uplinks=ports.get(s["tensor_id"], {})))
-    return SendReport(results, str(pcaps), local)
+            ok=bool(r and r["ok"]), uplinks=ports.get(key, {}), src_ip=key.src))
+    return SendReport(results, pcap_dir, local)

@@ -97,3 +97,12 @@ def talb_header_of(pkt) -> TaLBHeader | None:
             return TaLBHeader(opt.tensor_id, opt.layer, opt.tensor_len, opt.pkt_idx,
                               bool(opt.last), opt.version)
     return None
+
+
+def tensor_key_of(pkt) -> TensorKey | None:
+    """The TensorKey (IP source, tensor_id) of a tagged scapy packet, or None
+    if untagged: the one way tools attribute a captured packet to a tensor."""
+    hdr = talb_header_of(pkt)
+    if hdr is None:
+        return None
+    return TensorKey(pkt[IP].src, hdr.tensor_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -51,12 +52,49 @@ def fabric(request, bcc):
     return prefix, topo
 
 
+#: the agent configuration a test gets unless it asks for another
+DEFAULT_AGENT = {"window_s": WINDOW_S}
+#: PCM from the measured queueing delay alone (test_talb_places_new_tensors...)
+MEASURED_AGENT = {"window_s": WINDOW_S, "pcm_delay": "measured", "w1": 0.0}
+
+
 @pytest.fixture(scope="module")
-def agent(fabric):
+def _agent_state(fabric):
+    """The fabric's background agent: its pid, configuration and metrics port
+    (a test that starts or kills it updates ``pid``)."""
+    return {"pid": None, "config": None, "port": free_port()}
+
+
+def _agent_with(fabric, state, config) -> dict:
+    """The agent running with exactly ``config``: the running one if it is
+    alive with it, else (re)started. Each test gets the configuration it
+    asserts about, whatever an earlier test left running."""
     prefix, _ = fabric
-    port = free_port()
-    pid = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=port)
-    return {"pid": pid, "port": port}
+    if state["config"] != config or state["pid"] is None or \
+            daemon.running_pid(prefix) != state["pid"]:
+        daemon.stop_background(prefix)
+        state["pid"], state["config"] = None, None
+        state["pid"] = daemon.start_background(prefix, metrics_port=state["port"], **config)
+        state["config"] = dict(config)
+    return state
+
+
+@pytest.fixture
+def agent(fabric, _agent_state):
+    return _agent_with(fabric, _agent_state, DEFAULT_AGENT)
+
+
+@pytest.fixture
+def measured_agent(fabric, _agent_state):
+    return _agent_with(fabric, _agent_state, MEASURED_AGENT)
+
+
+@pytest.fixture
+def no_agent(fabric, _agent_state):
+    """No background agent (a test that runs its own publisher or starters)."""
+    daemon.stop_background(fabric[0])
+    _agent_state["pid"] = _agent_state["config"] = None
+    return _agent_state
 
 
 def ns(prefix, node):
@@ -264,7 +302,7 @@ def read_groups_of(prefix, switch):
         return read_groups(m)
 
 
-def test_talb_places_new_tensors_away_from_the_congested_uplink(fabric, agent, tmp_path):
+def test_talb_places_new_tensors_away_from_the_congested_uplink(fabric, measured_agent, tmp_path):
     """Scheme talb; one untagged flow (ECMP fallback) fills the half-rate
     uplink. Tensors sent meanwhile from h0 (one layer: CASE 2, weights
     1 - P_i) mostly take the other uplink; each tensor keeps one uplink.
@@ -277,9 +315,6 @@ def test_talb_places_new_tensors_away_from_the_congested_uplink(fabric, agent, t
     (--pcm-delay measured --w1 0): spine1's PCM is 1 while its queue is
     the longer one, its CASE 2 weight 0."""
     prefix, topo = fabric
-    daemon.stop_background(prefix)
-    agent["pid"] = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=agent["port"],
-                                           pcm_delay="measured", w1=0.0)
     for sw in ("leaf0", "leaf1", "spine0", "spine1"):
         with SwitchMaps(paths.pin_dir(prefix, sw)) as m:
             set_scheme(m, "talb")
@@ -344,7 +379,7 @@ def test_agent_killed_mid_transfer_then_restarted(fabric, agent, tmp_path):
     assert {gid: g["ports"] for gid, g in frozen.items()} == \
         {gid: g["ports"] for gid, g in groups_before.items()}
 
-    pid = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=agent["port"])
+    pid = daemon.start_background(prefix, metrics_port=agent["port"], **agent["config"])
     agent["pid"] = pid
     after = scrape(agent["port"])
     info = series(after, "talb_agent_info")
@@ -371,6 +406,7 @@ def test_one_switch_mode_reads_rates_from_htb_and_follows_its_own_links(fabric, 
 
     prefix, _ = fabric
     assert daemon.stop_background(prefix)  # one publisher per switch
+    agent["pid"] = agent["config"] = None
     # SIGTERM: a clean exit (the loop's last words), pid file gone
     assert "stopped after" in daemon.log_file(prefix).read_text().splitlines()[-1]
     assert daemon.running_pid(prefix) is None and not daemon.pid_file(prefix).exists()
@@ -399,5 +435,238 @@ def test_one_switch_mode_reads_rates_from_htb_and_follows_its_own_links(fabric, 
         assert [g["ports"] for g in uplink_groups(prefix, "leaf0").values()] == \
             [[idx["spine0"], idx["spine1"]]]
     finally:
+        one.close()  # the next test's fixture starts the agent it needs
+        subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", "up"], check=True)
+
+
+SWITCHES = ("leaf0", "leaf1", "spine0", "spine1")
+
+
+def _schemes(prefix) -> dict[str, str]:
+    out = {}
+    for sw in SWITCHES:
+        with SwitchMaps(paths.pin_dir(prefix, sw)) as m:
+            out[sw] = read_config(m)["scheme"]
+    return out
+
+
+def test_scheme_switched_while_links_flap_is_never_reverted(fabric, no_agent, monkeypatch):
+    """The agent (prefix mode, real maps, its routing driven by link
+    notifications) regroups the switches as leaf0's uplink to spine1 flaps;
+    a `talb scheme` lands in the middle of each regrouping (between the
+    agent's reads of a switch and its writes: the worst moment). After
+    every flap each switch runs the scheme the user set last."""
+    import agent.control as control
+    from agent.config import AgentConfig
+
+    prefix, _ = fabric
+    users_scheme = {"now": "ecmp"}
+    landed = []  # (flap, switch) where the user's command landed mid-regroup
+    reset = control._reset_group_state
+
+    def user_command_lands(maps, gids):
+        set_scheme(maps, users_scheme["now"])  # `talb scheme X` from another process
+        landed.append((users_scheme["flap"], maps))
+        return reset(maps, gids)
+
+    one = daemon.build(AgentConfig(window_s=WINDOW_S), prefix=prefix)
+    try:
+        monkeypatch.setattr(control, "_reset_group_state", user_command_lands)
+        by_maps = {id(m.maps): name for name, m in one.monitors.items()}
+        reprogrammed = set()
+        for flap in range(8):
+            for state in ("down", "up"):
+                users_scheme.update(now="talb" if len(landed) % 2 == 0 else "ecmp", flap=flap)
+                before = len(landed)
+                subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", state],
+                               check=True)
+                deadline = time.monotonic() + 5
+                while len(landed) == before and time.monotonic() < deadline:
+                    one.step(time.monotonic())  # follows the link notifications first
+                    time.sleep(WINDOW_S)
+                hit = {by_maps[id(m)] for f, m in landed[before:]}
+                assert "leaf0" in hit, f"flap {flap} ({state}): leaf0 was not regrouped"
+                reprogrammed |= hit
+                schemes = _schemes(prefix)
+                assert {sw: schemes[sw] for sw in hit} == dict.fromkeys(hit, users_scheme["now"]), \
+                    (flap, state, users_scheme["now"], schemes)
+        assert reprogrammed >= {"leaf0", "leaf1"}, reprogrammed
+    finally:
+        monkeypatch.undo()
         one.close()
-        agent["pid"] = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=agent["port"])
+        subprocess.run(["ip", "-n", ns(prefix, "leaf0"), "link", "set", "spine1", "up"], check=True)
+        for sw in SWITCHES:
+            with SwitchMaps(paths.pin_dir(prefix, sw)) as m:
+                set_scheme(m, "ecmp")
+
+
+def _agents_of(prefix) -> list[int]:
+    """Pids of every live `talb agent` process serving ``prefix``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
+            continue
+        if state != "Z" and b"talb.cli" in argv and b"agent" in argv and \
+                b"--prefix" in argv and argv[argv.index(b"--prefix") + 1] == prefix.encode():
+            out.append(int(entry))
+    return out
+
+
+def test_concurrent_starts_run_exactly_one_agent(fabric, no_agent):
+    """Two start_background calls at once (as two `talb testbed` users), then
+    two foreground `talb agent` processes at once: one agent runs, the
+    other start is refused with a clear error."""
+    prefix, _ = fabric
+    ports = [free_port(), free_port()]
+    results, barrier = {}, threading.Barrier(2)
+
+    def start(i):
+        barrier.wait()
+        try:
+            results[i] = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=ports[i])
+        except daemon.AgentError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        pids = [r for r in results.values() if isinstance(r, int)]
+        refused = [r for r in results.values() if isinstance(r, daemon.AgentError)]
+        assert len(pids) == 1 and len(refused) == 1, results
+        assert "already running" in str(refused[0]), refused
+        assert _agents_of(prefix) == pids and daemon.running_pid(prefix) == pids[0]
+    finally:
+        daemon.stop_background(prefix)
+    assert _agents_of(prefix) == []
+
+    argv = [sys.executable, "-m", "talb.cli", "agent", "--prefix", prefix, "--window-ms", "5"]
+    procs = [subprocess.Popen([*argv, "--metrics-port", str(p)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for p in ports]
+    try:
+        deadline = time.monotonic() + 30
+        while sum(p.poll() is None for p in procs) > 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a second agent would have built and served by now
+        alive = [p for p in procs if p.poll() is None]
+        assert len(alive) == 1, [(p.returncode, p.stderr.read() if p.poll() is not None else "")
+                                 for p in procs]
+        (loser,) = [p for p in procs if p.poll() is not None]
+        assert loser.returncode == 1 and "already running" in loser.stderr.read()
+        assert _agents_of(prefix) == [alive[0].pid]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+            p.communicate(timeout=10)
+    assert _agents_of(prefix) == []
+
+
+def _has_bpf_maps(pid: int) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    for fd in fds:
+        try:
+            if "bpf-map" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_start_while_an_agent_is_still_building_is_refused(fabric, no_agent):
+    """Agent A is frozen (SIGSTOP) once it has opened the switches' maps but
+    before it wrote its pid file: the moment a pid-file check cannot see
+    it. A start meanwhile is refused; when A goes on, it is the one agent."""
+    prefix, _ = fabric
+    ports = [free_port(), free_port()]
+    argv = [sys.executable, "-m", "talb.cli", "agent", "--prefix", prefix, "--window-ms", "5",
+            "--metrics-port", str(ports[0])]
+    caught = None
+    for _attempt in range(5):
+        a = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while a.poll() is None and not _has_bpf_maps(a.pid):
+            time.sleep(0.0002)
+        os.kill(a.pid, signal.SIGSTOP)
+        if not daemon.pid_file(prefix).exists():
+            caught = a
+            break
+        a.kill()  # built already: try again
+        a.wait()
+        daemon.pid_file(prefix).unlink(missing_ok=True)
+    assert caught is not None, "never caught the agent between opening its maps and its pid file"
+    try:
+        with pytest.raises(daemon.AgentError, match="already running"):
+            pid = daemon.start_background(prefix, window_s=WINDOW_S, metrics_port=ports[1])
+            print(f"a second agent started: pid {pid}")
+        os.kill(caught.pid, signal.SIGCONT)
+        assert _wait_for(lambda: daemon.running_pid(prefix) == caught.pid, timeout=20, step=0.05)
+        time.sleep(1.0)
+        assert _agents_of(prefix) == [caught.pid]
+    finally:
+        os.kill(caught.pid, signal.SIGCONT)
+        daemon.stop_background(prefix)
+        if caught.poll() is None:
+            caught.terminate()
+        caught.wait(timeout=10)
+        for pid in _agents_of(prefix):  # a second agent this test's starts made
+            os.kill(pid, signal.SIGTERM)
+            _wait_for(lambda: pid not in _agents_of(prefix), timeout=10, step=0.05)
+    assert _agents_of(prefix) == []
+
+
+def test_a_broken_switch_does_not_stop_the_others_publishing(fabric, no_agent):
+    """The agent (prefix mode, real maps) loses the first of its switches'
+    counter map (closed: every read fails with EBADF). Every window still
+    publishes the other switches' groups (a stale value written before
+    each window is replaced) and counts the broken switch's failure in
+    talb_agent_switch_errors_total."""
+    from agent.config import AgentConfig
+    from agent.control import publish_pcm
+    from agent.metrics import AgentMetrics
+
+    prefix, _ = fabric
+    one = daemon.build(AgentConfig(window_s=WINDOW_S), prefix=prefix)
+    metrics = AgentMetrics()
+    one.observer = metrics
+    try:
+        broken = next(iter(one.monitors))
+        others = {}
+        for name, m in one.monitors.items():
+            multi = {gid: g["ports"] for gid, g in read_groups(m.maps).items()
+                     if len(set(g["ports"])) > 1}
+            if name != broken and multi:
+                others[name] = multi
+        assert others, "no other switch with a multipath group to watch"
+        one.step(time.monotonic())  # first window: counters' baseline
+        time.sleep(WINDOW_S)
+        one.monitors[broken].maps.port_stats.close()
+        windows = 10
+        republished = dict.fromkeys(others, 0)
+        for _ in range(windows):
+            for name, groups in others.items():
+                for gid, ports in groups.items():  # stale: P = 0.5 everywhere
+                    publish_pcm(one.monitors[name].maps, ports, dict.fromkeys(ports, 0.5),
+                                group_id=gid)
+            one.step(time.monotonic())
+            for name, groups in others.items():
+                now = read_groups(one.monitors[name].maps)
+                if all(0.5 not in now[gid]["pcm"] for gid in groups):
+                    republished[name] += 1
+            time.sleep(WINDOW_S)
+        assert republished == dict.fromkeys(others, windows), republished
+        assert metrics.registry.get_sample_value("talb_agent_switch_errors_total",
+                                                 {"switch": broken}) == windows
+        assert all(metrics.registry.get_sample_value("talb_agent_switch_errors_total",
+                                                     {"switch": n}) is None for n in others)
+    finally:
+        one.close()

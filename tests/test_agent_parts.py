@@ -100,6 +100,9 @@ class _Observer:
     def window_failed(self, exc):
         self.failed.append(exc)
 
+    def switch_failed(self, switch, exc):
+        self.failed.append((switch, exc))
+
 
 class _FakeTime:
     """A clock that moves only when the loop waits (select) or a window works."""
@@ -154,12 +157,84 @@ def test_loop_keeps_its_schedule_counts_slow_and_missed_windows(monkeypatch):
     assert obs.windows[2][0] == pytest.approx(0.0125)
 
 
+class _Monitor:
+    """A switch's window work as the loop sees it; ``fault`` raises in every window."""
+
+    def __init__(self, name, fault=None):
+        self.name, self.fault, self.maps, self.links = name, fault, None, None
+        self.published, self.latest = [], None
+
+    def poll_links(self):
+        return False
+
+    def housekeeping(self, read_qdiscs):
+        pass
+
+    def window(self, now, read_qdiscs):
+        if self.fault is not None:
+            raise self.fault
+        self.published.append(now)
+        from agent.switch import SwitchReading
+        self.latest = SwitchReading(self.name, now, None, (), (), {}, "ecmp", None)
+        return self.latest
+
+
+class _NoRouting:
+    def sync(self, watchers, maps, on_error=None):
+        return []
+
+
+def test_one_failing_switch_does_not_stop_the_others(caplog):
+    """spine1's window raises every time (first and middle of three, then
+    last): the others still publish in every window; each failure counts in
+    talb_agent_switch_errors_total{switch="spine1"}; the log says it once,
+    not once per window."""
+    clock = _FakeTime()
+    metrics = AgentMetrics()
+    for order in (["spine1", "leaf0", "leaf1"], ["leaf0", "spine1", "leaf1"],
+                  ["leaf0", "leaf1", "spine1"]):
+        mons = {n: _Monitor(n, OSError(9, "Bad file descriptor") if n == "spine1" else None)
+                for n in order}
+        agent = Agent(mons, _NoRouting(), AgentConfig(window_s=0.005), observer=metrics,
+                      clock=clock)
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="talb.agent"):
+            for _ in range(20):
+                agent.step(clock())
+                clock.now += 0.005
+        assert len(mons["leaf0"].published) == 20 and len(mons["leaf1"].published) == 20, order
+        assert set(agent.latest) == {"leaf0", "leaf1"}
+        failed = [r for r in caplog.records if "spine1" in r.getMessage()]
+        assert len(failed) == 1 and "Bad file descriptor" in failed[0].getMessage(), failed
+    assert metrics.registry.get_sample_value("talb_agent_switch_errors_total",
+                                             {"switch": "spine1"}) == 60
+    assert metrics.registry.get_sample_value("talb_agent_switch_errors_total",
+                                             {"switch": "leaf0"}) is None
+    assert metrics.counts["switch_errors"] == 60 and metrics.counts["errors"] == 0
+
+
+def test_a_persistent_switch_fault_is_logged_again_after_the_interval(caplog):
+    from agent.loop import ERROR_LOG_INTERVAL_S
+
+    clock = _FakeTime()
+    mons = {"leaf0": _Monitor("leaf0", RuntimeError("gone"))}
+    agent = Agent(mons, _NoRouting(), AgentConfig(window_s=0.005), clock=clock)
+    with caplog.at_level("ERROR", logger="talb.agent"):
+        for _ in range(3):
+            agent.step(clock())
+        clock.now += ERROR_LOG_INTERVAL_S
+        agent.step(clock())
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 2 and "failed 2 more times" in msgs[1], msgs
+
+
 def test_metrics_observer_counts_windows():
     m = AgentMetrics()
     m.window_done(0.001, 0.0, False, 0)
     m.window_done(0.02, 0.001, True, 3)
     m.window_failed(RuntimeError())
-    assert m.counts == {"windows": 2, "slow": 1, "missed": 3, "errors": 1}
+    m.switch_failed("leaf0", RuntimeError())
+    assert m.counts == {"windows": 2, "slow": 1, "missed": 3, "errors": 1, "switch_errors": 1}
 
 
 def test_decisions_and_drops_from_counters():
@@ -190,6 +265,95 @@ def test_batch_and_per_key_reads_agree(root):
         assert PerCpuArrayReader(m, 40).strategy == "batch"  # this kernel has it
     finally:
         m.close()
+
+
+# --- the config map's writers -------------------------------------------------------------
+_CONFIG_WRITER = """
+import sys
+from pathlib import Path
+from agent import control
+from agent.maps import Map, TalbConfig
+import ctypes
+
+class Maps:
+    pin_dir = Path(sys.argv[1])
+    config = Map.from_pin(pin_dir / "config", ctypes.c_uint32, TalbConfig)
+
+sys.stdin.readline()  # both start at once
+for i in range(int(sys.argv[3])):
+    if sys.argv[2] == "count":
+        with control.config_update(Maps) as cfg:
+            cfg.tensor_limit += 1
+    elif sys.argv[2] == "scheme":
+        control.set_scheme(Maps, ("talb", "ecmp")[i % 2])
+    else:
+        control.set_release(Maps, i % 2 == 0)
+"""
+
+
+@pytest.fixture
+def config_pin(root):
+    """A pinned config array (the data path's ``config`` map), alone in a
+    directory on the project's bpffs."""
+    from agent.maps import TalbConfig
+    from talb import paths
+
+    d = paths.BPFFS_DIR / f"{new_prefix()}cfg"
+    d.mkdir(parents=True)
+    fd = sc.map_create(sc.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(TalbConfig), 1, "t_cfg")
+    try:
+        sc.obj_pin(fd, d / "config")
+        yield d
+    finally:
+        os.close(fd)
+        (d / "config").unlink(missing_ok=True)
+        d.rmdir()
+
+
+def _writers(pin, *jobs):
+    procs = [subprocess.Popen([sys.executable, "-c", _CONFIG_WRITER, str(pin), kind, str(n)],
+                              stdin=subprocess.PIPE, text=True) for kind, n in jobs]
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for p in procs:
+        p.stdin.close()
+        assert p.wait(timeout=120) == 0
+
+
+def _read_config_pin(pin):
+    from agent.maps import TalbConfig
+
+    m = Map.from_pin(pin / "config", ctypes.c_uint32, TalbConfig)
+    try:
+        return m[0]
+    finally:
+        m.close()
+
+
+def test_concurrent_config_writers_lose_no_update(config_pin):
+    """config[0] is one array value, replaced whole: three processes each
+    read-modify-write it 400 times at once (through control.config_update,
+    as every set_* does); no update is lost."""
+    _writers(config_pin, ("count", 400), ("count", 400), ("count", 400))
+    assert _read_config_pin(config_pin).tensor_limit == 1200
+
+
+def test_scheme_and_release_set_at_once_both_stand(config_pin):
+    """`talb scheme` and `talb release` from two shells at once: each
+    command's last value is what the data path has (neither reverts the
+    other's field)."""
+    from agent.maps import CFG_RELEASE_SK, SCHEMES
+
+    for _ in range(3):
+        _writers(config_pin, ("scheme", 301), ("release", 301))  # last: talb, release on
+        cfg = _read_config_pin(config_pin)
+        assert cfg.scheme == SCHEMES["talb"] and cfg.flags & CFG_RELEASE_SK, \
+            (cfg.scheme, cfg.flags)
+        _writers(config_pin, ("scheme", 300), ("release", 300))  # last: ecmp, release off
+        cfg = _read_config_pin(config_pin)
+        assert cfg.scheme == SCHEMES["ecmp"] and not cfg.flags & CFG_RELEASE_SK, \
+            (cfg.scheme, cfg.flags)
 
 
 # --- netlink and link state ------------------------------------------------------------------
@@ -243,6 +407,111 @@ def test_rtnl_dumps_match_pyroute2(netns):
     assert got == want_q
     va = next(i for i, link in links.items() if link.name == "va")
     assert qdiscs[va].packets > 0
+
+
+N_PORTS = 200  # root qdisc messages of ~0.3 kB: the dump spans several receives
+
+
+@pytest.fixture(scope="module")
+def many_qdiscs(root, tmp_path_factory):
+    """A namespace with N_PORTS veth pairs aN<->bN, an HTB root 1: on each
+    aN (some packets through a0's), so that a qdisc dump spans several
+    receives."""
+    name = f"{new_prefix()}-nq"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        # quiet ports: no IPv6 (router solicitations, DAD) moving the counters
+        subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw",
+                        "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"], check=True)
+        tmp_path = tmp_path_factory.mktemp("nq")
+        links = tmp_path / "links"
+        links.write_text("".join(f"link add a{i} type veth peer name b{i}\nlink set a{i} up\n"
+                                 f"link set b{i} up\n" for i in range(N_PORTS)))
+        subprocess.run(["ip", "-n", name, "-b", str(links)], check=True)
+        qdiscs = tmp_path / "qdiscs"
+        qdiscs.write_text("".join(f"qdisc add dev a{i} root handle 1: htb default 10\n"
+                                  for i in range(N_PORTS)))
+        subprocess.run(["tc", "-n", name, "-b", str(qdiscs)], check=True)
+        subprocess.run(["ip", "-n", name, "addr", "add", "10.77.0.1/24", "dev", "a0"], check=True)
+        # a permanent neighbour: no ARP probe moves a0's counters later
+        subprocess.run(["ip", "-n", name, "neigh", "replace", "10.77.0.2", "dev", "a0", "lladdr",
+                        "02:00:00:00:00:02", "nud", "permanent"], check=True)
+        subprocess.run(["ip", "netns", "exec", name, "ping", "-c", "3", "-i", "0.01", "-w", "1",
+                        "-I", "a0", "10.77.0.2"], capture_output=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _qdisc_truth(netns) -> dict:
+    """{ifindex: (backlog, qlen, drops, bytes, packets)} of every aN's root,
+    read by pyroute2 (agent/qdisc_stats.py), one interface at a time."""
+    from agent.qdisc_stats import QdiscReader
+
+    reader = QdiscReader(netns)
+    try:
+        out = {}
+        for i in range(N_PORTS):
+            q = reader.read(f"a{i}")
+            out[reader._ifindex(f"a{i}")] = (q.backlog_bytes, q.backlog_packets, q.drops,
+                                             q.sent_bytes, q.sent_packets)
+        return out
+    finally:
+        reader._ipr.close()
+
+
+def _ours(qdiscs) -> dict:
+    return {i: (q.backlog_bytes, q.qlen, q.drops, q.bytes, q.packets) for i, q in qdiscs.items()}
+
+
+def test_rtnl_dump_after_an_interrupted_dump_is_complete(many_qdiscs, monkeypatch):
+    """A dump that fails half-way (here: parsing its fifth qdisc) leaves the
+    rest of its replies in the socket; the next dump must be the whole,
+    current table (pyroute2's), not the stale tail ending at the old DONE."""
+    import agent.rtnl as rtnl
+
+    truth = _qdisc_truth(many_qdiscs)
+    assert len(truth) == N_PORTS and truth[min(truth)][4] > 0  # a0 sent the pings
+    r = rtnl.Rtnl(many_qdiscs)
+    try:
+        parse, calls = rtnl._qdisc_stats, []
+
+        def failing(*args):
+            calls.append(1)
+            if len(calls) == 5:
+                raise ValueError("injected parse failure")
+            return parse(*args)
+
+        for _ in range(3):  # and again: every later dump starts clean
+            monkeypatch.setattr(rtnl, "_qdisc_stats", failing)
+            calls.clear()
+            with pytest.raises(ValueError, match="injected"):
+                r.root_qdiscs()
+            monkeypatch.setattr(rtnl, "_qdisc_stats", parse)
+            got = _ours(r.root_qdiscs())
+            assert {i: got.get(i) for i in truth} == truth
+            assert len(r.links()) == 2 * N_PORTS + 1  # lo too: the link dump is whole as well
+    finally:
+        r.close()
+    assert _qdisc_truth(many_qdiscs) == truth  # the ports were quiet: one truth for all reads
+
+
+def test_rtnl_skips_replies_to_another_request(many_qdiscs):
+    """Replies of another sequence number in the socket (a link dump nobody
+    read) are skipped: their DONE does not end the qdisc dump."""
+    import agent.rtnl as rtnl
+
+    truth = _qdisc_truth(many_qdiscs)
+    r = rtnl.Rtnl(many_qdiscs)
+    try:
+        body = rtnl._IFINFO.pack(0, 0, 0, 0, 0)
+        r.sock.send(rtnl._NLMSG.pack(rtnl._NLMSG.size + len(body), rtnl.RTM_GETLINK,
+                                     rtnl.NLM_F_REQUEST | rtnl.NLM_F_DUMP, 4242, 0) + body)
+        got = _ours(r.root_qdiscs())
+        assert {i: got.get(i) for i in truth} == truth
+    finally:
+        r.close()
 
 
 def test_link_watcher_sees_down_up_and_a_peer_losing_carrier(netns):
@@ -302,6 +571,72 @@ def test_start_background_refuses_bad_options_and_a_missing_testbed(root):
     with pytest.raises(testbed.TestbedError, match="no testbed"):
         daemon.start_background(prefix)
     assert daemon.running_pid(prefix) is None
+
+
+def test_pid_file_is_ours_only_if_it_names_an_agent_of_this_prefix(root):
+    """The pid file is believed only for a live `talb agent` whose command
+    line serves this prefix: an agent of another prefix, one in --switch
+    mode or an unrelated process (a reused pid) is not ours."""
+    from agent import daemon
+    from talb import paths
+
+    prefix, other = new_prefix(), new_prefix()
+    assert daemon.served_prefix(["python", "-m", "talb.cli", "agent"]) == paths.DEFAULT_PREFIX
+    assert daemon.served_prefix(["/usr/bin/talb", "agent", f"--prefix={prefix}"]) == prefix
+    assert daemon.served_prefix(["talb", "agent", "--prefix", prefix, "--switch", "leaf0"]) is None
+    assert daemon.served_prefix(["sleep", "agent", "--prefix", prefix]) is None
+    nap = "import time; time.sleep(60)"
+    procs = {name: subprocess.Popen([sys.executable, "-c", nap, *argv])
+             for name, argv in (("other", ["talb", "agent", "--prefix", other]),
+                                ("switch", ["talb", "agent", "--prefix", prefix, "--switch", "s"]),
+                                ("unrelated", []),
+                                ("ours", ["talb", "agent", "--prefix", prefix]))}
+    paths.state_dir(prefix).mkdir(parents=True)
+    try:
+        seen = {}
+        for name, proc in procs.items():
+            daemon.pid_file(prefix).write_text(f"{proc.pid}\n")
+            seen[name] = daemon.running_pid(prefix)
+        assert seen == {"other": None, "switch": None, "unrelated": None,
+                        "ours": procs["ours"].pid}
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+        import shutil
+        shutil.rmtree(paths.state_dir(prefix))
+
+
+def test_a_second_agent_of_a_prefix_refuses_to_run(root):
+    """The agent holds its prefix's lock while it lives; another process
+    taking it (as a second agent would) is refused with the first's pid."""
+    import fcntl
+
+    from agent import daemon
+    from talb import paths
+
+    prefix = new_prefix()
+    paths.state_dir(prefix).mkdir(parents=True)
+    try:
+        fd = daemon._hold_agent_lock(prefix)
+        try:
+            daemon.pid_file(prefix).write_text(f"{os.getpid()}\n")
+            code = ("import sys; from agent import daemon; "
+                    f"daemon._hold_agent_lock({prefix!r})")
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               timeout=60)
+            assert r.returncode != 0 and "AgentError" in r.stderr and \
+                f"an agent for prefix '{prefix}' is already running" in r.stderr, r.stderr
+        finally:
+            os.close(fd)
+        probe = os.open(daemon.lock_file(prefix), os.O_RDWR)
+        try:  # released with the fd (or the process): free again
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
+    finally:
+        import shutil
+        shutil.rmtree(paths.state_dir(prefix))
 
 
 # --- talb top -----------------------------------------------------------------------------------

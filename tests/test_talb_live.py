@@ -9,7 +9,12 @@ also the last (strip before the first-hop clone).
 """
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +22,7 @@ from conftest import new_prefix
 from agent.qdisc_stats import QdiscReader
 from netns_topology import load_topology
 from talb import paths, send, testbed
+from talb.wire import TensorKey
 from workload.capture import start_capture, tensor_ports
 
 pytestmark = pytest.mark.live
@@ -40,13 +46,16 @@ def exchange(fabric, tmp_path_factory):
     reaches the PS host (there must be no TaLB option in it)."""
     prefix = fabric
     pcap = tmp_path_factory.mktemp("ps") / "ps-in.pcap"
-    at_ps = start_capture(paths.netns_name(prefix, PS), "eth0", pcap, direction="in")
+    # Every TCP packet in, tagged or not: a capture that saw the tensors'
+    # packets proves it ran (tensor_ports' min_packets below).
+    at_ps = start_capture(paths.netns_name(prefix, PS), "eth0", pcap, direction="in",
+                          bpf_filter="tcp")
     try:
         report = send.run(prefix, WORKERS, PS, tensors=12, layers=3, size=120_000,
                           pcap_dir=str(tmp_path_factory.mktemp("uplinks")), say=lambda _m: None)
     finally:
         at_ps.stop()
-    return report, tensor_ports([at_ps])
+    return report, tensor_ports([at_ps], min_packets=4 * 12 * 80)
 
 
 def test_every_tensor_arrives_intact(exchange):
@@ -119,3 +128,227 @@ def test_tensors_queue_in_their_layers_band(fabric, exchange):
     with QdiscReader(paths.netns_name(prefix, "leaf1")) as reader:
         to_ps = reader.class_bytes(PS)
     assert all(to_ps.get(cid, 0) > 4 * 4 * 120_000 for cid in band.values()), to_ps
+
+
+# --- tensors of several hosts: the key is (source, tensor_id) (issue 8) -------
+
+SPINES = ("spine0", "spine1")
+FORCED_ID = 0x5EED0000  # both hosts' tensors get ids FORCED_ID, FORCED_ID+1, ...
+
+
+def _set_scheme(prefix: str, name: str) -> None:
+    from agent.control import set_scheme
+    from agent.maps import SwitchMaps
+
+    for sw in ("leaf0", "leaf1", *SPINES):
+        with SwitchMaps(paths.pin_dir(prefix, sw)) as maps:
+            set_scheme(maps, name)
+
+
+def _spine_captures(prefix: str, directory: Path) -> list:
+    """Every spine port, inbound: which spine carried each tagged packet."""
+    topo = testbed.load_topology_of(prefix)
+    caps = []
+    try:
+        for spine in SPINES:
+            for p in topo.ports(spine):
+                caps.append(start_capture(paths.netns_name(prefix, spine), p.name,
+                                          directory / f"{spine}-{p.name}.pcap", direction="in"))
+    except BaseException:
+        for c in caps:
+            c.stop()
+        raise
+    return caps
+
+
+def _tensors_begun_at_leaf0(prefix: str) -> int:
+    """Tensors leaf0's TaLB table has seen begin: each ends either completed
+    (its entry placed at the first packet, done at LAST) or, its first
+    packet lost before leaf0, as one midstream fallback. A tensor merged
+    into another one's entry (same key) does neither."""
+    from agent.control import read_counters
+    from agent.maps import SwitchMaps
+
+    with SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
+        c = read_counters(maps)
+    return c["talb_completed"] + c["talb_midstream"]
+
+
+def _spines_of(captures) -> dict[TensorKey, set]:
+    """{TensorKey: spines whose ports saw its tagged packets}. Spines name
+    their ports after the leaves, so each spine's captures are read apart."""
+    out: dict[TensorKey, set] = {}
+    for c in captures:
+        spine = c.netns.rsplit("-", 1)[1]
+        for key in tensor_ports([c]):
+            out.setdefault(key, set()).add(spine)
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["talb", "ecmp"])
+def test_two_hosts_same_ids_side_by_side_never_merge(fabric, tmp_path, scheme):
+    """Two `talb send` runs at once from the two hosts of leaf0 (h0 -> h3,
+    h1 -> h4), every sender forced to the same tensor ids: each (source,
+    tensor id) crosses exactly one spine, every byte arrives intact, and
+    neither report sees a split. On a switch that keys tensors by id alone,
+    h1's tensors follow or cut short h0's entries, and get split."""
+    prefix = fabric
+    _set_scheme(prefix, scheme)
+    reports: dict[str, object] = {}
+    errors = []
+
+    def one(src, dst, port):
+        try:
+            reports[src] = send.run(prefix, [src], dst, tensors=16, layers=3, size=150_000,
+                                    port=port, fixed_ids=FORCED_ID, say=lambda _m: None,
+                                    pcap_dir=str(tmp_path / src), timeout=120)
+        except Exception as exc:  # reported below
+            errors.append(f"{src}: {exc!r}")
+
+    begun = _tensors_begun_at_leaf0(prefix)
+    caps = _spine_captures(prefix, tmp_path)
+    try:
+        runs = [threading.Thread(target=one, args=a) for a in (("h0", "h3", 7100), ("h1", "h4", 7101))]
+        for t in runs:
+            t.start()
+        for t in runs:
+            t.join(180)
+    finally:
+        for c in caps:
+            c.stop()
+        _set_scheme(prefix, "talb")
+    assert not errors, errors
+    tensors = [t for r in reports.values() for t in r.tensors]
+    assert len(tensors) == 2 * 16
+    assert {t.tensor_id for t in reports["h0"].tensors} == {t.tensor_id for t in reports["h1"].tensors}
+    assert all(t.ok for t in tensors), [(t.src, t.seq) for t in tensors if not t.ok]
+    spines = _spines_of(caps)
+    wrong = {str(k): sorted(v) for k, v in spines.items() if len(v) != 1}
+    assert not wrong, f"under {scheme}, tensors on no spine or on both: {wrong}"
+    assert set(spines) == {t.key for t in tensors}, \
+        f"seen on the spines: {sorted(map(str, spines))}, sent: {sorted(str(t.key) for t in tensors)}"
+    for src, r in reports.items():
+        assert not r.split, (src, [(str(t.key), t.uplinks) for t in r.split])
+        assert all(len(t.uplinks) == 1 for t in r.tensors), src
+    if scheme == "talb":
+        # Every (source, id) got its own entry and its own decision at leaf0.
+        assert _tensors_begun_at_leaf0(prefix) - begun == len(tensors), \
+            "leaf0 merged tensors of h0 and h1 that share an id"
+
+
+@pytest.mark.parametrize("scheme", ["talb", "ecmp"])
+def test_one_run_from_two_hosts_same_ids(fabric, scheme):
+    """`talb send --src h0,h1` in one run, both senders forced to the same
+    ids: the report tells the two hosts' tensors apart (0 split)."""
+    prefix = fabric
+    _set_scheme(prefix, scheme)
+    begun = _tensors_begun_at_leaf0(prefix)
+    try:
+        report = send.run(prefix, ["h0", "h1"], "h3", tensors=12, layers=3, size=150_000,
+                          port=7102, fixed_ids=FORCED_ID, say=lambda _m: None, timeout=120)
+    finally:
+        _set_scheme(prefix, "talb")
+    assert len(report.tensors) == 2 * 12 and all(t.ok for t in report.tensors)
+    assert len({t.tensor_id for t in report.tensors}) == 12  # the ids did coincide
+    assert all(len(t.uplinks) == 1 for t in report.tensors), \
+        [(str(t.key), t.uplinks) for t in report.tensors if len(t.uplinks) != 1]
+    assert report.ok and not report.split
+    if scheme == "talb":
+        assert _tensors_begun_at_leaf0(prefix) - begun == len(report.tensors), \
+            "leaf0 merged tensors of h0 and h1 that share an id"
+
+
+def test_one_run_from_two_hosts_unforced_ids_are_unique_per_host(fabric):
+    """Without forcing, the senders of one host (3 processes here) draw ids
+    from distinct slots: no (source, id) twice."""
+    report = send.run(fabric, ["h0", "h1"], "h3", tensors=10, layers=2, size=30_000, senders=3,
+                      port=7103, say=lambda _m: None, timeout=120)
+    keys = [t.key for t in report.tensors]
+    assert len(keys) == 2 * 3 * 10 and len(set(keys)) == len(keys)
+    # each sender process drew all its ids under one worker slot (a slot may
+    # pass to a later process of the host once its holder exited)
+    fields: dict[int, set] = {}
+    for t in report.tensors:
+        fields.setdefault(t.worker, set()).add(t.tensor_id & 0xF)
+    assert len(fields) == 6 and all(len(f) == 1 for f in fields.values()), fields
+    assert report.ok, [(str(t.key), t.ok, t.uplinks) for t in report.tensors]
+
+
+# --- process hygiene: nothing left behind after a failure (issue 7) -----------
+
+def _descendants() -> set[int]:
+    """Pids of every live (or unreaped) descendant of this process."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, todo = set(), [os.getpid()]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parent.items() if pp == p}
+        out |= kids
+        todo += kids
+    return out
+
+
+@pytest.fixture
+def own_tempdir(tmp_path, monkeypatch):
+    d = tmp_path / "tmp"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+def test_send_worker_failure_leaves_nothing_behind(fabric, own_tempdir):
+    """A sender that fails (a tensor over the 16-bit tensor_len) while the
+    receiver waits for it: the error names it, and afterwards no process we
+    started is alive or unreaped, and no temporary directory is left."""
+    before = _descendants()
+    with pytest.raises(testbed.TestbedError, match=r"sender failed: sender 0 on h0: .*tensor_len"):
+        send.run(fabric, ["h0"], "h3", tensors=1, size=100_000_000, port=7104,
+                 say=lambda _m: None, timeout=120)
+    assert _descendants() - before == set()
+    assert list(own_tempdir.iterdir()) == []
+
+
+def test_send_timeout_leaves_nothing_behind(fabric, own_tempdir):
+    """The exchange outlasts the timeout: every sender, the receiver and
+    the captures are ended and reaped, the temporary directory removed."""
+    before = _descendants()
+    with pytest.raises(testbed.TestbedError, match="did not finish within 3 s"):
+        send.run(fabric, ["h0", "h1"], "h3", tensors=200, size=2_000_000, port=7105,
+                 say=lambda _m: None, timeout=3)
+    assert _descendants() - before == set()
+    assert list(own_tempdir.iterdir()) == []
+
+
+_BLACKHOLE = """
+import socket, sys, time
+s = socket.create_server(("0.0.0.0", int(sys.argv[1])))
+print("ready", flush=True)
+conns = []
+while True:  # accept and never answer: an iperf3 client waits forever
+    conns.append(s.accept()[0])
+"""
+
+
+def test_iperf_client_timeout_ends_the_client(fabric):
+    from workload.iperf import IperfError, run_iperf3
+    from workload.netexec import ns_popen, stop
+
+    prefix = fabric
+    dst = next(h for h in testbed.load_topology_of(prefix).hosts if h.name == "h4")
+    hole = ns_popen(paths.netns_name(prefix, "h4"), [sys.executable, "-c", _BLACKHOLE, "7106"])
+    try:
+        assert hole.stdout.readline().strip() == "ready"
+        before = _descendants()
+        with pytest.raises(IperfError, match="did not finish within 2 s"):
+            run_iperf3(paths.netns_name(prefix, "h0"), paths.netns_name(prefix, "h4"), dst.ip,
+                       duration=1, port=7106, timeout=2, connect_timeout=1)
+        assert _descendants() - before == set()
+    finally:
+        stop(hole)

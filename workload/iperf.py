@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from workload.netexec import ns_popen
+from workload.netexec import finish, ns_popen, stop
 
 DEFAULT_PORT = 5201
 
@@ -41,20 +41,28 @@ def _start_server(netns: str, port: int) -> subprocess.Popen:
 
 def run_iperf3(src_ns: str, dst_ns: str, dst_ip: str, *, duration: float = 3.0,
                parallel: int = 1, port: int = DEFAULT_PORT, cport: int | None = None,
-               congestion: str | None = None, connect_timeout: float = 10.0) -> IperfResult:
-    """One TCP test from src_ns to dst_ip (served in dst_ns); raises IperfError."""
-    server = _start_server(dst_ns, port)
+               congestion: str | None = None, connect_timeout: float = 10.0,
+               timeout: float | None = None) -> IperfResult:
+    """One TCP test from src_ns to dst_ip (served in dst_ns); raises IperfError.
+    ``timeout``: seconds one client run may take (default duration + 30); a
+    client or server still running then is ended, never left behind."""
+    timeout = duration + 30 if timeout is None else timeout
     argv = ["iperf3", "-c", dst_ip, "-p", str(port), "-t", f"{duration:g}",
             "-P", str(parallel), "-J", "--connect-timeout", "1000"]
     if cport is not None:
         argv += ["--cport", str(cport)]
     if congestion:
         argv += ["-C", congestion]
+    server = _start_server(dst_ns, port)
     try:
         deadline = time.monotonic() + connect_timeout
         while True:
             client = ns_popen(src_ns, argv)
-            out, err = client.communicate(timeout=duration + 30)
+            try:
+                out, err = finish(client, timeout)
+            except subprocess.TimeoutExpired:
+                raise IperfError(f"iperf3 {src_ns} -> {dst_ip}:{port}: the client did not finish "
+                                 f"within {timeout:g} s (ended)") from None
             report = _parse(out)
             error = report.get("error") if report else (err.strip() or "no output")
             if not error:
@@ -63,12 +71,12 @@ def run_iperf3(src_ns: str, dst_ns: str, dst_ip: str, *, duration: float = 3.0,
             if time.monotonic() > deadline or server.poll() is not None:
                 raise IperfError(f"iperf3 {src_ns} -> {dst_ip}:{port} failed: {error}")
             time.sleep(0.2)
-    finally:
         try:
-            server.wait(timeout=5)
+            server.wait(timeout=5)  # -1: it exits after its one client
         except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            pass
+    finally:
+        stop(server)
     end = report["end"]
     return IperfResult(
         sent_bps=end["sum_sent"]["bits_per_second"],

@@ -34,6 +34,34 @@ def ns_popen(netns: str, argv: Sequence[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(ns_argv(netns, argv), **kwargs)
 
 
+def stop(proc: subprocess.Popen, *, grace: float = 5.0) -> None:
+    """End a process we started, by its pid, and reap it: SIGTERM (lets
+    tcpdump flush its file), SIGKILL after ``grace`` seconds; its pipes are
+    drained and closed. Idempotent; a process that already exited is only
+    reaped."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """``proc.communicate(timeout=...)``, and on timeout (or any error) the
+    process is ended and reaped before the exception goes on: nothing keeps
+    running behind the caller."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except BaseException:
+        stop(proc)
+        raise
+
+
 def ping(netns: str, dst_ip: str, *, count: int = 1, timeout_s: float = 2.0,
          interval_s: float = 0.2) -> bool:
     """True when every echo gets its reply."""
@@ -47,16 +75,19 @@ def ping_all_pairs(pairs: Sequence[tuple[str, str, str]], *, count: int = 1,
                    timeout_s: float = 2.0) -> dict[tuple[str, str], bool]:
     """Ping every (label, netns, dst_ip) triple at once; {(netns, dst_ip): ok}."""
     procs = {}
-    for _label, netns, dst in pairs:
-        procs[(netns, dst)] = ns_popen(
-            netns, ["ping", "-n", "-q", "-c", str(count), "-i", "0.2",
-                    "-W", str(timeout_s), dst])
     results = {}
-    for key, proc in procs.items():
-        try:
-            proc.communicate(timeout=count * (0.2 + timeout_s) + 10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        results[key] = proc.returncode == 0
+    try:
+        for _label, netns, dst in pairs:
+            procs[(netns, dst)] = ns_popen(
+                netns, ["ping", "-n", "-q", "-c", str(count), "-i", "0.2",
+                        "-W", str(timeout_s), dst])
+        for key, proc in procs.items():
+            try:
+                finish(proc, count * (0.2 + timeout_s) + 10)
+            except subprocess.TimeoutExpired:
+                pass  # ended by finish(): counts as a failed ping
+            results[key] = proc.returncode == 0
+    finally:
+        for proc in procs.values():
+            stop(proc)
     return results

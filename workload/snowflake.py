@@ -12,9 +12,12 @@ A 32-bit id, most significant field first::
   for the next tick (at most 2^sequence_bits ids per tick and worker: 256 per
   ms with the defaults).
 * worker: which worker made the id, so that ids of different workers never
-  collide. Give every process that makes ids its own worker id; in one
-  process, share one generator per worker id (workload/tensor_sender.py
-  does).
+  collide. TensorSender takes it from a worker slot its process claims on
+  the host (workload/id_slots.py: one slot per process and host, shared by
+  the process's senders), so ids never repeat across the processes and
+  connections of a host; at most 2^worker_bits (16) processes per host make
+  ids at once. A worker id given by hand bypasses that: two generators of
+  one worker id make the same ids.
 
 Widths are configurable (each >= 1, sum 32: the option's tensor_id field).
 Generators are thread-safe.

@@ -5,6 +5,9 @@ verifies every byte. Run inside host namespaces by `talb send` and the tests:
     python -m workload.tensor_app send --dst 198.18.1.2 --port 7000 --worker 0 \\
         --tensors 12 --layers 3 --size 200000
 
+``--worker`` labels a sender's tensors for the receiver; the tensor ids come
+from a worker slot of the sending host (workload/id_slots.py).
+
 Each tensor travels as one application message, like a training framework's
 (header + payload), sent with one `TensorSender.send` call so the whole
 message is one TaLB tensor. The header lets the receiver check the payload
@@ -90,12 +93,27 @@ def receive(port: int, connections: int) -> int:
     return 0
 
 
-def send(dst: str, port: int, worker: int, tensors: int, layers: int, size: int) -> int:
+class FixedIds:
+    """Tensor ids start, start+1, ...: to force two hosts' tensors to share
+    ids (tests), where TensorSender would draw unique ones."""
+
+    def __init__(self, start: int):
+        self._next = start
+
+    def next_id(self) -> int:
+        tid, self._next = self._next, (self._next + 1) & 0xFFFFFFFF
+        return tid
+
+
+def send(dst: str, port: int, worker: int, tensors: int, layers: int, size: int,
+         fixed_ids: int | None = None) -> int:
     from workload.tensor_sender import TensorSender
 
     with socket.create_connection((dst, port), timeout=30) as sock:
         sock.settimeout(None)
-        sender = TensorSender(sock, worker_id=worker)
+        # ids from a worker slot of this host (unique across its processes),
+        # unless forced; `worker` only labels the tensors for the receiver.
+        sender = TensorSender(sock, ids=None if fixed_ids is None else FixedIds(fixed_ids))
         try:
             for seq, layer in enumerate(layer_order(tensors, layers)):
                 body = payload(worker, seq, size)
@@ -125,10 +143,14 @@ def main(argv=None) -> int:
     s.add_argument("--tensors", type=int, required=True)
     s.add_argument("--layers", type=int, required=True)
     s.add_argument("--size", type=int, required=True)
+    s.add_argument("--fixed-ids", type=int, metavar="START",
+                   help="tensor ids START, START+1, ... (forces collisions; default: unique ids "
+                        "from a worker slot of this host)")
     args = ap.parse_args(argv)
     if args.role == "receive":
         return receive(args.port, args.connections)
-    return send(args.dst, args.port, args.worker, args.tensors, args.layers, args.size)
+    return send(args.dst, args.port, args.worker, args.tensors, args.layers, args.size,
+                args.fixed_ids)
 
 
 if __name__ == "__main__":

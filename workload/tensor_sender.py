@@ -53,6 +53,7 @@ from __future__ import annotations
 import array
 import errno
 import fcntl
+import ipaddress
 import json
 import math
 import os
@@ -67,7 +68,8 @@ from pathlib import Path
 from agent import bpf_syscall as sc
 from agent.host_maps import HOST_MAX_TAGGED_FLOWS, HOST_RING_SLOTS, FlowKey, HostDesc, HostMaps, HostRing
 from talb import paths
-from workload.snowflake import DEFAULT_WORKER_BITS, Snowflake
+from workload.id_slots import DEFAULT_CLAIM_TIMEOUT, SlotIds, host_ids, slot_dir
+from workload.snowflake import Snowflake
 
 __all__ = [
     "TensorSender", "TensorRecord", "HostLocation", "TensorSenderError", "RingOverrunError",
@@ -180,28 +182,41 @@ _generators_lock = threading.Lock()
 
 
 def _shared_generator(worker_id: int) -> Snowflake:
-    """One default-layout generator per worker id in this process, so that
-    two senders of one worker never make the same id."""
+    """One default-layout generator per explicit worker id in this process,
+    so that two senders given one worker id never make the same id."""
     with _generators_lock:
         if worker_id not in _generators:
             _generators[worker_id] = Snowflake(worker_id)
         return _generators[worker_id]
 
 
+def _host_ids(location: HostLocation | None, key: FlowKey, timeout: float) -> SlotIds:
+    if location is not None:
+        return host_ids(slot_dir(location.prefix, location.host), timeout=timeout,
+                        label=f"host {location.host} of testbed {location.prefix}")
+    address = str(ipaddress.IPv4Address(key.saddr))
+    return host_ids(slot_dir(None, None, address), timeout=timeout, label=f"host {address}")
+
+
 class TensorSender:
     """Tags the tensors sent on one connected IPv4 TCP socket.
 
     ``pin_dir``: the host's pinned maps (default: found from the socket's
-    network namespace, see :func:`locate_host`). ``worker_id``: of the
-    Snowflake ids (default: the host's index in the testbed, else the low
-    bits of the local address; modulo 16 with the paper's 4 worker bits).
-    ``ids``: a generator of your own (other widths); ``overrun_timeout``:
-    seconds ``send`` waits for a free ring slot (None: forever).
+    network namespace, see :func:`locate_host`). Tensor ids: by default
+    from a worker slot this process claims on the host (workload/id_slots.py:
+    unique across every process and connection of the host; waits up to
+    ``ids_timeout`` seconds for a free slot, then raises IdSlotsExhausted).
+    ``worker_id``: a Snowflake worker id of your choosing instead, which
+    bypasses the allocator (two processes given one worker id make the same
+    ids); ``ids``: a generator of your own (anything with ``next_id()``).
+    ``overrun_timeout``: seconds ``send`` waits for a free ring slot (None:
+    forever).
     """
 
     def __init__(self, sock: socket.socket, *, worker_id: int | None = None,
                  pin_dir: str | os.PathLike | None = None, ids: Snowflake | None = None,
-                 overrun_timeout: float | None = 10.0):
+                 overrun_timeout: float | None = 10.0,
+                 ids_timeout: float = DEFAULT_CLAIM_TIMEOUT):
         if not isinstance(sock, socket.socket):
             raise TypeError(f"sock: must be a socket.socket, got {type(sock).__name__}")
         if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM:
@@ -228,11 +243,13 @@ class TensorSender:
         self.pin_dir = Path(pin_dir) if pin_dir is not None else location.pin_dir
         if ids is None:
             if worker_id is None:
-                worker_id = (location.index if location is not None
-                             else self.key.saddr) % (1 << DEFAULT_WORKER_BITS)
-            ids = _shared_generator(worker_id)
-        elif worker_id is not None and worker_id != ids.worker_id:
-            raise ValueError(f"worker_id: {worker_id} differs from ids.worker_id={ids.worker_id}; "
+                ids = _host_ids(location, self.key, ids_timeout)
+                ids.claim()  # fail here, not at the first send, when the host is full
+            else:
+                ids = _shared_generator(worker_id)
+        elif worker_id is not None and worker_id != getattr(ids, "worker_id", None):
+            raise ValueError(f"worker_id: {worker_id} differs from ids.worker_id="
+                             f"{getattr(ids, 'worker_id', None)}; "
                              "give one or the other")
         self.ids = ids
         self._closed = False
