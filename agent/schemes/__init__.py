@@ -3,8 +3,14 @@
 One module per scheme, mirroring ``bpf/include/talb/schemes/`` file for
 file, so that the C and the Python of a scheme can be read side by side:
 
+    pick.py     schemes/pick.h     usable ports, the per-CPU xorshift32 draw
     ecmp.py     schemes/ecmp.h     5-tuple hash mod n
+    rps.py      schemes/rps.h      a random usable port per packet
+    letflow.py  schemes/letflow.h  flowlets on random ports
+    drill.py    schemes/drill.h    DRILL(d, m) over per-port queue estimates
     talb.py     schemes/talb.h     TaLB (and what the agent publishes for it)
+
+CONGA (TALB_SCHEME_CONGA) has neither yet: docs/schemes.md.
 
 The models hold no kernel state; the property tests
 (tests/test_schemes_switch.py, tests/test_talb_switch.py) run them beside
