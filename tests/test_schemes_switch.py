@@ -500,3 +500,16 @@ def test_talb_with_a_random_fallback_matches_model(sw):
 
     check()
     assert all(n >= 10 for n in seen.values()), seen    # every way to the fallback ran
+
+
+def test_testbed_up_refuses_an_unimplemented_scheme_before_building():
+    from conftest import new_prefix
+    from netns_topology import LeafSpine
+    from talb import testbed
+
+    topo = LeafSpine(spines=1, leaves=1, hosts_per_leaf=1)
+    topo.scheme = "conga"
+    prefix = new_prefix()
+    with pytest.raises(testbed.TestbedError, match="scheme: 'conga' is not implemented"):
+        testbed.up(topo, prefix)
+    assert not testbed.exists(prefix) and not testbed.namespaces(prefix)
