@@ -25,7 +25,8 @@ from agent.maps import (
 __all__ = [
     "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
     "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS",
-    "parse_params", "set_port_rates", "read_port_queues", "set_release", "set_hash_seed",
+    "parse_params", "set_port_rates", "read_port_queues", "set_conga_leaves",
+    "read_conga_tables", "set_release", "set_hash_seed",
     "set_talb_config",
     "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
     "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
@@ -57,6 +58,18 @@ def _scheme_id(name: str) -> int:
             f"scheme {name!r} is not implemented in the data path yet "
             f"(implemented: {', '.join(sorted(IMPLEMENTED_SCHEMES))})")
     return SCHEMES[key]
+
+
+def _fallback_id(name: str, what: str) -> int:
+    """The id of a scheme TaLB may hand untagged packets to."""
+    fid = _scheme_id(name)
+    if fid == SCHEMES["talb"]:
+        raise SchemeError(f"{what}: TaLB cannot be its own fallback (untagged packets "
+                          f"carry no tensor)")
+    if fid == SCHEMES["conga"]:
+        raise SchemeError(f"{what}: CONGA cannot be TaLB's fallback (it needs every packet "
+                          f"of the fabric, to carry its option leaf to leaf)")
+    return fid
 
 
 def port_flags(is_host: bool, up: bool) -> int:
@@ -192,6 +205,11 @@ def read_config(maps: SwitchMaps) -> dict:
         "flowlet_timeout_us": cfg.flowlet_timeout_us or CONST["TALB_DEFAULT_FLOWLET_US"],
         "drill_d": cfg.drill_d or CONST["TALB_DEFAULT_DRILL_D"],
         "drill_m": cfg.drill_m,
+        "conga_dre_us": cfg.conga_dre_us or CONST["TALB_DEFAULT_CONGA_DRE_US"],
+        "conga_age_us": cfg.conga_age_us or CONST["TALB_DEFAULT_CONGA_AGE_US"],
+        "conga_alpha_shift": cfg.conga_alpha_shift or CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
+        "conga_q_bits": cfg.conga_q_bits or CONST["TALB_DEFAULT_CONGA_Q_BITS"],
+        "conga_leaf": cfg.conga_leaf - 1 if cfg.conga_leaf else None,
     }
 
 
@@ -228,6 +246,11 @@ SCHEME_PARAMS: Mapping[str, Mapping[str, tuple]] = {
     "letflow": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000)},
     "drill": {"d": ("drill_d", 1, CONST["TALB_DRILL_MAX_D"]),
               "m": ("drill_m", 0, CONST["TALB_DRILL_MAX_M"])},
+    "conga": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000),
+              "dre_us": ("conga_dre_us", 1, 1_000_000),
+              "alpha_shift": ("conga_alpha_shift", 1, 4),
+              "q_bits": ("conga_q_bits", 1, 8),
+              "age_us": ("conga_age_us", 1, 100_000_000)},
     "talb": {"fallback": ("fallback_scheme", None, None),
              "tensor_limit": ("tensor_limit", 1, TALB_MAX_TENSORS),
              "idle_us": ("tensor_idle_us", 1, 0xFFFFFFFF)},
@@ -289,10 +312,7 @@ def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
         if scheme != "talb":
             raise SchemeError(f"--param fallback={params['fallback']}: only TaLB has a "
                               f"fallback scheme (for untagged packets), not {scheme}")
-        fid = _scheme_id(params["fallback"])
-        if fid == SCHEMES["talb"]:
-            raise SchemeError(f"--param fallback={params['fallback']}: TaLB cannot be its "
-                              f"own fallback (untagged packets carry no tensor)")
+        fid = _fallback_id(params["fallback"], f"--param fallback={params['fallback']}")
         cfg.fallback_scheme = fid
         fallback = SCHEME_NAMES[fid]
     known = _params_of(scheme, fallback)
@@ -333,6 +353,37 @@ def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple]) -> None:
             int(rate_bps) // 8, int(limit), int(burst))
 
 
+def set_conga_leaves(maps: SwitchMaps, leaf: int | None, host_leaf: Mapping[str, int]) -> None:
+    """CONGA's view of the fabric: this switch's leaf id (None: a spine) and
+    every host's leaf (``{"198.18.0.1": 0, ...}``): the source leaf pushes
+    its id, and keys its congestion-to-leaf table by the destination's."""
+    from agent.maps import IPv4Key
+
+    top = CONST["TALB_CONGA_MAX_LEAVES"]
+    for ip, lid in host_leaf.items():
+        if not 0 <= int(lid) < top:
+            raise ValueError(f"set_conga_leaves: host {ip}: leaf id {lid} not in 0..{top - 1}")
+    if leaf is not None and not 0 <= int(leaf) < top:
+        raise ValueError(f"set_conga_leaves: leaf id {leaf} not in 0..{top - 1}")
+    for ip, lid in host_leaf.items():
+        maps.conga_leaf_of[IPv4Key.of(ip)] = int(lid)
+    with config_update(maps) as cfg:
+        cfg.conga_leaf = 0 if leaf is None else int(leaf) + 1
+
+
+def read_conga_tables(maps: SwitchMaps, now_ns: int | None = None) -> dict:
+    """``{"to_leaf": {(leaf, lbtag): (metric, age_s)}, "from_leaf": {...}}``:
+    the entries written so far (CONGA's congestion-to-leaf and -from-leaf)."""
+    now = _monotonic_ns() if now_ns is None else now_ns
+    width = TALB_MAX_GROUP_PORTS
+    out: dict = {"to_leaf": {}, "from_leaf": {}}
+    for name in out:
+        for k, e in getattr(maps, f"conga_{name}").items():
+            if e.valid:
+                out[name][(k // width, k % width)] = (e.metric, max(0, now - e.updated_ns) / 1e9)
+    return out
+
+
 def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
     """``{ifindex: bytes}``: the data path's queue estimate of each port now
     (drained to ``now_ns`` as the data path would, agent/schemes/drill.py)."""
@@ -369,11 +420,7 @@ def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
     ``queue.bands``); ``layers_per_band``: layers per tagged band."""
     with config_update(maps) as cfg:
         if fallback is not None:
-            fid = _scheme_id(fallback)
-            if fid == SCHEMES["talb"]:
-                raise SchemeError("fallback: TaLB cannot be its own fallback (untagged packets "
-                                  "carry no tensor)")
-            cfg.fallback_scheme = fid
+            cfg.fallback_scheme = _fallback_id(fallback, "fallback")
         # field: (value, largest allowed, the range as the error names it); 1 is the least
         limits = {
             "tensor_limit": (tensor_limit, TALB_MAX_TENSORS,

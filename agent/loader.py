@@ -40,7 +40,8 @@ PROG_NAME = "talb_switch_tc"
 #: scheme_progs map at the scheme's id (ECMP runs in the main program; a
 #: scheme without a program falls back to ECMP there)
 SCHEME_PROGS = {"rps": "talb_scheme_rps", "letflow": "talb_scheme_letflow",
-                "drill": "talb_scheme_drill", "talb": "talb_scheme_talb"}
+                "drill": "talb_scheme_drill", "conga": "talb_scheme_conga",
+                "talb": "talb_scheme_talb"}
 
 
 def expand_source(path: str | os.PathLike = SWITCH_SRC,
@@ -83,7 +84,7 @@ class SwitchDatapath(BpfDatapath):
         ``release_sk``; for TaLB: ECMP as the fallback for untagged
         packets, TALB_MAX_TENSORS live tensors, TALB_DEFAULT_IDLE_US idle
         timeout, one priority band; the baselines' defaults (LetFlow's
-        flowlet gap, DRILL's d and m: docs/schemes.md). agent.control's
+        flowlet gap, DRILL's d and m, CONGA's DRE and aging: docs/schemes.md). agent.control's
         set_scheme and set_talb_config change them. ``reuse_pins=True`` binds the program to the maps
         already pinned in ``pin_dir`` (state and config kept) when they all
         exist."""
@@ -137,4 +138,8 @@ class SwitchDatapath(BpfDatapath):
             tensor_idle_us=CONST["TALB_DEFAULT_IDLE_US"],
             n_bands=1, layers_per_band=CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
             flowlet_timeout_us=CONST["TALB_DEFAULT_FLOWLET_US"],
-            drill_d=CONST["TALB_DEFAULT_DRILL_D"], drill_m=CONST["TALB_DEFAULT_DRILL_M"])
+            drill_d=CONST["TALB_DEFAULT_DRILL_D"], drill_m=CONST["TALB_DEFAULT_DRILL_M"],
+            conga_dre_us=CONST["TALB_DEFAULT_CONGA_DRE_US"],
+            conga_age_us=CONST["TALB_DEFAULT_CONGA_AGE_US"],
+            conga_alpha_shift=CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
+            conga_q_bits=CONST["TALB_DEFAULT_CONGA_Q_BITS"])

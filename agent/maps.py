@@ -39,6 +39,7 @@ __all__ = [
     "CONST", "SCHEMES", "SCHEME_NAMES", "IMPLEMENTED_SCHEMES", "COUNTER_NAMES",
     "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
     "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "SchemeScratch",
+    "CongaDre", "CongaMetric",
     "Map",
     "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
     "constant", "counter_names",
@@ -152,7 +153,7 @@ SCHEMES = MappingProxyType({
 })
 SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
 #: schemes the data path implements (the others fall back to ECMP there)
-IMPLEMENTED_SCHEMES = frozenset({"ecmp", "rps", "letflow", "drill", "talb"})
+IMPLEMENTED_SCHEMES = frozenset({"ecmp", "rps", "letflow", "drill", "conga", "talb"})
 TALB_DRILL_MAX_M = _c("TALB_DRILL_MAX_M")
 
 
@@ -296,8 +297,27 @@ class TalbConfig(ctypes.Structure):
         ("flowlet_timeout_us", ctypes.c_uint32),
         ("drill_d", ctypes.c_uint16),
         ("drill_m", ctypes.c_uint16),
-        ("reserved", ctypes.c_uint32 * 6),
+        ("conga_dre_us", ctypes.c_uint32),
+        ("conga_age_us", ctypes.c_uint32),
+        ("conga_alpha_shift", ctypes.c_uint8),
+        ("conga_q_bits", ctypes.c_uint8),
+        ("conga_leaf", ctypes.c_uint8),
+        ("conga_pad", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint32 * 3),
     ]
+
+
+class CongaDre(ctypes.Structure):
+    """A port's discounting rate estimator (struct conga_dre)."""
+
+    _fields_ = [("x", ctypes.c_uint64), ("last_ns", ctypes.c_uint64)]
+
+
+class CongaMetric(ctypes.Structure):
+    """A CONGA table entry (struct conga_metric)."""
+
+    _fields_ = [("metric", ctypes.c_uint32), ("valid", ctypes.c_uint32),
+                ("updated_ns", ctypes.c_uint64)]
 
 
 class FlowKey(ctypes.Structure):
@@ -665,6 +685,11 @@ MAP_SPECS = MappingProxyType({
     "port_rate": (ctypes.c_uint32, PortRate, sc.BPF_MAP_TYPE_ARRAY),
     "port_queue": (ctypes.c_uint32, PortQueue, sc.BPF_MAP_TYPE_ARRAY),
     "drill_mem": (ctypes.c_uint32, DrillMem, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "conga_dre": (ctypes.c_uint32, CongaDre, sc.BPF_MAP_TYPE_ARRAY),
+    "conga_to_leaf": (ctypes.c_uint32, CongaMetric, sc.BPF_MAP_TYPE_ARRAY),
+    "conga_from_leaf": (ctypes.c_uint32, CongaMetric, sc.BPF_MAP_TYPE_ARRAY),
+    "conga_fb_cursor": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
+    "conga_leaf_of": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
 })
 
 
@@ -673,7 +698,8 @@ class SwitchMaps(MapSet):
     (``.ports``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
     ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
     ``.tensor_count``, ``.scheme_progs``, ``.scheme_scratch``, ``.rng``, ``.flowlets``, ``.port_rate``, ``.port_queue``,
-    ``.drill_mem``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
+    ``.drill_mem``, ``.conga_dre``, ``.conga_to_leaf``, ``.conga_from_leaf``,
+    ``.conga_fb_cursor``, ``.conga_leaf_of``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
     any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""
 
     SPECS = MAP_SPECS

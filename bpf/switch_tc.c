@@ -87,6 +87,83 @@ static __always_inline int talb_strip_option(struct __sk_buff *skb)
 	return 0;
 }
 
+/* CONGA's option (schemes/conga.h) on the packet. The checksum is fixed
+ * incrementally (RFC 1624, bpf_csum_diff) like talb_strip_option's. */
+
+/* Push `o` right after the base header (in front of any other option):
+ * IHL + 2, total length + 8. 0 on success; -1 with the packet as it was
+ * (no room: IHL would pass 15), or unusable (the caller drops it). */
+static __always_inline int conga_push(struct __sk_buff *skb, const struct conga_opt *o)
+{
+	__u32 from[1], to[1 + TALB_CONGA_IPOPT_LEN / 4];
+	__u8 *w0 = (__u8 *)to;
+	__s64 diff;
+
+	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), from, sizeof(from)))
+		return -1;
+	to[0] = from[0];
+	if ((w0[0] & 0x0F) + TALB_CONGA_IPOPT_LEN / 4 > 15)
+		return -1;
+	w0[0] += TALB_CONGA_IPOPT_LEN / 4;
+	*(__be16 *)&w0[2] = bpf_htons(bpf_ntohs(*(__be16 *)&w0[2]) + TALB_CONGA_IPOPT_LEN);
+	__builtin_memcpy(&to[1], o, TALB_CONGA_IPOPT_LEN);
+	/* the header's sum: minus the old first word, plus the new one and
+	 * the option */
+	diff = bpf_csum_diff(from, sizeof(from), to, sizeof(to), 0);
+	if (diff < 0)
+		return -1;
+	if (bpf_skb_adjust_room(skb, TALB_CONGA_IPOPT_LEN, BPF_ADJ_ROOM_NET, 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), to, 4, 0) ||
+	    bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + TALB_IP_BASE_LEN, &to[1],
+				TALB_CONGA_IPOPT_LEN, 0))
+		return -2;
+	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
+				0, diff, 0))
+		return -2;
+	return 0;
+}
+
+/* Remove the first option, CONGA's (8 bytes). 0 on success. */
+static __always_inline int conga_strip(struct __sk_buff *skb)
+{
+	__u32 from[1 + TALB_CONGA_IPOPT_LEN / 4], to[1];
+	__u8 *w0 = (__u8 *)to;
+	__s64 diff;
+
+	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), from, 4) ||
+	    bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + TALB_IP_BASE_LEN, &from[1],
+			       TALB_CONGA_IPOPT_LEN))
+		return -1;
+	to[0] = from[0];
+	w0[0] -= TALB_CONGA_IPOPT_LEN / 4;
+	*(__be16 *)&w0[2] = bpf_htons(bpf_ntohs(*(__be16 *)&w0[2]) - TALB_CONGA_IPOPT_LEN);
+	diff = bpf_csum_diff(from, sizeof(from), to, sizeof(to), 0);
+	if (diff < 0)
+		return -1;
+	if (bpf_skb_adjust_room(skb, -TALB_CONGA_IPOPT_LEN, BPF_ADJ_ROOM_NET, 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), to, sizeof(to), 0))
+		return -1;
+	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
+				0, diff, 0))
+		return -1;
+	return 0;
+}
+
+/* Raise the option's CE to `ce` (its 16-bit word with FB_LBTag). */
+static __always_inline int conga_raise(struct __sk_buff *skb, const struct conga_opt *o,
+				       __u8 ce)
+{
+	__u32 off = sizeof(struct ethhdr) + TALB_IP_BASE_LEN + offsetof(struct conga_opt, ce);
+	__u8 old[2] = { o->ce, o->fb_lbtag }, new[2] = { ce, o->fb_lbtag };
+
+	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
+				*(__be16 *)old, *(__be16 *)new, 2))
+		return -1;
+	return bpf_skb_store_bytes(skb, off, new, 2, 0);
+}
+
 /* Act on a forwarding verdict: the last hop's strip, the band, the
  * first-hop release, the redirect. The end of every entry point. */
 static __always_inline int talb_act(struct __sk_buff *skb, struct talb_pkt *pkt,
@@ -198,13 +275,13 @@ int talb_switch_tc(struct __sk_buff *skb)
 	}
 	if (talb_scheme_clock(cfg))
 		now = bpf_ktime_get_ns();
-	if (g->n_ports > 1) {
-		if (cfg->scheme != TALB_SCHEME_ECMP) {
-			talb_tail(skb, &pkt, gid, now, cfg->scheme, 0);
-			talb_count(CNT_SCHEME_FALLBACK);        /* no such program */
-		}
-		idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
+	if (cfg->scheme == TALB_SCHEME_CONGA ||   /* every hop: CE, options */
+	    (g->n_ports > 1 && cfg->scheme != TALB_SCHEME_ECMP)) {
+		talb_tail(skb, &pkt, gid, now, cfg->scheme, 0);
+		talb_count(CNT_SCHEME_FALLBACK);        /* no such program */
 	}
+	if (g->n_ports > 1)
+		idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
 	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
 }
 
@@ -274,4 +351,110 @@ int talb_scheme_drill(struct __sk_buff *skb)
 int talb_scheme_talb(struct __sk_buff *skb)
 {
 	return talb_scheme_entry(skb, TALB_SCHEME_TALB);
+}
+
+/* CONGA's program: every packet of a switch running CONGA comes here (the
+ * option is pushed, raised or stripped at every hop, schemes/conga.h). */
+int talb_scheme_conga(struct __sk_buff *skb)
+{
+	__u32 zero = 0, idx = 0, dcnt = CNT_DECISION_SINGLE, gid, dst_leaf;
+	const struct talb_config *cfg = talb_config_get();
+	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+	struct talb_verdict v = {};
+	struct conga_opt opt = {};
+	struct conga_params pp;
+	struct talb_pkt pkt;
+	struct fwd_group *g;
+	struct port_info *in;
+	struct iphdr *iph;
+	void *data, *data_end;
+	__u32 *leaf, in_flags, q;
+	__u64 now;
+	int has;
+
+	if (!s || !cfg) {
+		talb_count(CNT_PASS_GROUP_EMPTY);
+		return TC_ACT_OK;
+	}
+	pkt = s->pkt;
+	now = s->now;
+	gid = s->gid;
+	g = groups.lookup(&gid);
+	if (!g || g->n_ports == 0 || g->n_ports > TALB_MAX_GROUP_PORTS) {
+		talb_count(CNT_PASS_GROUP_EMPTY);
+		return TC_ACT_OK;
+	}
+	conga_params_of(cfg, &pp);
+	in = ports.lookup(&pkt.ingress_ifindex);
+	in_flags = in ? in->flags : 0;
+	leaf = conga_leaf_of.lookup(&pkt.daddr_be);
+	dst_leaf = leaf && *leaf < TALB_CONGA_MAX_LEAVES ? *leaf : TALB_CONGA_NO_LEAF;
+
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	iph = data + sizeof(struct ethhdr);
+	if ((void *)(iph + 1) > data_end) {
+		talb_count(CNT_PASS_MALFORMED);
+		return TC_ACT_OK;
+	}
+	has = parse_conga_option(iph, data_end, &opt);
+
+	if (g->n_ports > 1) {
+		dcnt = CNT_DECISION_CONGA;
+		idx = conga_select(&pkt, g, g->n_ports, cfg, now, dst_leaf);
+		/* through a map value: the verifier forgets how idx was
+		 * computed (conga_select's verifier note) */
+		s->flags = idx;
+		idx = s->flags;
+	}
+	if (!talb_verdict_for(&pkt, g, cfg, idx, dcnt, now, &v)) {
+		talb_count(v.reason);
+		return TC_ACT_OK;
+	}
+	q = conga_port_metric(v.egress_port_id, &pp, now);
+	if (!(v.egress_flags & PORT_HOST)) {
+		if (!has && cfg->conga_leaf && (in_flags & PORT_HOST)) {
+			struct conga_opt o = {
+				.type = TALB_CONGA_IPOPT_TYPE, .len = TALB_CONGA_IPOPT_LEN,
+				.src_leaf = cfg->conga_leaf - 1, .lbtag = idx, .ce = q,
+				.flags = TALB_CONGA_VERSION,
+			};
+			int r;
+
+			conga_feedback(dst_leaf, &pp, now, &o);
+			r = conga_push(skb, &o);
+			if (r == 0) {
+				talb_count(CNT_CONGA_PUSHED);
+				pkt.len = skb->len;
+			} else {
+				talb_count(CNT_CONGA_PUSH_FAIL);
+				if (r == -2)
+					return TC_ACT_SHOT;     /* half-written */
+			}
+		} else if (has && q > opt.ce) {
+			if (conga_raise(skb, &opt, q) == 0)
+				talb_count(CNT_CONGA_CE_RAISED);
+		}
+	} else if (has) {
+		struct talb_opt *t;
+
+		conga_record(&opt, now);
+		if (conga_strip(skb)) {
+			talb_count(CNT_CONGA_DROP_STRIP_FAIL);
+			return TC_ACT_SHOT;
+		}
+		talb_count(CNT_CONGA_STRIPPED);
+		pkt.len = skb->len;
+		/* The TaLB option, if any, is first now: strippable as a host
+		 * sent it (parse_talb_option's rule: type and length right,
+		 * the only option) -- without parsing the packet again. */
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		iph = data + sizeof(struct ethhdr);
+		t = (struct talb_opt *)(iph + 1);
+		if ((void *)(t + 1) <= data_end && iph->ihl * 4 == TALB_IP_BASE_LEN + TALB_IPOPT_LEN &&
+		    t->type == TALB_IPOPT_TYPE && t->len == TALB_IPOPT_LEN)
+			pkt.flags |= TALB_PKT_OPT_STRIP;
+	}
+	return talb_act(skb, &pkt, &v);
 }

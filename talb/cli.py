@@ -97,7 +97,7 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--oversubscription", type=float, help="Derive the leaf-spine rate from this ratio instead of --link-rate.")
 @click.option("--queue-limit", help="Byte limit of each port queue, e.g. 150kb [150kb].")
 @click.option("--tcp-cc", help="Hosts' TCP congestion control: cubic, bbr or reno [cubic].")
-@click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill or talb [ecmp] "
+@click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
                                 "(parameters: `talb scheme NAME --param ...`).")
 @click.option("--datapath", type=click.Choice(testbed.DATAPATHS), default="bpf", show_default=True,
               help="bpf: the switch programs forward; bridge: the kernel bridge alone (a baseline).")
@@ -376,6 +376,7 @@ def _print_tensor_table(st: dict, limit: int) -> None:
 @click.argument("name", required=False)
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="A parameter of the scheme (repeatable): letflow flowlet_us; drill d, m; "
+                   "conga flowlet_us, dre_us, alpha_shift, q_bits, age_us; "
                    "talb fallback, tensor_limit, idle_us (and its fallback's). "
                    "Defaults and why: docs/schemes.md.")
 @PREFIX_OPTION

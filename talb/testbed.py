@@ -81,12 +81,6 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     if agent is not None and datapath != "bpf":
         raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
                            "to manage (use --no-agent with --datapath bridge)")
-    if datapath == "bpf":
-        from agent.maps import IMPLEMENTED_SCHEMES
-
-        if topo.scheme not in IMPLEMENTED_SCHEMES:   # refused before anything is built
-            raise TestbedError(f"scheme: {topo.scheme!r} is not implemented in the data path "
-                               f"yet (implemented: {', '.join(sorted(IMPLEMENTED_SCHEMES))})")
     require_root()
     if exists(prefix):
         if not replace:

@@ -395,7 +395,7 @@ def test_drill_matches_model(sw):
 
 
 # --- every scheme ---------------------------------------------------------------------------
-@pytest.mark.parametrize("scheme,params", [("rps", {}), ("letflow", {"flowlet_us": 1}),
+@pytest.mark.parametrize("scheme,params", [("rps", {}), ("letflow", {"flowlet_us": 1}), ("conga", {"flowlet_us": 1}),
                                            ("drill", {"d": 4, "m": 2})])
 def test_down_ports_are_never_chosen(sw, scheme, params):
     """Down ports still in the group (before the agent regroups): never
@@ -424,6 +424,14 @@ def test_scheme_params_validated_and_shown(sw):
     assert control.scheme_params(sw.maps) == {"d": 3, "m": 0}
     with pytest.raises(control.SchemeError, match="fallback=talb: TaLB cannot"):
         control.set_scheme(sw.maps, "talb", {"fallback": "talb"})
+    with pytest.raises(control.SchemeError, match="fallback=conga: CONGA cannot"):
+        control.set_scheme(sw.maps, "talb", {"fallback": "conga"})
+    assert control.set_scheme(sw.maps, "conga", {"alpha_shift": "2", "q_bits": "4",
+                                                 "flowlet_us": "500"}) == {
+        "flowlet_us": 500, "dre_us": 125, "alpha_shift": 2, "q_bits": 4, "age_us": 20000}
+    with pytest.raises(control.SchemeError, match=r"--param alpha_shift=5: must be 1\.\.4"):
+        control.set_scheme(sw.maps, "conga", {"alpha_shift": "5"})
+    control.set_scheme(sw.maps, "drill", {"d": "3", "m": "0"})
     got = control.set_scheme(sw.maps, "talb", {"fallback": "letflow", "flowlet_us": "300"})
     assert got["fallback"] == "letflow" and got["flowlet_us"] == 300
     assert control.set_scheme(sw.maps, "letflow") == {"flowlet_us": 300}
@@ -502,14 +510,208 @@ def test_talb_with_a_random_fallback_matches_model(sw):
     assert all(n >= 10 for n in seen.values()), seen    # every way to the fallback ran
 
 
-def test_testbed_up_refuses_an_unimplemented_scheme_before_building():
-    from conftest import new_prefix
-    from netns_topology import LeafSpine
-    from talb import testbed
+# --- CONGA -----------------------------------------------------------------------------------
+# This switch is leaf 0 (SRC behind p0, DST1 behind p5, both host ports
+# here); DST4 is a host of leaf 1, reached over the uplinks p1..p4 (LBTag =
+# group index); DST_SPINE stands for a spine's single-port forwarding.
+LEAF = 0
+DST_LEAF = 1
+DST_SPINE = "198.18.2.7"
 
-    topo = LeafSpine(spines=1, leaves=1, hosts_per_leaf=1)
-    topo.scheme = "conga"
-    prefix = new_prefix()
-    with pytest.raises(testbed.TestbedError, match="scheme: 'conga' is not implemented"):
-        testbed.up(topo, prefix)
-    assert not testbed.exists(prefix) and not testbed.namespaces(prefix)
+
+def conga_reset(sw, params=None, rng=0x1234567):
+    from agent import control
+
+    sw.reset("ecmp", rng=rng)
+    sw.maps.conga_dre.clear()
+    sw.maps.conga_to_leaf.clear()
+    sw.maps.conga_from_leaf.clear()
+    sw.maps.conga_fb_cursor.clear()
+    control.program_switch(sw.maps, [(n, sw.ifindex[n], n in ("p0", "p5"), True)
+                                     for n in sw.port_names],
+                           {DST4: sw.group, DST1: [sw.ifindex["p5"]],
+                            DST_SPINE: [sw.ifindex["p2"]]}, scheme="ecmp")
+    control.set_conga_leaves(sw.maps, LEAF, {SRC: LEAF, DST1: LEAF, DST4: DST_LEAF})
+    # every parameter given: earlier tests leave theirs in the config
+    defaults = {"flowlet_us": 500, "dre_us": 125, "alpha_shift": 3, "q_bits": 3,
+                "age_us": 20_000}
+    control.set_scheme(sw.maps, "conga", {**defaults, **(params or {})})
+
+
+def conga_opt(src_leaf=DST_LEAF, lbtag=2, ce=5, fb=None):
+    """The option's 8 bytes (bpf/include/talb/conga_option.h)."""
+    from agent.maps import CONST
+
+    flags = CONST["TALB_CONGA_VERSION"] | (CONST["TALB_CONGA_F_FB"] if fb else 0)
+    fb_tag, fb_metric = fb or (0, 0)
+    return bytes([CONST["TALB_CONGA_IPOPT_TYPE"], 8, src_leaf, lbtag, ce, fb_tag, fb_metric, flags])
+
+
+def ip_pkt(src=SRC, dst=DST4, sport=40000, options=b"", talb=None, payload=b"c" * 40):
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    opts = []
+    if options or talb is not None:
+        raw = options + (bytes(talb.scapy()) if talb is not None else b"")
+        opts = [Raw(raw)]
+    return bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+                 / IP(src=src, dst=dst, options=opts)
+                 / TCP(sport=sport, dport=5201, flags="A") / payload)
+
+
+def ip_checksum_ok(frame: bytes) -> bool:
+    from scapy.utils import checksum
+
+    return checksum(frame[14:14 + (frame[14] & 0x0F) * 4]) == 0
+
+
+def _run_out(sw, data, ingress):
+    """(egress port, the frame as it leaves)."""
+    before = sw.tx()
+    ret, out = sw.run(data, ingress)
+    moved = {k: v - before[k] for k, v in sw.tx().items() if v != before[k]}
+    assert ret == TC_ACT_REDIRECT, ret
+    (port, n), = moved.items()
+    return port, out
+
+
+def test_conga_source_leaf_pushes_its_option_before_talbs(sw):
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    from talb.wire import TaLBHeader
+
+    conga_reset(sw)
+    data = ip_pkt(talb=TaLBHeader(7, 1, 10, 0, False))
+    port, out = _run_out(sw, data, "p0")
+    assert len(out) == len(data) + 8 and out[14] & 0x0F == 5 + 3 + 2
+    assert ip_checksum_ok(out)
+    opt = out[34:42]
+    assert opt[:4] == bytes([0x9F, 8, LEAF, UPLINKS.index(port)]), opt.hex()
+    assert opt[7] & 0x03 == 1 and not opt[7] & 0x04       # version 1, no feedback yet
+    assert out[42] == 0x9E                                 # TaLB's option next, unchanged
+    assert out[42:54] == data[34:46]
+    assert bytes(Ether(out)[TCP].payload) == b"c" * 40
+    assert IP(out[14:]).len == IP(data[14:]).len + 8
+    c = sw.counters()
+    assert c["conga_pushed"] == 1 and c["decision_conga"] == 1 and c["flowlet_new"] == 1
+
+
+def test_conga_hop_raises_ce_to_its_egress_metric(sw):
+    from agent.maps import CongaDre
+
+    conga_reset(sw)
+    # p2 loaded: X = C * tau at this instant (metric 7 of 3 bits), clock ahead
+    far = mono_ns() + 10**9
+    sw.maps.conga_dre[sw.port_id("p2")] = CongaDre(12_500_000 * 1_000_000 // 10**9, far)
+    port, out = _run_out(sw, ip_pkt(dst=DST_SPINE, options=conga_opt(ce=2)), "p1")
+    assert port == "p2" and out[34 + 4] == 7 and ip_checksum_ok(out)
+    assert sw.counters()["conga_ce_raised"] == 1
+    # a lower egress metric leaves CE alone
+    sw.maps.conga_dre.clear()
+    port, out = _run_out(sw, ip_pkt(dst=DST_SPINE, options=conga_opt(ce=2)), "p1")
+    assert out[34 + 4] == 2 and sw.counters()["conga_ce_raised"] == 1
+
+
+def test_conga_destination_leaf_records_strips_and_the_host_sees_neither(sw):
+    from agent import control
+    from talb.wire import TaLBHeader
+
+    conga_reset(sw)
+    data = ip_pkt(dst=DST1, options=conga_opt(lbtag=2, ce=5, fb=(1, 6)),
+                  talb=TaLBHeader(9, 0, 10, 3, False))
+    port, out = _run_out(sw, data, "p1")
+    assert port == "p5"
+    assert out[14] & 0x0F == 5 and len(out) == len(data) - 8 - 12 and ip_checksum_ok(out)
+    assert out[34:] == data[54:]                            # TCP onwards untouched
+    t = control.read_conga_tables(sw.maps)
+    assert {k: m for k, (m, _) in t["from_leaf"].items()} == {(DST_LEAF, 2): 5}
+    assert {k: m for k, (m, _) in t["to_leaf"].items()} == {(DST_LEAF, 1): 6}
+    c = sw.counters()
+    assert c["conga_stripped"] == 1 and c["conga_fb_received"] == 1 and c["stripped"] == 1
+
+
+def test_conga_feedback_round_trip_moves_new_flowlets(sw):
+    """Leaf 1's feedback says LBTag 1 (p2) is congested: new flowlets to
+    leaf 1 leave p2 alone until that metric ages out; and what this leaf
+    saw from leaf 1 goes back to it on the next packet there."""
+    from agent.maps import CongaMetric
+
+    conga_reset(sw, {"age_us": 2_000_000})     # 2 s: longer than this test's 60 packets
+    _run_out(sw, ip_pkt(dst=DST1, options=conga_opt(lbtag=3, ce=4, fb=(1, 6))), "p1")
+    seen = {}
+    for i in range(60):
+        port, out = _run_out(sw, ip_pkt(sport=41000 + i), "p0")   # 60 new flowlets
+        seen[port] = seen.get(port, 0) + 1
+        if i == 0:      # the feedback for leaf 1: LBTag 3 at 4
+            assert out[34 + 5:34 + 8] == bytes([3, 4, 0x05]), out[34:42].hex()
+    assert "p2" not in seen and set(seen) == {"p1", "p3", "p4"}, seen
+    # aged out: p2 is as good as the others again
+    k = DST_LEAF * 8 + 1
+    e = sw.maps.conga_to_leaf[k]
+    sw.maps.conga_to_leaf[k] = CongaMetric(e.metric, 1, mono_ns() - 2_100_000_000)
+    seen = {_run_out(sw, ip_pkt(sport=42000 + i), "p0")[0] for i in range(60)}
+    assert seen == set(UPLINKS), seen
+
+
+def test_conga_matches_model(sw):
+    """New flowlets against the model: local metrics from each uplink's DRE
+    (decayed to the instant the program decided: the chosen port's DRE
+    update records it), remote metrics with aging, random ties."""
+    from agent.maps import CongaDre, CongaMetric, PortRate
+    from agent.schemes.conga import CongaModel, CongaParams, Dre, Entry, metric
+    from agent.schemes.pick import Rng
+
+    params = CongaParams(age_us=5_000)
+    dre_st = st.tuples(st.integers(0, 40_000), st.integers(0, 3_000))     # bytes, us ago
+    remote_st = st.tuples(st.integers(0, 7), st.integers(0, 8_000))      # metric, us ago
+
+    @hypothesis.settings(max_examples=60, deadline=None, derandomize=True)
+    @hypothesis.given(st.integers(1, 2**32 - 1), st.lists(dre_st, min_size=4, max_size=4),
+                      st.lists(remote_st, min_size=4, max_size=4),
+                      st.sets(st.sampled_from(UPLINKS), max_size=3), st.integers(1, 6))
+    def check(state, dres, remotes, down, packets):
+        conga_reset(sw, {"age_us": params.age_us}, rng=state)
+        if down:
+            sw.set_down(down)
+        model = CongaModel(params)
+        rng = Rng(state)
+        now0 = mono_ns()
+        dre = {}
+        for p, (x, ago) in zip(UPLINKS, dres):
+            dre[p] = Dre(x, now0 - ago * 1000)
+            sw.maps.conga_dre[sw.port_id(p)] = CongaDre(dre[p].x, dre[p].last_ns)
+        for i, (m, ago) in enumerate(remotes):
+            sw.maps.conga_to_leaf[DST_LEAF * 8 + i] = CongaMetric(m, 1, now0 - ago * 1000)
+            model.to_leaf[(DST_LEAF, i)] = Entry(m, now0 - ago * 1000)
+        rate = sw.maps.port_rate[sw.port_id("p1")].bytes_per_s
+        up = up_set(sw, down)
+        for j in range(packets):
+            data = ip_pkt(sport=43000 + j)
+            before = sw.tx()
+            ret, out = sw.run(data, "p0")
+            moved = [k for k, v in sw.tx().items() if v != before[k]]
+            if not up:
+                assert ret == TC_ACT_OK and not moved
+                continue
+            (port,) = moved
+            now = _flowlet_of(sw, 43000 + j).last_seen_ns
+            local = [metric(dre[p].at(params, now)[0], rate, params) for p in UPLINKS]
+            want = model.select((SRC, DST4, 43000 + j, 5201, 6), sw.group, up, DST_LEAF,
+                                local, rng, now)
+            assert port == UPLINKS[want], (port, UPLINKS[want], local)
+            dre[port].account(params, len(data), now)    # as it arrived
+            for p in UPLINKS:
+                d = sw.maps.conga_dre[sw.port_id(p)]
+                assert (d.x, d.last_ns) == (dre[p].x, dre[p].last_ns), p
+            assert sw.rng() == rng.state
+
+    check()
+
+
+def _flowlet_of(sw, sport):
+    from agent.maps import FlowKey
+
+    return sw.maps.flowlets.get(FlowKey.of(SRC, DST4, sport, 5201, 6))

@@ -30,6 +30,7 @@
 #include "talb/schemes/rps.h"
 #include "talb/schemes/letflow.h"
 #include "talb/schemes/drill.h"
+#include "talb/schemes/conga.h"
 #include "talb/schemes/talb.h"
 
 #ifndef ETH_P_IP
@@ -129,7 +130,7 @@ static __always_inline int talb_extract(void *data, void *data_end,
 static __always_inline int talb_scheme_clock(const struct talb_config *cfg)
 {
 	return cfg->scheme == TALB_SCHEME_TALB || cfg->scheme == TALB_SCHEME_LETFLOW ||
-	       cfg->scheme == TALB_SCHEME_DRILL;
+	       cfg->scheme == TALB_SCHEME_DRILL || cfg->scheme == TALB_SCHEME_CONGA;
 }
 
 static __always_inline int talb_drill_in_use(const struct talb_config *cfg)
@@ -207,6 +208,12 @@ static __always_inline int talb_verdict_for(const struct talb_pkt *p,
 	v->priority = TALB_HTB_MAJOR | (TALB_BAND_MINOR_BASE + talb_band(p, cfg));
 	if (talb_drill_in_use(cfg))
 		drill_account(out->port_id, p->len, now);
+	if (cfg->scheme == TALB_SCHEME_CONGA) {
+		struct conga_params pp;
+
+		conga_params_of(cfg, &pp);
+		conga_dre_account(out->port_id, p->len, &pp, now);
+	}
 	return 1;
 }
 

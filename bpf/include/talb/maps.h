@@ -65,6 +65,18 @@ TALB_MAP("array", __u32, struct port_queue, port_queue, TALB_MAX_PORTS);
 /* group id -> one DRILL engine's memory, per CPU */
 TALB_MAP("percpu_array", __u32, struct drill_mem, drill_mem, TALB_MAX_GROUPS);
 
+/* ---- CONGA (schemes/conga.h) ---- */
+/* port_id -> DRE */
+TALB_MAP("array", __u32, struct conga_dre, conga_dre, TALB_MAX_PORTS);
+/* dst leaf, LBTag -> metric fed back (source leaf's congestion-to-leaf) */
+TALB_MAP("array", __u32, struct conga_metric, conga_to_leaf, TALB_CONGA_TABLE_SIZE);
+/* src leaf, LBTag -> CE seen (destination leaf's congestion-from-leaf) */
+TALB_MAP("array", __u32, struct conga_metric, conga_from_leaf, TALB_CONGA_TABLE_SIZE);
+/* leaf -> next LBTag to feed back to it (round-robin) */
+TALB_MAP("array", __u32, __u32, conga_fb_cursor, TALB_CONGA_MAX_LEAVES);
+/* host IPv4 address (network byte order) -> its leaf id (user space) */
+TALB_MAP("hash", __be32, __u32, conga_leaf_of, TALB_MAX_ROUTES);
+
 /* Per-CPU counters: a plain add, no atomics (and bcc 0.26 rejects using
  * the return value of __sync_fetch_and_add anyway). */
 static __always_inline void talb_count(__u32 idx)

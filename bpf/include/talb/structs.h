@@ -98,7 +98,29 @@ struct talb_config {
 	__u32 flowlet_timeout_us; /* LetFlow: flowlet gap */
 	__u16 drill_d;          /* DRILL: random samples, 1..TALB_DRILL_MAX_D */
 	__u16 drill_m;          /* DRILL: remembered ports, 0..TALB_DRILL_MAX_M */
-	__u32 reserved[6];
+	__u32 conga_dre_us;     /* CONGA: DRE period T_dre */
+	__u32 conga_age_us;     /* CONGA: remote metrics older count as 0 */
+	__u8 conga_alpha_shift; /* CONGA: alpha = 2^-shift, 1..7 */
+	__u8 conga_q_bits;      /* CONGA: metric bits, 1..8 */
+	__u8 conga_leaf;        /* CONGA: this switch's leaf id + 1 (0: a spine) */
+	__u8 conga_pad;
+	__u32 reserved[3];
+};
+
+/* conga_dre[port_id]: the port's discounting rate estimator (bytes,
+ * decayed by 1 - alpha every T_dre, lazily up to last_ns). */
+struct conga_dre {
+	__u64 x;
+	__u64 last_ns;
+};
+
+/* conga_to_leaf[dst leaf * TALB_MAX_GROUP_PORTS + lbtag] (source leaf:
+ * the feedback it got) and conga_from_leaf[src leaf * ... + lbtag]
+ * (destination leaf: the CE it saw). */
+struct conga_metric {
+	__u32 metric;
+	__u32 valid;            /* 1 once written */
+	__u64 updated_ns;
 };
 
 /* flowlets key (LetFlow): a flow's 5-tuple, host byte order as parsed. */
