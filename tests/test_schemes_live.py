@@ -1,4 +1,4 @@
-"""RPS, LetFlow and DRILL on a live fabric, switched at run time.
+"""RPS, LetFlow, DRILL and CONGA on a live fabric, switched at run time.
 
 Each topology (the default fabric and topologies/asymmetric.yaml, where
 leaf0 <-> spine1 runs at half rate) is built once with the BPF data path;
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.live
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGIES = {"default": None, "asymmetric": ROOT / "topologies" / "asymmetric.yaml"}
-SCHEMES = ("rps", "letflow", "drill")
+SCHEMES = ("rps", "letflow", "drill", "conga")
 
 
 @pytest.fixture(scope="module", params=list(TOPOLOGIES))
@@ -136,6 +136,30 @@ def test_scheme_carries_every_byte_and_shows_its_signature(fabric, scheme):
         assert all(v > 0.15 * total for v in delta.values()), (scheme, delta)
         if name == "asymmetric":
             assert delta["spine1"] < 0.45 * total, delta
+    if scheme == "conga":
+        # 8 flows h0 -> h3: flowlets on both uplinks, leaf1's feedback in
+        # leaf0's congestion-to-leaf table (and leaf0's CE record of leaf1's
+        # traffic back), options stripped before every host (the tensors
+        # above verified byte for byte); on the asymmetric fabric the
+        # half-rate uplink carries clearly less than half of the bytes
+        from agent.control import read_conga_tables
+        from agent.maps import SwitchMaps
+
+        before = counters(prefix, "leaf0")
+        delta = one_flow_uplinks(prefix, topo, duration=3.0, parallel=8)
+        c0, c1 = counters(prefix, "leaf0"), counters(prefix, "leaf1")
+        total = sum(delta.values())
+        assert total > 10_000_000 and all(v > 0.05 * total for v in delta.values()), delta
+        assert c0["conga_pushed"] - before["conga_pushed"] > 1000, c0
+        assert c1["conga_stripped"] > 1000 and c1["conga_fb_sent"] > 0, c1
+        assert c0["conga_fb_received"] > 0 and c0["conga_drop_strip_fail"] == 0
+        with SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
+            tables = read_conga_tables(maps)
+        assert {tag for (leaf, tag) in tables["to_leaf"] if leaf == 1} == {0, 1}, tables
+        print(f"\n    [{name}] CONGA, 8 flows h0 -> h3: leaf0 uplink bytes {delta}, "
+              f"spine1 share {delta['spine1'] / total:.0%}; to_leaf {tables['to_leaf']}")
+        if name == "asymmetric":
+            assert delta["spine1"] < 0.4 * total, delta
     if scheme == "letflow":
         # flowlets: the flows' packets leave on both uplinks and the 8
         # flows started more flowlets than flows (they moved)
@@ -184,7 +208,7 @@ def test_scheme_switch_under_running_transfers(fabric):
 
     t = threading.Thread(target=transfer)
     t.start()
-    plan = [("ecmp", {}), ("rps", {}), ("letflow", {}), ("drill", {}),
+    plan = [("ecmp", {}), ("rps", {}), ("letflow", {}), ("drill", {}), ("conga", {}),
             ("talb", {"fallback": "letflow"}), ("talb", {"fallback": "drill"}),
             ("talb", {"fallback": "rps"}), ("talb", {"fallback": "ecmp"}), ("ecmp", {})]
     switched = 0
