@@ -18,7 +18,7 @@ from workload.netexec import ping
 BENCH_PREFIX = {"bpf": "benchbpf", "bridge": "benchbr"}
 #: the schemes the BPF fabric is measured under (TaLB: untagged iperf3
 #: traffic, i.e. its fallback)
-SCHEMES = ("ecmp", "rps", "letflow", "drill", "talb")
+SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
 
 def _wait_reachable(src_ns: str, dst_ip: str, timeout: float = 60.0) -> float:

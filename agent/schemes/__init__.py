@@ -8,9 +8,8 @@ file, so that the C and the Python of a scheme can be read side by side:
     rps.py      schemes/rps.h      a random usable port per packet
     letflow.py  schemes/letflow.h  flowlets on random ports
     drill.py    schemes/drill.h    DRILL(d, m) over per-port queue estimates
+    conga.py    schemes/conga.h    CONGA: DRE, leaf-to-leaf tables, flowlets
     talb.py     schemes/talb.h     TaLB (and what the agent publishes for it)
-
-CONGA (TALB_SCHEME_CONGA) has neither yet: docs/schemes.md.
 
 The models hold no kernel state; the property tests
 (tests/test_schemes_switch.py, tests/test_talb_switch.py) run them beside
