@@ -10,6 +10,7 @@ from rich.table import Table
 from talb import paths
 
 console = Console(highlight=False, soft_wrap=True)
+MAX_LAYER_ROWS = 8   # more layers: per-layer numbers are in the results file only
 
 
 def _rate(ctx, param, value):
@@ -89,8 +90,24 @@ def run_cmd(**opts):
 
         sudo talb run --scheme talb --model vgg19 --arch ps --workers 4 --load 0 --seed 1
     """
+    import os
+    import signal
+
     from workload.experiment import RunConfig, RunError, run
 
+    main_pid = os.getpid()
+
+    def _terminated(signum, _frame):
+        """SIGTERM (a timeout, kill): unwind, so that every node ends and a
+        fabric the run built goes. Only here: a forked child (pyroute2
+        forks for namespaces) inherits the handler and must just die."""
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminated)
     cfg = RunConfig(**opts)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -131,7 +148,8 @@ def print_summary(r: dict) -> None:
         t.add_column(col, justify="left" if col == "class" else "right")
     rows = [*((c, s["tensors"]["by_class"][c]) for c in ("short", "medium", "long", "all")),
             ("trailing", s["tensors"]["trailing"]),
-            *((f"layer {k}", v) for k, v in s["tensors"]["by_layer"].items())]
+            *((f"layer {k}", v) for k, v in s["tensors"]["by_layer"].items()
+              if len(s["tensors"]["by_layer"]) <= MAX_LAYER_ROWS)]
     for name, b in rows:
         if b["n"] or b["censored"]:
             t.add_row(name, str(b["n"]), str(b["censored"]), _ms(b["mean_s"]), _ms(b["p99_s"]),

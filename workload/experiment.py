@@ -498,7 +498,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "load": {"offered": cfg.load, "background": None},
         "duration_s": duration,
         "summary": {
-            "tensors": measure.tensor_summary(tensors),
+            "tensors": measure.tensor_summary(tensors, n),
             "layers": measure.layer_records(events, cfg.warmup),
             "speed": measure.speed(iterations, n, profile.batch_size, scaling.time_scale),
             "bytes": {"expected_per_iteration": expected,

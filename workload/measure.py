@@ -96,10 +96,11 @@ def join_tensors(events: list[dict], target_bytes_of, warmup: int) -> list[dict]
     return out
 
 
-def tensor_summary(tensors: list[dict]) -> dict:
+def tensor_summary(tensors: list[dict], workers: int | None = None) -> dict:
     """FCT statistics by class, by layer, and of trailing tensors (the last
     tensor of each layer to reach each worker in each iteration, paper
-    Fig. 4); warm-up excluded."""
+    Fig. 4: the one the worker's next forward step waits for); warm-up
+    excluded. Node ids below ``workers`` are workers (None: every node)."""
     measured = [t for t in tensors if not t["warmup"]]
 
     def block(ts):
@@ -115,7 +116,8 @@ def tensor_summary(tensors: list[dict]) -> dict:
     # a censored tensor there is the trailing one (it never finished).
     groups = defaultdict(list)
     for t in measured:
-        groups[(t["dst"], t["iteration"], t["layer"])].append(t)
+        if workers is None or t["dst"] < workers:
+            groups[(t["dst"], t["iteration"], t["layer"])].append(t)
     trailing = [next((t for t in g if t["censored"]), None) or max(g, key=lambda t: t["t_done_ns"])
                 for g in groups.values()]
     return {"by_class": by_class, "by_layer": by_layer, "trailing": block(trailing),

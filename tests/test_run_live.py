@@ -1,0 +1,143 @@
+"""`talb run`'s engine on a live fabric: PS and ring all-reduce of a tiny
+model over tagged TCP between host namespaces, every byte checked, the
+results file well formed; a worker that dies ends the run and leaves no
+process behind.
+
+Fabric: topologies/talb.yaml (2 spines, 2 leaves x 3 hosts, scheme talb).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from conftest import new_prefix
+from netns_topology import load_topology
+from talb import paths, testbed
+from tiny_model import tiny_profile
+from workload.experiment import RunConfig, RunError, run
+from workload.patterns import allreduce, ps
+from workload.patterns.common import HEADER
+from workload.scaling import scaling_for
+
+pytestmark = pytest.mark.live
+
+TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
+ITERATIONS = 3
+
+
+@pytest.fixture(scope="module")
+def fabric(request, bcc):
+    prefix = new_prefix()
+    request.addfinalizer(lambda: testbed.down(prefix))
+    testbed.up(load_topology(TOPOLOGY), prefix)
+    return prefix
+
+
+def _run(fabric, tmp_path, arch, workers, servers=1, **kw):
+    cfg = RunConfig(model="tiny", arch=arch, workers=workers, servers=servers,
+                    iterations=ITERATIONS, warmup=1, partition_bytes=100_000,
+                    credit_bytes=200_000, target_link_bps=100e6, prefix=fabric,
+                    out=str(tmp_path / f"{arch}.json"), timeout_s=240, **kw)
+    return run(cfg, profile=tiny_profile(), scaling=scaling_for(100e6, 100e6))
+
+
+def _check_results_file(r, arch, workers):
+    on_disk = json.loads(open(r["path"]).read())
+    for key in ("format", "config", "software", "fabric", "model", "scaling", "scheduler",
+                "placement", "load", "summary", "flags", "iterations", "tensors", "cpu_samples"):
+        assert key in on_disk, key
+    assert on_disk["config"]["arch"] == arch and on_disk["config"]["workers"] == workers
+    assert len(on_disk["software"]["commit"]) == 40
+    assert on_disk["fabric"]["topology"]["hosts_per_leaf"] == 3
+    assert set(on_disk["fabric"]["host_link_bps"].values()) == {100_000_000}
+    assert on_disk["scaling"]["testbed_link_bps"] == 100e6
+    assert isinstance(on_disk["flags"]["cpu_bound"], bool)
+    assert on_disk["cpu_samples"], "no CPU sample taken during the run"
+    assert len(on_disk["tensors"]) == len(r["tensors"])
+    assert [i["iteration"] for i in on_disk["iterations"]] == list(range(ITERATIONS))
+    assert all(i["complete"] and i["time_s"] > 0 for i in on_disk["iterations"])
+    assert on_disk["summary"]["speed"]["samples_per_s"] > 0
+
+
+def _check_every_byte(r):
+    tensors = r["tensors"]
+    assert tensors, "no tensor sent"
+    bad = [t["key"] for t in tensors if t["censored"] or not t["ok"]]
+    assert not bad, f"tensors lost or corrupted: {bad[:10]}"
+    assert r["summary"]["tensors"]["corrupted"] == 0
+    assert len({(t["src"], t["tensor_id"]) for t in tensors}) == len(tensors), "tensor ids reused"
+    assert all(t["fct_s"] > 0 for t in tensors)
+    b = r["summary"]["bytes"]
+    assert b["payload_sent_all_iterations"] == b["expected_all_iterations"]
+
+
+def test_parameter_server_run(fabric, tmp_path):
+    workers, servers = 3, 2
+    r = _run(fabric, tmp_path, "ps", workers, servers)
+    _check_every_byte(r)
+    _check_results_file(r, "ps", workers)
+    model = tiny_profile().total_bytes       # scale 1: testbed bytes = model bytes (no floor hit)
+    for w in range(workers):
+        for it in range(ITERATIONS):
+            push = sum(t["bytes"] - HEADER.size for t in r["tensors"]
+                       if t["kind"] == "push" and t["src"] == w and t["iteration"] == it)
+            pull = sum(t["bytes"] - HEADER.size for t in r["tensors"]
+                       if t["kind"] == "pull" and t["dst"] == w and t["iteration"] == it)
+            assert push == pull == model, (w, it, push, pull)
+    assert r["placement"]["servers"] and len(r["placement"]["workers"]) == workers
+    n_parts = r["model"]["partitions"]
+    assert len(r["tensors"]) == 2 * workers * n_parts * ITERATIONS
+    assert r["summary"]["bytes"]["expected_per_iteration"] == ps.bytes_per_iteration(
+        _parts(r), workers, servers)
+    # trailing tensors: one per worker, layer and measured iteration
+    assert r["summary"]["tensors"]["trailing"]["n"] == workers * 3 * (ITERATIONS - 1)
+
+
+def _parts(r):
+    from workload.scheduler import partition_model
+    return partition_model(tiny_profile(), 100_000)
+
+
+def test_ring_allreduce_run(fabric, tmp_path):
+    workers = 4
+    r = _run(fabric, tmp_path, "allreduce", workers)
+    _check_every_byte(r)
+    _check_results_file(r, "allreduce", workers)
+    parts = _parts(r)
+    steps = 2 * (workers - 1)
+    assert len(r["tensors"]) == workers * len(parts) * steps * ITERATIONS
+    per_worker = allreduce.bytes_per_iteration(parts, workers, r["scaling"]["min_tensor_bytes"])
+    for w in range(workers):
+        sent = sum(t["bytes"] - HEADER.size for t in r["tensors"]
+                   if t["src"] == w and t["iteration"] == 1)
+        assert sent == per_worker["send_per_worker"]
+        # each step of each partition is its own tensor, to the ring successor
+        assert {t["dst"] for t in r["tensors"] if t["src"] == w} == {(w + 1) % workers}
+    kinds = {t["kind"] for t in r["tensors"]}
+    assert kinds == {"reduce", "gather"}
+
+
+def test_a_failed_worker_ends_the_run_and_leaves_nothing(fabric, tmp_path):
+    pids = {}
+
+    def killer(ev):
+        if ev.get("ev") == "iter" and ev["it"] == 1 and "n0" in pids and not pids.get("killed"):
+            os.kill(pids["n0"], signal.SIGKILL)
+            pids["killed"] = True
+
+    cfg = RunConfig(model="tiny", arch="ps", workers=3, servers=1, iterations=50, warmup=1,
+                    partition_bytes=100_000, credit_bytes=200_000, target_link_bps=100e6,
+                    prefix=fabric, out=str(tmp_path / "fail.json"), timeout_s=120)
+    with pytest.raises(RunError, match=r"node n\d+ \((worker|server) on h\d\) failed") as exc:
+        run(cfg, profile=tiny_profile(), scaling=scaling_for(100e6, 100e6),
+            on_nodes=pids.update, on_event=killer)
+    assert pids.get("killed"), "the worker was never killed: the test checked nothing"
+    node_pids = [v for k, v in pids.items() if k.startswith("n")]
+    assert len(node_pids) == 4
+    alive = [p for p in node_pids if os.path.exists(f"/proc/{p}")]
+    assert not alive, f"processes left running: {alive}"
+    assert not (tmp_path / "fail.json").exists()
+    assert "nodes.log" in str(exc.value)
