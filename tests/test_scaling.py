@@ -90,3 +90,19 @@ def test_bad_input_names_the_field():
         scaling_for(TARGET, TESTBED).tensor_bytes(0)
     with pytest.raises(ValueError, match="min_tensor_bytes"):
         scaling_for(TARGET, TESTBED, min_tensor_bytes=0)
+
+
+def test_both_mode_from_sizes_bounds_the_floor_inflation():
+    sizes = [t.nbytes for t in get_profile("resnet50").backward_order()]
+    pure = scaling_for(100e9, TESTBED).describe(sizes)
+    assert pure["comm_inflation"] > 2        # per-tensor floor on ResNet50's BatchNorm vectors
+    s = scaling_for(100e9, TESTBED, mode="both", sizes=sizes, max_inflation=1.05)
+    d = s.describe(sizes)
+    assert d["comm_inflation"] <= 1.05 + 1e-9
+    assert s.ratio_factor == pytest.approx(1.0)
+    assert s.time_scale == pytest.approx(s.byte_scale * 1000)
+    # the smallest such scale: 1% less and the floor inflates more than allowed
+    smaller = scaling_for(100e9, TESTBED, mode="both", byte_scale=s.byte_scale * 0.99)
+    assert smaller.describe(sizes)["comm_inflation"] > 1.05
+    with pytest.raises(ValueError, match="max_inflation"):
+        scaling_for(100e9, TESTBED, mode="both", sizes=sizes, max_inflation=0.5)

@@ -20,9 +20,11 @@ Three ways to get there (docs/workload.md, "Scaling"):
 * ``time``: byte_scale = 1, time_scale = target/testbed. Tensors keep their
   real sizes (packet counts, short/long classes on the wire); compute
   stretches, so an iteration takes target/testbed times longer.
-* ``both``: a byte_scale in between (given, or the smallest that keeps the
-  smallest tensor at ``min_tensor_bytes``), time_scale = byte_scale *
-  target/testbed.
+* ``both``: a byte_scale in between, time_scale = byte_scale *
+  target/testbed. The byte_scale is given, or the smallest that keeps the
+  smallest tensor at ``min_tensor_bytes`` (``smallest_bytes``), or the
+  smallest whose size floor inflates the iteration's total bytes by at most
+  ``max_inflation`` (``sizes``).
 
 No tensor or partition is made smaller than ``min_tensor_bytes`` (a few
 full-size segments) by scaling; one that was already smaller at the target
@@ -120,13 +122,22 @@ class Scaling:
         return out
 
 
+def _inflation(sizes: list[int], b: float, floor: int) -> float:
+    # as Scaling.tensor_bytes and describe() count it
+    exact = sum(s * b for s in sizes)
+    return sum(max(round(s * b), min(s, floor)) for s in sizes) / exact
+
+
 def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = "bytes",
                 byte_scale: float | None = None, smallest_bytes: int | None = None,
+                sizes: Iterable[int] | None = None, max_inflation: float = 1.05,
                 min_tensor_bytes: int = DEFAULT_MIN_TENSOR_BYTES, target_gpu: str = "V100") -> Scaling:
     """The scaling that preserves the target's communication-to-computation
-    ratio. ``mode="both"`` needs ``byte_scale`` or ``smallest_bytes`` (the
-    smallest target tensor/partition: byte_scale is then the smallest that
-    keeps it at ``min_tensor_bytes``)."""
+    ratio. ``mode="both"`` needs one of: ``byte_scale``; ``smallest_bytes``
+    (the smallest target tensor/partition: byte_scale is then the smallest
+    that keeps it at ``min_tensor_bytes``); ``sizes`` (every target
+    tensor/partition of an iteration: byte_scale is then the smallest whose
+    floor adds at most ``max_inflation`` - 1 to the iteration's bytes)."""
     target = _positive("target_link_bps", target_link_bps)
     testbed = _positive("testbed_link_bps", testbed_link_bps)
     link_ratio = testbed / target
@@ -143,8 +154,27 @@ def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = 
                                  f"link rate .. 1), got {byte_scale!r}")
         elif smallest_bytes is not None:
             b = min(max(min_tensor_bytes / _positive("smallest_bytes", smallest_bytes), lo), hi)
+        elif sizes is not None:
+            sizes = list(sizes)
+            if not sizes or min(sizes) < 1:
+                raise ValueError("sizes: must be a non-empty list of positive byte counts")
+            if _positive("max_inflation", max_inflation) < 1:
+                raise ValueError(f"max_inflation: must be >= 1, got {max_inflation!r}")
+            # the inflation falls as byte_scale grows: bisect on a log scale
+            b = hi
+            if _inflation(sizes, lo, min_tensor_bytes) <= max_inflation:
+                b = lo
+            else:
+                a, z = math.log(lo), math.log(hi)
+                for _ in range(60):
+                    mid = (a + z) / 2
+                    if _inflation(sizes, math.exp(mid), min_tensor_bytes) <= max_inflation:
+                        z = mid
+                    else:
+                        a = mid
+                b = math.exp(z)
         else:
-            raise ValueError("byte_scale: mode 'both' needs byte_scale or smallest_bytes")
+            raise ValueError("byte_scale: mode 'both' needs byte_scale, smallest_bytes or sizes")
     else:
         raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
     return Scaling(target, testbed, b, b / link_ratio, min_tensor_bytes, mode, target_gpu)
