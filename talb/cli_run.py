@@ -49,7 +49,12 @@ def _models() -> list[str]:
 @click.option("--servers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Parameter servers (--arch ps).")
 @click.option("--load", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
-              help="Background load as a fraction of capacity (0 until part a's generator lands).")
+              help="Background load: offered background bytes/s over the leaves' uplink capacity "
+                   "(docs/workload.md); training traffic not counted.")
+@click.option("--background-cdf", type=click.Choice(["websearch", "datamining"]), default="websearch",
+              show_default=True, help="Flow sizes of the background load.")
+@click.option("--background-duration", "background_s", type=click.FloatRange(0, min_open=True),
+              help="Seconds of background flows to plan [twice an estimate of the run].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--iterations", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Training iterations, warm-up included.")
@@ -167,6 +172,12 @@ def print_summary(r: dict) -> None:
         console.print(f"  uplink spread (max-min)/mean: "
                       + ", ".join(f"{k} {v['spread']:.2f}" for k, v in s["uplinks"]["leaves"].items()
                                   if v["spread"] is not None))
+    bg = s.get("background")
+    if bg:
+        cover = "" if r["load"]["background_covered"] else " [yellow](ended before training did)[/]"
+        console.print(f"  background {r['load']['cdf']}: {bg['done']} flows done, {bg['censored']} "
+                      f"censored, {bg['failed']} failed, {bg['not_started']} not started; FCT mean "
+                      f"{_ms(bg.get('all_fct_mean_s'))} ms, p99 {_ms(bg.get('all_fct_p99_s'))} ms{cover}")
     g = s["cpu_guard"]
     cpu = f"CPU {g['cpu_busy_mean']:.0%} busy on average" if g["cpu_busy_mean"] is not None else "CPU -"
     if g["flagged"]:

@@ -71,6 +71,8 @@ class RunConfig:
     out: str | None = None              # results file; None: runs/<stamp>-....json
     base_port: int = 7100
     timeout_s: float = 900.0
+    background_cdf: str = "websearch"   # flow sizes of the background load
+    background_s: float | None = None   # how long background flows are planned; None: estimated
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -104,12 +106,12 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
             flag = {"model": "--model", "gpu": "--gpu", "gpu_speed": "--gpu-speed",
                     "batch_size": "--batch-size"}.get(field)
             raise ValueError(f"{flag}:{rest}" if flag else str(exc)) from None
-    if cfg.load > 0:
-        try:
-            import workload.background  # noqa: F401
-        except ImportError:
-            raise ValueError(f"--load: background load is not available yet (workload/background.py "
-                             f"missing); only --load 0 runs, got {cfg.load!r}") from None
+    from workload.background import CDF_FILES
+
+    _need(cfg.background_cdf in CDF_FILES, "--background-cdf", cfg.background_cdf,
+          f"one of {', '.join(CDF_FILES)}")
+    _need(cfg.background_s is None or cfg.background_s > 0, "--background-duration",
+          cfg.background_s, "a positive number of seconds")
 
 
 # --- the pieces ------------------------------------------------------------------------
@@ -305,6 +307,39 @@ def _wait_ready(nodes: _Nodes, names: set, deadline: float, on_event) -> None:
         time.sleep(0.02)
 
 
+def background_duration_s(cfg: RunConfig, plan: dict, link_bps: float) -> float:
+    """How long to plan background flows for when not given: twice an
+    estimate of the training run (per iteration, the larger of the compute
+    time and one worker's bytes at its link rate; ring all-reduce sends
+    2(N-1)/N of the model, PS pushes and pulls it once each way) plus 5 s of
+    start-up. Training that outlasts it runs its tail without background;
+    the results say so (``load.background_covered``)."""
+    compute = sum(layer["fwd_s"] + layer["bwd_s"] for layer in plan["layers"])
+    model = sum(p[5] for p in plan["partitions"])
+    per_worker = model * (2 * (cfg.workers - 1) / cfg.workers if cfg.arch == "allreduce" else 1)
+    per_iteration = max(compute, 8 * per_worker / link_bps)
+    return min(cfg.timeout_s, 2 * cfg.iterations * per_iteration + 5)
+
+
+def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, link_bps: float):
+    """Background flows from the workers (as the paper) to hosts on other leaves,
+    sizes scaled like the tensors; None at load 0."""
+    if cfg.load == 0:
+        return None
+    from workload.background import BackgroundLoad, fabric_hosts, uplink_capacity_bps
+
+    bg = BackgroundLoad(fabric_hosts(topo, cfg.prefix), load=cfg.load,
+                        capacity_bps=uplink_capacity_bps(topo), seed=cfg.seed,
+                        duration_s=cfg.background_s or background_duration_s(cfg, plan, link_bps),
+                        cdf=cfg.background_cdf, senders=[h.name for h in hosts["workers"]],
+                        size_scale=scaling.byte_scale)
+    try:
+        return bg.start()
+    except BaseException:
+        bg.close()
+        raise
+
+
 def _outstanding(events: list[dict]) -> str:
     """Where a stuck run stands: tensors in flight, each worker's last iteration."""
     done = {e["k"] for e in events if e["ev"] == "rx"}
@@ -387,7 +422,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     plan_path = run_dir / "plan.json"
     plan_path.write_text(json.dumps(plan))
     os.chmod(run_dir, 0o755)
-    ports = None
+    ports = bg = background = None
     nodes = _Nodes()
     try:
         tcp_before = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
@@ -400,6 +435,12 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         counters_before = ports.read() if ports else None
         t0 = time.monotonic()
         deadline = t0 + cfg.timeout_s
+        bg = _start_background(cfg, topo, hosts, scaling, plan, link_bps)
+        if bg is not None:
+            say(f"background load {cfg.load:g}: {bg.params['planned_flows']} {cfg.background_cdf} "
+                f"flows planned over {bg.duration_s:.1f} s")
+            # the flows start start_delay_s after start(): training starts with them
+            time.sleep(max(0.0, (bg.t0_ns - time.monotonic_ns()) / 1e9))
         with measure.Sampler(ports, host_ports) as sampler:
             servers = [(i, r) for i, r in enumerate(node_roles) if r[0] == "server"]
             for i, (role, rank) in servers:   # servers listen before workers connect
@@ -431,6 +472,11 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                 t.join(timeout=10)
             nodes.drain(on_event)
         duration = time.monotonic() - t0
+        if bg is not None:
+            background = bg.stop(drain_s=0).to_dict()   # unfinished flows: censored
+            background["params"]["training_s"] = duration
+            bg.close()
+            bg = None
         counters_after = ports.read() if ports else None
         tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                      for h in used}
@@ -442,13 +488,16 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         raise RunError(f"{exc} (every node's error output: {log})") from None
     finally:
         nodes.kill_all()
+        if bg is not None:            # a failed run: every background process ends too
+            bg.stop(drain_s=0)
+            bg.close()
         if ports is not None:
             ports.close()
         shutil.rmtree(run_dir, ignore_errors=True)
 
     results = _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, nodes.events,
                        duration, tcp_before, tcp_after, counters_before, counters_after, topo,
-                       sampler.samples, have_links)
+                       sampler.samples, have_links, background)
     path = _results_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -468,7 +517,8 @@ def _target_bytes_fn(cfg, parts, n_workers):
 
 
 def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events, duration,
-             tcp_before, tcp_after, c_before, c_after, topo, samples, have_links) -> dict:
+             tcp_before, tcp_after, c_before, c_after, topo, samples, have_links,
+             background) -> dict:
     n = cfg.workers
     tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup)
     iterations = measure.iteration_records(events, n, cfg.warmup)
@@ -495,7 +545,10 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "scheduler": {"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
                       "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
         "placement": {k: [h.name for h in v] for k, v in hosts.items()},
-        "load": {"offered": cfg.load, "background": None},
+        "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
+                 "background_covered": (background["params"]["duration_s"] >= duration)
+                 if background else None,
+                 "background": background},
         "duration_s": duration,
         "summary": {
             "tensors": measure.tensor_summary(tensors, n),
@@ -508,6 +561,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
                                         for h in tcp_after}),
             "uplinks": measure.uplink_spread(topo, c_before, c_after, duration) if c_before else None,
             "cpu_guard": guard,
+            "background": background["summary"] if background else None,
         },
         "flags": {"cpu_bound": guard["flagged"]},
         "iterations": iterations,
