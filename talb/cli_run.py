@@ -54,7 +54,7 @@ def _models() -> list[str]:
 @click.option("--background-cdf", type=click.Choice(["websearch", "datamining"]), default="websearch",
               show_default=True, help="Flow sizes of the background load.")
 @click.option("--background-duration", "background_s", type=click.FloatRange(0, min_open=True),
-              help="Seconds of background flows to plan [twice an estimate of the run].")
+              help="Seconds of background flows to plan [4x an estimate of the run + 10 s].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--iterations", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Training iterations, warm-up included.")

@@ -308,17 +308,19 @@ def _wait_ready(nodes: _Nodes, names: set, deadline: float, on_event) -> None:
 
 
 def background_duration_s(cfg: RunConfig, plan: dict, link_bps: float) -> float:
-    """How long to plan background flows for when not given: twice an
+    """How long to plan background flows for when not given: four times an
     estimate of the training run (per iteration, the larger of the compute
     time and one worker's bytes at its link rate; ring all-reduce sends
-    2(N-1)/N of the model, PS pushes and pulls it once each way) plus 5 s of
-    start-up. Training that outlasts it runs its tail without background;
+    2(N-1)/N of the model, PS pushes and pulls it once each way) plus 10 s
+    of start-up (runs on this machine take 2-3 times the estimate). Flows
+    planned past the end of training never start (``not_started``);
+    training that outlasts the plan runs its tail without background, and
     the results say so (``load.background_covered``)."""
     compute = sum(layer["fwd_s"] + layer["bwd_s"] for layer in plan["layers"])
     model = sum(p[5] for p in plan["partitions"])
     per_worker = model * (2 * (cfg.workers - 1) / cfg.workers if cfg.arch == "allreduce" else 1)
     per_iteration = max(compute, 8 * per_worker / link_bps)
-    return min(cfg.timeout_s, 2 * cfg.iterations * per_iteration + 5)
+    return min(cfg.timeout_s, 4 * cfg.iterations * per_iteration + 10)
 
 
 def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, link_bps: float):
