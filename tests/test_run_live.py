@@ -120,6 +120,33 @@ def test_ring_allreduce_run(fabric, tmp_path):
     assert kinds == {"reduce", "gather"}
 
 
+def _processes_in_hosts(prefix) -> dict:
+    """{host namespace: pids} of every host that runs anything."""
+    import subprocess
+
+    out = {}
+    for h in testbed.load_topology_of(prefix).hosts:
+        ns = paths.netns_name(prefix, h.name)
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        if pids:
+            out[ns] = pids
+    return out
+
+
+def test_run_with_background_load(fabric, tmp_path):
+    """Load 0.2 of web-search flows from the workers during training: the
+    flows are recorded, training still delivers every byte, nothing stays."""
+    r = _run(fabric, tmp_path, "ps", 2, 1, load=0.2, seed=4)
+    _check_every_byte(r)
+    bg = r["summary"]["background"]
+    assert bg["flows"] > 0 and bg["done"] > 0 and bg["failed"] == 0, bg
+    params = r["load"]["background"]["params"]
+    assert params["load"] == 0.2 and params["senders"] and \
+        set(params["senders"]) <= set(r["placement"]["workers"])
+    assert isinstance(r["load"]["background_covered"], bool)
+    assert not _processes_in_hosts(fabric)
+
+
 def test_a_failed_worker_ends_the_run_and_leaves_nothing(fabric, tmp_path):
     pids = {}
 
@@ -130,7 +157,7 @@ def test_a_failed_worker_ends_the_run_and_leaves_nothing(fabric, tmp_path):
 
     cfg = RunConfig(model="tiny", arch="ps", workers=3, servers=1, iterations=50, warmup=1,
                     partition_bytes=100_000, credit_bytes=200_000, target_link_bps=100e6,
-                    prefix=fabric, out=str(tmp_path / "fail.json"), timeout_s=120)
+                    prefix=fabric, out=str(tmp_path / "fail.json"), timeout_s=120, load=0.2)
     with pytest.raises(RunError, match=r"node n\d+ \((worker|server) on h\d\) failed") as exc:
         run(cfg, profile=tiny_profile(), scaling=scaling_for(100e6, 100e6),
             on_nodes=pids.update, on_event=killer)
@@ -139,5 +166,6 @@ def test_a_failed_worker_ends_the_run_and_leaves_nothing(fabric, tmp_path):
     assert len(node_pids) == 4
     alive = [p for p in node_pids if os.path.exists(f"/proc/{p}")]
     assert not alive, f"processes left running: {alive}"
+    assert not _processes_in_hosts(fabric), "background or node processes left in the hosts"
     assert not (tmp_path / "fail.json").exists()
     assert "nodes.log" in str(exc.value)
