@@ -128,3 +128,16 @@ def test_cpu_guard_rule():
     # Without link counters the CPU alone decides.
     assert measure.cpu_guard([win(0.99, 0.0)] * 3, False)["flagged"]
     assert not measure.cpu_guard([], True)["flagged"]
+
+
+def test_cpu_guard_counts_only_windows_while_tensors_flow():
+    def win(t, busy, util):
+        return {"t_s": t, "cpu_busy": busy, "host_link_util": {"leaf0/h0": util}}
+    samples = [win(0.5, 1.0, 0.0), win(1.0, 1.0, 0.0),          # start-up: busy, no traffic
+               win(1.5, 0.4, 0.5), win(2.0, 0.5, 0.6), win(2.5, 0.4, 0.5)]
+    assert measure.cpu_guard(samples, True)["flagged"]
+    g = measure.cpu_guard(samples, True, span_s=(1.1, 2.4))
+    assert not g["flagged"] and g["windows"] == 3
+    events = [{"ev": "tx", "t_ns": 1_100_000_000}, {"ev": "rx", "t_ns": 2_400_000_000},
+              {"ev": "iter", "t_ns": 5}]
+    assert measure.training_span_s(events) == (1.1, 2.4)

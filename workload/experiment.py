@@ -36,6 +36,8 @@ from workload import measure
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
+from workload.scaling import MSS_BYTES
+from workload.tensor_sender import MAX_TENSOR_PKTS
 from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
 
 NODE = [sys.executable, "-m", "workload.patterns.node"]
@@ -106,6 +108,13 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
             flag = {"model": "--model", "gpu": "--gpu", "gpu_speed": "--gpu-speed",
                     "batch_size": "--batch-size"}.get(field)
             raise ValueError(f"{flag}:{rest}" if flag else str(exc)) from None
+    if cfg.scheme is not None:
+        from agent.control import _scheme_id
+
+        try:
+            _scheme_id(cfg.scheme)
+        except ValueError as exc:
+            raise ValueError(f"--scheme: {exc}") from None
     from workload.background import CDF_FILES
 
     _need(cfg.background_cdf in CDF_FILES, "--background-cdf", cfg.background_cdf,
@@ -415,6 +424,12 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     smallest = min(p.target_bytes for p in partition_model(profile, cfg.partition_bytes))
     scaling = scaling or _scaling(cfg, link_bps, smallest)
     parts = partition_model(profile, cfg.partition_bytes, scaling.tensor_bytes)
+    biggest = max(parts, key=lambda p: p.nbytes)
+    if biggest.nbytes + HEADER.size > MAX_TENSOR_PKTS * MSS_BYTES:
+        raise ValueError(f"--partition-size: partitions of {cfg.partition_bytes} target bytes are "
+                         f"{biggest.nbytes} bytes on the testbed (scaling {scaling.mode}), over the "
+                         f"16-bit tensor length ({MAX_TENSOR_PKTS} packets); choose a smaller size, "
+                         f"got {cfg.partition_bytes}")
     plan = make_plan(cfg, profile, scaling, parts, hosts)
     pattern = get_pattern(cfg.arch)
     node_roles = pattern.nodes(plan)
@@ -529,7 +544,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
     else:
         expected = pattern.bytes_per_iteration(parts, n, scaling.min_tensor_bytes)
     payload_sent = sum(t["bytes"] - HEADER.size for t in tensors)
-    guard = measure.cpu_guard(samples, have_links)
+    guard = measure.cpu_guard(samples, have_links, measure.training_span_s(events))
     model = {"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
              "layers": len(profile.layers), "params": profile.total_params,
              "target_bytes": profile.total_bytes, "testbed_bytes": sum(p.nbytes for p in parts),

@@ -317,16 +317,29 @@ class Sampler:
         self._thread.join()
 
 
-def cpu_guard(samples: list[dict], have_links: bool) -> dict:
+def training_span_s(events: list[dict]) -> tuple[float, float] | None:
+    """(first tensor handed to a socket, last one received), monotonic seconds."""
+    tx = [e["t_ns"] for e in events if e["ev"] == "tx"]
+    rx = [e["t_ns"] for e in events if e["ev"] == "rx"]
+    return (min(tx) / 1e9, max(rx) / 1e9) if tx and rx else None
+
+
+def cpu_guard(samples: list[dict], have_links: bool,
+              span_s: tuple[float, float] | None = None) -> dict:
     """Flag a run whose link rates the CPU held back: in at least
     CPU_SATURATED_SHARE of the sampling windows the CPUs were at least
     CPU_BUSY_SATURATED busy, and in those windows no host link carried
     LINK_SHORTFALL of its rate (a link at line rate is the network's limit,
     not the CPU's). Without switch counters (kernel-bridge data path) the
-    CPU condition alone flags."""
-    rule = (f"flag when >= {CPU_SATURATED_SHARE:.0%} of {SAMPLE_INTERVAL_S:g} s windows have "
+    CPU condition alone flags. ``span_s``: only windows that end inside it
+    count (the training's traffic: the nodes' start-up, Python importing,
+    is busy CPU with no traffic and says nothing about link rates)."""
+    rule = (f"flag when >= {CPU_SATURATED_SHARE:.0%} of the {SAMPLE_INTERVAL_S:g} s windows while "
+            f"tensors flow have "
             f"CPUs >= {CPU_BUSY_SATURATED:.0%} busy and in them no host link reached "
             f"{LINK_SHORTFALL:.0%} of its rate")
+    if span_s is not None:
+        samples = [x for x in samples if span_s[0] < x["t_s"] <= span_s[1] + SAMPLE_INTERVAL_S]
     if not samples:
         return {"rule": rule, "flagged": False, "windows": 0, "reason": "run shorter than one window",
                 "cpu_busy_mean": None}
