@@ -47,8 +47,13 @@ def _run(fabric, tmp_path, arch, workers, servers=1, **kw):
 def _check_results_file(r, arch, workers):
     on_disk = json.loads(open(r["path"]).read())
     for key in ("format", "config", "software", "fabric", "model", "scaling", "scheduler",
-                "placement", "load", "summary", "flags", "iterations", "tensors", "cpu_samples"):
+                "placement", "load", "summary", "flags", "headline", "iterations", "tensors",
+                "cpu_samples"):
         assert key in on_disk, key
+    head = on_disk["headline"]
+    assert head["arch"] == arch and head["samples_per_s"] == on_disk["summary"]["speed"]["samples_per_s"]
+    assert head["all_fct_mean_s"] == on_disk["summary"]["tensors"]["by_class"]["all"]["mean_s"] > 0
+    assert all(not isinstance(v, (dict, list)) for v in head.values())
     assert on_disk["config"]["arch"] == arch and on_disk["config"]["workers"] == workers
     assert len(on_disk["software"]["commit"]) == 40
     assert on_disk["fabric"]["topology"]["hosts_per_leaf"] == 3

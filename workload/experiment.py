@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from talb import paths, testbed
@@ -524,6 +524,20 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     return results
 
 
+def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
+    """One flat row of the numbers a sweep compares (issue 11's CSV)."""
+    schemes = sorted({c["scheme"] for c in fabric["switch_config"].values()})
+    row = {"scheme": ",".join(schemes) or "bridge", "model": cfg.model, "arch": cfg.arch,
+           "workers": cfg.workers, "servers": cfg.servers if cfg.arch == "ps" else 0,
+           "load": cfg.load, "seed": cfg.seed, "samples_per_s": speed["samples_per_s"],
+           "iteration_time_s": speed["iteration_time_s"], "cpu_bound": guard["flagged"]}
+    for name, block in [*tensors["by_class"].items(), ("trailing", tensors["trailing"])]:
+        row[f"{name}_fct_mean_s"] = block["mean_s"]
+        row[f"{name}_fct_p99_s"] = block["p99_s"]
+        row[f"{name}_censored"] = block["censored"]
+    return row
+
+
 def _target_bytes_fn(cfg, parts, n_workers):
     by_pid = {p.pid: p for p in parts}
 
@@ -545,6 +559,8 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         expected = pattern.bytes_per_iteration(parts, n, scaling.min_tensor_bytes)
     payload_sent = sum(t["bytes"] - HEADER.size for t in tensors)
     guard = measure.cpu_guard(samples, have_links, measure.training_span_s(events))
+    summary_tensors = measure.tensor_summary(tensors, n)
+    speed_ = measure.speed(iterations, n, profile.batch_size, scaling.time_scale)
     model = {"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
              "layers": len(profile.layers), "params": profile.total_params,
              "target_bytes": profile.total_bytes, "testbed_bytes": sum(p.nbytes for p in parts),
@@ -568,9 +584,9 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
                  "background": background},
         "duration_s": duration,
         "summary": {
-            "tensors": measure.tensor_summary(tensors, n),
+            "tensors": summary_tensors,
             "layers": measure.layer_records(events, cfg.warmup),
-            "speed": measure.speed(iterations, n, profile.batch_size, scaling.time_scale),
+            "speed": speed_,
             "bytes": {"expected_per_iteration": expected,
                       "payload_sent_all_iterations": payload_sent,
                       "expected_all_iterations": expected["total"] * cfg.iterations},
@@ -581,6 +597,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
             "background": background["summary"] if background else None,
         },
         "flags": {"cpu_bound": guard["flagged"]},
+        "headline": _headline(cfg, fabric, summary_tensors, speed_, guard),
         "iterations": iterations,
         "tensors": tensors,
         "cpu_samples": samples,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import math
 import socket
-import threading
 
 from workload.patterns.common import (
     WorkerLoop, accept, connect, emit, recv_message, send_message, thread)
@@ -68,7 +67,6 @@ class _Ring:
         self.grad_ready: set[tuple[int, int]] = set()
         self.pending: dict[tuple[int, int], list[int]] = {}   # steps that may go once started
         self.outq: list[tuple] = []                           # (it, priority, pid, step)
-        self.sends_left = loop.iterations * len(loop.parts) * steps(n)
         loop.on_ready = self._ready
 
     # all under loop.cv
@@ -115,7 +113,6 @@ class _Ring:
         with self.loop.cv:
             self.loop.cv.wait_for(lambda: self.outq)
             it, _prio, pid, step = heapq.heappop(self.outq)
-            self.sends_left -= 1
         return it, self.loop.parts[pid], step
 
 
