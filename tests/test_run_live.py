@@ -174,3 +174,49 @@ def test_a_failed_worker_ends_the_run_and_leaves_nothing(fabric, tmp_path):
     assert not _processes_in_hosts(fabric), "background or node processes left in the hosts"
     assert not (tmp_path / "fail.json").exists()
     assert "nodes.log" in str(exc.value)
+
+
+KILLED_RUNNER = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from tiny_model import tiny_profile
+from workload.experiment import RunConfig, run
+from workload.scaling import scaling_for
+
+def on_nodes(pids):
+    open({pidfile!r}, "w").write(" ".join(map(str, pids.values())))
+    os.kill(os.getpid(), signal.SIGKILL)       # no finally, no clean-up code runs
+
+run(RunConfig(model="tiny", arch="ps", workers=2, iterations=1000, prefix={prefix!r},
+              out={out!r}), profile=tiny_profile(), scaling=scaling_for(100e6, 100e6),
+    on_nodes=on_nodes)
+"""
+
+
+def test_nodes_die_with_a_killed_run(fabric, tmp_path):
+    """SIGKILL of the process running the experiment: the kernel ends its
+    nodes too (PR_SET_PDEATHSIG), nothing keeps running in the hosts."""
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "pids"
+    script = KILLED_RUNNER.format(tests=str(paths.REPO_ROOT / "tests"), pidfile=str(pidfile),
+                                  prefix=fabric, out=str(tmp_path / "r.json"))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 3
+
+    def running(pid):
+        try:
+            state = open(f"/proc/{pid}/status").read().split("State:")[1].split()[0]
+        except FileNotFoundError:
+            return False
+        return state != "Z"          # a zombie is dead, waiting for init to reap it
+    deadline = time.monotonic() + 5
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if running(p)]
+    assert not _processes_in_hosts(fabric)

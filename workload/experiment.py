@@ -217,6 +217,17 @@ def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict) -> dict:
     }
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel kills it (SIGKILL) if the run's
+    process dies without ending it (a SIGKILL leaves no finally to run).
+    `ip netns exec` execs the node in place, so the setting reaches it."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class _Nodes:
     """The run's processes; every one ended by pid on every path."""
 
@@ -228,7 +239,7 @@ class _Nodes:
         self.stderr: dict[str, list[str]] = {}
 
     def start(self, name: str, netns: str, argv: list[str]) -> subprocess.Popen:
-        proc = ns_popen(netns, argv, cwd=str(paths.REPO_ROOT))
+        proc = ns_popen(netns, argv, cwd=str(paths.REPO_ROOT), preexec_fn=_die_with_parent)
         self.procs.append((name, proc))
         self.stderr[name] = []
         for target in (self._read_out, self._read_err):
