@@ -569,7 +569,9 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
     else:
         expected = pattern.bytes_per_iteration(parts, n, scaling.min_tensor_bytes)
     payload_sent = sum(t["bytes"] - HEADER.size for t in tensors)
-    guard = measure.cpu_guard(samples, have_links, measure.training_span_s(events))
+    span = measure.training_span_s(events)
+    training_s = span[1] - span[0] if span else None
+    guard = measure.cpu_guard(samples, have_links, span)
     summary_tensors = measure.tensor_summary(tensors, n)
     speed_ = measure.speed(iterations, n, profile.batch_size, scaling.time_scale)
     model = {"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
@@ -593,7 +595,8 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
                  "background_covered": (background["params"]["duration_s"] >= duration)
                  if background else None,
                  "background": background},
-        "duration_s": duration,
+        "duration_s": duration,               # nodes started to nodes done
+        "training_s": training_s,             # first tensor sent to last received
         "summary": {
             "tensors": summary_tensors,
             "layers": measure.layer_records(events, cfg.warmup),
@@ -603,7 +606,9 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
                       "expected_all_iterations": expected["total"] * cfg.iterations},
             "tcp": measure.tcp_summary({h: measure.counter_delta(tcp_before[h], tcp_after[h])
                                         for h in tcp_after}),
-            "uplinks": measure.uplink_spread(topo, c_before, c_after, duration) if c_before else None,
+            # utilisation over the time tensors flowed (not the nodes' start-up)
+            "uplinks": measure.uplink_spread(topo, c_before, c_after, training_s or duration)
+            if c_before else None,
             "cpu_guard": guard,
             "background": background["summary"] if background else None,
         },
