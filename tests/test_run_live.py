@@ -37,10 +37,10 @@ def fabric(request, bcc):
 
 
 def _run(fabric, tmp_path, arch, workers, servers=1, **kw):
-    cfg = RunConfig(model="tiny", arch=arch, workers=workers, servers=servers,
-                    iterations=ITERATIONS, warmup=1, partition_bytes=100_000,
-                    credit_bytes=200_000, target_link_bps=100e6, prefix=fabric,
-                    out=str(tmp_path / f"{arch}.json"), timeout_s=240, **kw)
+    opts = dict(iterations=ITERATIONS, warmup=1, partition_bytes=100_000, credit_bytes=200_000,
+                target_link_bps=100e6, prefix=fabric, out=str(tmp_path / f"{arch}.json"),
+                timeout_s=240)
+    cfg = RunConfig(model="tiny", arch=arch, workers=workers, servers=servers, **{**opts, **kw})
     return run(cfg, profile=tiny_profile(), scaling=scaling_for(100e6, 100e6))
 
 
@@ -99,6 +99,41 @@ def test_parameter_server_run(fabric, tmp_path):
         _parts(r), workers, servers)
     # trailing tensors: one per worker, layer and measured iteration
     assert r["summary"]["tensors"]["trailing"]["n"] == workers * 3 * (ITERATIONS - 1)
+
+
+def test_parameter_server_keeps_priority_order(fabric, tmp_path):
+    """ByteScheduler's rule on the live system: once a layer's gradients
+    are ready (its backward step ended), no partition of a later layer
+    starts before every partition of that layer has. Overlap is real: the
+    back layers' pushes start before the front layers' gradients exist.
+    A credit of one partition makes every later layer wait its turn."""
+    workers = 2
+    r = _run(fabric, tmp_path, "ps", workers, 1, credit_bytes=1)
+    _check_every_byte(r)
+    ready = {(e["node"], e["iteration"], e["layer"]): e["t_ready_ns"] for e in r["layers"]}
+    assert len(ready) == workers * ITERATIONS * 3
+    pushes = [t for t in r["tensors"] if t["kind"] == "push"]
+    assert all(t["t_admit_ns"] is not None and t["t_admit_ns"] <= t["t_start_ns"] for t in pushes)
+    violations, overtakes, overlapped = [], 0, 0
+    for q in pushes:
+        for layer in range(q["layer"]):
+            t_ready = ready[(q["src"], q["iteration"], layer)]
+            if t_ready < q["t_admit_ns"]:
+                late = [p["key"] for p in pushes if p["src"] == q["src"] and
+                        p["iteration"] == q["iteration"] and p["layer"] == layer and
+                        p["t_admit_ns"] > q["t_admit_ns"]]
+                violations += [(q["key"], k) for k in late]
+            else:
+                overlapped += 1      # q went out before layer's gradients existed
+    for w in range(workers):
+        for it in range(ITERATIONS):
+            mine = sorted((p for p in pushes if p["src"] == w and p["iteration"] == it),
+                          key=lambda p: p["t_admit_ns"])
+            layers = [p["layer"] for p in mine]
+            overtakes += sum(1 for a, b in zip(layers, layers[1:]) if b < a)
+    assert not violations, f"lower-priority partitions started while higher ones waited: {violations[:5]}"
+    assert overlapped > 0, "no push started during back-propagation: nothing overlapped"
+    assert overtakes > 0, "no higher-priority layer ever overtook: the check saw no preemption"
 
 
 def _parts(r):

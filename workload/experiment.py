@@ -615,6 +615,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "flags": {"cpu_bound": guard["flagged"]},
         "headline": _headline(cfg, fabric, summary_tensors, speed_, guard),
         "iterations": iterations,
+        "layers": measure.layer_events(events),
         "tensors": tensors,
         "cpu_samples": samples,
     }

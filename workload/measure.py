@@ -87,7 +87,7 @@ def join_tensors(events: list[dict], target_bytes_of, warmup: int) -> list[dict]
             "key": e["k"], "kind": e["kind"], "src": e["src"], "dst": e["dst"],
             "iteration": e["it"], "partition": e["pid"], "step": e["step"], "layer": e["layer"],
             "bytes": e["bytes"], "target_bytes": target, "class": size_class(target),
-            "tensor_id": e["tensor_id"], "t_start_ns": e["t_ns"],
+            "tensor_id": e["tensor_id"], "t_admit_ns": e.get("t_admit_ns"), "t_start_ns": e["t_ns"],
             "t_done_ns": r["t_ns"] if r else None,
             "fct_s": (r["t_ns"] - e["t_ns"]) / 1e9 if r else None,
             "ok": bool(r and r["ok"]), "censored": r is None,
@@ -149,6 +149,13 @@ def iteration_records(events: list[dict], workers: int, warmup: int) -> list[dic
                     "time_s": max(per.values()) if done else None,
                     "worker_time_s": {str(w): v for w, v in per.items()}})
     return out
+
+
+def layer_events(events: list[dict]) -> list[dict]:
+    """Every (worker, iteration, layer): gradients ready, parameters back."""
+    return [{"node": e["node"], "iteration": e["it"], "layer": e["layer"],
+             "t_ready_ns": e["t_ready_ns"], "t_done_ns": e["t_done_ns"]}
+            for e in events if e["ev"] == "layer"]
 
 
 def layer_records(events: list[dict], warmup: int) -> dict:

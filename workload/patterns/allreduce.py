@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 import socket
+import time
 
 from workload.patterns.common import (
     WorkerLoop, accept, connect, emit, recv_message, send_message, thread)
@@ -67,6 +68,7 @@ class _Ring:
         self.grad_ready: set[tuple[int, int]] = set()
         self.pending: dict[tuple[int, int], list[int]] = {}   # steps that may go once started
         self.outq: list[tuple] = []                           # (it, priority, pid, step)
+        self.admit_ns: dict[tuple[int, int], int] = {}        # when each partition started here
         loop.on_ready = self._ready
 
     # all under loop.cv
@@ -81,17 +83,23 @@ class _Ring:
         for s in self.pending.pop(key, []):
             self._queue(it, p, s)
 
+    def _join(self, it: int, p: Partition) -> None:
+        """Start a partition a peer began (outside the scheduler's order)."""
+        self.loop.sched.start(it, p)
+        self.admit_ns[(it, p.pid)] = time.monotonic_ns()
+        self._start(it, p)
+
     def _ready(self, it: int, parts) -> None:
         for p in parts:
             key = (it, p.pid)
             self.grad_ready.add(key)
             if key in self.pending:     # the predecessor began it already: join
-                self.loop.sched.start(it, p)
-                self._start(it, p)
+                self._join(it, p)
 
-    def admitted(self, it: int, p: Partition) -> None:
+    def admitted(self, it: int, p: Partition, t_admit_ns: int) -> None:
         with self.loop.cv:
             if (it, p.pid) not in self.started:
+                self.admit_ns[(it, p.pid)] = t_admit_ns
                 self._start(it, p)
 
     def received(self, m: dict) -> None:
@@ -104,8 +112,7 @@ class _Ring:
                 else:
                     self.pending.setdefault(key, []).append(step + 1)
                     if key in self.grad_ready:   # join the collective a peer began
-                        self.loop.sched.start(it, p)
-                        self._start(it, p)
+                        self._join(it, p)
             if step == self.last:
                 self.loop.partition_done(it, p)
 
@@ -143,14 +150,15 @@ def _worker(plan: dict, rank: int) -> None:
             ring.received(m)
 
     def admitter() -> None:
-        for it, p in loop.admissions():
-            ring.admitted(it, p)
+        for it, p, t_admit in loop.admissions():
+            ring.admitted(it, p, t_admit)
 
     def transmitter() -> None:
         for _ in range(expected):
             it, p, step = ring.next_send()
             kind = "reduce" if step < n - 1 else "gather"
-            send_message(tx, kind, rank, succ, it, p, step, chunk_bytes(p, n, ring.min_bytes))
+            send_message(tx, kind, rank, succ, it, p, step, chunk_bytes(p, n, ring.min_bytes),
+                         ring.admit_ns.get((it, p.pid)) if step == 0 else None)
 
     threads = [thread(reader), thread(admitter), thread(transmitter)]
     loop.run()

@@ -10,7 +10,8 @@ the machine, so a sender's and a receiver's stamps compare directly.
 Records:
   {"ev": "ready", "node": n}                          listening
   {"ev": "tx", "k": key, "kind", "src", "dst", "it", "pid", "step", "layer",
-   "bytes", "tensor_id", "t_ns"}                      about to hand a message to the socket
+   "bytes", "tensor_id", "t_ns", "t_admit_ns"}        about to hand a message to the socket
+                                                      (t_admit_ns: when the scheduler let it start)
   {"ev": "rx", "k": key, "ok", "t_ns"}                the receiver's application has its last byte
   {"ev": "iter", "node", "it", "t_ns"}                a worker starts iteration it's forward pass
                                                       (layer 0's parameters of it-1 are back)
@@ -102,8 +103,10 @@ def recv_exact(conn: socket.socket, n: int) -> bytearray | None:
 
 
 def send_message(sender, kind: str, src: int, dst: int, it: int, p: Partition, step: int,
-                 nbytes: int) -> None:
-    """One tensor: header + payload in one TensorSender.send (one TaLB tensor)."""
+                 nbytes: int, t_admit_ns: int | None = None) -> None:
+    """One tensor: header + payload in one TensorSender.send (one TaLB tensor).
+    ``t_admit_ns``: when the scheduler let the partition start (a worker's
+    first send of it), for the record."""
     key = msg_key(kind, src, dst, it, p.pid, step)
     body = payload(key, nbytes)
     head = HEADER.pack(MAGIC, KIND_IDS[kind], p.layer, src, dst, step, it, p.pid, nbytes,
@@ -112,7 +115,7 @@ def send_message(sender, kind: str, src: int, dst: int, it: int, p: Partition, s
     rec = sender.send(head + body, layer=p.layer)
     emit({"ev": "tx", "k": key, "kind": kind, "src": src, "dst": dst, "it": it, "pid": p.pid,
           "step": step, "layer": p.layer, "bytes": HEADER.size + nbytes,
-          "tensor_id": rec.tensor_id, "t_ns": t})
+          "tensor_id": rec.tensor_id, "t_ns": t, "t_admit_ns": t_admit_ns})
 
 
 def send_ack(sock: socket.socket, src: int, dst: int, it: int, p: Partition) -> None:
@@ -251,8 +254,10 @@ class WorkerLoop:
         self.cv.notify_all()
 
     def admissions(self):
-        """Yield (iteration, partition) as the scheduler admits them; ends
-        when the last iteration is synchronised."""
+        """Yield (iteration, partition, admission time in ns) as the
+        scheduler admits them; ends when the last iteration is synchronised.
+        The time is taken under the lock, so it orders exactly against the
+        layers' ready times (``layer`` records' t_ready_ns)."""
         while True:
             with self.cv:
                 nxt = None
@@ -260,4 +265,5 @@ class WorkerLoop:
                     self.cv.wait()
                 if nxt is None:
                     return
-            yield nxt
+                t = time.monotonic_ns()
+            yield (*nxt, t)

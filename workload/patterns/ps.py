@@ -146,9 +146,9 @@ def _worker(plan: dict, rank: int) -> None:
                     loop.partition_done(m["it"], loop.parts[m["pid"]], release=False)
 
     def pusher() -> None:
-        for it, p in loop.admissions():
+        for it, p, t_admit in loop.admissions():
             s = owner[p.pid]
-            send_message(senders[s], "push", rank, n_workers + s, it, p, 0, p.nbytes)
+            send_message(senders[s], "push", rank, n_workers + s, it, p, 0, p.nbytes, t_admit)
 
     readers = [thread(reader, s, sock) for s, sock in enumerate(socks)]
     push = thread(pusher)
