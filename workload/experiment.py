@@ -193,14 +193,27 @@ def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
             if scheme:
                 set_scheme(maps, scheme)
             out["switch_config"][sw.name] = read_config(maps)
+    return out
+
+
+def _agent_settings(prefix: str) -> dict | None:
+    """The PCM agent's settings: from its snapshot (written every window or
+    so), else its command line; None when no agent runs for the testbed."""
+    from agent.daemon import running_pid
     from agent.snapshot import snapshot_path
+
+    pid = running_pid(prefix)
+    if pid is None:
+        return None
     try:
         snap = json.loads(snapshot_path(prefix).read_text())
-        out["agent"] = {"pid": snap.get("pid"), "config": snap.get("config"),
-                        "metrics": snap.get("metrics")}
+        return {"pid": pid, "config": snap.get("config"), "metrics": snap.get("metrics")}
     except (OSError, json.JSONDecodeError):
-        out["agent"] = None   # no agent runs for this testbed
-    return out
+        try:
+            argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+        except OSError:
+            argv = None
+        return {"pid": pid, "config": None, "argv": argv}
 
 
 def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict) -> dict:
@@ -508,6 +521,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         counters_after = ports.read() if ports else None
         tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                      for h in used}
+        fabric["agent"] = _agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
     except RunError as exc:
         nodes.kill_all()
         log = _results_path(cfg).with_suffix(".nodes.log")
