@@ -14,6 +14,7 @@ import signal
 import pytest
 
 from conftest import new_prefix
+from helpers import free_port
 from netns_topology import load_topology
 from talb import paths, testbed
 from tiny_model import tiny_profile
@@ -32,7 +33,7 @@ ITERATIONS = 3
 def fabric(request, bcc):
     prefix = new_prefix()
     request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(TOPOLOGY), prefix)
+    testbed.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
     return prefix
 
 
@@ -59,6 +60,8 @@ def _check_results_file(r, arch, workers):
     assert on_disk["fabric"]["topology"]["hosts_per_leaf"] == 3
     assert set(on_disk["fabric"]["host_link_bps"].values()) == {100_000_000}
     assert on_disk["scaling"]["testbed_link_bps"] == 100e6
+    assert on_disk["fabric"]["agent"]["config"]["window_s"] > 0       # the agent's settings
+    assert {c["scheme"] for c in on_disk["fabric"]["switch_config"].values()} == {"talb"}
     assert isinstance(on_disk["flags"]["cpu_bound"], bool)
     assert on_disk["cpu_samples"], "no CPU sample taken during the run"
     assert len(on_disk["tensors"]) == len(r["tensors"])
