@@ -135,6 +135,11 @@ def test_parameter_server_keeps_priority_order(fabric, tmp_path):
             layers = [p["layer"] for p in mine]
             overtakes += sum(1 for a, b in zip(layers, layers[1:]) if b < a)
     assert not violations, f"lower-priority partitions started while higher ones waited: {violations[:5]}"
+    # forward wait: an iteration's first forward step starts only once layer 0 is back
+    done = {(e["node"], e["iteration"], e["layer"]): e["t_done_ns"] for e in r["layers"]}
+    for i in r["iterations"][1:]:
+        for w, t_start in i["worker_start_ns"].items():
+            assert t_start >= done[(int(w), i["iteration"] - 1, 0)], (w, i["iteration"])
     assert overlapped > 0, "no push started during back-propagation: nothing overlapped"
     assert overtakes > 0, "no higher-priority layer ever overtook: the check saw no preemption"
 

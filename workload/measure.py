@@ -147,7 +147,9 @@ def iteration_records(events: list[dict], workers: int, warmup: int) -> list[dic
         done = len(per) == workers
         out.append({"iteration": it, "warmup": it < warmup, "complete": done,
                     "time_s": max(per.values()) if done else None,
-                    "worker_time_s": {str(w): v for w, v in per.items()}})
+                    "worker_time_s": {str(w): v for w, v in per.items()},
+                    "worker_start_ns": {str(w): starts[w][it] for w in range(workers)
+                                        if it in starts.get(w, {})}})
     return out
 
 
