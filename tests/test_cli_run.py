@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from talb import paths
 from talb.cli import main
 
 BASE = ["run", "--model", "alexnet", "--arch", "ps", "--workers", "2", "--prefix", "t0clirun"]
@@ -36,6 +37,20 @@ def test_allreduce_needs_two_workers():
               "--prefix", "t0clirun"])
     assert r.exit_code == 1
     assert "--workers: ring all-reduce needs at least 2 workers, got 1" in r.output
+
+
+def test_servers_only_with_ps():
+    r = _run(["run", "--model", "alexnet", "--arch", "allreduce", "--workers", "2",
+              "--servers", "3", "--prefix", "t0clirun"])
+    assert r.exit_code == 1 and "--servers: parameter servers exist with --arch ps only, got 3" in r.output
+
+
+def test_too_many_nodes_for_the_topology_refused_before_building(tmp_path):
+    r = _run(["run", "--model", "alexnet", "--arch", "ps", "--workers", "6", "--servers", "2",
+              "--topology", str(paths.REPO_ROOT / "topologies" / "talb.yaml"), "--prefix", "t0clirun"])
+    assert r.exit_code == 1, r.output
+    assert "8 nodes need 8 hosts, the fabric has 6" in r.output
+    assert not (paths.state_dir("t0clirun")).exists()
 
 
 def test_help_lists_the_options():

@@ -88,6 +88,8 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
           "--workers", cfg.workers,
           "ring all-reduce needs at least 2 workers" if cfg.arch == "allreduce" else "at least 1")
     _need(isinstance(cfg.servers, int) and cfg.servers >= 1, "--servers", cfg.servers, "at least 1")
+    _need(cfg.arch == "ps" or cfg.servers == 1, "--servers", cfg.servers,
+          "parameter servers exist with --arch ps only")
     _need(0.0 <= cfg.load < 1.0, "--load", cfg.load, "a fraction of capacity in [0, 1)")
     _need(isinstance(cfg.iterations, int) and cfg.iterations >= 1, "--iterations", cfg.iterations,
           "at least 1")
@@ -425,9 +427,11 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
         topo_file = Path(cfg.topology) if cfg.topology else DEFAULT_TOPOLOGY
         if not topo_file.is_file():
             raise ValueError(f"--topology: no such file {str(topo_file)!r}")
+        topo = load_topology(topo_file)
+        place(topo, cfg.arch, cfg.workers, cfg.servers)   # enough hosts? before building
         say(f"building testbed '{cfg.prefix}' from {topo_file}")
         # The agent's /metrics on a free port: another testbed's agent may hold the default.
-        testbed.up(load_topology(topo_file), cfg.prefix, agent={"metrics_port": _free_port()})
+        testbed.up(topo, cfg.prefix, agent={"metrics_port": _free_port()})
         built = True
     try:
         return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
