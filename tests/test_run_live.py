@@ -263,3 +263,17 @@ def test_nodes_die_with_a_killed_run(fabric, tmp_path):
         time.sleep(0.1)
     assert not [p for p in pids if running(p)]
     assert not _processes_in_hosts(fabric)
+
+
+def test_three_layer_model_run(fabric, tmp_path):
+    """--model threelayer (TaLB sec. V-A) end to end: L0's tensors are short
+    and L1/L2's long at target scale, whatever the testbed's bytes."""
+    cfg = RunConfig(model="threelayer", arch="ps", workers=2, servers=1, iterations=2, warmup=1,
+                    target_link_bps=1e9, prefix=fabric, out=str(tmp_path / "3l.json"),
+                    timeout_s=240)
+    r = run(cfg)
+    _check_every_byte(r)
+    classes = {(t["layer"], t["class"]) for t in r["tensors"]}
+    assert classes == {(0, "short"), (1, "long"), (2, "long")}, classes
+    by_class = r["summary"]["tensors"]["by_class"]
+    assert by_class["short"]["n"] > 0 and by_class["long"]["n"] > 0 and by_class["medium"]["n"] == 0
