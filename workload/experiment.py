@@ -183,10 +183,10 @@ def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            "switch_config": {}, "agent": None}
     if state.get("datapath") != "bpf":
-        if scheme:
-            raise ValueError(f"--scheme: testbed '{prefix}' forwards with the kernel bridge; "
-                             f"it has no scheme to set (got {scheme!r})")
-        return out
+        # TensorSender tags through the hosts' TC programs, attached with the bpf data path only
+        raise testbed.TestbedError(
+            f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
+            f"cannot tag tensors; run on a testbed built with the bpf data path")
     from agent.control import read_config, set_scheme
     from agent.maps import SwitchMaps
 
