@@ -377,6 +377,16 @@ def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, li
         raise
 
 
+def _stop_now(bg):
+    """End the background load now, with training, not at its planned end:
+    ``stop()`` waits for the sources until t0 + duration + drain_s, so a
+    drain of (now - planned end), negative while flows are still planned,
+    makes that moment now. Flows under way are censored, later ones never
+    start."""
+    planned_end_ns = bg.t0_ns + int(bg.duration_s * 1e9)
+    return bg.stop(drain_s=(time.monotonic_ns() - planned_end_ns) / 1e9)
+
+
 def _outstanding(events: list[dict]) -> str:
     """Where a stuck run stands: tensors in flight, each worker's last iteration."""
     done = {e["k"] for e in events if e["ev"] == "rx"}
@@ -518,7 +528,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
             nodes.drain(on_event)
         duration = time.monotonic() - t0
         if bg is not None:
-            background = bg.stop(drain_s=0).to_dict()   # unfinished flows: censored
+            background = _stop_now(bg).to_dict()   # unfinished flows: censored
             background["params"]["training_s"] = duration
             bg.close()
             bg = None
@@ -535,7 +545,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     finally:
         nodes.kill_all()
         if bg is not None:            # a failed run: every background process ends too
-            bg.stop(drain_s=0)
+            _stop_now(bg)
             bg.close()
         if ports is not None:
             ports.close()
