@@ -5,6 +5,7 @@
     talb table [--switch S]            a switch's live TaLB tensor table and decision counters
     talb scheme [NAME]                 show or switch the load-balancing scheme at runtime
     talb send --src H --dst H          send tagged tensors, see each one's FCT and uplink
+    talb run --model M --arch ps ...   one training experiment: PS or all-reduce, results JSON
     talb bench datapath                data-path benchmarks
 """
 from __future__ import annotations
@@ -481,6 +482,8 @@ def bench_datapath(repeat, duration, json_out):
 
 from talb import cli_agent  # noqa: E402
 cli_agent.register(main)
+from talb import cli_run  # noqa: E402
+cli_run.register(main)
 
 if __name__ == "__main__":
     main()
