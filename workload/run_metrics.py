@@ -83,10 +83,10 @@ class RunMetrics:
                              buckets=FCT_BUCKETS, registry=r)
         self._bgbytes = Counter("talb_run_background_bytes", "Bytes of finished background flows",
                                 L, registry=r)
-        self._retrans = Gauge("talb_run_tcp_retransmissions_total",
+        self._retrans = Counter("talb_run_tcp_retransmissions",
                               "TCP segments the host retransmitted since the run started "
                               "(kernel counter TcpRetransSegs, delta)", [*L, "host"], registry=r)
-        self._reorder = Gauge("talb_run_tcp_reordering_total",
+        self._reorder = Counter("talb_run_tcp_reordering",
                               "TCP reordering events the host saw since the run started "
                               "(kernel TcpExt *Reorder counters, delta)", [*L, "host"], registry=r)
         self._spread = Gauge("talb_run_uplink_spread_ratio",
@@ -94,6 +94,9 @@ class RunMetrics:
                              "(max - min) / mean of the uplinks' bytes (0 = even)",
                              [*L, "leaf"], registry=r)
         self._info.labels(**self.labels, testbed=testbed).set(1)
+        for cls in TENSOR_CLASSES:  # "none censored" is a result: exported as 0, not absent
+            self._censored.labels(**self.labels, **{"class": cls})
+        self._tcp_seen: dict[tuple[str, str], int] = {}  # (host, counter) -> last value set
         self._server = None
         self.endpoint_file: Path | None = None
 
@@ -163,9 +166,16 @@ class RunMetrics:
         self._bgbytes.labels(**self.labels).inc(nbytes)
 
     def tcp_counters(self, host: str, *, retransmissions: int, reordering: int = 0) -> None:
-        """The host's counters since the run started (deltas of the kernel's)."""
-        self._retrans.labels(**self.labels, host=host).set(retransmissions)
-        self._reorder.labels(**self.labels, host=host).set(reordering)
+        """The host's counters since the run started (deltas of the kernel's,
+        which only grow): the exported counters advance to these values."""
+        for name, metric, value in (("retrans", self._retrans, retransmissions),
+                                    ("reorder", self._reorder, reordering)):
+            last = self._tcp_seen.get((host, name), 0)
+            if value < last:
+                raise ValueError(f"{name}: counters since the run started only grow; "
+                                 f"host {host} went from {last} to {value}")
+            metric.labels(**self.labels, host=host).inc(value - last)
+            self._tcp_seen[(host, name)] = value
 
     def uplink_spread(self, leaf: str, uplink_bytes: list[int] | dict) -> float:
         """Set and return the spread of a leaf's uplink bytes (see the help)."""
