@@ -10,13 +10,15 @@ PYTEST_ARGS ?=
 
 TOPO_ARG := $(if $(TOPOLOGY),--topology $(TOPOLOGY),)
 
-.PHONY: help setup testbed testbed-down status test bench clean
+.PHONY: help setup testbed testbed-down status monitoring monitoring-down test bench clean
 
 help:
 	@echo "talb — tensor-aware load balancing testbed"
 	@echo "  sudo make testbed       build the default fabric, load the switch programs, run a demo"
 	@echo "  sudo make testbed-down  remove everything 'testbed' made"
 	@echo "  sudo make status        show the running testbed"
+	@echo "  sudo make monitoring    Prometheus (+ Grafana if installed) for every testbed and run; prints the URLs"
+	@echo "  sudo make monitoring-down  stop what 'monitoring' started"
 	@echo "  sudo make test          run the test suite (what CI runs)"
 	@echo "  sudo make bench         benchmarks: data path (BPF vs empty, BPF vs bridge), agent loop, TaLB/host tagging cost"
 	@echo "  sudo make setup         install packages, kernel headers and the venv (done by the others)"
@@ -35,6 +37,12 @@ testbed-down: setup
 status: setup
 	$(TALB) testbed status --prefix $(PREFIX)
 
+monitoring: setup
+	$(TALB) monitoring up
+
+monitoring-down: setup
+	$(TALB) monitoring down
+
 test: setup
 	$(PYTEST) $(PYTEST_ARGS)
 
@@ -44,5 +52,6 @@ bench: setup
 	$(PYTEST) -m bench -s -q
 
 clean:
+	-@[ -x $(TALB) ] && $(TALB) monitoring down || true
 	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(PREFIX) || true
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
