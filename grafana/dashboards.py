@@ -204,12 +204,12 @@ EXPERIMENT = [
     P("Uplink spread", "How unevenly a leaf's uplinks carried the run's bytes: "
       "(max - min) / mean (0 = perfectly even).", "percentunit",
       ((f"talb_run_uplink_spread_ratio{{{RUN}}}", "{{scheme}} {{leaf}} ({{run_id}})"),)),
-    P("Tensors finished and censored", "Tensors finished per second, and the total that never "
-      "finished (censored: not counted as 0 s in any FCT).", "short",
+    P("Tensors finished and censored", "Tensors of the run so far (warm-up excluded): finished, "
+      "and censored (never finished: not counted as 0 s in any FCT).", "short",
       ((f"sum by (run_id, scheme, class) (talb_run_tensors_censored_total{{{RUN}}})",
         "{{scheme}} {{class}} censored ({{run_id}})"),
-       (f"sum by (run_id, scheme, class) (rate(talb_run_tensor_fct_seconds_count{{{RUN}}}[$__rate_interval]))",
-        "{{scheme}} {{class}} finished/s ({{run_id}})"))),
+       (f"sum by (run_id, scheme, class) (talb_run_tensor_fct_seconds_count{{{RUN}}})",
+        "{{scheme}} {{class}} finished ({{run_id}})"))),
     P("Uplink utilisation (fabric)", "Utilisation of the selected switch ports (the agent's "
       "Eq. 1) while the run goes on: pick a leaf's spine ports to see the spread.", "percentunit",
       ((f"talb_port_utilization_ratio{{{SWP}}}{SCHEME}", "{{switch}} {{port}}"),), max=1),

@@ -218,11 +218,18 @@ def write_targets(directory: Path | None = None) -> dict:
 def follow_targets(interval_s: float = 1.0) -> None:
     """Refresh the targets every ``interval_s`` until `down` removes the state
     file (or SIGTERM)."""
+    from workload.run_metrics import watcher_file
+
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    while not stop and state_file().exists():
-        write_targets()
-        time.sleep(interval_s)
+    try:
+        while not stop and state_file().exists():
+            write_targets()
+            watcher_file().parent.mkdir(parents=True, exist_ok=True)
+            watcher_file().touch()  # runs wait for a last scrape while this is fresh
+            time.sleep(interval_s)
+    finally:
+        watcher_file().unlink(missing_ok=True)
 
 
 def prometheus_config(directory: Path | None = None) -> dict:

@@ -4,13 +4,14 @@ and `talb report`, checked against a real Prometheus during a short live run.
 The live part builds topologies/talb.yaml (scheme talb, four priority
 bands) with its agent, starts the monitoring stack of `talb monitoring up`
 in a directory of its own (TALB_MONITORING_DIR: a user's stack is never
-touched; Grafana is not started), and only then starts a run's metrics
-exposition (workload/run_metrics.py), so the run is found the way a run
-started after `make monitoring` is. The run is driven by tagged tensors
-over real TCP (`talb send`'s engine) -- rounds as iterations, a second
-sender as background flows -- standing in for `talb run` until the runner
-calls the same hooks. Then every PromQL expression of every panel goes
-through Prometheus' own /api/v1/query.
+touched; Grafana is not started), and only then runs a short real
+experiment (workload/experiment.py: three-layer model, parameter server,
+two workers), whose hook serves the run's metrics: the run is found the
+way a run started after `make monitoring` is, and its numbers in
+Prometheus are compared with its results file. The runner has no
+background flows yet, so a second exposition gets real TCP flows (`talb
+send`'s engine) as background. Then every PromQL expression of every
+panel goes through Prometheus' own /api/v1/query.
 """
 from __future__ import annotations
 
@@ -170,8 +171,21 @@ def get(url: str, timeout: float = 5.0) -> str:
         return resp.read().decode()
 
 
-def query(base: str, promql: str) -> list[dict]:
-    body = json.loads(get(f"{base}/api/v1/query?query={urllib.parse.quote(promql)}"))
+def query(base: str, promql: str, at: float | None = None) -> list[dict]:
+    """An instant query (at ``at``, default now). A run's series go stale
+    once its target is gone: its numbers are asked for at its last scrape."""
+    when = "" if at is None else f"&time={at}"
+    body = json.loads(get(f"{base}/api/v1/query?query={urllib.parse.quote(promql)}{when}"))
+    assert body["status"] == "success", (promql, body)
+    return body["data"]["result"]
+
+
+def query_range(base: str, promql: str, start: float, end: float) -> list[dict]:
+    """What a Grafana time-series panel asks for, every 0.25 s of [start, end]
+    (finer than the scrapes: a run scraped once is seen between its one
+    sample and the staleness marker its next, failed, scrape leaves)."""
+    q = urllib.parse.urlencode({"query": promql, "start": start, "end": end, "step": 0.25})
+    body = json.loads(get(f"{base}/api/v1/query_range?{q}"))
     assert body["status"] == "success", (promql, body)
     return body["data"]["result"]
 
@@ -193,21 +207,26 @@ def live(request, bcc, tmp_path_factory):
     from agent import daemon
     from netns_topology import load_topology
     from talb import send
+    from workload import experiment
     from workload.run_metrics import RunMetrics
 
     prefix = new_prefix()
     mon = tmp_path_factory.mktemp("monitoring")
-    old_env = os.environ.get("TALB_MONITORING_DIR")
-    os.environ["TALB_MONITORING_DIR"] = str(mon)  # the refresher inherits it
+    # A stack and an endpoint directory of the test's own (the refresher
+    # inherits them): a user's monitoring neither sees these runs nor is touched.
+    env = {"TALB_MONITORING_DIR": str(mon), "TALB_RUN_ENDPOINTS_DIR": str(mon / "run-endpoints")}
+    old_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
 
     def cleanup():
         monitoring.down()
         daemon.stop_background(prefix)
         testbed.down(prefix)
-        if old_env is None:
-            os.environ.pop("TALB_MONITORING_DIR", None)
-        else:
-            os.environ["TALB_MONITORING_DIR"] = old_env
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
     request.addfinalizer(cleanup)
     testbed.up(load_topology(paths.REPO_ROOT / "topologies" / "talb.yaml"), prefix)
@@ -217,49 +236,37 @@ def live(request, bcc, tmp_path_factory):
     base = state["urls"]["prometheus"]
     wait_for(lambda: query(base, f'up{{job="talb-agent", testbed="{prefix}"}} == 1'), "the agent scraped")
 
-    # The run starts after monitoring: the refresher must find it.
-    metrics = RunMetrics(run_id=f"{prefix}-r1", scheme="talb", model="threelayer", arch="ps",
-                         load=0.2, testbed=prefix, port=0).start()
-    request.addfinalizer(metrics.close)
-    wait_for(lambda: query(base, f'up{{job="talb-run", testbed="{prefix}"}} == 1'), "the run scraped")
-    finished = censored = background = 0
-    for it in range(3):
-        t0 = time.monotonic()
-        rep = send.run(prefix, ["h0", "h1"], "h4", tensors=6, layers=3, size=150_000,
-                       say=lambda *_: None, port=7100)
-        uplinks: dict = {}
+    # A real run (workload/experiment.py, whose hook serves the run's metrics)
+    # after monitoring is up: the refresher must find it, and the run waits
+    # at its end for the scrape that records its last values.
+    t_start = time.time()
+    results = experiment.run(experiment.RunConfig(
+        model="threelayer", arch="ps", workers=2, iterations=4, warmup=1, prefix=prefix,
+        scheme="talb", out=str(tmp_path_factory.mktemp("results") / "run.json")))
+    # a range selector: the run's series went stale when its target went
+    [info] = query(base, f'talb_run_info{{testbed="{prefix}", model="threelayer"}}[5m]')
+    run_id, run_last_scrape = info["metric"]["run_id"], float(info["values"][-1][0])
+
+    # The runner has no background flows yet (w10a's generator is not wired
+    # into it): a second exposition gets real TCP flows as its background.
+    bg = RunMetrics(run_id=f"{prefix}-bg", scheme="talb", model="none", arch="ps", load=0.2,
+                    testbed=prefix, port=0).start()
+    request.addfinalizer(bg.close)
+    background = 0
+    for _ in range(3):
+        rep = send.run(prefix, ["h2"], "h4", tensors=3, layers=1, size=30_000,
+                       say=lambda *_: None, port=7201)
         for t in rep.tensors:
-            metrics.tensor_done(fct_s=t.fct_s, size_class="medium", layer=t.layer, nbytes=t.bytes)
-            finished += t.fct_s is not None
-            censored += t.fct_s is None
-            for port, n in t.uplinks.items():
-                uplinks[port] = uplinks.get(port, 0) + n
-        took = time.monotonic() - t0
-        metrics.iteration_done(duration_s=took, samples_per_s=64 / took)
-        metrics.uplink_spread("leaf0", uplinks)
-        bg = send.run(prefix, ["h2"], "h5", tensors=2, layers=1, size=30_000,
-                      say=lambda *_: None, port=7101)
-        for t in bg.tensors:
             if t.fct_s is not None:
-                metrics.background_flow_done(fct_s=t.fct_s, nbytes=t.bytes)
+                bg.background_flow_done(fct_s=t.fct_s, nbytes=t.bytes)
                 background += 1
-        metrics.tcp_counters("h0", retransmissions=_retrans(prefix, "h0"))
-    assert finished > 0 and background > 0
-    # every series scraped after the last update
+    assert background > 0
     last = time.time()
-    wait_for(lambda: query(base, f'timestamp(talb_run_iterations_total{{testbed="{prefix}"}} == 3) > {last}'),
-             "a scrape after the last update")
+    wait_for(lambda: query(base, f'timestamp(talb_run_background_fct_seconds_count{{testbed="{prefix}"}} '
+                                 f'== {background}) > {last}'), "a scrape after the last flow")
     return {"prefix": prefix, "base": base, "agent_url": f"http://127.0.0.1:{agent_port}/metrics",
-            "metrics": metrics, "finished": finished, "censored": censored,
-            "background": background, "mon": mon}
-
-
-def _retrans(prefix: str, host: str) -> int:
-    from workload.netexec import ns_run
-
-    out = ns_run(paths.netns_name(prefix, host), ["cat", "/proc/net/snmp"]).stdout.splitlines()
-    tcp = [line.split() for line in out if line.startswith("Tcp:")]
-    return int(tcp[1][tcp[0].index("RetransSegs")])
+            "bg": bg, "results": results, "run_id": run_id, "run_last_scrape": run_last_scrape,
+            "background": background, "mon": mon, "t_start": t_start}
 
 
 def _substitute(expr: str, prefix: str) -> str:
@@ -276,7 +283,8 @@ def test_every_panel_query_returns_sane_series(live):
     bad = []
     for name, d in committed().items():
         for panel, expr in exprs(d):
-            result = query(live["base"], _substitute(expr, live["prefix"]))
+            result = query_range(live["base"], _substitute(expr, live["prefix"]),
+                                 live["t_start"], time.time())
             where = f"{name}/{panel['title']}: {expr}"
             if not result:
                 bad.append(f"{where}: no series")
@@ -284,41 +292,78 @@ def test_every_panel_query_returns_sane_series(live):
             lo = panel["fieldConfig"]["defaults"].get("min")
             hi = panel["fieldConfig"]["defaults"].get("max")
             for r in result:
-                v = float(r["value"][1])
-                if not math.isfinite(v) or (lo is not None and v < lo - 1e-9) or \
-                        (hi is not None and v > hi + 1e-9):
-                    bad.append(f"{where}: {r['metric']} = {v} outside [{lo}, {hi}]")
+                for _, value in r["values"]:
+                    v = float(value)
+                    if not math.isfinite(v) or (lo is not None and v < lo - 1e-9) or \
+                            (hi is not None and v > hi + 1e-9):
+                        bad.append(f"{where}: {r['metric']} = {v} outside [{lo}, {hi}]")
+                        break
     assert not bad, "\n".join(bad)
 
 
 @pytest.mark.live
-def test_the_run_numbers_in_prometheus_are_the_runs(live):
-    b, p = live["base"], live["prefix"]
-    total = query(b, f'sum(talb_run_tensor_fct_seconds_count{{testbed="{p}"}})')
-    assert float(total[0]["value"][1]) == live["finished"]
-    bg = query(b, f'sum(talb_run_background_fct_seconds_count{{testbed="{p}"}})')
-    assert float(bg[0]["value"][1]) == live["background"]
-    [info] = query(b, f'talb_run_info{{testbed="{p}"}}')
+def test_the_run_numbers_in_prometheus_are_the_results_files(live):
+    b, p, res = live["base"], live["prefix"], live["results"]
+    run = f'testbed="{p}", run_id="{live["run_id"]}"'
+    at = live["run_last_scrape"]  # the run's own series: at its last scrape
+
+    def one(promql: str, when: float | None = at) -> float:
+        [r] = query(b, promql, when)
+        return float(r["value"][1])
+
+    [info] = query(b, f"talb_run_info{{{run}}}", at)
     assert {k: info["metric"][k] for k in ("scheme", "model", "arch", "load")} == \
-        {"scheme": "talb", "model": "threelayer", "arch": "ps", "load": "0.2"}
-    p50 = query(b, f'histogram_quantile(0.5, sum by (le) (talb_run_tensor_fct_seconds_bucket{{testbed="{p}"}}))')
-    p99 = query(b, f'histogram_quantile(0.99, sum by (le) (talb_run_tensor_fct_seconds_bucket{{testbed="{p}"}}))')
-    assert 0 < float(p50[0]["value"][1]) <= float(p99[0]["value"][1]) < 30
-    # the fabric saw the tensors: TaLB decided, bands 1.. carried tagged bytes
-    talb = query(b, f'sum(talb_decisions_total{{testbed="{p}", scheme="talb"}})')
-    assert float(talb[0]["value"][1]) > 100
-    tagged_bands = query(b, f'sum(talb_port_band_tx_bytes_total{{testbed="{p}", switch="leaf0", band!="0"}})')
-    assert float(tagged_bands[0]["value"][1]) > 3 * 6 * 2 * 150_000 / 2, tagged_bands
-    inserted = query(b, f'sum(talb_tensor_events_total{{testbed="{p}", switch="leaf0", event="inserted"}})')
-    assert float(inserted[0]["value"][1]) >= 3 * 6 * 2
+        {"scheme": "talb", "model": "threelayer", "arch": "ps", "load": "0"}
+    measured = [t for t in res["tensors"] if not t["warmup"]]
+    finished = [t for t in measured if not t["censored"]]
+    assert finished, "the run finished no tensor"
+    assert one(f"sum(talb_run_tensor_fct_seconds_count{{{run}}})") == len(finished)
+    assert one(f"sum(talb_run_tensors_censored_total{{{run}}})") == len(measured) - len(finished)
+    for cls in ("short", "long"):
+        n = sum(1 for t in finished if t["class"] == cls)
+        got = query(b, f'sum(talb_run_tensor_fct_seconds_count{{{run}, class="{cls}"}})', at)
+        assert (float(got[0]["value"][1]) if got else 0) == n, cls
+    fct_sum = one(f"sum(talb_run_tensor_fct_seconds_sum{{{run}}})")
+    assert fct_sum == pytest.approx(sum(t["fct_s"] for t in finished), rel=1e-6)
+    speed = res["summary"]["speed"]
+    assert one(f"sum(talb_run_iterations_total{{{run}}})") == speed["iterations"]
+    mean = one(f"sum(talb_run_iteration_duration_seconds_sum{{{run}}}) / "
+               f"sum(talb_run_iteration_duration_seconds_count{{{run}}})")
+    assert mean == pytest.approx(speed["iteration_time_s"], rel=1e-6)
+    retrans = res["summary"]["tcp"]["per_host"]
+    got = {r["metric"]["host"]: float(r["value"][1])
+           for r in query(b, f"talb_run_tcp_retransmissions_total{{{run}}}", at)}
+    assert got == {h: d["retrans_segs"] for h, d in retrans.items()}
+    spread = {r["metric"]["leaf"]: float(r["value"][1])
+              for r in query(b, f"talb_run_uplink_spread_ratio{{{run}}}", at)}
+    assert spread == pytest.approx({leaf: v["spread"] for leaf, v in
+                                    res["summary"]["uplinks"]["leaves"].items()})
+    # still served: the background exposition and the agent (counters since the testbed began)
+    assert one(f'sum(talb_run_background_fct_seconds_count{{testbed="{p}"}})', None) == live["background"]
+    # the fabric saw the tensors: TaLB decided, tagged bands carried bytes, entries were made
+    assert one(f'sum(talb_decisions_total{{testbed="{p}", scheme="talb"}})', None) > 100
+    assert one(f'sum(talb_port_band_tx_bytes_total{{testbed="{p}", band!="0"}})', None) > \
+        res["summary"]["tensors"]["delivered_bytes"] / 2
+    # every tensor crossing the fabric made an entry in its source leaf's table
+    leaf_of = {h.name: h.leaf for h in testbed.load_topology_of(p).hosts}
+    node_leaf = [leaf_of[h] for h in res["placement"]["workers"] + res["placement"]["servers"]]
+    crossing: dict = {}
+    for t in res["tensors"]:
+        if node_leaf[t["src"]] != node_leaf[t["dst"]]:
+            crossing[node_leaf[t["src"]]] = crossing.get(node_leaf[t["src"]], 0) + 1
+    assert crossing, "no tensor crossed the fabric"
+    for leaf, n in crossing.items():
+        assert one(f'talb_tensor_events_total{{testbed="{p}", switch="{leaf}", event="inserted"}}',
+                   None) >= n, leaf
 
 
 @pytest.mark.live
 def test_every_metric_a_dashboard_names_is_served(live):
-    served = set()
-    for url in (live["agent_url"], live["metrics"].url):
-        for family in text_string_to_metric_families(get(url)):
-            served |= {s.name for s in family.samples}
+    # the agent's page as served now, and every name Prometheus scraped from the runs' pages
+    served = {s.name for family in text_string_to_metric_families(get(live["agent_url"]))
+              for s in family.samples}
+    match = urllib.parse.quote(f'{{job="talb-run", testbed="{live["prefix"]}"}}')
+    served |= set(json.loads(get(f'{live["base"]}/api/v1/label/__name__/values?match[]={match}'))["data"])
     named = set()
     for d in committed().values():
         for _, expr in exprs(d):
@@ -334,7 +379,7 @@ def test_targets_follow_runs_and_down_stops_only_its_processes(live):
     b, p = live["base"], live["prefix"]
     procs = monitoring.read_state()["processes"]
     assert set(procs) == {"prometheus", "targets"}
-    live["metrics"].close()  # the run ends: its target goes
+    live["bg"].close()  # the run ends: its target goes
     wait_for(lambda: not [t for t in json.loads(get(f"{b}/api/v1/targets"))["data"]["activeTargets"]
                           if t["labels"].get("job") == "talb-run" and t["labels"].get("testbed") == p],
              "the ended run to leave the targets")

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from talb import paths, testbed
-from workload import measure
+from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
@@ -349,6 +349,10 @@ def _run_on_fabric(cfg, profile, scaling, on_event, say, built) -> dict:
     os.chmod(run_dir, 0o755)
     ports = None
     nodes = _Nodes()
+    # Monitoring hook (issue 12): the run's live /metrics, fed the node records as they arrive.
+    live = run_metrics.LiveRun.start(cfg, profile, scaling, _target_bytes_fn(cfg, parts, cfg.workers),
+                                     on_event)
+    on_event = live.on_event
     try:
         tcp_before = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                       for h in used}
@@ -390,7 +394,10 @@ def _run_on_fabric(cfg, profile, scaling, on_event, say, built) -> dict:
         counters_after = ports.read() if ports else None
         tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                      for h in used}
+        live.finish(tcp_before, tcp_after, ports and measure.uplink_spread(
+            topo, counters_before, counters_after, duration))
     finally:
+        live.close()
         nodes.kill_all()
         if ports is not None:
             ports.close()

@@ -3,6 +3,7 @@
 Design: the run serves its own ``/metrics`` (prometheus-client, 127.0.0.1,
 port :data:`DEFAULT_PORT` or the next free one) for as long as it runs,
 and registers the endpoint in ``/run/talb/run-endpoints/<pid>-<port>.json``
+(:func:`endpoints_dir`)
 so that `talb monitoring` finds it without configuration. Why a pull
 endpoint: Prometheus already scrapes the agent that way every second, the
 histograms (FCT, iteration time) stay exact per scrape and queryable with
@@ -25,6 +26,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+import time
+from collections import defaultdict
 from pathlib import Path
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
@@ -33,7 +37,24 @@ from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
 from talb import paths
 
 DEFAULT_PORT = 9479  # the agent's default is 9477
-ENDPOINTS_DIR = paths.RUN_DIR / "run-endpoints"  # '-': never a testbed prefix's directory
+
+
+def endpoints_dir() -> Path:
+    """/run/talb/run-endpoints ('-': never a testbed prefix's directory), or
+    $TALB_RUN_ENDPOINTS_DIR (tests: runs only their own monitoring sees)."""
+    return Path(os.environ.get("TALB_RUN_ENDPOINTS_DIR", paths.RUN_DIR / "run-endpoints"))
+
+
+def watcher_file() -> Path:
+    """Touched every second by whoever turns endpoint files into scrape
+    targets (`talb monitoring`): while it is fresh, a run's last values are
+    worth a wait at its end."""
+    return endpoints_dir() / ".watcher"
+
+WATCHER_FRESH_S = 3.0
+#: Prometheus' discovery hands new targets to its scrapers at most every 5 s:
+#: a run shorter than that is scraped only if it waits this long at its end
+LINGER_S = 10.0
 RUN_LABELS = ("run_id", "scheme", "model", "arch", "load")
 #: tensor FCT buckets: 100 us .. 60 s (a short tensor on an idle 100 Mbit/s
 #: fabric takes ~1 ms, a scaled long one seconds)
@@ -58,6 +79,9 @@ class RunMetrics:
         self.testbed, self.addr, self.port = testbed, addr, port
         disable_created_metrics()
         self.registry = r = CollectorRegistry(auto_describe=True)
+        # first: a scrape counted here collects every value set before it began
+        self._scrapes = _ScrapeCounter()
+        r.register(self._scrapes)
         L = list(RUN_LABELS)
         self._info = Gauge("talb_run_info", "The run (value 1): its scheme, model, "
                            "architecture, load and testbed", [*L, "testbed"], registry=r)
@@ -113,8 +137,8 @@ class RunMetrics:
                 if port == 0:
                     raise
         self.port = self._server.server_address[1]
-        ENDPOINTS_DIR.mkdir(parents=True, exist_ok=True)
-        self.endpoint_file = ENDPOINTS_DIR / f"{os.getpid()}-{self.port}.json"
+        endpoints_dir().mkdir(parents=True, exist_ok=True)
+        self.endpoint_file = endpoints_dir() / f"{os.getpid()}-{self.port}.json"
         tmp = self.endpoint_file.with_name(f".{self.endpoint_file.name}.tmp")
         tmp.write_text(json.dumps({"pid": os.getpid(), "target": f"{self.addr}:{self.port}",
                                    "job": "talb-run", "labels": {"testbed": self.testbed}}))
@@ -125,7 +149,12 @@ class RunMetrics:
     def url(self) -> str:
         return f"http://{self.addr}:{self.port}/metrics"
 
-    def close(self) -> None:
+    def close(self, linger_s: float = LINGER_S) -> None:
+        """Stop serving. While monitoring watches (:func:`watched`), first
+        wait (at most ``linger_s``) for one more scrape, so that the last
+        values set -- the counters read after the run -- are recorded."""
+        if self._server is not None and linger_s > 0 and watched():
+            self._scrapes.wait_next(linger_s)
         if self.endpoint_file is not None:
             self.endpoint_file.unlink(missing_ok=True)
             self.endpoint_file = None
@@ -185,6 +214,28 @@ class RunMetrics:
         return spread
 
 
+class _ScrapeCounter:
+    """A collector with no series that counts the scrapes."""
+
+    def __init__(self):
+        self.count = 0
+        self._cond = threading.Condition()
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        with self._cond:
+            self.count += 1
+            self._cond.notify_all()
+        return []
+
+    def wait_next(self, timeout_s: float) -> bool:
+        with self._cond:
+            seen = self.count
+            return self._cond.wait_for(lambda: self.count > seen, timeout=timeout_s)
+
+
 def spread_ratio(values: list[float]) -> float:
     """(max - min) / mean; 0 for no traffic or fewer than two links."""
     if len(values) < 2:
@@ -198,10 +249,17 @@ def _check_time(name: str, value: float) -> None:
         raise ValueError(f"{name}: must be a finite number of seconds >= 0, got {value!r}")
 
 
+def watched() -> bool:
+    try:
+        return time.time() - watcher_file().stat().st_mtime < WATCHER_FRESH_S
+    except FileNotFoundError:
+        return False
+
+
 def read_endpoints() -> list[dict]:
     """Endpoint files of runs whose process is alive (a dead run's file is removed)."""
     out = []
-    for path in sorted(ENDPOINTS_DIR.glob("*.json")):
+    for path in sorted(endpoints_dir().glob("*.json")):
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
@@ -211,3 +269,93 @@ def read_endpoints() -> list[dict]:
             continue
         out.append(data)
     return out
+
+
+# --- the runner's hook (workload/experiment.py) -------------------------------------------
+def run_id_of(cfg) -> str:
+    """A run's id: what its results file is named after (experiment._results_path)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return f"{stamp}-{cfg.model}-{cfg.arch}-{cfg.scheme or 'fabric'}-load{cfg.load:g}-seed{cfg.seed}"
+
+
+class LiveRun:
+    """Feeds the runner's node records (workload/patterns/common.py) into a
+    :class:`RunMetrics` as they arrive: a tensor's FCT when its ``rx`` meets
+    its ``tx``, an iteration's time (the slowest worker's, as
+    measure.iteration_records) when every worker has started the next one.
+    Warm-up iterations are left out, as in the results file."""
+
+    def __init__(self, metrics: RunMetrics, *, target_bytes_of, warmup: int, workers: int,
+                 samples_per_iteration: float, on_event=None):
+        from workload.measure import size_class
+
+        self.metrics, self._target, self._class = metrics, target_bytes_of, size_class
+        self.warmup, self.workers, self._samples = warmup, workers, samples_per_iteration
+        self._next = on_event
+        self._tx: dict = {}                      # key -> tx record awaiting its rx
+        self._rx: dict = {}                      # key -> rx record awaiting its tx
+        self._starts: dict = defaultdict(dict)   # iteration -> {worker: t_ns}
+        self._done_its: set = set()
+        self._last: dict = {}                    # worker -> last iteration it started
+
+    @classmethod
+    def start(cls, cfg, profile, scaling, target_bytes_of, on_event=None) -> "LiveRun":
+        """Serve the run's /metrics (labels from ``cfg``) and return the feed."""
+        m = RunMetrics(run_id=run_id_of(cfg), scheme=cfg.scheme or "fabric", model=cfg.model,
+                       arch=cfg.arch, load=cfg.load, testbed=cfg.prefix).start()
+        return cls(m, target_bytes_of=target_bytes_of, warmup=cfg.warmup, workers=cfg.workers,
+                   samples_per_iteration=cfg.workers * profile.batch_size * scaling.time_scale,
+                   on_event=on_event)
+
+    def on_event(self, ev: dict) -> None:
+        kind = ev.get("ev")
+        if kind in ("tx", "rx"):
+            # Each node's output is read by a thread of its own: a receiver's
+            # rx may come before the sender's tx. Whichever comes second pairs.
+            mine, other = (self._tx, self._rx) if kind == "tx" else (self._rx, self._tx)
+            peer = other.pop(ev["k"], None)
+            if peer is None:
+                mine[ev["k"]] = ev
+            else:
+                self._tensor(*((ev, peer) if kind == "tx" else (peer, ev)))
+        elif kind in ("iter", "end"):
+            # a worker's "end" closes its last iteration as the next "iter" would
+            it = ev["it"] if kind == "iter" else self._last.get(ev["node"], -1) + 1
+            self._last[ev["node"]] = it
+            self._starts[it][ev["node"]] = ev["t_ns"]
+            self._iterations_done()
+        if self._next is not None:
+            self._next(ev)
+
+    def _tensor(self, tx: dict, rx: dict) -> None:
+        if tx["it"] >= self.warmup:
+            self.metrics.tensor_done(fct_s=max(0, rx["t_ns"] - tx["t_ns"]) / 1e9,
+                                     size_class=self._class(self._target(tx)),
+                                     layer=tx["layer"], nbytes=tx["bytes"])
+
+    def _iterations_done(self) -> None:
+        for it in sorted(self._starts):
+            nxt = self._starts.get(it + 1, {})
+            if it in self._done_its or len(self._starts[it]) < self.workers or len(nxt) < self.workers:
+                continue
+            self._done_its.add(it)
+            if it >= self.warmup:
+                took = max(nxt[w] - self._starts[it][w] for w in self._starts[it]) / 1e9
+                if took > 0:
+                    self.metrics.iteration_done(duration_s=took,
+                                                samples_per_s=self._samples / took)
+
+    def finish(self, tcp_before: dict, tcp_after: dict, uplinks: dict | None) -> None:
+        """The counters read after the run: TCP per host, uplink bytes per leaf
+        (measure.uplink_spread's result)."""
+        for host, after in tcp_after.items():
+            before = tcp_before.get(host, {})
+            delta = {k: v - before.get(k, 0) for k, v in after.items()}
+            self.metrics.tcp_counters(host, retransmissions=delta.get("retrans_segs", 0),
+                                      reordering=sum(delta.get(k, 0) for k in
+                                                     ("sack_reorder", "ts_reorder", "reno_reorder")))
+        for leaf, rec in ((uplinks or {}).get("leaves") or {}).items():
+            self.metrics.uplink_spread(leaf, rec["tx_bytes"])
+
+    def close(self) -> None:
+        self.metrics.close()
