@@ -1,17 +1,21 @@
 """`talb report RESULTS`: a finished run's (or a sweep's) key panels as PNG,
 from its results files, with matplotlib -- for readers without Grafana.
 
-The reader needs only this subset of a results file (JSON, `talb run`);
-every other field is ignored::
+Reads `talb run`'s results files (workload/experiment.py, format
+``talb-run/1``), of which it needs only::
 
-    {"run": {"run_id": "...", "scheme": "talb", "model": "vgg19", "arch": "ps", "load": 0.4},
-     "iterations": [{"iteration": 3, "duration_s": 1.9, "samples_per_s": 270.5,
+    {"config": {"scheme": "talb", "model": "vgg19", "arch": "ps", "load": 0.4,
+                "workers": 4, ...},
+     "model": {"batch_size": 32, ...}, "scaling": {"time_scale": 1.0, ...},
+     "iterations": [{"iteration": 3, "time_s": 1.9, "warmup": false}, ...],
+     "tensors":    [{"layer": 0, "class": "short", "bytes": 24000, "fct_s": 0.004,
                      "warmup": false}, ...],
-     "tensors":    [{"layer": 0, "class": "short", "bytes": 24000, "fct_s": 0.004}, ...],
-     "background": [{"bytes": 51000, "fct_s": 0.012}, ...]}
+     "background": [{"size_bytes": 51000, "fct_s": 0.012}, ...]}   (optional)
 
-``fct_s`` null = censored (never finished): counted, never plotted as 0.
-``warmup`` true iterations are left out; ``class`` is short/long/medium.
+or the same with ``"run": {"run_id", "scheme", "model", "arch", "load"}`` in
+place of ``config`` and ``duration_s``/``samples_per_s`` per iteration. The
+run id is the file's name. ``fct_s`` null = censored (never finished):
+counted, never plotted as 0; warm-up iterations and tensors are left out.
 """
 from __future__ import annotations
 
@@ -33,23 +37,50 @@ def _need(obj: dict, key: str, where: str):
 
 
 def load_results(path: Path) -> dict:
-    """One results file, checked against the subset above."""
+    """One results file, normalised to {run, iterations, tensors, background}."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ReportError(f"{path}: not a readable JSON results file ({exc})") from None
-    run = _need(data, "run", str(path))
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: not a results object")
+    if "run" in data:
+        run = dict(data["run"])
+    else:
+        cfg = _need(data, "config", str(path))
+        run = {"run_id": Path(path).stem, "scheme": cfg.get("scheme") or "fabric",
+               **{k: _need(cfg, k, f"{path}: config") for k in ("model", "arch", "load")}}
     for key in RUN_FIELDS:
         _need(run, key, f"{path}: run")
-    iters = [it for it in data.get("iterations", []) if not it.get("warmup")]
-    for i, it in enumerate(iters):
-        _need(it, "duration_s", f"{path}: iterations[{i}]")
-    tensors = data.get("tensors", [])
-    for i, t in enumerate(tensors):
+    # samples/s at the target scale (measure.speed): workers x batch x time_scale / time
+    try:
+        per_iteration = (data["config"]["workers"] * data["model"]["batch_size"]
+                         * data["scaling"]["time_scale"])
+    except (KeyError, TypeError):
+        per_iteration = None
+    iters = []
+    for i, it in enumerate(data.get("iterations", [])):
+        if it.get("warmup"):
+            continue
+        if "duration_s" not in it and "time_s" not in it:
+            raise ReportError(f"{path}: iterations[{i}]: missing field 'time_s'")
+        took = it.get("duration_s", it.get("time_s"))
+        if took is None:
+            continue  # an iteration that never completed
+        speed = it.get("samples_per_s", per_iteration / took if per_iteration and took > 0 else None)
+        iters.append({"iteration": it.get("iteration", i), "duration_s": took, "samples_per_s": speed})
+    tensors = []
+    for i, t in enumerate(data.get("tensors", [])):
         for key in ("layer", "class", "fct_s"):
             _need(t, key, f"{path}: tensors[{i}]")
+        if not t.get("warmup"):
+            tensors.append(t)
+    background = data.get("background")
+    if not isinstance(background, list):  # a runner may nest the flows under load.background
+        nested = (data.get("load") or {}).get("background")
+        background = nested.get("flows", []) if isinstance(nested, dict) else []
     return {"path": str(path), "run": run, "iterations": iters, "tensors": tensors,
-            "background": data.get("background", [])}
+            "background": background}
 
 
 def find_results(paths: list[str]) -> list[Path]:
@@ -85,6 +116,24 @@ def _cdf(ax, values: list[float], label: str) -> None:
                 where="post", label=label)
 
 
+def _log_x(ax) -> None:
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short range
+
+
+def _integer_x(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _empty(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} in this run", ha="center", va="center",
+            transform=ax.transAxes, color="grey")
+
+
 def render_run(res: dict, out: Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
@@ -99,6 +148,7 @@ def render_run(res: dict, out: Path) -> Path:
             [it["duration_s"] for it in iters], marker="o")
     ax.set(title="Iteration time", xlabel="iteration", ylabel="seconds")
     ax.set_ylim(bottom=0)
+    _integer_x(ax)
 
     ax = axes[0][1]
     speeds = [(it.get("iteration", i), it["samples_per_s"]) for i, it in enumerate(iters)
@@ -106,6 +156,9 @@ def render_run(res: dict, out: Path) -> Path:
     ax.plot([s[0] for s in speeds], [s[1] for s in speeds], marker="o", color="tab:green")
     ax.set(title="Training speed (target scale)", xlabel="iteration", ylabel="samples/s")
     ax.set_ylim(bottom=0)
+    _integer_x(ax)
+    if not speeds:
+        _empty(ax, "speed")
 
     ax = axes[0][2]
     for cls in ("short", "medium", "long"):
@@ -113,8 +166,11 @@ def render_run(res: dict, out: Path) -> Path:
         if vals:
             _cdf(ax, vals, f"{cls} (n={len(vals)}, p99 {percentile(vals, 99) * 1e3:.1f} ms)")
     ax.set(title="Tensor FCT CDF by class", xlabel="FCT (ms)", ylabel="fraction of tensors")
-    ax.set_xscale("log")
-    ax.legend(fontsize=8)
+    if fcts(tensors):
+        _log_x(ax)
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, "finished tensor")
 
     ax = axes[1][0]
     layers = sorted({t["layer"] for t in tensors})
@@ -123,6 +179,7 @@ def render_run(res: dict, out: Path) -> Path:
     ax.bar([x - 0.2 for x in layers], means, width=0.4, label="mean")
     ax.bar([x + 0.2 for x in layers], p99, width=0.4, label="p99")
     ax.set(title="Tensor FCT by layer (0 = front)", xlabel="layer", ylabel="FCT (ms)")
+    _integer_x(ax)
     ax.legend(fontsize=8)
 
     ax = axes[1][1]
@@ -130,8 +187,10 @@ def render_run(res: dict, out: Path) -> Path:
     _cdf(ax, bvals, f"background (n={len(bvals)}, p99 {percentile(bvals, 99) * 1e3:.1f} ms)")
     ax.set(title="Background flow FCT CDF", xlabel="FCT (ms)", ylabel="fraction of flows")
     if bvals:
-        ax.set_xscale("log")
+        _log_x(ax)
         ax.legend(fontsize=8)
+    else:
+        _empty(ax, "background flows")
 
     ax = axes[1][2]
     ax.axis("off")

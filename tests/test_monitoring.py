@@ -141,6 +141,9 @@ def test_report_renders_run_and_sweep_pngs(tmp_path):
         f.write_text(json.dumps(_results(f"r{i}", scheme, load, 1 + i)))
         files.append(f)
     written = report.render([str(tmp_path)], str(tmp_path / "out"))
+    if os.environ.get("TALB_KEEP_PNG"):  # to look at them
+        for p in written:
+            shutil.copy(p, Path("/tmp") / f"talb-report-{p.name}")
     assert sorted(p.name for p in written) == ["r0.png", "r1.png", "r2.png", "r3.png", "sweep.png"]
     for p in written:
         data = p.read_bytes()
@@ -372,6 +375,24 @@ def test_every_metric_a_dashboard_names_is_served(live):
             named |= set(re.findall(r"\btalb_[a-z0-9_]+\b", v["query"]))
     assert named, "no metric names found in the dashboards"
     assert not named - served, f"named by a dashboard, served by nobody: {sorted(named - served)}"
+
+
+@pytest.mark.live
+def test_report_of_the_live_run(live, tmp_path):
+    """`talb report` on the real run's results file (talb run's format)."""
+    res = live["results"]
+    [png] = report.render([res["path"]], str(tmp_path))
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000, len(data)
+    loaded = report.load_results(Path(res["path"]))
+    assert loaded["run"]["model"] == "threelayer" and loaded["run"]["scheme"] == "talb"
+    assert len(loaded["iterations"]) == res["summary"]["speed"]["iterations"]
+    speeds = [it["samples_per_s"] for it in loaded["iterations"]]
+    # the per-iteration speeds average (harmonically) to the run's
+    assert len(speeds) / sum(1 / v for v in speeds) == pytest.approx(res["summary"]["speed"]["samples_per_s"])
+    assert len(loaded["tensors"]) == sum(1 for t in res["tensors"] if not t["warmup"])
+    if os.environ.get("TALB_KEEP_PNG"):  # to look at it
+        shutil.copy(png, Path("/tmp") / "talb-report-live.png")
 
 
 @pytest.mark.live
