@@ -129,8 +129,8 @@ def _integer_x(ax) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _empty(ax, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} in this run", ha="center", va="center",
+def _empty(ax, what: str, where: str = " in this run") -> None:
+    ax.text(0.5, 0.5, f"no {what}{where}", ha="center", va="center",
             transform=ax.transAxes, color="grey")
 
 
@@ -232,13 +232,30 @@ def render_sweep(results: list[dict], out: Path) -> Path:
     ]
     fig, axes = plt.subplots(1, 4, figsize=(20, 5))
     fig.suptitle(f"talb sweep: {len(results)} runs", fontsize=13)
+    by_load = len({load for pts in series.values() for load, _ in pts}) > 1
+    names = sorted(series)
     for ax, (title, unit, fn) in zip(axes, panels):
-        for name, pts in sorted(series.items()):
-            pts.sort(key=lambda p: p[0])
-            ax.plot([p[0] for p in pts], [fn(p[1]) for p in pts], marker="o", label=name)
-        ax.set(title=title, xlabel="background load", ylabel=unit)
+        drawn = False
+        for k, name in enumerate(names):
+            pts = sorted(series[name], key=lambda p: p[0])
+            ys = [fn(p[1]) for p in pts]
+            if all(math.isnan(y) for y in ys):
+                continue
+            drawn = True
+            if by_load:  # a line per scheme/model over the loads
+                ax.plot([p[0] for p in pts], ys, marker="o", label=name, color=f"C{k}")
+            else:        # one load: a bar per scheme/model (mean of its runs)
+                finite = [y for y in ys if not math.isnan(y)]
+                ax.bar(k, sum(finite) / len(finite), label=name, color=f"C{k}")
+        ax.set(title=title, ylabel=unit, xlabel="background load" if by_load else "")
+        if not by_load:
+            ax.set_xticks(range(len(names)), names, rotation=15, fontsize=8)
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+        ax.margins(y=0.1)
+        if drawn and by_load:
+            ax.legend(fontsize=8)
+        elif not drawn:
+            _empty(ax, "data", "")
     fig.tight_layout()
     path = out / "sweep.png"
     fig.savefig(path, dpi=80)
