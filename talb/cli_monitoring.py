@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from talb import monitoring
+from talb import monitoring, testbed
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -35,6 +35,7 @@ def monitoring_group():
 @click.option("--no-grafana", is_flag=True, help="Do not start Grafana even if installed.")
 def monitoring_up(prometheus_port, grafana_port, no_grafana):
     """Start Prometheus, the target refresher and Grafana; print the URLs."""
+    testbed.require_root()  # /run/talb is root's, and so are the testbeds it watches
     try:
         state = monitoring.up(prometheus_port=prometheus_port, grafana_port=grafana_port,
                               grafana=not no_grafana, progress=_say)
@@ -44,14 +45,17 @@ def monitoring_up(prometheus_port, grafana_port, no_grafana):
     urls = state["urls"]
     console.print(f"  Prometheus: {urls['prometheus']}  (targets: {urls['prometheus']}/targets)")
     if "grafana" in urls:
-        console.print(f"  Grafana:    {urls['grafana']}/dashboards/f/  (folder talb: "
-                      f"Fabric, TaLB, Experiment; admin login admin/admin)")
+        console.print(f"  Grafana:    {urls['grafana']}  (folder talb; admin login admin/admin)")
+        for uid, name in (("talb-fabric", "Fabric"), ("talb-talb", "TaLB"),
+                          ("talb-experiment", "Experiment")):
+            console.print(f"    {name + ':':12}{urls['grafana']}/d/{uid}")
     console.print(f"  data:       {state['dir']}   stop: talb monitoring down (make monitoring-down)")
 
 
 @monitoring_group.command("down")
 def monitoring_down():
     """Stop what `talb monitoring up` started (by pid); the recorded data stays."""
+    testbed.require_root()
     result = monitoring.down(progress=_say)
     console.print("[green]monitoring stopped[/]" if result["stopped"] else "monitoring was not running")
 

@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from talb import paths
+from talb import paths, testbed
 
 
 
@@ -60,7 +60,7 @@ AGENT_JOB, RUN_JOB = "talb-agent", "talb-run"
 Progress = Callable[[str], None]
 
 
-class MonitoringError(RuntimeError):
+class MonitoringError(testbed.TestbedError):
     """A user-facing failure: the message says what happened and what to do."""
 
 
@@ -335,7 +335,7 @@ def up(*, prometheus_port: int = DEFAULT_PROMETHEUS_PORT, grafana_port: int = DE
             progress(f"Grafana {state['urls']['grafana']} (pid {procs['grafana']['pid']}), "
                      f"dashboards in folder 'talb'")
         else:
-            progress("Grafana is not installed: Prometheus only (README: Monitoring)")
+            progress("Grafana is not installed: Prometheus only (README, \"Dashboards while a run goes on\", says how to install it)")
     except BaseException:
         down()
         raise
