@@ -68,7 +68,8 @@ def _var(name: str, query: str, description: str) -> db.QueryVariable:
 AGENT_VARS = [
     ("testbed", "label_values(talb_port_up, testbed)",
      "Testbed prefix (talb testbed up --prefix); Prometheus adds it to every target"),
-    ("switch", 'label_values(talb_port_up{testbed=~"$testbed"}, switch)', "Switch (namespace <prefix>-<switch>)"),
+    ("switch", 'label_values(talb_port_up{testbed=~"$testbed"}, switch)',
+     "Switch (namespace <prefix>-<switch>)"),
     ("port", 'label_values(talb_port_up{testbed=~"$testbed", switch=~"$switch"}, port)',
      "Switch port, named after its peer"),
     ("scheme", 'label_values(talb_scheme_info{testbed=~"$testbed"}, scheme)',
@@ -119,7 +120,8 @@ FABRIC = [
       "by reason) and by the port's egress queue when full (qdisc).", "pps",
       ((f"sum by (testbed, switch, reason) (rate(talb_drops_total{{{SW}}}[$__rate_interval]){SCHEME})",
         "{{switch}} program: {{reason}}"),
-       (f"sum by (testbed, switch, port) (rate(talb_port_qdisc_drops_total{{{SWP}}}[$__rate_interval]){SCHEME})",
+       (f"sum by (testbed, switch, port) (rate(talb_port_qdisc_drops_total{{{SWP}}}"
+        f"[$__rate_interval]){SCHEME})",
         "{{switch}} {{port}} queue full")), stack=True, width=24),
     P("Link state", "1 = the port is up with carrier, 0 = down (a failed link; the agent "
       "regroups around it).", "bool_on_off",
@@ -148,7 +150,8 @@ TALB = [
       "tensor's earlier packets), CASE 1 (several layers live: lowest-PCM port), CASE 1 sent back "
       "by the threshold S, CASE 2 (one layer live: WRR); and the events that leave TaLB for the "
       "fallback scheme (untagged, table full, mid-stream) or mark a late or aged entry.", "pps",
-      ((f'sum by (testbed, switch, case) (rate(talb_decisions_total{{{SW}, scheme="talb"}}[$__rate_interval]){SCHEME})',
+      ((f'sum by (testbed, switch, case) (rate(talb_decisions_total{{{SW}, scheme="talb"}}'
+        f'[$__rate_interval]){SCHEME})',
         "{{switch}} {{case}}"),
        (f'sum by (testbed, switch, event) (rate(talb_tensor_events_total{{{SW}, '
         f'event=~"fallback|late|midstream|aged|table_full"}}[$__rate_interval]){SCHEME})',

@@ -335,7 +335,8 @@ def up(*, prometheus_port: int = DEFAULT_PROMETHEUS_PORT, grafana_port: int = DE
             progress(f"Grafana {state['urls']['grafana']} (pid {procs['grafana']['pid']}), "
                      f"dashboards in folder 'talb'")
         else:
-            progress("Grafana is not installed: Prometheus only (README, \"Dashboards while a run goes on\", says how to install it)")
+            progress("Grafana is not installed: Prometheus only (README, \"Dashboards while a "
+                     "run goes on\", says how to install it)")
     except BaseException:
         down()
         raise

@@ -224,11 +224,14 @@ def render_sweep(results: list[dict], out: Path) -> Path:
     for res in results:
         r = res["run"]
         series.setdefault(f"{r['scheme']} {r['model']} {r['arch']}", []).append((float(r["load"]), res))
+    def p99_ms(records: list[dict], **match) -> float:
+        return percentile(fcts(records, **match), 99) * 1e3
+
     panels = [
-        ("Short tensor FCT p99", "ms", lambda s: percentile(fcts(s["tensors"], **{"class": "short"}), 99) * 1e3),
-        ("Long tensor FCT p99", "ms", lambda s: percentile(fcts(s["tensors"], **{"class": "long"}), 99) * 1e3),
+        ("Short tensor FCT p99", "ms", lambda s: p99_ms(s["tensors"], **{"class": "short"})),
+        ("Long tensor FCT p99", "ms", lambda s: p99_ms(s["tensors"], **{"class": "long"})),
         ("Mean iteration time", "s", lambda s: _mean([it["duration_s"] for it in s["iterations"]])),
-        ("Background FCT p99", "ms", lambda s: percentile(fcts(s["background"]), 99) * 1e3),
+        ("Background FCT p99", "ms", lambda s: p99_ms(s["background"])),
     ]
     fig, axes = plt.subplots(1, 4, figsize=(20, 5))
     fig.suptitle(f"talb sweep: {len(results)} runs", fontsize=13)

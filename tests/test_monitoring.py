@@ -389,7 +389,8 @@ def test_report_of_the_live_run(live, tmp_path):
     assert len(loaded["iterations"]) == res["summary"]["speed"]["iterations"]
     speeds = [it["samples_per_s"] for it in loaded["iterations"]]
     # the per-iteration speeds average (harmonically) to the run's
-    assert len(speeds) / sum(1 / v for v in speeds) == pytest.approx(res["summary"]["speed"]["samples_per_s"])
+    harmonic = len(speeds) / sum(1 / v for v in speeds)
+    assert harmonic == pytest.approx(res["summary"]["speed"]["samples_per_s"])
     assert len(loaded["tensors"]) == sum(1 for t in res["tensors"] if not t["warmup"])
     if os.environ.get("TALB_KEEP_PNG"):  # to look at it
         shutil.copy(png, Path("/tmp") / "talb-report-live.png")
