@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from standins import tiny_profile
+from tiny_model import tiny_profile
 from workload.scheduler import ByteScheduler, Partition, partition_model
 
 
@@ -101,3 +101,33 @@ def test_misuse_is_an_error():
         ByteScheduler(credit_bytes=0)
     with pytest.raises(ValueError, match="partition_bytes"):
         partition_model(tiny_profile(), 0)
+
+
+def test_three_layer_model_keeps_the_papers_send_order():
+    """TaLB sec. V-A: L2, part of L1, L0, the rest of L1 — the scheduler
+    follows the model's own order when it has one, whatever the layers."""
+    from workload.models import get_profile
+
+    prof = get_profile("threelayer")
+    parts = partition_model(prof, 4_000_000)
+    s = ByteScheduler(credit_bytes=1)
+    for layer in (2, 1, 0):                     # compute 0: every layer ready at once
+        s.enqueue([p for p in parts if p.layer == layer])
+    order = []
+    while (nxt := s.next()) is not None:
+        order.append(nxt[1])
+        s.finish(*nxt)
+    names = [p.tensor for p in order]
+    assert names == list(prof.send_order)
+    layers = [p.layer for p in order]
+    first_l0 = layers.index(0)
+    assert set(layers[:first_l0]) == {2, 1} and layers[-1] == 1   # L1 on both sides of L0
+
+
+def test_real_model_partitions_total():
+    from workload.models import get_profile
+
+    prof = get_profile("alexnet")
+    parts = partition_model(prof, 4_000_000)
+    assert sum(p.target_bytes for p in parts) == prof.total_bytes == 4 * 61_100_840
+    assert all(p.priority == p.layer for p in parts)

@@ -78,7 +78,7 @@ def _need(cond: bool, flag: str, value, what: str) -> None:
         raise ValueError(f"{flag}: {what}, got {value!r}")
 
 
-def validate(cfg: RunConfig) -> None:
+def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
     _need(cfg.arch in PATTERNS, "--arch", cfg.arch, f"one of {', '.join(PATTERNS)}")
     _need(isinstance(cfg.workers, int) and cfg.workers >= (2 if cfg.arch == "allreduce" else 1),
           "--workers", cfg.workers,
@@ -96,6 +96,14 @@ def validate(cfg: RunConfig) -> None:
           f"one of {', '.join(SCALING_MODES)}")
     _need(cfg.gpu_speed > 0, "--gpu-speed", cfg.gpu_speed, "a positive factor")
     _need(1024 <= cfg.base_port <= 65000, "--port", cfg.base_port, "a port in 1024..65000")
+    if profile_needed:   # unknown model, batch size, GPU: an error before any fabric is touched
+        try:
+            _profile(cfg)
+        except ValueError as exc:
+            field, _, rest = str(exc).partition(":")
+            flag = {"model": "--model", "gpu": "--gpu", "gpu_speed": "--gpu-speed",
+                    "batch_size": "--batch-size"}.get(field)
+            raise ValueError(f"{flag}:{rest}" if flag else str(exc)) from None
     if cfg.load > 0:
         try:
             import workload.background  # noqa: F401
@@ -111,10 +119,12 @@ def _profile(cfg: RunConfig):
     return get_profile(cfg.model, batch_size=cfg.batch_size, gpu=cfg.gpu, gpu_speed=cfg.gpu_speed)
 
 
-def _scaling(cfg: RunConfig, testbed_link_bps: float):
+def _scaling(cfg: RunConfig, testbed_link_bps: float, smallest_bytes: int):
     from workload.scaling import scaling_for
 
-    return scaling_for(cfg.target_link_bps, testbed_link_bps, mode=cfg.scaling_mode)
+    return scaling_for(cfg.target_link_bps, testbed_link_bps, mode=cfg.scaling_mode,
+                       smallest_bytes=smallest_bytes if cfg.scaling_mode == "both" else None,
+                       target_gpu=cfg.gpu)
 
 
 def place(topo, arch: str, workers: int, servers: int) -> dict[str, list]:
@@ -188,7 +198,8 @@ def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict) -> dict:
     return {
         "arch": cfg.arch, "iterations": cfg.iterations, "credit_bytes": cfg.credit_bytes,
         "min_tensor_bytes": scaling.min_tensor_bytes, "layers": layers,
-        "partitions": [[p.pid, p.layer, p.tensor, p.index, p.target_bytes, p.nbytes] for p in parts],
+        "partitions": [[p.pid, p.layer, p.tensor, p.index, p.target_bytes, p.nbytes, p.priority]
+                       for p in parts],
         "workers": [{"host": h.name, "ip": h.ip, "port": cfg.base_port} for h in hosts["workers"]],
         "servers": [{"host": h.name, "ip": h.ip, "port": cfg.base_port + 1 + i}
                     for i, h in enumerate(hosts["servers"])],
@@ -256,6 +267,20 @@ class _Nodes:
         for t in self._readers:
             t.join(timeout=2)
 
+    def dump_stacks(self) -> None:
+        """Every live node prints its threads' stacks to stderr (faulthandler)."""
+        import signal
+
+        for _, p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+
+    def write_log(self, path: Path) -> None:
+        path.write_text("".join(f"--- {name} (pid {p.pid}, exit {p.returncode})\n"
+                                + "".join(line + "\n" for line in self.stderr[name])
+                                for name, p in self.procs))
+
     def pids(self) -> list[int]:
         return [p.pid for _, p in self.procs]
 
@@ -280,6 +305,18 @@ def _wait_ready(nodes: _Nodes, names: set, deadline: float, on_event) -> None:
         time.sleep(0.02)
 
 
+def _outstanding(events: list[dict]) -> str:
+    """Where a stuck run stands: tensors in flight, each worker's last iteration."""
+    done = {e["k"] for e in events if e["ev"] == "rx"}
+    waiting = [e["k"] for e in events if e["ev"] == "tx" and e["k"] not in done]
+    last = {}
+    for e in events:
+        if e["ev"] == "iter":
+            last[e["node"]] = e["it"]
+    return (f"{len(waiting)} tensors sent and not received ({', '.join(waiting[:5])}); "
+            f"workers at iteration {last}")
+
+
 def _results_path(cfg: RunConfig) -> Path:
     if cfg.out:
         return Path(cfg.out)
@@ -297,12 +334,14 @@ def _free_port() -> int:
 
 
 # --- the run ---------------------------------------------------------------------------
-def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, say=lambda _m: None) -> dict:
+def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=None,
+        say=lambda _m: None) -> dict:
     """Run one experiment; returns the results (also written to the results
     file, ``results["path"]``). ``profile``/``scaling``: given objects
     instead of ``cfg.model``'s profile and the scaling from ``cfg``.
-    ``on_event``: called with every node record as it arrives (progress)."""
-    validate(cfg)
+    ``on_event``: called with every node record as it arrives (progress);
+    ``on_nodes``: called once every node is started, with {node name: pid}."""
+    validate(cfg, profile_needed=profile is None)
     testbed.require_root()
     paths.check_prefix(cfg.prefix)
     built = False
@@ -321,14 +360,14 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, say=lambda
         testbed.up(load_topology(topo_file), cfg.prefix, agent={"metrics_port": _free_port()})
         built = True
     try:
-        return _run_on_fabric(cfg, profile, scaling, on_event, say, built)
+        return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
     finally:
         if built:
             say(f"removing testbed '{cfg.prefix}'")
             testbed.down(cfg.prefix)
 
 
-def _run_on_fabric(cfg, profile, scaling, on_event, say, built) -> dict:
+def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:
     topo = testbed.load_topology_of(cfg.prefix)
     fabric = _fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
@@ -336,7 +375,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, say, built) -> dict:
     hosts = place(topo, cfg.arch, cfg.workers, cfg.servers)
     used = hosts["workers"] + hosts["servers"]
     link_bps = min(topo.ports(h.name)[0].rate_bps for h in used)
-    scaling = scaling or _scaling(cfg, link_bps)
+    smallest = min(p.target_bytes for p in partition_model(profile, cfg.partition_bytes))
+    scaling = scaling or _scaling(cfg, link_bps, smallest)
     parts = partition_model(profile, cfg.partition_bytes, scaling.tensor_bytes)
     plan = make_plan(cfg, profile, scaling, parts, hosts)
     pattern = get_pattern(cfg.arch)
@@ -376,6 +416,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, say, built) -> dict:
                     nodes.start(f"n{i}", paths.netns_name(cfg.prefix, node_hosts[i].name),
                                 [*NODE, str(plan_path), role, str(rank)])
             say(f"{len(node_roles)} nodes running")
+            if on_nodes:
+                on_nodes({name: p.pid for name, p in nodes.procs})
             while not nodes.all_done():
                 nodes.drain(on_event)
                 bad = nodes.failed()
@@ -385,7 +427,9 @@ def _run_on_fabric(cfg, profile, scaling, on_event, say, built) -> dict:
                     raise RunError(f"node {name} ({node_roles[int(name[1:])][0]} on {host}) failed "
                                    f"(exit {bad[1].returncode}): {_error_tail(nodes, name)}")
                 if time.monotonic() > deadline:
-                    raise RunError(f"timeout: the run took longer than {cfg.timeout_s:g} s")
+                    nodes.dump_stacks()
+                    raise RunError(f"timeout: the run took longer than {cfg.timeout_s:g} s; "
+                                   f"{_outstanding(nodes.events)}")
                 time.sleep(0.05)
             for t in nodes._readers:
                 t.join(timeout=10)
@@ -396,6 +440,12 @@ def _run_on_fabric(cfg, profile, scaling, on_event, say, built) -> dict:
                      for h in used}
         live.finish(tcp_before, tcp_after, ports and measure.uplink_spread(
             topo, counters_before, counters_after, duration))
+    except RunError as exc:
+        nodes.kill_all()
+        log = _results_path(cfg).with_suffix(".nodes.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        nodes.write_log(log)
+        raise RunError(f"{exc} (every node's error output: {log})") from None
     finally:
         live.close()
         nodes.kill_all()
@@ -448,7 +498,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "software": software_versions(),
         "fabric": fabric,
         "model": model,
-        "scaling": scaling.describe(),
+        "scaling": scaling.describe([p.target_bytes for p in parts]),
         "scheduler": {"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
                       "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
         "placement": {k: [h.name for h in v] for k, v in hosts.items()},

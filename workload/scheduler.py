@@ -5,9 +5,9 @@ A pure object, no sockets: the communication patterns (workload/patterns/)
 drive it. They :meth:`ByteScheduler.enqueue` a layer's partitions as soon as
 the layer's backward step ends (back-propagation overlap), ask
 :meth:`~ByteScheduler.next` for the partition to start whenever they can
-send, and :meth:`~ByteScheduler.finish` a partition once its whole
-synchronisation is over (PS: its PULL is back; all-reduce: its last ring
-step arrived), which returns its credit.
+send, and :meth:`~ByteScheduler.finish` a partition when its credit comes back
+(PS: the server acknowledged its PUSH, see patterns/ps.py; all-reduce: its
+last ring step arrived).
 
 Rules (ByteScheduler section 4):
 
@@ -51,6 +51,11 @@ class Partition:
     index: int           # its position within that tensor
     target_bytes: int    # size in the target cluster
     nbytes: int          # size on the testbed (after scaling)
+    priority: int = -1   # scheduling order, lower first; -1: the layer index
+
+    def __post_init__(self):
+        if self.priority < 0:
+            object.__setattr__(self, "priority", self.layer)
 
 
 def partition_model(profile, partition_bytes: int, tensor_bytes=None) -> list[Partition]:
@@ -58,17 +63,20 @@ def partition_model(profile, partition_bytes: int, tensor_bytes=None) -> list[Pa
     ``partition_bytes`` target bytes (equal parts, ByteScheduler splits a
     tensor evenly), in backward order (last layer first, as
     ``profile.backward_order()`` produces them). ``tensor_bytes`` maps a
-    target size to testbed bytes (``Scaling.tensor_bytes``; default: same)."""
+    target size to testbed bytes (``Scaling.tensor_bytes``; default: same).
+    Priority: the layer, or with ``profile.send_order`` the position in it."""
     if isinstance(partition_bytes, bool) or not isinstance(partition_bytes, int) or partition_bytes < 1:
         raise ValueError(f"partition_bytes: must be a positive integer, got {partition_bytes!r}")
     scale = tensor_bytes or (lambda b: b)
     parts: list[Partition] = []
+    fixed = getattr(profile, "send_order", None) is not None
     for t in profile.backward_order():
         n = max(1, math.ceil(t.nbytes / partition_bytes))
         base, extra = divmod(t.nbytes, n)
         for i in range(n):
             target = base + (1 if i < extra else 0)
-            parts.append(Partition(len(parts), t.layer, t.name, i, target, int(scale(target))))
+            parts.append(Partition(len(parts), t.layer, t.name, i, target, int(scale(target)),
+                                   len(parts) if fixed else t.layer))
     return parts
 
 
@@ -79,7 +87,7 @@ class ByteScheduler:
         if isinstance(credit_bytes, bool) or not isinstance(credit_bytes, int) or credit_bytes < 1:
             raise ValueError(f"credit_bytes: must be a positive integer, got {credit_bytes!r}")
         self.credit_bytes = credit_bytes
-        self._ready: list[tuple] = []           # heap of (iteration, layer, seq, partition)
+        self._ready: list[tuple] = []           # heap of (iteration, priority, seq, partition)
         self._seq = itertools.count()
         self._queued: set[tuple[int, int]] = set()
         self._in_flight: dict[tuple[int, int], Partition] = {}
@@ -92,7 +100,7 @@ class ByteScheduler:
             if key in self._queued or key in self._in_flight:
                 raise ValueError(f"partition {p.pid} of iteration {iteration} enqueued twice")
             self._queued.add(key)
-            heapq.heappush(self._ready, (iteration, p.layer, next(self._seq), p))
+            heapq.heappush(self._ready, (iteration, p.priority, next(self._seq), p))
 
     @property
     def waiting(self) -> int:

@@ -67,13 +67,13 @@ class _Ring:
         self.started: set[tuple[int, int]] = set()
         self.grad_ready: set[tuple[int, int]] = set()
         self.pending: dict[tuple[int, int], list[int]] = {}   # steps that may go once started
-        self.outq: list[tuple] = []                           # (it, layer, pid, step)
+        self.outq: list[tuple] = []                           # (it, priority, pid, step)
         self.sends_left = loop.iterations * len(loop.parts) * steps(n)
         loop.on_ready = self._ready
 
     # all under loop.cv
     def _queue(self, it: int, p: Partition, step: int) -> None:
-        heapq.heappush(self.outq, (it, p.layer, p.pid, step))
+        heapq.heappush(self.outq, (it, p.priority, p.pid, step))
         self.loop.cv.notify_all()
 
     def _start(self, it: int, p: Partition) -> None:
@@ -114,7 +114,7 @@ class _Ring:
     def next_send(self):
         with self.loop.cv:
             self.loop.cv.wait_for(lambda: self.outq)
-            it, _layer, pid, step = heapq.heappop(self.outq)
+            it, _prio, pid, step = heapq.heappop(self.outq)
             self.sends_left -= 1
         return it, self.loop.parts[pid], step
 

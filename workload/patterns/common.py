@@ -37,7 +37,7 @@ from workload.scheduler import ByteScheduler, Partition
 # magic, kind, layer, src node, dst node, step, iteration, partition, length, sha256
 HEADER = struct.Struct("!4sBBHHHIIQ32s")
 MAGIC = b"TLBw"
-KINDS = {1: "push", 2: "pull", 3: "reduce", 4: "gather"}
+KINDS = {1: "push", 2: "pull", 3: "reduce", 4: "gather", 5: "ack"}
 KIND_IDS = {v: k for k, v in KINDS.items()}
 HELLO = struct.Struct("!4sH")   # a connection's first bytes: magic, the connecting node
 CONNECT_TIMEOUT_S = 30.0
@@ -115,6 +115,19 @@ def send_message(sender, kind: str, src: int, dst: int, it: int, p: Partition, s
           "tensor_id": rec.tensor_id, "t_ns": t})
 
 
+def send_ack(sock: socket.socket, src: int, dst: int, it: int, p: Partition) -> None:
+    """A server's receipt of a PUSH (ps-lite answers every push the same
+    way): a bare header, no payload, untagged, not a tensor. Written with
+    MSG_EOR so that it shares no segment with the next tensor (see
+    workload/tensor_sender.py); only from the thread that owns the socket's
+    TensorSender."""
+    data = memoryview(HEADER.pack(MAGIC, KIND_IDS["ack"], p.layer, src, dst, 0, it, p.pid, 0,
+                                  bytes(32)))
+    sent = 0
+    while sent < len(data):
+        sent += sock.send(data[sent:], socket.MSG_EOR)
+
+
 def recv_message(conn: socket.socket) -> dict | None:
     """The next message on ``conn`` (None at EOF), with its check done and
     the time its last byte reached the application."""
@@ -124,6 +137,9 @@ def recv_message(conn: socket.socket) -> dict | None:
     magic, kind, layer, src, dst, step, it, pid, length, digest = HEADER.unpack(head)
     if magic != MAGIC:
         raise RuntimeError(f"bad magic {bytes(magic)!r}: the stream is out of step")
+    if KINDS.get(kind) == "ack":
+        return {"kind": "ack", "layer": layer, "src": src, "dst": dst, "step": step, "it": it,
+                "pid": pid, "ok": True}
     body = recv_exact(conn, length)
     t = time.monotonic_ns()
     if body is None:
@@ -216,9 +232,16 @@ class WorkerLoop:
             self.cv.notify_all()
         emit({"ev": "end", "node": self.node, "t_ns": time.monotonic_ns()})
 
-    def partition_done(self, it: int, p: Partition) -> None:
-        """Call with ``cv`` held."""
+    def release(self, it: int, p: Partition) -> None:
+        """``p``'s credit comes back. Call with ``cv`` held."""
         self.sched.finish(it, p)
+        self.cv.notify_all()
+
+    def partition_done(self, it: int, p: Partition, *, release: bool = True) -> None:
+        """``p`` is synchronised: its parameters are back (and, with
+        ``release``, its credit too). Call with ``cv`` held."""
+        if release:
+            self.sched.finish(it, p)
         key = (it, p.layer)
         self._left[key] -= 1
         if self._left[key] == 0:

@@ -8,7 +8,9 @@ node's part of every iteration is done; any failure exits non-zero at once.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import sys
 
 from workload.patterns import get_pattern
@@ -21,6 +23,8 @@ def main(argv=None) -> int:
         sys.stderr.write(__doc__)
         return 2
     path, role, rank = argv
+    # A stuck run: the experiment asks every node for its threads' stacks (stderr).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     with open(path) as f:
         plan = json.load(f)
     try:

@@ -2,11 +2,17 @@
 
 Every worker has one TCP connection to every server. A worker PUSHes each
 partition's gradients to the partition's server as the scheduler admits it;
-the server counts the copies of that partition and, once every worker's has
-arrived (aggregation: the sum itself is not computed, the bytes are
-checked), PULLs go back to every worker, front layers first. A worker's
-partition is done (credit returned, its layer's forward step may go) when
-its PULL is in.
+the server acknowledges each PUSH as it arrives and counts the copies of
+that partition; once every worker's copy is in (aggregation: the sum itself
+is not computed, the bytes are checked), PULLs go back to every worker,
+front layers first. A worker's partition is done (its layer's forward step
+may go) when its PULL is in.
+
+Credit: a PUSH holds its bytes of credit until the server's acknowledgement
+(a ps-lite push completes the same way). Holding it until the PULL instead
+deadlocks: a worker whose credit is full of partitions waiting for another
+worker's PUSH, while that worker's credit is full of partitions waiting for
+this one's, waits forever (priority arrival times differ between workers).
 
 Sharding: partitions go to servers largest first, each to the server with
 the fewest bytes so far (ties: lowest rank), so that servers carry equal
@@ -21,7 +27,7 @@ import threading
 from collections import defaultdict
 
 from workload.patterns.common import (
-    WorkerLoop, accept, connect, emit, partitions_of, recv_message, send_message, thread)
+    WorkerLoop, accept, connect, emit, partitions_of, recv_message, send_ack, send_message, thread)
 from workload.scheduler import Partition
 
 ROLES = ("worker", "server")
@@ -89,20 +95,24 @@ def _server(plan: dict, rank: int) -> None:
                                    f"from node {w}")
             with lock:
                 key = (m["it"], m["pid"])
+                heapq.heappush(queues[w], (0, m["it"], 0, m["pid"]))   # the ack goes first
                 copies[key] += 1
                 if copies[key] == n_workers:   # aggregated: every worker's copy is here
                     for q in queues.values():
-                        heapq.heappush(q, (m["it"], m["layer"], m["pid"]))
-                    lock.notify_all()
+                        heapq.heappush(q, (1, m["it"], parts[m["pid"]].priority, m["pid"]))
+                lock.notify_all()
 
     def writer(w: int, conn: socket.socket) -> None:
         with TensorSender(conn) as tx:
-            for _ in range(expected):
+            for _ in range(2 * expected):    # an ack and a pull per partition and iteration
                 with lock:
                     lock.wait_for(lambda: queues[w])
-                    it, _layer, pid = heapq.heappop(queues[w])
+                    what, it, _prio, pid = heapq.heappop(queues[w])
                 p = parts[pid]
-                send_message(tx, "pull", me, w, it, p, 0, p.nbytes)
+                if what == 0:
+                    send_ack(conn, me, w, it, p)
+                else:
+                    send_message(tx, "pull", me, w, it, p, 0, p.nbytes)
 
     readers = [thread(reader, w, c) for w, c in conns.items()]
     writers = [thread(writer, w, c) for w, c in conns.items()]
@@ -125,12 +135,15 @@ def _worker(plan: dict, rank: int) -> None:
 
     def reader(s: int, sock: socket.socket) -> None:
         expected = plan["iterations"] * sum(1 for o in owner.values() if o == s)
-        for _ in range(expected):
+        for _ in range(2 * expected):
             m = recv_message(sock)
             if m is None:
                 raise RuntimeError(f"worker {rank}: server {s} closed the connection early")
             with loop.cv:
-                loop.partition_done(m["it"], loop.parts[m["pid"]])
+                if m["kind"] == "ack":
+                    loop.release(m["it"], loop.parts[m["pid"]])
+                else:
+                    loop.partition_done(m["it"], loop.parts[m["pid"]], release=False)
 
     def pusher() -> None:
         for it, p in loop.admissions():
