@@ -7,6 +7,8 @@ PYTEST  := $(VENV)/bin/python -m pytest
 PREFIX  ?= talb
 TOPOLOGY ?=
 PYTEST_ARGS ?=
+PROMETHEUS_PORT ?= 9090
+GRAFANA_PORT ?= 3000
 
 TOPO_ARG := $(if $(TOPOLOGY),--topology $(TOPOLOGY),)
 
@@ -22,7 +24,7 @@ help:
 	@echo "  sudo make test          run the test suite (what CI runs)"
 	@echo "  sudo make bench         benchmarks: data path (BPF vs empty, BPF vs bridge), agent loop, TaLB/host tagging cost"
 	@echo "  sudo make setup         install packages, kernel headers and the venv (done by the others)"
-	@echo "Variables: PREFIX=$(PREFIX) TOPOLOGY=<file.yaml> PYTEST_ARGS=..."
+	@echo "Variables: PREFIX=$(PREFIX) TOPOLOGY=<file.yaml> PYTEST_ARGS=... PROMETHEUS_PORT=$(PROMETHEUS_PORT) GRAFANA_PORT=$(GRAFANA_PORT)"
 
 setup:
 	@bash scripts/setup.sh
@@ -38,7 +40,7 @@ status: setup
 	$(TALB) testbed status --prefix $(PREFIX)
 
 monitoring: setup
-	$(TALB) monitoring up
+	$(TALB) monitoring up --prometheus-port $(PROMETHEUS_PORT) --grafana-port $(GRAFANA_PORT)
 
 monitoring-down: setup
 	$(TALB) monitoring down

@@ -345,7 +345,7 @@ def up(*, prometheus_port: int = DEFAULT_PROMETHEUS_PORT, grafana_port: int = DE
 
 def down(progress: Progress = _quiet) -> dict:
     """Stop what `up` started (by recorded pid and start time); keeps the
-    TSDB for `talb report` and a later `up`. Idempotent."""
+    TSDB (the history a later `up` shows again). Idempotent."""
     state = read_state()
     stopped = []
     if state is not None:
