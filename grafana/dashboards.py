@@ -40,6 +40,9 @@ SW = 'testbed=~"$testbed", switch=~"$switch"'
 SWP = f'{SW}, port=~"$port"'
 SCHEME = ' * on (testbed, switch) group_left (scheme) talb_scheme_info{scheme=~"$scheme"}'
 RUN = 'testbed=~"$testbed", scheme=~"$scheme", run_id=~"$run_id"'
+# bytes/s of each leaf's uplinks (its ports towards the spines, named after them)
+UPLINK_RATE = ('{agg} by (testbed, switch) (rate(talb_port_tx_bytes_total{{testbed=~"$testbed", '
+               'switch=~"leaf.*", port=~"spine.*"}}[$__rate_interval]))')
 
 
 @dataclass(frozen=True)
@@ -204,9 +207,12 @@ EXPERIMENT = [
       "(kernel TcpRetransSegs in the host's namespace).", "short",
       ((f"sum by (run_id, scheme, host) (talb_run_tcp_retransmissions_total{{{RUN}}})",
         "{{scheme}} {{host}} ({{run_id}})"),)),
-    P("Uplink spread", "How unevenly a leaf's uplinks carried the run's bytes: "
-      "(max - min) / mean (0 = perfectly even).", "percentunit",
-      ((f"talb_run_uplink_spread_ratio{{{RUN}}}", "{{scheme}} {{leaf}} ({{run_id}})"),)),
+    P("Uplink spread", "How unevenly a leaf's uplinks carried bytes, (max - min) / mean "
+      "(0 = perfectly even): over the whole run (set when it ends), and live from the fabric's "
+      "counters (leaf ports towards spines, over the last interval).", "percentunit",
+      ((f"talb_run_uplink_spread_ratio{{{RUN}}}", "{{scheme}} {{leaf}} run ({{run_id}})"),
+       (f"({UPLINK_RATE.format(agg='max')} - {UPLINK_RATE.format(agg='min')}) / "
+        f"({UPLINK_RATE.format(agg='avg')} > 0)", "{{switch}} live"))),
     P("Tensors finished and censored", "Tensors of the run so far (warm-up excluded): finished, "
       "and censored (never finished: not counted as 0 s in any FCT).", "short",
       ((f"sum by (run_id, scheme, class) (talb_run_tensors_censored_total{{{RUN}}})",
