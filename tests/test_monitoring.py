@@ -265,8 +265,14 @@ def live(request, bcc, tmp_path_factory):
                 background += 1
     assert background > 0
     last = time.time()
-    wait_for(lambda: query(base, f'timestamp(talb_run_background_fct_seconds_count{{testbed="{prefix}"}} '
-                                 f'== {background}) > {last}'), "a scrape after the last flow")
+    [scraped] = wait_for(lambda: query(base, f'timestamp(talb_run_background_fct_seconds_count'
+                                             f'{{testbed="{prefix}"}} == {background}) > {last}'),
+                         "a scrape after the last flow")
+    # and one more, so that the panels' range queries (whose last step may
+    # fall just before that scrape) see it too
+    seen = float(scraped["value"][1])
+    wait_for(lambda: query(base, f'timestamp(talb_run_background_fct_seconds_count'
+                                 f'{{testbed="{prefix}"}}) > {seen + 0.5}'), "the next scrape")
     return {"prefix": prefix, "base": base, "agent_url": f"http://127.0.0.1:{agent_port}/metrics",
             "bg": bg, "results": results, "run_id": run_id, "run_last_scrape": run_last_scrape,
             "background": background, "mon": mon, "t_start": t_start}
