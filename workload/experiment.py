@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from talb import paths, testbed
-from workload import measure
+from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
@@ -479,6 +479,10 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     os.chmod(run_dir, 0o755)
     ports = bg = background = None
     nodes = _Nodes()
+    # Monitoring hook (issue 12): the run's live /metrics, fed the node records as they arrive.
+    live = run_metrics.LiveRun.start(cfg, profile, scaling, _target_bytes_fn(cfg, parts, cfg.workers),
+                                     on_event)
+    on_event = live.on_event
     try:
         tcp_before = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                       for h in used}
@@ -536,6 +540,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                      for h in used}
         fabric["agent"] = _agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
+        live.finish(tcp_before, tcp_after, ports and measure.uplink_spread(
+            topo, counters_before, counters_after, duration))
     except RunError as exc:
         nodes.kill_all()
         log = _results_path(cfg).with_suffix(".nodes.log")
@@ -543,6 +549,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         nodes.write_log(log)
         raise RunError(f"{exc} (every node's error output: {log})") from None
     finally:
+        live.close()
         nodes.kill_all()
         if bg is not None:            # a failed run: every background process ends too
             _stop_now(bg)
