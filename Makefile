@@ -7,20 +7,24 @@ PYTEST  := $(VENV)/bin/python -m pytest
 PREFIX  ?= talb
 TOPOLOGY ?=
 PYTEST_ARGS ?=
+PROMETHEUS_PORT ?= 9090
+GRAFANA_PORT ?= 3000
 
 TOPO_ARG := $(if $(TOPOLOGY),--topology $(TOPOLOGY),)
 
-.PHONY: help setup testbed testbed-down status test bench clean
+.PHONY: help setup testbed testbed-down status monitoring monitoring-down test bench clean
 
 help:
 	@echo "talb — tensor-aware load balancing testbed"
 	@echo "  sudo make testbed       build the default fabric, load the switch programs, run a demo"
 	@echo "  sudo make testbed-down  remove everything 'testbed' made"
 	@echo "  sudo make status        show the running testbed"
+	@echo "  sudo make monitoring    Prometheus (+ Grafana if installed) for every testbed and run; prints the URLs"
+	@echo "  sudo make monitoring-down  stop what 'monitoring' started"
 	@echo "  sudo make test          run the test suite (what CI runs)"
 	@echo "  sudo make bench         benchmarks: data path (BPF vs empty, BPF vs bridge), agent loop, TaLB/host tagging cost"
 	@echo "  sudo make setup         install packages, kernel headers and the venv (done by the others)"
-	@echo "Variables: PREFIX=$(PREFIX) TOPOLOGY=<file.yaml> PYTEST_ARGS=..."
+	@echo "Variables: PREFIX=$(PREFIX) TOPOLOGY=<file.yaml> PYTEST_ARGS=... PROMETHEUS_PORT=$(PROMETHEUS_PORT) GRAFANA_PORT=$(GRAFANA_PORT)"
 
 setup:
 	@bash scripts/setup.sh
@@ -35,6 +39,12 @@ testbed-down: setup
 status: setup
 	$(TALB) testbed status --prefix $(PREFIX)
 
+monitoring: setup
+	$(TALB) monitoring up --prometheus-port $(PROMETHEUS_PORT) --grafana-port $(GRAFANA_PORT)
+
+monitoring-down: setup
+	$(TALB) monitoring down
+
 test: setup
 	$(PYTEST) $(PYTEST_ARGS)
 
@@ -44,5 +54,6 @@ bench: setup
 	$(PYTEST) -m bench -s -q
 
 clean:
+	-@[ -x $(TALB) ] && $(TALB) monitoring down || true
 	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(PREFIX) || true
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -5,7 +5,10 @@
     talb table [--switch S]            a switch's live TaLB tensor table and decision counters
     talb scheme [NAME] [--param k=v]   show or switch the load-balancing scheme at runtime
     talb send --src H --dst H          send tagged tensors, see each one's FCT and uplink
+    talb run --model M --arch ps ...   one training experiment: PS or all-reduce, results JSON
     talb bench datapath                data-path benchmarks
+    talb monitoring up|down|status     Prometheus (+ Grafana) for the testbeds and runs
+    talb report RESULTS                a finished run's key panels as PNG
 """
 from __future__ import annotations
 
@@ -499,6 +502,10 @@ def bench_datapath(repeat, duration, json_out):
 
 from talb import cli_agent  # noqa: E402
 cli_agent.register(main)
+from talb import cli_run  # noqa: E402
+cli_run.register(main)
+from talb import cli_monitoring  # noqa: E402
+cli_monitoring.register(main)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,194 @@
+"""`talb run`: one training experiment (workload/experiment.py) with a
+progress bar and a summary table; registered by talb/cli.py."""
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from talb import paths
+
+console = Console(highlight=False, soft_wrap=True)
+MAX_LAYER_ROWS = 8   # more layers: per-layer numbers are in the results file only
+
+
+def _rate(ctx, param, value):
+    if value is None:
+        return None
+    from netns_topology import parse_rate
+
+    try:
+        return float(parse_rate(value))
+    except Exception as exc:  # noqa: BLE001 - the parser's message, under the flag's name
+        raise click.BadParameter(str(exc)) from None
+
+
+def _size(ctx, param, value):
+    from netns_topology import parse_size
+
+    try:
+        return int(parse_size(value))
+    except Exception as exc:  # noqa: BLE001
+        raise click.BadParameter(str(exc)) from None
+
+
+def _models() -> list[str]:
+    from workload.models import MODELS
+
+    return list(MODELS)
+
+
+@click.command("run")
+@click.option("--scheme", help="Load-balancing scheme for the run (ecmp, talb, ...) "
+                               "[the fabric's current one].")
+@click.option("--model", required=True, help="Model profile: " + ", ".join(_models()) + ".")
+@click.option("--arch", required=True, type=click.Choice(["ps", "allreduce"]),
+              help="Parameter server or ring all-reduce.")
+@click.option("--workers", required=True, type=click.IntRange(1, 64), help="Worker count.")
+@click.option("--servers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Parameter servers (--arch ps).")
+@click.option("--load", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
+              help="Background load: offered background bytes/s over the leaves' uplink capacity "
+                   "(docs/workload.md); training traffic not counted.")
+@click.option("--background-cdf", type=click.Choice(["websearch", "datamining"]), default="websearch",
+              show_default=True, help="Flow sizes of the background load.")
+@click.option("--background-duration", "background_s", type=click.FloatRange(0, min_open=True),
+              help="Seconds of background flows to plan [4x an estimate of the run + 10 s].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
+@click.option("--iterations", type=click.IntRange(1, 100_000), default=5, show_default=True,
+              help="Training iterations, warm-up included.")
+@click.option("--warmup", type=click.IntRange(0, 100_000), default=1, show_default=True,
+              help="Leading iterations left out of every statistic.")
+@click.option("--topology", type=click.Path(dir_okay=False),
+              help="No testbed up: build one from this file for the run and remove it after "
+                   "[topologies/talb.yaml].")
+@click.option("--target-link-rate", "target_link_bps", default="10gbit", show_default=True, callback=_rate,
+              help="Host link rate of the cluster being modelled.")
+@click.option("--scaling", "scaling_mode", type=click.Choice(["bytes", "time", "both"]),
+              default="bytes", show_default=True, help="How the target is scaled to the fabric "
+              "(docs/workload.md, Scaling).")
+@click.option("--gpu", default="V100", show_default=True, help="GPU of the target cluster.")
+@click.option("--gpu-speed", type=float, default=1.0, show_default=True,
+              help="Compute speed factor over the GPU's table value.")
+@click.option("--batch-size", type=click.IntRange(1), help="Per-worker batch [the model's, as the paper].")
+@click.option("--partition-size", "partition_bytes", default="4mb", show_default=True, callback=_size,
+              help="ByteScheduler partition size (target scale).")
+@click.option("--credit", "credit_bytes", default="16mb", show_default=True, callback=_size,
+              help="ByteScheduler credit: bytes in flight per worker (target scale).")
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="Results file [runs/<time>-<model>-<arch>-<scheme>-load<L>-seed<K>.json].")
+@click.option("--port", "base_port", type=int, default=7100, show_default=True,
+              help="First TCP port the nodes listen on.")
+@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True,
+              help="Seconds before the run is abandoned.")
+@click.option("--prefix", default=paths.DEFAULT_PREFIX, show_default=True,
+              help="Testbed prefix to run on (or to build).")
+def run_cmd(**opts):
+    """Run one distributed-training experiment on the fabric and write its results.
+
+    Workers (and servers) run as processes in the testbed's hosts and
+    exchange tagged tensors over TCP, scheduled ByteScheduler-style; the
+    summary shows tensor FCTs (short/long at target scale), trailing
+    tensors, iteration time and samples/s; the results file holds every
+    parameter and every tensor. Example:
+
+        sudo talb run --scheme talb --model vgg19 --arch ps --workers 4 --load 0 --seed 1
+    """
+    import os
+    import signal
+
+    from workload.experiment import RunConfig, RunError, run
+
+    main_pid = os.getpid()
+
+    def _terminated(signum, _frame):
+        """SIGTERM (a timeout, kill): unwind, so that every node ends and a
+        fabric the run built goes. Only here: a forked child (pyroute2
+        forks for namespaces) inherits the handler and must just die."""
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminated)
+    cfg = RunConfig(**opts)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(f"{cfg.model} {cfg.arch} x{cfg.workers}", total=cfg.iterations * cfg.workers)
+
+        def on_event(ev):
+            if ev.get("ev") == "iter" and ev["it"] > 0 or ev.get("ev") == "end":
+                bar.advance(task)
+
+        try:
+            results = run(cfg, on_event=on_event,
+                          say=lambda m: bar.console.print(f"  [dim]•[/] {m}"))
+        except RunError as exc:
+            raise ValueError(f"run failed: {exc}") from None   # talb's one red error line
+    print_summary(results)
+
+
+def _ms(v) -> str:
+    return f"{v * 1e3:.1f}" if v is not None else "-"
+
+
+def print_summary(r: dict) -> None:
+    s = r["summary"]
+    sc = r["scaling"]
+    cfg = r["config"]
+    schemes = {c["scheme"] for c in r["fabric"]["switch_config"].values()} or {"(kernel bridge)"}
+    console.print(f"[bold]{cfg['model']}[/] {cfg['arch']} x{cfg['workers']}"
+                  + (f":{cfg['servers']}" if cfg["arch"] == "ps" else "")
+                  + f", scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}")
+    console.print(f"  scaling {sc['mode']}: target {sc['target_link_bps'] / 1e9:g} Gbit/s -> testbed "
+                  f"{sc['testbed_link_bps'] / 1e6:g} Mbit/s, bytes x{sc['byte_scale']:.4g}, "
+                  f"time x{sc['time_scale']:.4g}; model {r['model']['target_bytes']:,} B at target, "
+                  f"{r['model']['testbed_bytes']:,} B on the testbed in {r['model']['partitions']} "
+                  f"partitions" + (f" ({sc['floored_tensors']} raised to {sc['min_tensor_bytes']} B)"
+                                   if sc.get("floored_tensors") else ""))
+    t = Table(title="tensor FCT (ms, warm-up excluded)", title_justify="left")
+    for col in ("class", "n", "censored", "mean", "p99", "max"):
+        t.add_column(col, justify="left" if col == "class" else "right")
+    rows = [*((c, s["tensors"]["by_class"][c]) for c in ("short", "medium", "long", "all")),
+            ("trailing", s["tensors"]["trailing"]),
+            *((f"layer {k}", v) for k, v in s["tensors"]["by_layer"].items()
+              if len(s["tensors"]["by_layer"]) <= MAX_LAYER_ROWS)]
+    for name, b in rows:
+        if b["n"] or b["censored"]:
+            t.add_row(name, str(b["n"]), str(b["censored"]), _ms(b["mean_s"]), _ms(b["p99_s"]),
+                      _ms(b["max_s"]))
+    console.print(t)
+    sp = s["speed"]
+    console.print(f"  iterations measured {sp['iterations']}, iteration {_ms(sp['iteration_time_s'])} ms "
+                  f"on the testbed ({_ms(sp['target_iteration_time_s'])} ms at target), "
+                  + (f"[bold]{sp['samples_per_s']:.1f} samples/s[/] at target scale"
+                     if sp["samples_per_s"] else "no complete iteration"))
+    tcp = s["tcp"]["total"]
+    console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
+                  f"{tcp['reordering']} reordering events")
+    if s["uplinks"]:
+        console.print(f"  uplink spread (max-min)/mean: "
+                      + ", ".join(f"{k} {v['spread']:.2f}" for k, v in s["uplinks"]["leaves"].items()
+                                  if v["spread"] is not None))
+    bg = s.get("background")
+    if bg:
+        cover = "" if r["load"]["background_covered"] else " [yellow](ended before training did)[/]"
+        console.print(f"  background {r['load']['cdf']}: {bg['done']} flows done, {bg['censored']} "
+                      f"censored, {bg['failed']} failed, {bg['not_started']} not started; FCT mean "
+                      f"{_ms(bg.get('all_fct_mean_s'))} ms, p99 {_ms(bg.get('all_fct_p99_s'))} ms{cover}")
+    g = s["cpu_guard"]
+    cpu = f"CPU {g['cpu_busy_mean']:.0%} busy on average" if g["cpu_busy_mean"] is not None else "CPU -"
+    if g["flagged"]:
+        console.print(f"  [bold red]CPU-bound run:[/] {g['reason']} ({cpu})")
+    else:
+        console.print(f"  {cpu}; not CPU-bound ({g['reason']})")
+    bad = s["tensors"]["corrupted"]
+    if bad:
+        console.print(f"  [bold red]{bad} tensors failed their checksum[/]")
+    console.print(f"  results: {r['path']}")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(run_cmd)

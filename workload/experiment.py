@@ -1,0 +1,656 @@
+"""One training experiment end to end: fabric, nodes, measurement, results file.
+
+    from workload.experiment import RunConfig, run
+    results = run(RunConfig(scheme="talb", model="vgg19", arch="ps", workers=4))
+
+Steps: validate the configuration; use the running testbed of ``prefix``
+(or build one from ``topology`` and remove it afterwards); set the scheme;
+profile the model, scale it to the fabric and partition it
+(workload/scheduler.py); place workers and servers on hosts; start one
+process per node in its host namespace (``python -m
+workload.patterns.node``); read their records while they run; read the
+kernel TCP counters, the switches' port counters and the CPU before, during
+and after; join it all into one results dictionary (written as JSON).
+
+A node that fails ends the run: every process is killed by pid, the
+fabric removed if the run built it, and :class:`RunError` says which node
+failed and why. Nothing is left running on any path.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from talb import paths, testbed
+from workload import measure, run_metrics
+from workload.netexec import ns_popen
+from workload.patterns import PATTERNS, get_pattern
+from workload.patterns.common import HEADER
+from workload.scaling import MSS_BYTES
+from workload.tensor_sender import MAX_TENSOR_PKTS
+from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
+
+NODE = [sys.executable, "-m", "workload.patterns.node"]
+DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
+RESULTS_FORMAT = "talb-run/1"
+SCALING_MODES = ("bytes", "time", "both")
+
+
+class RunError(RuntimeError):
+    """The run failed; the message says where and why."""
+
+
+@dataclass
+class RunConfig:
+    model: str
+    arch: str
+    workers: int
+    scheme: str | None = None           # None: keep the fabric's scheme
+    servers: int = 1                    # PS only
+    load: float = 0.0
+    seed: int = 0
+    iterations: int = 5
+    warmup: int = 1
+    partition_bytes: int = DEFAULT_PARTITION_BYTES   # target scale
+    credit_bytes: int = DEFAULT_CREDIT_BYTES         # target scale
+    target_link_bps: float = 10e9
+    scaling_mode: str = "bytes"
+    gpu: str = "V100"
+    gpu_speed: float = 1.0
+    batch_size: int | None = None       # None: the model's (the paper's)
+    prefix: str = paths.DEFAULT_PREFIX
+    topology: str | None = None         # build from this when no testbed is up
+    out: str | None = None              # results file; None: runs/<stamp>-....json
+    base_port: int = 7100
+    timeout_s: float = 900.0
+    background_cdf: str = "websearch"   # flow sizes of the background load
+    background_s: float | None = None   # how long background flows are planned; None: estimated
+
+
+def _need(cond: bool, flag: str, value, what: str) -> None:
+    if not cond:
+        raise ValueError(f"{flag}: {what}, got {value!r}")
+
+
+def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
+    _need(cfg.arch in PATTERNS, "--arch", cfg.arch, f"one of {', '.join(PATTERNS)}")
+    _need(isinstance(cfg.workers, int) and cfg.workers >= (2 if cfg.arch == "allreduce" else 1),
+          "--workers", cfg.workers,
+          "ring all-reduce needs at least 2 workers" if cfg.arch == "allreduce" else "at least 1")
+    _need(isinstance(cfg.servers, int) and cfg.servers >= 1, "--servers", cfg.servers, "at least 1")
+    _need(cfg.arch == "ps" or cfg.servers == 1, "--servers", cfg.servers,
+          "parameter servers exist with --arch ps only")
+    _need(0.0 <= cfg.load < 1.0, "--load", cfg.load, "a fraction of capacity in [0, 1)")
+    _need(isinstance(cfg.iterations, int) and cfg.iterations >= 1, "--iterations", cfg.iterations,
+          "at least 1")
+    _need(isinstance(cfg.warmup, int) and 0 <= cfg.warmup < cfg.iterations, "--warmup", cfg.warmup,
+          f"0 .. iterations-1 ({cfg.iterations - 1}): at least one iteration must be measured")
+    _need(cfg.partition_bytes >= 1, "--partition-size", cfg.partition_bytes, "at least 1 byte")
+    _need(cfg.credit_bytes >= 1, "--credit", cfg.credit_bytes, "at least 1 byte")
+    _need(cfg.target_link_bps > 0, "--target-link-rate", cfg.target_link_bps, "a positive rate")
+    _need(cfg.scaling_mode in SCALING_MODES, "--scaling", cfg.scaling_mode,
+          f"one of {', '.join(SCALING_MODES)}")
+    _need(cfg.gpu_speed > 0, "--gpu-speed", cfg.gpu_speed, "a positive factor")
+    _need(1024 <= cfg.base_port <= 65000, "--port", cfg.base_port, "a port in 1024..65000")
+    if profile_needed:   # unknown model, batch size, GPU: an error before any fabric is touched
+        try:
+            _profile(cfg)
+        except ValueError as exc:
+            field, _, rest = str(exc).partition(":")
+            flag = {"model": "--model", "gpu": "--gpu", "gpu_speed": "--gpu-speed",
+                    "batch_size": "--batch-size"}.get(field)
+            raise ValueError(f"{flag}:{rest}" if flag else str(exc)) from None
+    if cfg.scheme is not None:
+        from agent.control import _scheme_id
+
+        try:
+            _scheme_id(cfg.scheme)
+        except ValueError as exc:
+            raise ValueError(f"--scheme: {exc}") from None
+    from workload.background import CDF_FILES
+
+    _need(cfg.background_cdf in CDF_FILES, "--background-cdf", cfg.background_cdf,
+          f"one of {', '.join(CDF_FILES)}")
+    _need(cfg.background_s is None or cfg.background_s > 0, "--background-duration",
+          cfg.background_s, "a positive number of seconds")
+
+
+# --- the pieces ------------------------------------------------------------------------
+def _profile(cfg: RunConfig):
+    from workload.models import get_profile
+
+    return get_profile(cfg.model, batch_size=cfg.batch_size, gpu=cfg.gpu, gpu_speed=cfg.gpu_speed)
+
+
+def _scaling(cfg: RunConfig, testbed_link_bps: float, smallest_bytes: int):
+    from workload.scaling import scaling_for
+
+    return scaling_for(cfg.target_link_bps, testbed_link_bps, mode=cfg.scaling_mode,
+                       smallest_bytes=smallest_bytes if cfg.scaling_mode == "both" else None,
+                       target_gpu=cfg.gpu)
+
+
+def place(topo, arch: str, workers: int, servers: int) -> dict[str, list]:
+    """Hosts for the nodes: hosts taken leaf by leaf in turn (h0 of leaf0,
+    h0 of leaf1, ..., h1 of leaf0, ...), so that neighbours in the ring and
+    workers and servers sit on different leaves and the traffic crosses the
+    fabric. Workers first, then servers."""
+    by_leaf: dict[str, list] = {}
+    for h in topo.hosts:
+        by_leaf.setdefault(h.leaf, []).append(h)
+    order = []
+    for i in range(max(len(v) for v in by_leaf.values())):
+        order += [v[i] for v in by_leaf.values() if i < len(v)]
+    need = workers + (servers if arch == "ps" else 0)
+    if need > len(order):
+        raise ValueError(f"--workers/--servers: {need} nodes need {need} hosts, the fabric has "
+                         f"{len(order)} ({', '.join(h.name for h in order)})")
+    return {"workers": order[:workers], "servers": order[workers:need] if arch == "ps" else []}
+
+
+def software_versions() -> dict:
+    def cmd(*argv):
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=5).stdout.strip() or None
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    try:
+        from importlib.metadata import version
+        talb_version = version("talb")
+    except Exception:  # noqa: BLE001 - not installed: the commit says it all
+        talb_version = None
+    commit = cmd("git", "-C", str(paths.REPO_ROOT), "rev-parse", "HEAD")
+    dirty = cmd("git", "-C", str(paths.REPO_ROOT), "status", "--porcelain", "--untracked-files=no")
+    return {"talb": talb_version, "commit": commit, "commit_dirty": bool(dirty) if commit else None,
+            "python": platform.python_version(), "kernel": platform.release(),
+            "iproute2": cmd("ip", "-V"), "machine": platform.machine(), "cpus": os.cpu_count()}
+
+
+def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
+    """Set the scheme on every switch (when asked) and read back what is in effect."""
+    state = testbed.read_state(prefix)
+    out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
+           "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
+           "switch_config": {}, "agent": None}
+    if state.get("datapath") != "bpf":
+        # TensorSender tags through the hosts' TC programs, attached with the bpf data path only
+        raise testbed.TestbedError(
+            f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
+            f"cannot tag tensors; run on a testbed built with the bpf data path")
+    from agent.control import read_config, set_scheme
+    from agent.maps import SwitchMaps
+
+    for sw in topo.switches:
+        with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
+            if scheme:
+                set_scheme(maps, scheme)
+            out["switch_config"][sw.name] = read_config(maps)
+    return out
+
+
+def _agent_settings(prefix: str) -> dict | None:
+    """The PCM agent's settings: from its snapshot (written every window or
+    so), else its command line; None when no agent runs for the testbed."""
+    from agent.daemon import running_pid
+    from agent.snapshot import snapshot_path
+
+    pid = running_pid(prefix)
+    if pid is None:
+        return None
+    try:
+        snap = json.loads(snapshot_path(prefix).read_text())
+        return {"pid": pid, "config": snap.get("config"), "metrics": snap.get("metrics")}
+    except (OSError, json.JSONDecodeError):
+        try:
+            argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+        except OSError:
+            argv = None
+        return {"pid": pid, "config": None, "argv": argv}
+
+
+def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict) -> dict:
+    layers = [{"fwd_s": scaling.compute_s(layer.fwd_s), "bwd_s": scaling.compute_s(layer.bwd_s)}
+              for layer in profile.layers]
+    return {
+        "arch": cfg.arch, "iterations": cfg.iterations, "credit_bytes": cfg.credit_bytes,
+        "min_tensor_bytes": scaling.min_tensor_bytes, "layers": layers,
+        "partitions": [[p.pid, p.layer, p.tensor, p.index, p.target_bytes, p.nbytes, p.priority]
+                       for p in parts],
+        "workers": [{"host": h.name, "ip": h.ip, "port": cfg.base_port} for h in hosts["workers"]],
+        "servers": [{"host": h.name, "ip": h.ip, "port": cfg.base_port + 1 + i}
+                    for i, h in enumerate(hosts["servers"])],
+    }
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel kills it (SIGKILL) if the run's
+    process dies without ending it (a SIGKILL leaves no finally to run).
+    `ip netns exec` execs the node in place, so the setting reaches it."""
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _Nodes:
+    """The run's processes; every one ended by pid on every path."""
+
+    def __init__(self):
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.events: list[dict] = []
+        self.q: queue.Queue = queue.Queue()
+        self._readers: list[threading.Thread] = []
+        self.stderr: dict[str, list[str]] = {}
+
+    def start(self, name: str, netns: str, argv: list[str]) -> subprocess.Popen:
+        proc = ns_popen(netns, argv, cwd=str(paths.REPO_ROOT), preexec_fn=_die_with_parent)
+        self.procs.append((name, proc))
+        self.stderr[name] = []
+        for target in (self._read_out, self._read_err):
+            t = threading.Thread(target=target, args=(name, proc), daemon=True)
+            t.start()
+            self._readers.append(t)
+        return proc
+
+    def _read_out(self, name, proc):
+        for line in proc.stdout:
+            if line.startswith("{"):
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                self.q.put((name, ev))
+
+    def _read_err(self, name, proc):
+        for line in proc.stderr:
+            self.stderr[name].append(line.rstrip())
+
+    def failed(self) -> tuple[str, subprocess.Popen] | None:
+        return next(((n, p) for n, p in self.procs if p.poll() not in (None, 0)), None)
+
+    def all_done(self) -> bool:
+        return all(p.poll() == 0 for _, p in self.procs)
+
+    def drain(self, on_event=None) -> None:
+        while True:
+            try:
+                name, ev = self.q.get_nowait()
+            except queue.Empty:
+                return
+            self.events.append(ev)
+            if on_event:
+                on_event(ev)
+
+    def kill_all(self) -> None:
+        for _, p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for _, p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for t in self._readers:
+            t.join(timeout=2)
+
+    def dump_stacks(self) -> None:
+        """Every live node prints its threads' stacks to stderr (faulthandler)."""
+        import signal
+
+        for _, p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+
+    def write_log(self, path: Path) -> None:
+        path.write_text("".join(f"--- {name} (pid {p.pid}, exit {p.returncode})\n"
+                                + "".join(line + "\n" for line in self.stderr[name])
+                                for name, p in self.procs))
+
+    def pids(self) -> list[int]:
+        return [p.pid for _, p in self.procs]
+
+
+def _error_tail(nodes: _Nodes, name: str) -> str:
+    lines = [x for x in nodes.stderr.get(name, []) if x.strip()]
+    head = next((x for x in lines if x.startswith("node failed:")), None)
+    return head or (lines[-1] if lines else "no error output")
+
+
+def _wait_ready(nodes: _Nodes, names: set, deadline: float, on_event) -> None:
+    ready = set()
+    while ready != names:
+        nodes.drain()
+        ready = {f"n{e['node']}" for e in nodes.events if e.get("ev") == "ready"} & names
+        bad = nodes.failed()
+        if bad:
+            raise RunError(f"node {bad[0]} failed while starting (exit {bad[1].returncode}): "
+                           f"{_error_tail(nodes, bad[0])}")
+        if time.monotonic() > deadline:
+            raise RunError(f"nodes {', '.join(sorted(names - ready))} did not start listening")
+        time.sleep(0.02)
+
+
+def background_duration_s(cfg: RunConfig, plan: dict, link_bps: float) -> float:
+    """How long to plan background flows for when not given: four times an
+    estimate of the training run (per iteration, the larger of the compute
+    time and one worker's bytes at its link rate; ring all-reduce sends
+    2(N-1)/N of the model, PS pushes and pulls it once each way) plus 10 s
+    of start-up (runs on this machine take 2-3 times the estimate). Flows
+    planned past the end of training never start (``not_started``);
+    training that outlasts the plan runs its tail without background, and
+    the results say so (``load.background_covered``)."""
+    compute = sum(layer["fwd_s"] + layer["bwd_s"] for layer in plan["layers"])
+    model = sum(p[5] for p in plan["partitions"])
+    per_worker = model * (2 * (cfg.workers - 1) / cfg.workers if cfg.arch == "allreduce" else 1)
+    per_iteration = max(compute, 8 * per_worker / link_bps)
+    return min(cfg.timeout_s, 4 * cfg.iterations * per_iteration + 10)
+
+
+def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, link_bps: float):
+    """Background flows from the workers (as the paper) to hosts on other leaves,
+    sizes scaled like the tensors; None at load 0."""
+    if cfg.load == 0:
+        return None
+    from workload.background import BackgroundLoad, fabric_hosts, uplink_capacity_bps
+
+    bg = BackgroundLoad(fabric_hosts(topo, cfg.prefix), load=cfg.load,
+                        capacity_bps=uplink_capacity_bps(topo), seed=cfg.seed,
+                        duration_s=cfg.background_s or background_duration_s(cfg, plan, link_bps),
+                        cdf=cfg.background_cdf, senders=[h.name for h in hosts["workers"]],
+                        size_scale=scaling.byte_scale)
+    try:
+        return bg.start()
+    except BaseException:
+        bg.close()
+        raise
+
+
+def _stop_now(bg):
+    """End the background load now, with training, not at its planned end:
+    ``stop()`` waits for the sources until t0 + duration + drain_s, so a
+    drain of (now - planned end), negative while flows are still planned,
+    makes that moment now. Flows under way are censored, later ones never
+    start."""
+    planned_end_ns = bg.t0_ns + int(bg.duration_s * 1e9)
+    return bg.stop(drain_s=(time.monotonic_ns() - planned_end_ns) / 1e9)
+
+
+def _outstanding(events: list[dict]) -> str:
+    """Where a stuck run stands: tensors in flight, each worker's last iteration."""
+    done = {e["k"] for e in events if e["ev"] == "rx"}
+    waiting = [e["k"] for e in events if e["ev"] == "tx" and e["k"] not in done]
+    last = {}
+    for e in events:
+        if e["ev"] == "iter":
+            last[e["node"]] = e["it"]
+    return (f"{len(waiting)} tensors sent and not received ({', '.join(waiting[:5])}); "
+            f"workers at iteration {last}")
+
+
+def _results_path(cfg: RunConfig) -> Path:
+    if cfg.out:
+        return Path(cfg.out)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return Path("runs") / (f"{stamp}-{cfg.model}-{cfg.arch}-{cfg.scheme or 'fabric'}"
+                           f"-load{cfg.load:g}-seed{cfg.seed}.json")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the run ---------------------------------------------------------------------------
+def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=None,
+        say=lambda _m: None) -> dict:
+    """Run one experiment; returns the results (also written to the results
+    file, ``results["path"]``). ``profile``/``scaling``: given objects
+    instead of ``cfg.model``'s profile and the scaling from ``cfg``.
+    ``on_event``: called with every node record as it arrives (progress);
+    ``on_nodes``: called once every node is started, with {node name: pid}."""
+    validate(cfg, profile_needed=profile is None)
+    testbed.require_root()
+    paths.check_prefix(cfg.prefix)
+    built = False
+    if testbed.exists(cfg.prefix):
+        if cfg.topology:
+            raise ValueError(f"--topology: testbed '{cfg.prefix}' is already up; the run uses it "
+                             f"(drop --topology, or pick another --prefix), got {cfg.topology!r}")
+    else:
+        from netns_topology import load_topology
+
+        topo_file = Path(cfg.topology) if cfg.topology else DEFAULT_TOPOLOGY
+        if not topo_file.is_file():
+            raise ValueError(f"--topology: no such file {str(topo_file)!r}")
+        topo = load_topology(topo_file)
+        place(topo, cfg.arch, cfg.workers, cfg.servers)   # enough hosts? before building
+        say(f"building testbed '{cfg.prefix}' from {topo_file}")
+        # The agent's /metrics on a free port: another testbed's agent may hold the default.
+        testbed.up(topo, cfg.prefix, agent={"metrics_port": _free_port()})
+        built = True
+    try:
+        return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
+    finally:
+        if built:
+            say(f"removing testbed '{cfg.prefix}'")
+            testbed.down(cfg.prefix)
+
+
+def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:
+    topo = testbed.load_topology_of(cfg.prefix)
+    fabric = _fabric_settings(cfg.prefix, topo, cfg.scheme)
+    fabric["built_for_run"] = built
+    profile = profile or _profile(cfg)
+    hosts = place(topo, cfg.arch, cfg.workers, cfg.servers)
+    used = hosts["workers"] + hosts["servers"]
+    link_bps = min(topo.ports(h.name)[0].rate_bps for h in used)
+    smallest = min(p.target_bytes for p in partition_model(profile, cfg.partition_bytes))
+    scaling = scaling or _scaling(cfg, link_bps, smallest)
+    parts = partition_model(profile, cfg.partition_bytes, scaling.tensor_bytes)
+    biggest = max(parts, key=lambda p: p.nbytes)
+    if biggest.nbytes + HEADER.size > MAX_TENSOR_PKTS * MSS_BYTES:
+        raise ValueError(f"--partition-size: partitions of {cfg.partition_bytes} target bytes are "
+                         f"{biggest.nbytes} bytes on the testbed (scaling {scaling.mode}), over the "
+                         f"16-bit tensor length ({MAX_TENSOR_PKTS} packets); choose a smaller size, "
+                         f"got {cfg.partition_bytes}")
+    plan = make_plan(cfg, profile, scaling, parts, hosts)
+    pattern = get_pattern(cfg.arch)
+    node_roles = pattern.nodes(plan)
+    node_hosts = hosts["workers"] + hosts["servers"]
+
+    run_dir = Path(tempfile.mkdtemp(prefix="talb-run-"))
+    plan_path = run_dir / "plan.json"
+    plan_path.write_text(json.dumps(plan))
+    os.chmod(run_dir, 0o755)
+    ports = bg = background = None
+    nodes = _Nodes()
+    # Monitoring hook (issue 12): the run's live /metrics, fed the node records as they arrive.
+    live = run_metrics.LiveRun.start(cfg, profile, scaling, _target_bytes_fn(cfg, parts, cfg.workers),
+                                     on_event)
+    on_event = live.on_event
+    try:
+        tcp_before = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
+                      for h in used}
+        have_links = fabric["datapath"] == "bpf"
+        if have_links:
+            ports = measure.PortCounters(cfg.prefix, topo)
+        host_ports = {(h.leaf, p.name): p.rate_bps for h in used
+                      for p in topo.ports(h.leaf) if p.peer == h.name}
+        counters_before = ports.read() if ports else None
+        t0 = time.monotonic()
+        deadline = t0 + cfg.timeout_s
+        bg = _start_background(cfg, topo, hosts, scaling, plan, link_bps)
+        if bg is not None:
+            say(f"background load {cfg.load:g}: {bg.params['planned_flows']} {cfg.background_cdf} "
+                f"flows planned over {bg.duration_s:.1f} s")
+            # the flows start start_delay_s after start(): training starts with them
+            time.sleep(max(0.0, (bg.t0_ns - time.monotonic_ns()) / 1e9))
+        with measure.Sampler(ports, host_ports) as sampler:
+            servers = [(i, r) for i, r in enumerate(node_roles) if r[0] == "server"]
+            for i, (role, rank) in servers:   # servers listen before workers connect
+                nodes.start(f"n{i}", paths.netns_name(cfg.prefix, node_hosts[i].name),
+                            [*NODE, str(plan_path), role, str(rank)])
+            if servers:
+                _wait_ready(nodes, {f"n{i}" for i, _ in servers}, time.monotonic() + 30, on_event)
+            for i, (role, rank) in enumerate(node_roles):
+                if role != "server":
+                    nodes.start(f"n{i}", paths.netns_name(cfg.prefix, node_hosts[i].name),
+                                [*NODE, str(plan_path), role, str(rank)])
+            say(f"{len(node_roles)} nodes running")
+            if on_nodes:
+                on_nodes({name: p.pid for name, p in nodes.procs})
+            while not nodes.all_done():
+                nodes.drain(on_event)
+                bad = nodes.failed()
+                if bad:
+                    name = bad[0]
+                    host = node_hosts[int(name[1:])].name
+                    raise RunError(f"node {name} ({node_roles[int(name[1:])][0]} on {host}) failed "
+                                   f"(exit {bad[1].returncode}): {_error_tail(nodes, name)}")
+                if time.monotonic() > deadline:
+                    nodes.dump_stacks()
+                    raise RunError(f"timeout: the run took longer than {cfg.timeout_s:g} s; "
+                                   f"{_outstanding(nodes.events)}")
+                time.sleep(0.05)
+            for t in nodes._readers:
+                t.join(timeout=10)
+            nodes.drain(on_event)
+        duration = time.monotonic() - t0
+        if bg is not None:
+            background = _stop_now(bg).to_dict()   # unfinished flows: censored
+            background["params"]["training_s"] = duration
+            bg.close()
+            bg = None
+        counters_after = ports.read() if ports else None
+        tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
+                     for h in used}
+        fabric["agent"] = _agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
+        live.finish(tcp_before, tcp_after, ports and measure.uplink_spread(
+            topo, counters_before, counters_after, duration))
+    except RunError as exc:
+        nodes.kill_all()
+        log = _results_path(cfg).with_suffix(".nodes.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        nodes.write_log(log)
+        raise RunError(f"{exc} (every node's error output: {log})") from None
+    finally:
+        live.close()
+        nodes.kill_all()
+        if bg is not None:            # a failed run: every background process ends too
+            _stop_now(bg)
+            bg.close()
+        if ports is not None:
+            ports.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    results = _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, nodes.events,
+                       duration, tcp_before, tcp_after, counters_before, counters_after, topo,
+                       sampler.samples, have_links, background)
+    path = _results_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(path)
+    results["path"] = str(path)
+    return results
+
+
+def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
+    """One flat row of the numbers a sweep compares (issue 11's CSV)."""
+    schemes = sorted({c["scheme"] for c in fabric["switch_config"].values()})
+    row = {"scheme": ",".join(schemes) or "bridge", "model": cfg.model, "arch": cfg.arch,
+           "workers": cfg.workers, "servers": cfg.servers if cfg.arch == "ps" else 0,
+           "load": cfg.load, "seed": cfg.seed, "samples_per_s": speed["samples_per_s"],
+           "iteration_time_s": speed["iteration_time_s"], "cpu_bound": guard["flagged"]}
+    for name, block in [*tensors["by_class"].items(), ("trailing", tensors["trailing"])]:
+        row[f"{name}_fct_mean_s"] = block["mean_s"]
+        row[f"{name}_fct_p99_s"] = block["p99_s"]
+        row[f"{name}_censored"] = block["censored"]
+    return row
+
+
+def _target_bytes_fn(cfg, parts, n_workers):
+    by_pid = {p.pid: p for p in parts}
+
+    def target(tx: dict) -> float:
+        p = by_pid[tx["pid"]]
+        return p.target_bytes / n_workers if tx["kind"] in ("reduce", "gather") else p.target_bytes
+    return target
+
+
+def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events, duration,
+             tcp_before, tcp_after, c_before, c_after, topo, samples, have_links,
+             background) -> dict:
+    n = cfg.workers
+    tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup)
+    iterations = measure.iteration_records(events, n, cfg.warmup)
+    if cfg.arch == "ps":
+        expected = pattern.bytes_per_iteration(parts, n, cfg.servers)
+    else:
+        expected = pattern.bytes_per_iteration(parts, n, scaling.min_tensor_bytes)
+    payload_sent = sum(t["bytes"] - HEADER.size for t in tensors)
+    span = measure.training_span_s(events)
+    training_s = span[1] - span[0] if span else None
+    guard = measure.cpu_guard(samples, have_links, span)
+    summary_tensors = measure.tensor_summary(tensors, n)
+    speed_ = measure.speed(iterations, n, profile.batch_size, scaling.time_scale)
+    model = {"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
+             "layers": len(profile.layers), "params": profile.total_params,
+             "target_bytes": profile.total_bytes, "testbed_bytes": sum(p.nbytes for p in parts),
+             "partitions": len(parts),
+             "layer_fwd_s": [l.fwd_s for l in profile.layers],
+             "layer_bwd_s": [l.bwd_s for l in profile.layers]}
+    return {
+        "format": RESULTS_FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": asdict(cfg),
+        "software": software_versions(),
+        "fabric": fabric,
+        "model": model,
+        "scaling": scaling.describe([p.target_bytes for p in parts]),
+        "scheduler": {"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
+                      "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
+        "placement": {k: [h.name for h in v] for k, v in hosts.items()},
+        "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
+                 "background_covered": (background["params"]["duration_s"] >= duration)
+                 if background else None,
+                 "background": background},
+        "duration_s": duration,               # nodes started to nodes done
+        "training_s": training_s,             # first tensor sent to last received
+        "summary": {
+            "tensors": summary_tensors,
+            "layers": measure.layer_records(events, cfg.warmup),
+            "speed": speed_,
+            "bytes": {"expected_per_iteration": expected,
+                      "payload_sent_all_iterations": payload_sent,
+                      "expected_all_iterations": expected["total"] * cfg.iterations},
+            "tcp": measure.tcp_summary({h: measure.counter_delta(tcp_before[h], tcp_after[h])
+                                        for h in tcp_after}),
+            # utilisation over the time tensors flowed (not the nodes' start-up)
+            "uplinks": measure.uplink_spread(topo, c_before, c_after, training_s or duration)
+            if c_before else None,
+            "cpu_guard": guard,
+            "background": background["summary"] if background else None,
+        },
+        "flags": {"cpu_bound": guard["flagged"]},
+        "headline": _headline(cfg, fabric, summary_tensors, speed_, guard),
+        "iterations": iterations,
+        "layers": measure.layer_events(events),
+        "tensors": tensors,
+        "cpu_samples": samples,
+    }

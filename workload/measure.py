@@ -1,0 +1,365 @@
+"""Measurement of a training run: per-tensor records, summaries, kernel TCP
+counters, switch port counters and the CPU guard.
+
+Definitions (docs/workload.md, "Measurement"):
+
+* FCT of a tensor: from the moment its sender hands it to the socket
+  (``time.monotonic_ns()`` just before ``TensorSender.send``) to the moment
+  the receiving application has its last byte. CLOCK_MONOTONIC is one clock
+  for every namespace of the machine.
+* Classes by the tensor's size *at target scale*, as the paper: short <=
+  100 KB, long >= 1 MB, the rest "medium" (counted in "all" only).
+* A tensor sent and never received is *censored*: counted, never given an
+  FCT (neither 0 nor the run's length); statistics say how many they left out.
+* Warm-up iterations are excluded from every summary (records keep them,
+  marked ``warmup``).
+* p99: nearest-rank percentile (the smallest value with at least 99% of the
+  sample at or below it).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from collections import defaultdict
+
+SHORT_MAX_BYTES = 100_000      # TaLB section V: short flows <= 100 KB
+LONG_MIN_BYTES = 1_000_000     # long flows >= 1 MB
+
+# Kernel TCP counters kept per host: (table, name) in /proc/net/snmp and /proc/net/netstat.
+TCP_COUNTERS = {
+    "retrans_segs": ("Tcp", "RetransSegs"),
+    "out_segs": ("Tcp", "OutSegs"),
+    "fast_retrans": ("TcpExt", "TCPFastRetrans"),
+    "timeouts": ("TcpExt", "TCPTimeouts"),
+    "lost_retransmit": ("TcpExt", "TCPLostRetransmit"),
+    "sack_reorder": ("TcpExt", "TCPSACKReorder"),
+    "ts_reorder": ("TcpExt", "TCPTSReorder"),
+    "reno_reorder": ("TcpExt", "TCPRenoReorder"),
+    "dsack_recv": ("TcpExt", "TCPDSACKRecv"),
+    "ofo_queue": ("TcpExt", "TCPOFOQueue"),
+}
+REORDER_COUNTERS = ("sack_reorder", "ts_reorder", "reno_reorder")
+
+# CPU guard (docs/workload.md, "CPU guard").
+CPU_BUSY_SATURATED = 0.90      # all CPUs together at least this busy: saturated window
+CPU_SATURATED_SHARE = 0.20     # flag when at least this share of windows is saturated ...
+LINK_SHORTFALL = 0.80          # ... and no host link reached this share of its rate in them
+SAMPLE_INTERVAL_S = 0.5
+
+
+def size_class(target_bytes: float) -> str:
+    if target_bytes <= SHORT_MAX_BYTES:
+        return "short"
+    if target_bytes >= LONG_MIN_BYTES:
+        return "long"
+    return "medium"
+
+
+def p99(values: list[float]) -> float:
+    s = sorted(values)
+    return s[max(0, math.ceil(0.99 * len(s)) - 1)]
+
+
+def stats(values: list[float], censored: int = 0) -> dict:
+    """n, mean and p99 of the finished values; censored ones only counted."""
+    out = {"n": len(values), "censored": censored}
+    if values:
+        out.update(mean_s=statistics.fmean(values), p99_s=p99(values), max_s=max(values))
+    else:
+        out.update(mean_s=None, p99_s=None, max_s=None)
+    return out
+
+
+# --- per-tensor records ---------------------------------------------------------------
+def join_tensors(events: list[dict], target_bytes_of, warmup: int) -> list[dict]:
+    """One record per message sent (tx), with its receipt (rx) if any.
+    ``target_bytes_of(tx)`` gives a message's size at target scale."""
+    rx = {e["k"]: e for e in events if e["ev"] == "rx"}
+    out = []
+    for e in events:
+        if e["ev"] != "tx":
+            continue
+        r = rx.get(e["k"])
+        target = target_bytes_of(e)
+        out.append({
+            "key": e["k"], "kind": e["kind"], "src": e["src"], "dst": e["dst"],
+            "iteration": e["it"], "partition": e["pid"], "step": e["step"], "layer": e["layer"],
+            "bytes": e["bytes"], "target_bytes": target, "class": size_class(target),
+            "tensor_id": e["tensor_id"], "t_admit_ns": e.get("t_admit_ns"), "t_start_ns": e["t_ns"],
+            "t_done_ns": r["t_ns"] if r else None,
+            "fct_s": (r["t_ns"] - e["t_ns"]) / 1e9 if r else None,
+            "ok": bool(r and r["ok"]), "censored": r is None,
+            "warmup": e["it"] < warmup,
+        })
+    return out
+
+
+def tensor_summary(tensors: list[dict], workers: int | None = None) -> dict:
+    """FCT statistics by class, by layer, and of trailing tensors (the last
+    tensor of each layer to reach each worker in each iteration, paper
+    Fig. 4: the one the worker's next forward step waits for); warm-up
+    excluded. Node ids below ``workers`` are workers (None: every node)."""
+    measured = [t for t in tensors if not t["warmup"]]
+
+    def block(ts):
+        return stats([t["fct_s"] for t in ts if not t["censored"]],
+                     sum(t["censored"] for t in ts))
+
+    by_class = {c: block([t for t in measured if t["class"] == c])
+                for c in ("short", "medium", "long")}
+    by_class["all"] = block(measured)
+    by_layer = {str(layer): block([t for t in measured if t["layer"] == layer])
+                for layer in sorted({t["layer"] for t in measured})}
+    # Trailing: per (receiving node, iteration, layer), the one finishing last;
+    # a censored tensor there is the trailing one (it never finished).
+    groups = defaultdict(list)
+    for t in measured:
+        if workers is None or t["dst"] < workers:
+            groups[(t["dst"], t["iteration"], t["layer"])].append(t)
+    trailing = [next((t for t in g if t["censored"]), None) or max(g, key=lambda t: t["t_done_ns"])
+                for g in groups.values()]
+    return {"by_class": by_class, "by_layer": by_layer, "trailing": block(trailing),
+            "delivered_bytes": sum(t["bytes"] for t in measured if not t["censored"]),
+            "corrupted": sum(1 for t in tensors if not t["censored"] and not t["ok"])}
+
+
+def iteration_records(events: list[dict], workers: int, warmup: int) -> list[dict]:
+    """Per iteration: each worker's time from the start of its forward pass
+    to the start of the next (the last: to having every parameter back);
+    the iteration's time is the slowest worker's (synchronous training)."""
+    starts = defaultdict(dict)
+    for e in events:
+        if e["ev"] == "iter":
+            starts[e["node"]][e["it"]] = e["t_ns"]
+        elif e["ev"] == "end":
+            starts[e["node"]]["end"] = e["t_ns"]
+    its = sorted({it for s in starts.values() for it in s if it != "end"})
+    out = []
+    for it in its:
+        per = {}
+        for w in range(workers):
+            s = starts.get(w, {})
+            nxt = s.get(it + 1, s.get("end")) if it + 1 not in its else s.get(it + 1)
+            if it in s and nxt is not None:
+                per[w] = (nxt - s[it]) / 1e9
+        done = len(per) == workers
+        out.append({"iteration": it, "warmup": it < warmup, "complete": done,
+                    "time_s": max(per.values()) if done else None,
+                    "worker_time_s": {str(w): v for w, v in per.items()},
+                    "worker_start_ns": {str(w): starts[w][it] for w in range(workers)
+                                        if it in starts.get(w, {})}})
+    return out
+
+
+def layer_events(events: list[dict]) -> list[dict]:
+    """Every (worker, iteration, layer): gradients ready, parameters back."""
+    return [{"node": e["node"], "iteration": e["it"], "layer": e["layer"],
+             "t_ready_ns": e["t_ready_ns"], "t_done_ns": e["t_done_ns"]}
+            for e in events if e["ev"] == "layer"]
+
+
+def layer_records(events: list[dict], warmup: int) -> dict:
+    """Per layer: communication completion time (gradients ready -> the
+    layer's parameters back at the worker), warm-up excluded."""
+    times = defaultdict(list)
+    for e in events:
+        if e["ev"] == "layer" and e["it"] >= warmup:
+            times[e["layer"]].append((e["t_done_ns"] - e["t_ready_ns"]) / 1e9)
+    return {str(k): stats(v) for k, v in sorted(times.items())}
+
+
+def speed(iterations: list[dict], workers: int, batch_size: int, time_scale: float) -> dict:
+    """Training speed at target scale: samples per second of the whole
+    cluster; testbed seconds / time_scale = target seconds."""
+    measured = [i["time_s"] for i in iterations if not i["warmup"] and i["complete"]]
+    censored = sum(1 for i in iterations if not i["warmup"] and not i["complete"])
+    if not measured:
+        return {"iterations": 0, "censored": censored, "iteration_time_s": None,
+                "target_iteration_time_s": None, "samples_per_s": None}
+    mean = statistics.fmean(measured)
+    return {"iterations": len(measured), "censored": censored, "iteration_time_s": mean,
+            "target_iteration_time_s": mean / time_scale,
+            "samples_per_s": workers * batch_size * time_scale / mean}
+
+
+# --- kernel counters -------------------------------------------------------------------
+def parse_proc_net(text: str) -> dict[tuple[str, str], int]:
+    """/proc/net/snmp and /proc/net/netstat: pairs of 'Table: names' /
+    'Table: values' lines."""
+    out = {}
+    lines = text.splitlines()
+    for head, vals in zip(lines, lines[1:]):
+        h, v = head.split(), vals.split()
+        if h and v and h[0] == v[0] and h[0].endswith(":") and len(h) == len(v) \
+                and all(x.lstrip("-").isdigit() for x in v[1:]):
+            for name, value in zip(h[1:], v[1:]):
+                out[(h[0][:-1], name)] = int(value)
+    return out
+
+
+def read_tcp_counters(netns: str) -> dict[str, int]:
+    """The kernel's TCP counters of one namespace (they are per namespace)."""
+    from workload.netexec import ns_run
+
+    proc = ns_run(netns, ["cat", "/proc/net/snmp", "/proc/net/netstat"], check=True)
+    table = parse_proc_net(proc.stdout)
+    return {name: table.get(key, 0) for name, key in TCP_COUNTERS.items()}
+
+
+def counter_delta(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def tcp_summary(deltas: dict[str, dict]) -> dict:
+    total = defaultdict(int)
+    for d in deltas.values():
+        for k, v in d.items():
+            total[k] += v
+    out = dict(total)
+    out["reordering"] = sum(total[k] for k in REORDER_COUNTERS)
+    out["retransmit_ratio"] = total["retrans_segs"] / total["out_segs"] if total["out_segs"] else None
+    return {"per_host": deltas, "total": out}
+
+
+class PortCounters:
+    """Byte counters of the switches' ports (the data path's ``port_stats``),
+    read from the pinned maps: {(switch, port): (rx_bytes, tx_bytes)}."""
+
+    def __init__(self, prefix: str, topo, switches=None):
+        from agent.maps import SwitchMaps
+        from talb import paths
+
+        self.topo = topo
+        self.maps = {}
+        names = switches or [s.name for s in topo.switches]
+        try:
+            for sw in names:
+                self.maps[sw] = SwitchMaps(paths.pin_dir(prefix, sw))
+        except BaseException:
+            self.close()
+            raise
+
+    def read(self) -> dict[tuple[str, str], tuple[int, int]]:
+        from agent.control import read_port_stats
+
+        out = {}
+        for sw, maps in self.maps.items():
+            ports = self.topo.ports(sw)
+            stats_ = read_port_stats(maps, range(len(ports)))
+            for pid, port in enumerate(ports):
+                s = stats_[pid]
+                out[(sw, port.name)] = (s["rx_bytes"], s["tx_bytes"])
+        return out
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.close()
+        self.maps = {}
+
+
+def uplink_spread(topo, before: dict, after: dict, duration_s: float) -> dict:
+    """Bytes each leaf sent up each of its uplinks during the run, their
+    utilisation, and the spread: (max - min) / mean per leaf (0 = even)."""
+    leaves = {}
+    for sw in topo.switches:
+        ups = [p for p in topo.ports(sw.name) if p.kind == "fabric" and sw.role == "leaf"]
+        if not ups:
+            continue
+        tx = {p.name: after[(sw.name, p.name)][1] - before[(sw.name, p.name)][1] for p in ups}
+        util = {p.name: tx[p.name] * 8 / (duration_s * p.rate_bps) if duration_s > 0 else None
+                for p in ups}
+        mean = statistics.fmean(tx.values())
+        leaves[sw.name] = {"tx_bytes": tx, "utilisation": util,
+                           "spread": (max(tx.values()) - min(tx.values())) / mean if mean else None}
+    spreads = [v["spread"] for v in leaves.values() if v["spread"] is not None]
+    return {"leaves": leaves, "mean_spread": statistics.fmean(spreads) if spreads else None}
+
+
+# --- CPU guard -------------------------------------------------------------------------
+def read_cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies over all CPUs from /proc/stat (not namespaced)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)   # idle + iowait
+    total = sum(fields[:8])   # guest time is already inside user/nice
+    return total - idle, total
+
+
+class Sampler:
+    """Samples CPU busy share and host-link byte counters every
+    ``interval_s`` in a thread, for the CPU guard."""
+
+    def __init__(self, ports: PortCounters | None, host_ports: dict, interval_s=SAMPLE_INTERVAL_S):
+        self.ports, self.host_ports, self.interval_s = ports, host_ports, interval_s
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self):
+        links = self.ports.read() if self.ports is not None else {}
+        return time.monotonic(), read_cpu_times(), links
+
+    def _run(self) -> None:
+        prev = self._read()
+        while not self._stop.wait(self.interval_s):
+            cur = self._read()
+            dt = cur[0] - prev[0]
+            dbusy, dtotal = cur[1][0] - prev[1][0], cur[1][1] - prev[1][1]
+            util = {}
+            for key, rate in self.host_ports.items():
+                if key in cur[2] and key in prev[2]:
+                    rx = cur[2][key][0] - prev[2][key][0]
+                    tx = cur[2][key][1] - prev[2][key][1]
+                    util["/".join(key)] = max(rx, tx) * 8 / (dt * rate)
+            self.samples.append({"t_s": cur[0], "cpu_busy": dbusy / dtotal if dtotal else 0.0,
+                                 "host_link_util": util})
+            prev = cur
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def training_span_s(events: list[dict]) -> tuple[float, float] | None:
+    """(first tensor handed to a socket, last one received), monotonic seconds."""
+    tx = [e["t_ns"] for e in events if e["ev"] == "tx"]
+    rx = [e["t_ns"] for e in events if e["ev"] == "rx"]
+    return (min(tx) / 1e9, max(rx) / 1e9) if tx and rx else None
+
+
+def cpu_guard(samples: list[dict], have_links: bool,
+              span_s: tuple[float, float] | None = None) -> dict:
+    """Flag a run whose link rates the CPU held back: in at least
+    CPU_SATURATED_SHARE of the sampling windows the CPUs were at least
+    CPU_BUSY_SATURATED busy, and in those windows no host link carried
+    LINK_SHORTFALL of its rate (a link at line rate is the network's limit,
+    not the CPU's). Without switch counters (kernel-bridge data path) the
+    CPU condition alone flags. ``span_s``: only windows that end inside it
+    count (the training's traffic: the nodes' start-up, Python importing,
+    is busy CPU with no traffic and says nothing about link rates)."""
+    rule = (f"flag when >= {CPU_SATURATED_SHARE:.0%} of the {SAMPLE_INTERVAL_S:g} s windows while "
+            f"tensors flow have "
+            f"CPUs >= {CPU_BUSY_SATURATED:.0%} busy and in them no host link reached "
+            f"{LINK_SHORTFALL:.0%} of its rate")
+    if span_s is not None:
+        samples = [x for x in samples if span_s[0] < x["t_s"] <= span_s[1] + SAMPLE_INTERVAL_S]
+    if not samples:
+        return {"rule": rule, "flagged": False, "windows": 0, "reason": "run shorter than one window",
+                "cpu_busy_mean": None}
+    busy = [s for s in samples if s["cpu_busy"] >= CPU_BUSY_SATURATED]
+    share = len(busy) / len(samples)
+    peak = max((max(s["host_link_util"].values(), default=0.0) for s in busy), default=None)
+    flagged = share >= CPU_SATURATED_SHARE and (not have_links or (peak or 0.0) < LINK_SHORTFALL)
+    reason = (f"CPUs saturated in {len(busy)}/{len(samples)} windows" +
+              (f", busiest host link at {peak:.0%} of its rate then" if peak is not None and have_links else "")
+              + ("; the CPU, not the network, set the link rates" if flagged else ""))
+    return {"rule": rule, "flagged": flagged, "windows": len(samples), "saturated_windows": len(busy),
+            "cpu_busy_mean": statistics.fmean(s["cpu_busy"] for s in samples),
+            "cpu_busy_max": max(s["cpu_busy"] for s in samples),
+            "peak_host_link_util_when_saturated": peak, "reason": reason}
