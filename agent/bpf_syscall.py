@@ -22,7 +22,8 @@ __all__ = [
     "BPF_MAP_TYPE_PERCPU_ARRAY", "BPF_MAP_TYPE_NAMES", "BPF_ANY", "BPF_NOEXIST",
     "BPF_EXIST", "MapInfo", "SkBuff", "map_create", "obj_pin", "obj_get",
     "map_lookup", "map_update", "map_delete", "map_get_next_key",
-    "obj_get_info_by_fd", "map_info", "prog_test_run", "close",
+    "obj_get_info_by_fd", "map_info", "ProgInfo", "prog_info", "prog_test_run", "close",
+    "VERIFIER_INSN_LIMIT",
 ]
 
 # --- commands (enum bpf_cmd) ---------------------------------------------
@@ -40,6 +41,7 @@ BPF_MAP_LOOKUP_BATCH = 24
 # --- map types (enum bpf_map_type), the ones the project uses -------------
 BPF_MAP_TYPE_HASH = 1
 BPF_MAP_TYPE_ARRAY = 2
+BPF_MAP_TYPE_PROG_ARRAY = 3
 BPF_MAP_TYPE_PERCPU_HASH = 5
 BPF_MAP_TYPE_PERCPU_ARRAY = 6
 BPF_MAP_TYPE_LRU_HASH = 9
@@ -49,6 +51,7 @@ BPF_MAP_TYPE_DEVMAP_HASH = 25
 BPF_MAP_TYPE_NAMES = {
     BPF_MAP_TYPE_HASH: "hash",
     BPF_MAP_TYPE_ARRAY: "array",
+    BPF_MAP_TYPE_PROG_ARRAY: "prog_array",
     BPF_MAP_TYPE_PERCPU_HASH: "percpu_hash",
     BPF_MAP_TYPE_PERCPU_ARRAY: "percpu_array",
     BPF_MAP_TYPE_LRU_HASH: "lru_hash",
@@ -66,6 +69,10 @@ BPF_NOEXIST = 1
 BPF_EXIST = 2
 
 BPF_OBJ_NAME_LEN = 16
+BPF_TAG_SIZE = 8
+#: BPF_COMPLEXITY_LIMIT_INSNS (kernel/bpf/verifier.c): instructions the
+#: verifier may process for one program (all paths, all subprograms)
+VERIFIER_INSN_LIMIT = 1_000_000
 # sizeof(union bpf_attr) grows with kernels; the kernel accepts any size up
 # to a page as long as bytes it does not know are zero.
 _ATTR_SIZE = 128
@@ -188,6 +195,53 @@ class _BpfMapInfo(ctypes.Structure):
         ("btf_value_type_id", ctypes.c_uint32),
         ("_pad", ctypes.c_uint32),
         ("map_extra", ctypes.c_uint64),
+    ]
+
+
+class _BpfProgInfo(ctypes.Structure):
+    """``struct bpf_prog_info`` up to ``attach_btf_id`` (6.x uapi). Every
+    pointer member stays 0: the kernel then fills in only the scalars."""
+
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("id", ctypes.c_uint32),
+        ("tag", ctypes.c_uint8 * BPF_TAG_SIZE),
+        ("jited_prog_len", ctypes.c_uint32),
+        ("xlated_prog_len", ctypes.c_uint32),
+        ("jited_prog_insns", ctypes.c_uint64),
+        ("xlated_prog_insns", ctypes.c_uint64),
+        ("load_time", ctypes.c_uint64),
+        ("created_by_uid", ctypes.c_uint32),
+        ("nr_map_ids", ctypes.c_uint32),
+        ("map_ids", ctypes.c_uint64),
+        ("name", ctypes.c_char * BPF_OBJ_NAME_LEN),
+        ("ifindex", ctypes.c_uint32),
+        ("gpl_compatible", ctypes.c_uint32),  # bit 0; the rest padding
+        ("netns_dev", ctypes.c_uint64),
+        ("netns_ino", ctypes.c_uint64),
+        ("nr_jited_ksyms", ctypes.c_uint32),
+        ("nr_jited_func_lens", ctypes.c_uint32),
+        ("jited_ksyms", ctypes.c_uint64),
+        ("jited_func_lens", ctypes.c_uint64),
+        ("btf_id", ctypes.c_uint32),
+        ("func_info_rec_size", ctypes.c_uint32),
+        ("func_info", ctypes.c_uint64),
+        ("nr_func_info", ctypes.c_uint32),
+        ("nr_line_info", ctypes.c_uint32),
+        ("line_info", ctypes.c_uint64),
+        ("jited_line_info", ctypes.c_uint64),
+        ("nr_jited_line_info", ctypes.c_uint32),
+        ("line_info_rec_size", ctypes.c_uint32),
+        ("jited_line_info_rec_size", ctypes.c_uint32),
+        ("nr_prog_tags", ctypes.c_uint32),
+        ("prog_tags", ctypes.c_uint64),
+        ("run_time_ns", ctypes.c_uint64),
+        ("run_cnt", ctypes.c_uint64),
+        ("recursion_misses", ctypes.c_uint64),
+        ("verified_insns", ctypes.c_uint32),
+        ("attach_btf_obj_id", ctypes.c_uint32),
+        ("attach_btf_id", ctypes.c_uint32),
+        ("_pad", ctypes.c_uint32),
     ]
 
 
@@ -388,6 +442,40 @@ def obj_get_info_by_fd(fd: int, info: ctypes.Structure) -> ctypes.Structure:
 def map_info(fd: int) -> MapInfo:
     """Type, id, key/value size, max_entries and name of the map ``fd``."""
     return MapInfo(obj_get_info_by_fd(fd, _BpfMapInfo()))
+
+
+class ProgInfo:
+    """What the kernel says about a loaded program (``struct bpf_prog_info``):
+    id, name, size after translation and JIT, and ``verified_insns`` -- the
+    instructions the verifier processed to accept it (0 on kernels before
+    5.16, which do not report it), to be held against
+    :data:`VERIFIER_INSN_LIMIT`."""
+
+    __slots__ = ("id", "name", "type", "xlated_len", "jited_len", "verified_insns",
+                 "nr_jited_ksyms")
+
+    def __init__(self, raw: _BpfProgInfo):
+        self.id = raw.id
+        self.name = raw.name.decode(errors="replace")
+        self.type = raw.type
+        self.xlated_len = raw.xlated_prog_len
+        self.jited_len = raw.jited_prog_len
+        self.verified_insns = raw.verified_insns
+        self.nr_jited_ksyms = raw.nr_jited_ksyms  # 1 + BPF-to-BPF subprograms
+
+    @property
+    def verifier_share(self) -> float:
+        """verified_insns as a share of the verifier's limit."""
+        return self.verified_insns / VERIFIER_INSN_LIMIT
+
+    def __repr__(self) -> str:
+        return (f"ProgInfo(id={self.id}, name={self.name!r}, "
+                f"verified_insns={self.verified_insns}, xlated={self.xlated_len} B)")
+
+
+def prog_info(fd: int) -> ProgInfo:
+    """Id, name, sizes and ``verified_insns`` of the program ``fd``."""
+    return ProgInfo(obj_get_info_by_fd(fd, _BpfProgInfo()))
 
 
 # --- test run ----------------------------------------------------------------

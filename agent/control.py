@@ -14,7 +14,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterable, Mapping, Sequence
 
-from agent import talb_model
+from agent.schemes import talb as talb_scheme
+from agent.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
 from agent.maps import (
     CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES, PORT_HOST, PORT_UP, SCHEME_NAMES,
     SCHEMES, TALB_COUNT_LIVE, TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
@@ -23,7 +24,10 @@ from agent.maps import (
 
 __all__ = [
     "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
-    "read_config", "config_update", "set_scheme", "set_release", "set_hash_seed", "set_talb_config",
+    "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS",
+    "parse_params", "set_port_rates", "read_port_queues", "set_conga_leaves",
+    "read_conga_tables", "set_release", "set_hash_seed",
+    "set_talb_config",
     "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
     "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
 ]
@@ -54,6 +58,18 @@ def _scheme_id(name: str) -> int:
             f"scheme {name!r} is not implemented in the data path yet "
             f"(implemented: {', '.join(sorted(IMPLEMENTED_SCHEMES))})")
     return SCHEMES[key]
+
+
+def _fallback_id(name: str, what: str) -> int:
+    """The id of a scheme TaLB may hand untagged packets to."""
+    fid = _scheme_id(name)
+    if fid == SCHEMES["talb"]:
+        raise SchemeError(f"{what}: TaLB cannot be its own fallback (untagged packets "
+                          f"carry no tensor)")
+    if fid == SCHEMES["conga"]:
+        raise SchemeError(f"{what}: CONGA cannot be TaLB's fallback (it needs every packet "
+                          f"of the fabric, to carry its option leaf to leaf)")
+    return fid
 
 
 def port_flags(is_host: bool, up: bool) -> int:
@@ -186,6 +202,14 @@ def read_config(maps: SwitchMaps) -> dict:
         "tensor_idle_us": cfg.tensor_idle_us or CONST["TALB_DEFAULT_IDLE_US"],
         "n_bands": max(1, cfg.n_bands),
         "layers_per_band": cfg.layers_per_band or CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
+        "flowlet_timeout_us": cfg.flowlet_timeout_us or CONST["TALB_DEFAULT_FLOWLET_US"],
+        "drill_d": cfg.drill_d or CONST["TALB_DEFAULT_DRILL_D"],
+        "drill_m": cfg.drill_m,
+        "conga_dre_us": cfg.conga_dre_us or CONST["TALB_DEFAULT_CONGA_DRE_US"],
+        "conga_age_us": cfg.conga_age_us or CONST["TALB_DEFAULT_CONGA_AGE_US"],
+        "conga_alpha_shift": cfg.conga_alpha_shift or CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
+        "conga_q_bits": cfg.conga_q_bits or CONST["TALB_DEFAULT_CONGA_Q_BITS"],
+        "conga_leaf": cfg.conga_leaf - 1 if cfg.conga_leaf else None,
     }
 
 
@@ -212,12 +236,166 @@ def config_update(maps: SwitchMaps):
             os.close(fd)
 
 
-def set_scheme(maps: SwitchMaps, name: str) -> None:
-    """Switch the load-balancing scheme at run time (no reload).
-    SchemeError for an unknown or not yet implemented scheme."""
+# --- schemes and their parameters ---------------------------------------------------
+#: scheme -> {parameter: (read_config / TalbConfig field, least, largest)}: what
+#: ``talb scheme NAME --param key=value`` sets (docs/schemes.md: defaults and why).
+#: TaLB's ``fallback`` is a scheme name; TaLB also takes its fallback's parameters.
+SCHEME_PARAMS: Mapping[str, Mapping[str, tuple]] = {
+    "ecmp": {},
+    "rps": {},
+    "letflow": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000)},
+    "drill": {"d": ("drill_d", 1, CONST["TALB_DRILL_MAX_D"]),
+              "m": ("drill_m", 0, CONST["TALB_DRILL_MAX_M"])},
+    "conga": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000),
+              "dre_us": ("conga_dre_us", 1, 1_000_000),
+              "alpha_shift": ("conga_alpha_shift", 1, 4),
+              "q_bits": ("conga_q_bits", 1, 8),
+              "age_us": ("conga_age_us", 1, 100_000_000)},
+    "talb": {"fallback": ("fallback_scheme", None, None),
+             "tensor_limit": ("tensor_limit", 1, TALB_MAX_TENSORS),
+             "idle_us": ("tensor_idle_us", 1, 0xFFFFFFFF)},
+}
+
+
+def parse_params(items: Iterable[str]) -> dict[str, str]:
+    """``["d=2", "m=1"]`` -> ``{"d": "2", "m": "1"}`` (the CLI's --param);
+    SchemeError naming an item without ``=`` or given twice."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise SchemeError(f"--param {item!r}: expected key=value")
+        if key in out:
+            raise SchemeError(f"--param {key}: given twice ({out[key]!r}, {value!r})")
+        out[key] = value
+    return out
+
+
+def _params_of(scheme: str, fallback: str | None = None) -> dict[str, tuple]:
+    params = dict(SCHEME_PARAMS.get(scheme, {}))
+    if scheme == "talb" and fallback:
+        params.update(SCHEME_PARAMS.get(fallback, {}))
+    return params
+
+
+def scheme_params(maps: SwitchMaps) -> dict:
+    """The effective parameters of the scheme in force (defaults resolved),
+    ``{}`` for ECMP and RPS; TaLB's include its fallback's."""
+    cfg = read_config(maps)
+    scheme = cfg["scheme"]
+    out = {}
+    for key, (field, _lo, _hi) in _params_of(scheme, cfg["fallback_scheme"]).items():
+        out[key] = cfg[field]
+    return out
+
+
+def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None = None) -> dict:
+    """Switch the load-balancing scheme at run time (no reload), with its
+    parameters (``{"d": 2}``; strings as from the CLI are parsed). The
+    scheme and its parameters land in one write of config[0]: a packet sees
+    the old configuration or the new one, never a mix. SchemeError for an
+    unknown or not implemented scheme, a key the scheme does not take, or a
+    value out of range -- naming the key and the value. Returns the
+    effective parameters (:func:`scheme_params`)."""
     scheme_id = _scheme_id(name)
+    scheme = SCHEME_NAMES[scheme_id]
+    params = dict(params or {})
+    with config_update(maps) as cfg:    # an error below: nothing written
+        _apply_scheme(cfg, scheme_id, scheme, params)
+    return scheme_params(maps)
+
+
+def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
+    fallback = SCHEME_NAMES.get(cfg.fallback_scheme)
+    if "fallback" in params:
+        if scheme != "talb":
+            raise SchemeError(f"--param fallback={params['fallback']}: only TaLB has a "
+                              f"fallback scheme (for untagged packets), not {scheme}")
+        fid = _fallback_id(params["fallback"], f"--param fallback={params['fallback']}")
+        cfg.fallback_scheme = fid
+        fallback = SCHEME_NAMES[fid]
+    known = _params_of(scheme, fallback)
+    for key, raw in params.items():
+        if key == "fallback":
+            continue
+        if key not in known:
+            takes = ", ".join(known) or "no parameters"
+            raise SchemeError(f"--param {key}={raw}: {scheme} takes {takes}")
+        field, lo, hi = known[key]
+        try:
+            value = int(str(raw), 0)
+        except ValueError:
+            raise SchemeError(f"--param {key}={raw}: not an integer") from None
+        if not lo <= value <= hi:
+            raise SchemeError(f"--param {key}={raw}: must be {lo}..{hi}")
+        setattr(cfg, field, value)
+    cfg.scheme = scheme_id
+
+
+# --- links: what DRILL's queue estimate drains at -----------------------------------
+def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple]) -> None:
+    """``{ifindex: (rate_bps, queue_limit_bytes[, burst_bytes])}`` for
+    installed ports: the data path's queue estimates (DRILL) drain at this
+    rate behind a token bucket of this burst (the port's HTB) and never
+    exceed this limit. Ports left out keep what they have."""
+    from agent.maps import PortRate
+
+    installed = read_ports(maps)
+    for ifindex, spec in rates.items():
+        rate_bps, limit, burst = (*spec, 0) if len(spec) == 2 else spec
+        if ifindex not in installed:
+            raise ValueError(f"set_port_rates: ifindex {ifindex} is not a port of the switch")
+        if rate_bps < 0 or not 0 <= limit < 2**32 or not 0 <= burst < 2**32:
+            raise ValueError(f"set_port_rates: ifindex {ifindex}: rate {rate_bps} bit/s, "
+                             f"limit {limit} B, burst {burst} B out of range")
+        maps.port_rate[installed[ifindex]["port_id"]] = PortRate(
+            int(rate_bps) // 8, int(limit), int(burst))
+
+
+def set_conga_leaves(maps: SwitchMaps, leaf: int | None, host_leaf: Mapping[str, int]) -> None:
+    """CONGA's view of the fabric: this switch's leaf id (None: a spine) and
+    every host's leaf (``{"198.18.0.1": 0, ...}``): the source leaf pushes
+    its id, and keys its congestion-to-leaf table by the destination's."""
+    from agent.maps import IPv4Key
+
+    top = CONST["TALB_CONGA_MAX_LEAVES"]
+    for ip, lid in host_leaf.items():
+        if not 0 <= int(lid) < top:
+            raise ValueError(f"set_conga_leaves: host {ip}: leaf id {lid} not in 0..{top - 1}")
+    if leaf is not None and not 0 <= int(leaf) < top:
+        raise ValueError(f"set_conga_leaves: leaf id {leaf} not in 0..{top - 1}")
+    for ip, lid in host_leaf.items():
+        maps.conga_leaf_of[IPv4Key.of(ip)] = int(lid)
     with config_update(maps) as cfg:
-        cfg.scheme = scheme_id
+        cfg.conga_leaf = 0 if leaf is None else int(leaf) + 1
+
+
+def read_conga_tables(maps: SwitchMaps, now_ns: int | None = None) -> dict:
+    """``{"to_leaf": {(leaf, lbtag): (metric, age_s)}, "from_leaf": {...}}``:
+    the entries written so far (CONGA's congestion-to-leaf and -from-leaf)."""
+    now = _monotonic_ns() if now_ns is None else now_ns
+    width = TALB_MAX_GROUP_PORTS
+    out: dict = {"to_leaf": {}, "from_leaf": {}}
+    for name in out:
+        for k, e in getattr(maps, f"conga_{name}").items():
+            if e.valid:
+                out[name][(k // width, k % width)] = (e.metric, max(0, now - e.updated_ns) / 1e9)
+    return out
+
+
+def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
+    """``{ifindex: bytes}``: the data path's queue estimate of each port now
+    (drained to ``now_ns`` as the data path would, agent/schemes/drill.py)."""
+    from agent.schemes.drill import PortQueue
+
+    now = _monotonic_ns() if now_ns is None else now_ns
+    out = {}
+    for ifindex, p in read_ports(maps).items():
+        q, r = maps.port_queue.get(p["port_id"]), maps.port_rate.get(p["port_id"])
+        out[ifindex] = PortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes, q.credit,
+                                 r.burst_bytes).at(now)
+    return out
 
 
 def set_release(maps: SwitchMaps, on: bool) -> None:
@@ -242,11 +420,7 @@ def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
     ``queue.bands``); ``layers_per_band``: layers per tagged band."""
     with config_update(maps) as cfg:
         if fallback is not None:
-            fid = _scheme_id(fallback)
-            if fid == SCHEMES["talb"]:
-                raise SchemeError("fallback: TaLB cannot be its own fallback (untagged packets "
-                                  "carry no tensor)")
-            cfg.fallback_scheme = fid
+            cfg.fallback_scheme = _fallback_id(fallback, "fallback")
         # field: (value, largest allowed, the range as the error names it); 1 is the least
         limits = {
             "tensor_limit": (tensor_limit, TALB_MAX_TENSORS,
@@ -291,7 +465,7 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
     1.0, the largest PCM Eq. 5 yields -- see docs/talb-decisions.md).
 
     Computes the port order by PCM (lowest first) and the smooth-WRR
-    schedule for weights ``1 - P_i`` (agent/talb_model.py) and replaces the
+    schedule for weights ``1 - P_i`` (agent/schemes/talb.py) and replaces the
     group in one map update: the data path sees the old publication or the
     new one, never a mix. ``group_id``: where the caller expects the group
     (a hint: if that id holds other ports, the group is searched by its
@@ -301,11 +475,11 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
     missing = [x for x in ports if x not in pcm]
     if missing:
         raise ValueError(f"publish_pcm: no PCM for port(s) {missing} of group {ports}")
-    fixed = [talb_model.pcm_to_fixed(pcm[x]) for x in ports]
+    fixed = [talb_scheme.pcm_to_fixed(pcm[x]) for x in ports]
     new = FwdGroup.of(
-        ports, pcm=fixed, order=talb_model.pcm_order(fixed),
-        threshold=talb_model.PCM_ONE if threshold is None else talb_model.pcm_to_fixed(threshold),
-        schedule=talb_model.smooth_wrr_schedule(talb_model.wrr_weights(fixed)))
+        ports, pcm=fixed, order=talb_scheme.pcm_order(fixed),
+        threshold=talb_scheme.PCM_ONE if threshold is None else talb_scheme.pcm_to_fixed(threshold),
+        schedule=talb_scheme.smooth_wrr_schedule(talb_scheme.wrr_weights(fixed)))
     new.flags = g.flags
     maps.groups[gid] = new
     return gid
@@ -318,8 +492,8 @@ def read_groups(maps: SwitchMaps) -> dict[int, dict]:
     for gid, g in sorted(maps.groups.items()):
         d = g.talb()
         out[gid] = {"ports": g.ports(),
-                    "pcm": [talb_model.pcm_from_fixed(x) for x in d["pcm"]],
-                    "order": d["order"], "threshold": talb_model.pcm_from_fixed(d["threshold"]),
+                    "pcm": [talb_scheme.pcm_from_fixed(x) for x in d["pcm"]],
+                    "order": d["order"], "threshold": talb_scheme.pcm_from_fixed(d["threshold"]),
                     "schedule": d["schedule"]}
     return out
 
@@ -363,7 +537,7 @@ def read_live_layers(maps: SwitchMaps) -> dict[int, dict[int, int]]:
     for gid in sorted(maps.groups.keys()):
         st, sw = maps.group_state.get(gid), maps.group_swept.get(gid)
         if st is not None:
-            out[gid] = talb_model.live_counts(st, sw)
+            out[gid] = talb_scheme.live_counts(st, sw)
     return out
 
 
@@ -478,43 +652,3 @@ def read_counters(maps: SwitchMaps) -> dict[str, int]:
             continue
         out[name] = maps.counters.get(idx, 0)
     return out
-
-
-# --- reference of the data path's hash (bpf/include/talb/hash.h) ------------------
-_M32 = 0xFFFFFFFF
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _M32
-
-
-def _mix(h: int, k: int) -> int:
-    k = (k * 0xCC9E2D51) & _M32
-    k = _rotl(k, 15)
-    k = (k * 0x1B873593) & _M32
-    h ^= k
-    h = _rotl(h, 13)
-    return (h * 5 + 0xE6546B64) & _M32
-
-
-def flow_hash(saddr, daddr, sport: int, dport: int, proto: int, seed: int) -> int:
-    """The data path's 5-tuple hash (MurmurHash3 x86_32 over saddr, daddr,
-    sport<<16|dport, proto as host-order 32-bit words)."""
-    h = seed & _M32
-    h = _mix(h, int(ipaddress.IPv4Address(saddr)))
-    h = _mix(h, int(ipaddress.IPv4Address(daddr)))
-    h = _mix(h, ((sport & 0xFFFF) << 16) | (dport & 0xFFFF))
-    h = _mix(h, proto & 0xFF)
-    h ^= 16
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    h ^= h >> 16
-    return h
-
-
-def ecmp_index(n_ports: int, saddr, daddr, sport: int, dport: int, proto: int,
-               seed: int) -> int:
-    """Index into a group of ``n_ports`` (>= 2) that ECMP picks for a flow."""
-    return flow_hash(saddr, daddr, sport, dport, proto, seed) % n_ports

@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover
 __all__ = [
     "BpfDatapath", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "remove_pins",
     "INCLUDE_DIR", "FILTER_PRIO", "FILTER_HANDLE", "TC_H_CLSACT_INGRESS", "TC_H_CLSACT_EGRESS",
+    "VERIFIER_BUDGET_SHARE",
 ]
 
 INCLUDE_DIR = Path(BPF_SRC_DIR) / "include"
@@ -44,6 +45,13 @@ TC_H_CLSACT_INGRESS = "ffff:fff2"
 TC_H_CLSACT_EGRESS = "ffff:fff3"
 TC_PARENTS = {"ingress": TC_H_CLSACT_INGRESS, "egress": TC_H_CLSACT_EGRESS}
 BPF_FS_MAGIC = 0xCAFE4A11
+#: Share of the verifier's 1M-instruction limit (bpf_syscall.VERIFIER_INSN_LIMIT)
+#: a program of the project may use. Half: the count moves with clang and
+#: kernel versions (a verifier that prunes less on another kernel, a clang
+#: that spills differently), and a program that needs the last of the
+#: budget fails to load on a machine where it passed here
+#: (tests/test_verifier_budget.py holds every program to it).
+VERIFIER_BUDGET_SHARE = 0.5
 
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -234,6 +242,13 @@ class BpfDatapath:
     def prog_fd(self) -> int:
         self._need_loaded()
         return self.fn.fd
+
+    def programs(self) -> dict[str, "sc.ProgInfo"]:
+        """What the kernel says about each program this data path loaded
+        (name -> :class:`agent.bpf_syscall.ProgInfo`: ``verified_insns``,
+        sizes), the entry point first."""
+        self._need_loaded()
+        return {self.PROG_NAME: sc.prog_info(self.fn.fd)}
 
     @property
     def maps(self) -> MapSet:

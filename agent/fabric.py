@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Callable
 
-from agent.control import program_switch, set_talb_config
+from agent.control import program_switch, set_conga_leaves, set_port_rates, set_talb_config
 from agent.datapath import _ifindex, _ipr, ensure_bpffs
 from agent.host_loader import HostDatapath
 from agent.loader import SwitchDatapath
@@ -44,6 +44,15 @@ def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
     # (bpf: skb->priority = 1:(0x10+band)); the two must agree.
     set_talb_config(maps, n_bands=len(topo.queue.bands),
                     layers_per_band=topo.queue.layers_per_band)
+    # DRILL's queue estimates model each port's HTB: its rate and burst, and
+    # its queue's size (one bfifo of queue.limit per band).
+    set_port_rates(maps, {ifindex[p.name]: (p.rate_bps, topo.queue.limit * len(topo.queue.bands),
+                                            topo.queue.burst) for p in ports})
+    # CONGA: leaves are numbered in topology order; a switch without hosts
+    # is a spine
+    leaves = sorted({h.leaf for h in topo.hosts}, key=[s.name for s in topo.switches].index)
+    set_conga_leaves(maps, leaves.index(switch) if switch in leaves else None,
+                     {h.ip: leaves.index(h.leaf) for h in topo.hosts})
 
 
 def _attach_switch(topo_dict: dict, prefix: str, name: str) -> str:

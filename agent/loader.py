@@ -36,6 +36,12 @@ __all__ = [
 
 SWITCH_SRC = Path(BPF_SRC_DIR) / "switch_tc.c"
 PROG_NAME = "talb_switch_tc"
+#: scheme -> its program in bpf/switch_tc.c, tail-called through the
+#: scheme_progs map at the scheme's id (ECMP runs in the main program; a
+#: scheme without a program falls back to ECMP there)
+SCHEME_PROGS = {"rps": "talb_scheme_rps", "letflow": "talb_scheme_letflow",
+                "drill": "talb_scheme_drill", "conga": "talb_scheme_conga",
+                "talb": "talb_scheme_talb"}
 
 
 def expand_source(path: str | os.PathLike = SWITCH_SRC,
@@ -77,13 +83,48 @@ class SwitchDatapath(BpfDatapath):
         per-switch, from the namespace name), CFG_RELEASE_SK if
         ``release_sk``; for TaLB: ECMP as the fallback for untagged
         packets, TALB_MAX_TENSORS live tensors, TALB_DEFAULT_IDLE_US idle
-        timeout, one priority band (agent.control.set_talb_config changes
-        them). ``reuse_pins=True`` binds the program to the maps
+        timeout, one priority band; the baselines' defaults (LetFlow's
+        flowlet gap, DRILL's d and m, CONGA's DRE and aging: docs/schemes.md). agent.control's
+        set_scheme and set_talb_config change them. ``reuse_pins=True`` binds the program to the maps
         already pinned in ``pin_dir`` (state and config kept) when they all
         exist."""
-        if self._compile(reuse_pins=reuse_pins, cflags=cflags):
+        fresh = self._compile(reuse_pins=reuse_pins, cflags=cflags)
+        try:
+            self._load_scheme_progs()
+        except Exception as exc:
+            self.close()
+            raise RuntimeError(f"loading the scheme programs of {self.SOURCE} "
+                               f"({self.netns}): {exc}") from exc
+        if fresh:
             self.init_maps(release_sk=release_sk, hash_seed=hash_seed)
         return self
+
+    def _load_scheme_progs(self) -> None:
+        """Load every scheme's program and put it in scheme_progs at its id
+        (on reused pins too: the array then points at this load's programs)."""
+        from bcc import BPF
+
+        if getattr(self, "_scheme_fns", None):
+            return
+        fns = {}
+        for scheme, fn_name in SCHEME_PROGS.items():
+            fns[fn_name] = self.bpf.load_func(fn_name.encode(), BPF.SCHED_CLS)
+        for scheme, fn_name in SCHEME_PROGS.items():
+            self.maps.scheme_progs[SCHEMES[scheme]] = fns[fn_name].fd
+        self._scheme_fns = fns
+
+    def programs(self) -> dict:
+        """The main program and every scheme's (name -> ProgInfo)."""
+        from agent import bpf_syscall as sc
+
+        out = super().programs()
+        for fn_name, fn in (getattr(self, "_scheme_fns", None) or {}).items():
+            out[fn_name] = sc.prog_info(fn.fd)
+        return out
+
+    def close(self) -> None:
+        self._scheme_fns = None
+        super().close()
 
     def init_maps(self, *, release_sk: bool = True, hash_seed: int | None = None) -> None:
         """The default config (see :meth:`load`) in the fresh ``config`` map."""
@@ -95,4 +136,10 @@ class SwitchDatapath(BpfDatapath):
             fallback_scheme=SCHEMES["ecmp"],
             tensor_limit=CONST["TALB_MAX_TENSORS"],
             tensor_idle_us=CONST["TALB_DEFAULT_IDLE_US"],
-            n_bands=1, layers_per_band=CONST["TALB_DEFAULT_LAYERS_PER_BAND"])
+            n_bands=1, layers_per_band=CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
+            flowlet_timeout_us=CONST["TALB_DEFAULT_FLOWLET_US"],
+            drill_d=CONST["TALB_DEFAULT_DRILL_D"], drill_m=CONST["TALB_DEFAULT_DRILL_M"],
+            conga_dre_us=CONST["TALB_DEFAULT_CONGA_DRE_US"],
+            conga_age_us=CONST["TALB_DEFAULT_CONGA_AGE_US"],
+            conga_alpha_shift=CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
+            conga_q_bits=CONST["TALB_DEFAULT_CONGA_Q_BITS"])

@@ -38,7 +38,8 @@ CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "constants.h"
 __all__ = [
     "CONST", "SCHEMES", "SCHEME_NAMES", "IMPLEMENTED_SCHEMES", "COUNTER_NAMES",
     "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
-    "GroupState",
+    "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "SchemeScratch",
+    "CongaDre", "CongaMetric",
     "Map",
     "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
     "constant", "counter_names",
@@ -152,7 +153,8 @@ SCHEMES = MappingProxyType({
 })
 SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
 #: schemes the data path implements (the others fall back to ECMP there)
-IMPLEMENTED_SCHEMES = frozenset({"ecmp", "talb"})
+IMPLEMENTED_SCHEMES = frozenset({"ecmp", "rps", "letflow", "drill", "conga", "talb"})
+TALB_DRILL_MAX_M = _c("TALB_DRILL_MAX_M")
 
 
 #: counter index -> name ("pass_no_route", "released", "decision_ecmp", ...)
@@ -292,8 +294,103 @@ class TalbConfig(ctypes.Structure):
         ("tensor_idle_us", ctypes.c_uint32),
         ("n_bands", ctypes.c_uint32),
         ("layers_per_band", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 8),
+        ("flowlet_timeout_us", ctypes.c_uint32),
+        ("drill_d", ctypes.c_uint16),
+        ("drill_m", ctypes.c_uint16),
+        ("conga_dre_us", ctypes.c_uint32),
+        ("conga_age_us", ctypes.c_uint32),
+        ("conga_alpha_shift", ctypes.c_uint8),
+        ("conga_q_bits", ctypes.c_uint8),
+        ("conga_leaf", ctypes.c_uint8),
+        ("conga_pad", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint32 * 3),
     ]
+
+
+class CongaDre(ctypes.Structure):
+    """A port's discounting rate estimator (struct conga_dre)."""
+
+    _fields_ = [("x", ctypes.c_uint64), ("last_ns", ctypes.c_uint64)]
+
+
+class CongaMetric(ctypes.Structure):
+    """A CONGA table entry (struct conga_metric)."""
+
+    _fields_ = [("metric", ctypes.c_uint32), ("valid", ctypes.c_uint32),
+                ("updated_ns", ctypes.c_uint64)]
+
+
+class FlowKey(ctypes.Structure):
+    """flowlets key: a 5-tuple in host byte order (struct flow_key).
+    ``FlowKey.of("10.0.0.1", "10.0.0.2", 40000, 5201, 6)``."""
+
+    _fields_ = [
+        ("saddr", ctypes.c_uint32),
+        ("daddr", ctypes.c_uint32),
+        ("sport", ctypes.c_uint16),
+        ("dport", ctypes.c_uint16),
+        ("proto", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 3),
+    ]
+
+    @classmethod
+    def of(cls, src, dst, sport: int, dport: int, proto: int) -> "FlowKey":
+        return cls(int(ipaddress.IPv4Address(src)), int(ipaddress.IPv4Address(dst)),
+                   sport, dport, proto)
+
+    def as_tuple(self) -> tuple:
+        return (str(ipaddress.IPv4Address(self.saddr)), str(ipaddress.IPv4Address(self.daddr)),
+                self.sport, self.dport, self.proto)
+
+
+class Flowlet(ctypes.Structure):
+    """A flow's current flowlet (struct flowlet): its port and last packet."""
+
+    _fields_ = [("last_seen_ns", ctypes.c_uint64), ("port", ctypes.c_uint32),
+                ("pad", ctypes.c_uint32)]
+
+
+class PortRate(ctypes.Structure):
+    """A port's shaper: rate, queue limit, bucket (struct port_rate; user space writes)."""
+
+    _fields_ = [("bytes_per_s", ctypes.c_uint64), ("limit_bytes", ctypes.c_uint32),
+                ("burst_bytes", ctypes.c_uint32)]
+
+
+class PortQueue(ctypes.Structure):
+    """The data path's model of a port's shaper (struct port_queue): backlog
+    and bucket credit at last_ns."""
+
+    _fields_ = [("bytes", ctypes.c_uint64), ("last_ns", ctypes.c_uint64),
+                ("credit", ctypes.c_uint64)]
+
+
+class TalbPkt(ctypes.Structure):
+    """struct talb_pkt (bpf/include/talb/pkt.h): a parsed packet, as the main
+    program hands it to a scheme's program. Mirrored for the layout check
+    of the pinned scheme_scratch only."""
+
+    _fields_ = [
+        ("saddr", ctypes.c_uint32), ("daddr", ctypes.c_uint32), ("daddr_be", ctypes.c_uint32),
+        ("sport", ctypes.c_uint16), ("dport", ctypes.c_uint16),
+        ("proto", ctypes.c_uint8), ("flags", ctypes.c_uint8), ("ip_hlen", ctypes.c_uint16),
+        ("len", ctypes.c_uint32), ("ingress_ifindex", ctypes.c_uint32),
+        ("tensor_id", ctypes.c_uint32), ("tensor_len", ctypes.c_uint16),
+        ("pkt_idx", ctypes.c_uint16), ("layer", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 3),
+    ]
+
+
+class SchemeScratch(ctypes.Structure):
+    """struct talb_scratch: what the main program passes to a scheme's program."""
+
+    _fields_ = [("pkt", TalbPkt), ("now", ctypes.c_uint64), ("gid", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32)]
+
+
+class DrillMem(ctypes.Structure):
+    """One DRILL engine's remembered ports (struct drill_mem, per CPU)."""
+
+    _fields_ = [("port", ctypes.c_uint32 * TALB_DRILL_MAX_M)]
 
 
 class IPv4Key(ctypes.BigEndianStructure):
@@ -581,6 +678,18 @@ MAP_SPECS = MappingProxyType({
     "group_state": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
+    "scheme_progs": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_PROG_ARRAY),
+    "scheme_scratch": (ctypes.c_uint32, SchemeScratch, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "rng": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "flowlets": (FlowKey, Flowlet, sc.BPF_MAP_TYPE_LRU_HASH),
+    "port_rate": (ctypes.c_uint32, PortRate, sc.BPF_MAP_TYPE_ARRAY),
+    "port_queue": (ctypes.c_uint32, PortQueue, sc.BPF_MAP_TYPE_ARRAY),
+    "drill_mem": (ctypes.c_uint32, DrillMem, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "conga_dre": (ctypes.c_uint32, CongaDre, sc.BPF_MAP_TYPE_ARRAY),
+    "conga_to_leaf": (ctypes.c_uint32, CongaMetric, sc.BPF_MAP_TYPE_ARRAY),
+    "conga_from_leaf": (ctypes.c_uint32, CongaMetric, sc.BPF_MAP_TYPE_ARRAY),
+    "conga_fb_cursor": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
+    "conga_leaf_of": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
 })
 
 
@@ -588,7 +697,9 @@ class SwitchMaps(MapSet):
     """All maps of one switch's data path, as attributes named like the maps
     (``.ports``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
     ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
-    ``.tensor_count``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
+    ``.tensor_count``, ``.scheme_progs``, ``.scheme_scratch``, ``.rng``, ``.flowlets``, ``.port_rate``, ``.port_queue``,
+    ``.drill_mem``, ``.conga_dre``, ``.conga_to_leaf``, ``.conga_from_leaf``,
+    ``.conga_fb_cursor``, ``.conga_leaf_of``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
     any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""
 
     SPECS = MAP_SPECS

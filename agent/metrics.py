@@ -27,10 +27,15 @@ _BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 
 
 #: counters of multipath decisions -> (scheme, case). TaLB's decisions
 #: split into table hits and new tensors by case; CNT_TALB_THRESHOLD is
-#: the part of CASE 1 sent back to the lowest-PCM port by S. ECMP's count
-#: includes TaLB's fallback (untagged packets, full table).
+#: the part of CASE 1 sent back to the lowest-PCM port by S. The count of
+#: TaLB's fallback scheme (ECMP by default) includes TaLB's untagged packets
+#: and full-table tensors.
 DECISIONS = {
     "decision_ecmp": ("ecmp", "hash"),
+    "decision_rps": ("rps", "random"),
+    "decision_letflow": ("letflow", "flowlet"),
+    "decision_drill": ("drill", "shortest_queue"),
+    "decision_conga": ("conga", "flowlet"),
     "talb_hit": ("talb", "table_hit"),
     "talb_case2": ("talb", "case2"),
     "talb_threshold": ("talb", "case1_threshold"),

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """ns/packet of the switch data path under BPF_PROG_TEST_RUN.
 
-Compares bpf/switch_tc.c (ECMP over a 4-port group, and a single-port
-group) with an empty program and an empty redirect program, for 64 B and
-1514 B TCP packets, release flag off (a test run does not execute the
-redirect, so this is the program's own cost: parse, lookups, hash,
-counters). The kernel reports the mean over ``--repeat`` runs; the best of
-``--rounds`` is printed. Not a pass/fail test.
+Compares bpf/switch_tc.c (a single-port group, and a 4-port group under
+each scheme: ECMP in the main program, RPS, LetFlow, DRILL and TaLB --
+an untagged packet, through its ECMP fallback -- in their tail-called
+programs) with an empty program and an empty redirect program, for 64 B
+and 1514 B TCP packets, release flag off (a test run does not execute the
+redirect, so this is the program's own cost: parse, lookups, decision,
+counters). Also prints each program's instructions verified. The kernel
+reports the mean over ``--repeat`` runs; the best of ``--rounds`` is
+printed. Not a pass/fail test.
 
     sudo python bench/datapath_bpf.py [--repeat 1000000] [--rounds 3]
 
@@ -26,6 +29,18 @@ EMPTY_OK = b"int empty_ok(struct __sk_buff *skb) { return TC_ACT_OK; }"
 EMPTY_REDIRECT = b"""
 int empty_redirect(struct __sk_buff *skb) { return bpf_redirect(IFINDEX, 0); }
 """
+
+
+#: the schemes with a row of their own, 4-port group
+SCHEME_ROWS = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+
+
+_ROW_NAMES = {"ecmp": "ECMP", "rps": "RPS", "letflow": "LetFlow", "drill": "DRILL(2,1)",
+              "conga": "CONGA", "talb": "TaLB (untagged -> ECMP)"}
+
+
+def scheme_row(scheme: str) -> str:
+    return f"switch {_ROW_NAMES[scheme]}, 4-port group"
 
 
 def tcp_packet(size: int) -> bytes:
@@ -64,8 +79,12 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
 
         dp = SwitchDatapath(ns, "/nonexistent").load(release_sk=False)
         progs.append(dp)
+        # p0, the ingress, faces a host: under CONGA this switch is the
+        # source leaf and pushes its option on the first run; the repeats
+        # reuse the packet, which then carries it (a hop raising CE: the
+        # decision, the DRE and the option's checksum update each time)
         control.program_switch(
-            dp.maps, [(f"p{i}", ifindex[f"p{i}"], False, True) for i in range(5)],
+            dp.maps, [(f"p{i}", ifindex[f"p{i}"], i == 0, True) for i in range(5)],
             {"198.18.1.4": [ifindex[f"p{i}"] for i in (1, 2, 3, 4)],
              "198.18.1.1": [ifindex["p1"]]}, hash_seed=1)
         control.set_release(dp.maps, False)
@@ -74,18 +93,27 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         b_rd = BPF(text=b"#include <uapi/linux/pkt_cls.h>\n" + EMPTY_REDIRECT,
                    cflags=[f"-DIFINDEX={ifindex['p1']}"])
         progs += [b_ok, b_rd]
+        # name: (program fd, destination, scheme set before the run)
         fds = {
-            "empty (TC_ACT_OK)": (b_ok.load_func(b"empty_ok", BPF.SCHED_CLS).fd, "198.18.1.4"),
-            "empty redirect": (b_rd.load_func(b"empty_redirect", BPF.SCHED_CLS).fd, "198.18.1.4"),
-            "switch, single-port group": (dp.prog_fd, "198.18.1.1"),
-            "switch ECMP, 4-port group": (dp.prog_fd, "198.18.1.4"),
+            "empty (TC_ACT_OK)": (b_ok.load_func(b"empty_ok", BPF.SCHED_CLS).fd, "198.18.1.4",
+                                  None),
+            "empty redirect": (b_rd.load_func(b"empty_redirect", BPF.SCHED_CLS).fd, "198.18.1.4",
+                               None),
+            "switch, single-port group": (dp.prog_fd, "198.18.1.1", "ecmp"),
         }
+        for scheme in SCHEME_ROWS:
+            fds[scheme_row(scheme)] = (dp.prog_fd, "198.18.1.4", scheme)
+        control.set_port_rates(dp.maps, {ifindex[f"p{i}"]: (100_000_000, 150_000, 15_000)
+                                         for i in range(5)})
+        control.set_conga_leaves(dp.maps, 0, {"198.18.1.4": 1, "198.18.1.1": 1})
         ctx = sc.SkBuff(ifindex=ifindex["p0"])
         results: dict[tuple[str, int], float] = {}
         netns.pushns(ns)
         try:
             for size in sizes:
-                for name, (fd, dst) in fds.items():
+                for name, (fd, dst, scheme) in fds.items():
+                    if scheme:
+                        control.set_scheme(dp.maps, scheme)
                     data = bytearray(tcp_packet(size))
                     data[30:34] = bytes(int(x) for x in dst.split("."))
                     best = None
@@ -97,6 +125,12 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         finally:
             netns.popns()
 
+        say("    instructions verified (bpf_prog_info.verified_insns, of the verifier's "
+            f"{sc.VERIFIER_INSN_LIMIT:,}):")
+        verified = {}
+        for pname, info in dp.programs().items():
+            verified[pname] = info.verified_insns
+            say(f"      {pname:<24} {info.verified_insns:>9,}  ({info.verifier_share:.1%})")
         say(f"(a) BPF_PROG_TEST_RUN, {repeat:,} repeats, best of {rounds}, "
             f"kernel {os.uname().release}, {os.cpu_count()} CPUs")
         width = max(len(n) for n in fds)
@@ -105,14 +139,24 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
             say(f"    {name:<{width}}  "
                 + "  ".join(f"{results[(name, s)]:>6} ns" for s in sizes))
         ratios = {}
-        for s in sizes:
-            e, r = results[("switch ECMP, 4-port group", s)], results[("empty redirect", s)]
-            ratios[f"ecmp/empty_redirect {s}B"] = e / max(r, 1)
-            say(f"    {s} B: ECMP / empty redirect = {e / max(r, 1):.2f}x "
-                f"(+{e - r} ns per packet)")
+        for scheme in SCHEME_ROWS:
+            for s in sizes:
+                e, r = results[(scheme_row(scheme), s)], results[("empty redirect", s)]
+                ratios[f"{scheme}/empty_redirect {s}B"] = e / max(r, 1)
+            say(f"    {scheme:<8} / empty redirect = "
+                + ", ".join(f"{results[(scheme_row(scheme), s)] / max(results[('empty redirect', s)], 1):.2f}x"
+                            f" at {s} B" for s in sizes))
         counters = control.read_counters(dp.maps)
+        if not counters["conga_pushed"]:
+            raise RuntimeError(f"benchmark did not push CONGA's option: {counters}")
         if not counters["redirected"] or counters["released"]:
             raise RuntimeError(f"benchmark did not exercise the redirect path: {counters}")
+        for scheme in SCHEME_ROWS:
+            if not counters[f"decision_{scheme}"] and scheme != "talb" \
+                    or scheme == "talb" and not counters["talb_fallback"]:
+                raise RuntimeError(f"benchmark did not run {scheme}'s decision: {counters}")
+        if counters["scheme_fallback"]:
+            raise RuntimeError(f"a scheme had no program (fell back to ECMP): {counters}")
     finally:
         for p in progs:
             try:
@@ -120,7 +164,8 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
             except Exception:
                 pass
         netns.remove(ns)
-    return {"ns": {name: {s: results[(name, s)] for s in sizes} for name in fds}, "ratios": ratios}
+    return {"ns": {name: {s: results[(name, s)] for s in sizes} for name in fds}, "ratios": ratios,
+            "verified_insns": verified}
 
 
 def main(argv=None) -> int:

@@ -2,8 +2,9 @@
 the kernel bridge alone, on the same fabric, unshaped, in the same run.
 
 "Unshaped" means link emulation off: no HTB anywhere, so both data paths run
-as fast as the 2-core machine forwards. Numbers to compare are the ratios;
-absolute rates depend on the machine.
+as fast as the 2-core machine forwards. The BPF fabric is measured under
+every scheme in turn (switched at run time, same fabric). Numbers to
+compare are the ratios; absolute rates depend on the machine.
 """
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from workload.iperf import run_iperf3
 from workload.netexec import ping
 
 BENCH_PREFIX = {"bpf": "benchbpf", "bridge": "benchbr"}
+#: the schemes the BPF fabric is measured under (TaLB: untagged iperf3
+#: traffic, i.e. its fallback)
+SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
 
 def _wait_reachable(src_ns: str, dst_ip: str, timeout: float = 60.0) -> float:
@@ -27,34 +31,53 @@ def _wait_reachable(src_ns: str, dst_ip: str, timeout: float = 60.0) -> float:
     return time.monotonic() - start
 
 
-def measure(datapath: str, *, duration: float, parallel: int = 1, say=print) -> dict:
+def _set_scheme_everywhere(prefix: str, topo, scheme: str) -> None:
+    from agent.control import set_scheme
+    from agent.maps import SwitchMaps
+
+    for sw in topo.switches:
+        with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
+            set_scheme(maps, scheme)
+
+
+def measure(datapath: str, *, duration: float, parallels=(1, 4), say=print) -> list[dict]:
+    """iperf3 h0 -> h3 with each of ``parallels`` flows; for bpf once per scheme."""
     prefix = BENCH_PREFIX[datapath]
     topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2, shaping=False)
     src, dst = topo.hosts[0], topo.hosts[-1]
     say(f"  building an unshaped 2x2x2 fabric, datapath {datapath} (prefix {prefix})")
     testbed.up(topo, prefix, datapath=datapath, replace=True)
+    rows = []
     try:
         src_ns, dst_ns = paths.netns_name(prefix, src.name), paths.netns_name(prefix, dst.name)
         waited = _wait_reachable(src_ns, dst.ip)
-        result = run_iperf3(src_ns, dst_ns, dst.ip, duration=duration, parallel=parallel)
+        for scheme in (SCHEMES if datapath == "bpf" else (None,)):
+            if scheme:
+                _set_scheme_everywhere(prefix, topo, scheme)
+            for parallel in parallels:
+                result = run_iperf3(src_ns, dst_ns, dst.ip, duration=duration, parallel=parallel)
+                label = f"{datapath} {scheme}" if scheme else datapath
+                say(f"    {label:<14} {src.name}->{dst.name} x{parallel}: "
+                    f"{result.received_bps / 1e9:.2f} Gbit/s ({result.retransmits} retransmits; "
+                    f"reachable after {waited:.1f} s)")
+                rows.append({"datapath": datapath, "scheme": scheme, "parallel": parallel,
+                             "goodput_bps": result.received_bps,
+                             "retransmits": result.retransmits, "duration_s": result.duration_s})
     finally:
         testbed.down(prefix)
-    say(f"    {datapath:<6} {src.name}->{dst.name} x{parallel}: {result.received_bps / 1e9:.2f} Gbit/s "
-        f"({result.retransmits} retransmits; reachable after {waited:.1f} s)")
-    return {"datapath": datapath, "parallel": parallel, "goodput_bps": result.received_bps,
-            "retransmits": result.retransmits, "duration_s": result.duration_s}
+    return rows
 
 
 def run(*, duration: float = 5.0, say=print) -> dict:
     say("(b) iperf3 h0 -> h3 across leaf-spine-leaf, no rate limit")
-    rows = []
-    for parallel in (1, 4):
-        for datapath in ("bpf", "bridge"):
-            rows.append(measure(datapath, duration=duration, parallel=parallel, say=say))
+    rows = measure("bpf", duration=duration, say=say) + measure("bridge", duration=duration,
+                                                                 say=say)
     ratios = {}
     for parallel in (1, 4):
-        bpf = next(r for r in rows if r["datapath"] == "bpf" and r["parallel"] == parallel)
         br = next(r for r in rows if r["datapath"] == "bridge" and r["parallel"] == parallel)
-        ratios[f"bpf/bridge x{parallel}"] = bpf["goodput_bps"] / br["goodput_bps"]
-        say(f"    ratio bpf/bridge with {parallel} flow(s): {ratios[f'bpf/bridge x{parallel}']:.2f}")
+        for scheme in SCHEMES:
+            bpf = next(r for r in rows if r["scheme"] == scheme and r["parallel"] == parallel)
+            key = f"bpf {scheme}/bridge x{parallel}"
+            ratios[key] = bpf["goodput_bps"] / br["goodput_bps"]
+            say(f"    ratio bpf ({scheme}) / bridge with {parallel} flow(s): {ratios[key]:.2f}")
     return {"rows": rows, "ratios": ratios}

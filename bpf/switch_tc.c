@@ -87,12 +87,162 @@ static __always_inline int talb_strip_option(struct __sk_buff *skb)
 	return 0;
 }
 
+/* CONGA's option (schemes/conga.h) on the packet. The checksum is fixed
+ * incrementally (RFC 1624, bpf_csum_diff) like talb_strip_option's. */
+
+/* Push `o` right after the base header (in front of any other option):
+ * IHL + 2, total length + 8. 0 on success; -1 with the packet as it was
+ * (no room: IHL would pass 15), or unusable (the caller drops it). */
+static __always_inline int conga_push(struct __sk_buff *skb, const struct conga_opt *o)
+{
+	__u32 from[1], to[1 + TALB_CONGA_IPOPT_LEN / 4];
+	__u8 *w0 = (__u8 *)to;
+	__s64 diff;
+
+	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), from, sizeof(from)))
+		return -1;
+	to[0] = from[0];
+	if ((w0[0] & 0x0F) + TALB_CONGA_IPOPT_LEN / 4 > 15)
+		return -1;
+	w0[0] += TALB_CONGA_IPOPT_LEN / 4;
+	*(__be16 *)&w0[2] = bpf_htons(bpf_ntohs(*(__be16 *)&w0[2]) + TALB_CONGA_IPOPT_LEN);
+	__builtin_memcpy(&to[1], o, TALB_CONGA_IPOPT_LEN);
+	/* the header's sum: minus the old first word, plus the new one and
+	 * the option */
+	diff = bpf_csum_diff(from, sizeof(from), to, sizeof(to), 0);
+	if (diff < 0)
+		return -1;
+	if (bpf_skb_adjust_room(skb, TALB_CONGA_IPOPT_LEN, BPF_ADJ_ROOM_NET, 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), to, 4, 0) ||
+	    bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + TALB_IP_BASE_LEN, &to[1],
+				TALB_CONGA_IPOPT_LEN, 0))
+		return -2;
+	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
+				0, diff, 0))
+		return -2;
+	return 0;
+}
+
+/* Remove the first option, CONGA's (8 bytes). 0 on success. */
+static __always_inline int conga_strip(struct __sk_buff *skb)
+{
+	__u32 from[1 + TALB_CONGA_IPOPT_LEN / 4], to[1];
+	__u8 *w0 = (__u8 *)to;
+	__s64 diff;
+
+	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), from, 4) ||
+	    bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + TALB_IP_BASE_LEN, &from[1],
+			       TALB_CONGA_IPOPT_LEN))
+		return -1;
+	to[0] = from[0];
+	w0[0] -= TALB_CONGA_IPOPT_LEN / 4;
+	*(__be16 *)&w0[2] = bpf_htons(bpf_ntohs(*(__be16 *)&w0[2]) - TALB_CONGA_IPOPT_LEN);
+	diff = bpf_csum_diff(from, sizeof(from), to, sizeof(to), 0);
+	if (diff < 0)
+		return -1;
+	if (bpf_skb_adjust_room(skb, -TALB_CONGA_IPOPT_LEN, BPF_ADJ_ROOM_NET, 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), to, sizeof(to), 0))
+		return -1;
+	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
+				0, diff, 0))
+		return -1;
+	return 0;
+}
+
+/* Raise the option's CE to `ce` (its 16-bit word with FB_LBTag). */
+static __always_inline int conga_raise(struct __sk_buff *skb, const struct conga_opt *o,
+				       __u8 ce)
+{
+	__u32 off = sizeof(struct ethhdr) + TALB_IP_BASE_LEN + offsetof(struct conga_opt, ce);
+	__u8 old[2] = { o->ce, o->fb_lbtag }, new[2] = { ce, o->fb_lbtag };
+
+	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
+				*(__be16 *)old, *(__be16 *)new, 2))
+		return -1;
+	return bpf_skb_store_bytes(skb, off, new, 2, 0);
+}
+
+/* Act on a forwarding verdict: the last hop's strip, the band, the
+ * first-hop release, the redirect. The end of every entry point. */
+static __always_inline int talb_act(struct __sk_buff *skb, struct talb_pkt *pkt,
+				    struct talb_verdict *v)
+{
+	if ((v->egress_flags & PORT_HOST) && (pkt->flags & TALB_PKT_OPT_SEEN)) {
+		if (!(pkt->flags & TALB_PKT_OPT_STRIP)) {
+			talb_count(CNT_DROP_OPT_POSITION);
+			return TC_ACT_SHOT;
+		}
+		if (talb_strip_option(skb)) {
+			talb_count(CNT_DROP_STRIP_FAIL);
+			return TC_ACT_SHOT;
+		}
+		talb_count(CNT_STRIPPED);
+		pkt->len = skb->len;
+	}
+	skb->priority = v->priority;
+
+	if ((v->cfg_flags & CFG_RELEASE_SK) && skb->sk) {
+		if (bpf_clone_redirect(skb, v->egress_ifindex, 0) == 0) {
+			talb_count(CNT_RELEASED);
+			talb_port_tx(v->egress_port_id, pkt->len);
+			return TC_ACT_SHOT;
+		}
+		/* Send the owned original rather than lose the packet. */
+		talb_count(CNT_CLONE_FAIL);
+	}
+	talb_count(CNT_REDIRECTED);
+	talb_port_tx(v->egress_port_id, pkt->len);
+	return bpf_redirect(v->egress_ifindex, 0);
+}
+
+/* Index idx of group g chosen (decision counter dcnt): verdict, then act. */
+static __always_inline int talb_finish(struct __sk_buff *skb, struct talb_pkt *pkt,
+				       const struct fwd_group *g,
+				       const struct talb_config *cfg, __u32 idx,
+				       __u32 dcnt, __u64 now)
+{
+	struct talb_verdict v = {};
+
+	if (!talb_verdict_for(pkt, g, cfg, idx, dcnt, now, &v)) {
+		talb_count(v.reason);
+		return TC_ACT_OK;
+	}
+	return talb_act(skb, pkt, &v);
+}
+
+/* Hand the packet to scheme `scheme`'s program. Returns only when there is
+ * none (the caller decides by ECMP and counts CNT_SCHEME_FALLBACK). */
+static __always_inline void talb_tail(struct __sk_buff *skb, const struct talb_pkt *pkt,
+				      __u32 gid, __u64 now, __u32 scheme, __u32 flags)
+{
+	__u32 zero = 0;
+	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+
+	if (!s)
+		return;
+	s->pkt = *pkt;
+	s->now = now;
+	s->gid = gid;
+	s->flags = flags;
+	scheme_progs.call(skb, scheme);
+}
+
+/* The main program: parse, route; single-port groups and ECMP decide
+ * here, every other scheme in its own program (talb_scheme_entry),
+ * reached by a tail call -- each program is verified on its own, so the
+ * schemes do not add up in one verifier budget (docs/schemes.md). */
 int talb_switch_tc(struct __sk_buff *skb)
 {
 	struct talb_pkt pkt = {};
 	struct talb_verdict v = {};
+	const struct talb_config *cfg;
+	struct fwd_group *g = 0;
 	struct port_info *in;
 	__u32 ifindex = skb->ifindex;   /* at ingress: the arrival device */
+	__u32 gid = 0, idx = 0, dcnt = CNT_DECISION_SINGLE;
+	__u64 now = 0;
 	void *data, *data_end;
 
 	in = ports.lookup(&ifindex);
@@ -118,35 +268,193 @@ int talb_switch_tc(struct __sk_buff *skb)
 		talb_count(CNT_DROP_OPT_POSITION);
 		return TC_ACT_SHOT;
 	}
-	if (!talb_decide(&pkt, &v)) {
+	cfg = talb_config_get();
+	if (!cfg || !talb_route(&pkt, &v, &g, &gid)) {
+		talb_count(cfg ? v.reason : CNT_PASS_GROUP_EMPTY);
+		return TC_ACT_OK;
+	}
+	if (talb_scheme_clock(cfg))
+		now = bpf_ktime_get_ns();
+	if (cfg->scheme == TALB_SCHEME_CONGA ||   /* every hop: CE, options */
+	    (g->n_ports > 1 && cfg->scheme != TALB_SCHEME_ECMP)) {
+		talb_tail(skb, &pkt, gid, now, cfg->scheme, 0);
+		talb_count(CNT_SCHEME_FALLBACK);        /* no such program */
+	}
+	if (g->n_ports > 1)
+		idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
+	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
+}
+
+/* A scheme's program: the packet from scheme_scratch, the scheme's
+ * choice, then as the main program. TaLB hands what it does not place
+ * (untagged, table full, unknown midway) to its fallback scheme: ECMP
+ * here, any other by a tail call to that scheme's program, marked
+ * TALB_SCRATCH_REMEMBER when TaLB remembers the fallback's port. */
+static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme)
+{
+	__u32 zero = 0, idx, flags, gid, fb, dcnt = CNT_DECISION_ECMP;
+	const struct talb_config *cfg = talb_config_get();
+	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+	struct talb_pkt pkt;
+	struct fwd_group *g;
+	__u64 now;
+
+	if (!s || !cfg) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* cannot happen: arrays */
+		return TC_ACT_OK;
+	}
+	pkt = s->pkt;
+	now = s->now;
+	gid = s->gid;
+	flags = s->flags;
+	g = groups.lookup(&gid);
+	if (!g || g->n_ports == 0 || g->n_ports > TALB_MAX_GROUP_PORTS) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* replaced meanwhile */
+		return TC_ACT_OK;
+	}
+	if (scheme == TALB_SCHEME_TALB) {
+		idx = talb_scheme_select(&pkt, g, gid, cfg, now);
+		if (idx < TALB_USE_FALLBACK)
+			return talb_finish(skb, &pkt, g, cfg, idx, CNT_DECISION_TALB, now);
+		flags = idx == TALB_USE_FALLBACK_REMEMBER ? TALB_SCRATCH_REMEMBER : 0;
+		fb = cfg->fallback_scheme;
+		if (fb == TALB_SCHEME_RPS || fb == TALB_SCHEME_LETFLOW || fb == TALB_SCHEME_DRILL)
+			talb_tail(skb, &pkt, gid, now, fb, flags);
+		if (fb != TALB_SCHEME_ECMP)
+			talb_count(CNT_SCHEME_FALLBACK);
+		idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
+	} else {
+		idx = talb_scheme_pick(scheme, &pkt, g, gid, cfg, now, &dcnt);
+	}
+	if (flags & TALB_SCRATCH_REMEMBER)
+		talb_remember_midstream(&pkt, g, gid, idx, now);
+	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
+}
+
+/* One program per scheme, in scheme_progs at its TALB_SCHEME_* id
+ * (agent/loader.py SCHEME_PROGS). */
+int talb_scheme_rps(struct __sk_buff *skb)
+{
+	return talb_scheme_entry(skb, TALB_SCHEME_RPS);
+}
+
+int talb_scheme_letflow(struct __sk_buff *skb)
+{
+	return talb_scheme_entry(skb, TALB_SCHEME_LETFLOW);
+}
+
+int talb_scheme_drill(struct __sk_buff *skb)
+{
+	return talb_scheme_entry(skb, TALB_SCHEME_DRILL);
+}
+
+int talb_scheme_talb(struct __sk_buff *skb)
+{
+	return talb_scheme_entry(skb, TALB_SCHEME_TALB);
+}
+
+/* CONGA's program: every packet of a switch running CONGA comes here (the
+ * option is pushed, raised or stripped at every hop, schemes/conga.h). */
+int talb_scheme_conga(struct __sk_buff *skb)
+{
+	__u32 zero = 0, idx = 0, dcnt = CNT_DECISION_SINGLE, gid, dst_leaf;
+	const struct talb_config *cfg = talb_config_get();
+	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+	struct talb_verdict v = {};
+	struct conga_opt opt = {};
+	struct conga_params pp;
+	struct talb_pkt pkt;
+	struct fwd_group *g;
+	struct port_info *in;
+	struct iphdr *iph;
+	void *data, *data_end;
+	__u32 *leaf, in_flags, q;
+	__u64 now;
+	int has;
+
+	if (!s || !cfg) {
+		talb_count(CNT_PASS_GROUP_EMPTY);
+		return TC_ACT_OK;
+	}
+	pkt = s->pkt;
+	now = s->now;
+	gid = s->gid;
+	g = groups.lookup(&gid);
+	if (!g || g->n_ports == 0 || g->n_ports > TALB_MAX_GROUP_PORTS) {
+		talb_count(CNT_PASS_GROUP_EMPTY);
+		return TC_ACT_OK;
+	}
+	conga_params_of(cfg, &pp);
+	in = ports.lookup(&pkt.ingress_ifindex);
+	in_flags = in ? in->flags : 0;
+	leaf = conga_leaf_of.lookup(&pkt.daddr_be);
+	dst_leaf = leaf && *leaf < TALB_CONGA_MAX_LEAVES ? *leaf : TALB_CONGA_NO_LEAF;
+
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	iph = data + sizeof(struct ethhdr);
+	if ((void *)(iph + 1) > data_end) {
+		talb_count(CNT_PASS_MALFORMED);
+		return TC_ACT_OK;
+	}
+	has = parse_conga_option(iph, data_end, &opt);
+
+	if (g->n_ports > 1) {
+		dcnt = CNT_DECISION_CONGA;
+		idx = conga_select(&pkt, g, g->n_ports, cfg, now, dst_leaf);
+		/* through a map value: the verifier forgets how idx was
+		 * computed (conga_select's verifier note) */
+		s->flags = idx;
+		idx = s->flags;
+	}
+	if (!talb_verdict_for(&pkt, g, cfg, idx, dcnt, now, &v)) {
 		talb_count(v.reason);
 		return TC_ACT_OK;
 	}
+	q = conga_port_metric(v.egress_port_id, &pp, now);
+	if (!(v.egress_flags & PORT_HOST)) {
+		if (!has && cfg->conga_leaf && (in_flags & PORT_HOST)) {
+			struct conga_opt o = {
+				.type = TALB_CONGA_IPOPT_TYPE, .len = TALB_CONGA_IPOPT_LEN,
+				.src_leaf = cfg->conga_leaf - 1, .lbtag = idx, .ce = q,
+				.flags = TALB_CONGA_VERSION,
+			};
+			int r;
 
-	if ((v.egress_flags & PORT_HOST) && (pkt.flags & TALB_PKT_OPT_SEEN)) {
-		if (!(pkt.flags & TALB_PKT_OPT_STRIP)) {
-			talb_count(CNT_DROP_OPT_POSITION);
+			conga_feedback(dst_leaf, &pp, now, &o);
+			r = conga_push(skb, &o);
+			if (r == 0) {
+				talb_count(CNT_CONGA_PUSHED);
+				pkt.len = skb->len;
+			} else {
+				talb_count(CNT_CONGA_PUSH_FAIL);
+				if (r == -2)
+					return TC_ACT_SHOT;     /* half-written */
+			}
+		} else if (has && q > opt.ce) {
+			if (conga_raise(skb, &opt, q) == 0)
+				talb_count(CNT_CONGA_CE_RAISED);
+		}
+	} else if (has) {
+		struct talb_opt *t;
+
+		conga_record(&opt, now);
+		if (conga_strip(skb)) {
+			talb_count(CNT_CONGA_DROP_STRIP_FAIL);
 			return TC_ACT_SHOT;
 		}
-		if (talb_strip_option(skb)) {
-			talb_count(CNT_DROP_STRIP_FAIL);
-			return TC_ACT_SHOT;
-		}
-		talb_count(CNT_STRIPPED);
+		talb_count(CNT_CONGA_STRIPPED);
 		pkt.len = skb->len;
+		/* The TaLB option, if any, is first now: strippable as a host
+		 * sent it (parse_talb_option's rule: type and length right,
+		 * the only option) -- without parsing the packet again. */
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+		iph = data + sizeof(struct ethhdr);
+		t = (struct talb_opt *)(iph + 1);
+		if ((void *)(t + 1) <= data_end && iph->ihl * 4 == TALB_IP_BASE_LEN + TALB_IPOPT_LEN &&
+		    t->type == TALB_IPOPT_TYPE && t->len == TALB_IPOPT_LEN)
+			pkt.flags |= TALB_PKT_OPT_STRIP;
 	}
-	skb->priority = v.priority;
-
-	if ((v.cfg_flags & CFG_RELEASE_SK) && skb->sk) {
-		if (bpf_clone_redirect(skb, v.egress_ifindex, 0) == 0) {
-			talb_count(CNT_RELEASED);
-			talb_port_tx(v.egress_port_id, pkt.len);
-			return TC_ACT_SHOT;
-		}
-		/* Send the owned original rather than lose the packet. */
-		talb_count(CNT_CLONE_FAIL);
-	}
-	talb_count(CNT_REDIRECTED);
-	talb_port_tx(v.egress_port_id, pkt.len);
-	return bpf_redirect(v.egress_ifindex, 0);
+	return talb_act(skb, &pkt, &v);
 }

@@ -3,7 +3,7 @@
     talb testbed up|down|status|demo   build, remove, inspect, try a fabric
     talb shell NODE [CMD...]           a shell (or a command) on a host or switch
     talb table [--switch S]            a switch's live TaLB tensor table and decision counters
-    talb scheme [NAME]                 show or switch the load-balancing scheme at runtime
+    talb scheme [NAME] [--param k=v]   show or switch the load-balancing scheme at runtime
     talb send --src H --dst H          send tagged tensors, see each one's FCT and uplink
     talb run --model M --arch ps ...   one training experiment: PS or all-reduce, results JSON
     talb bench datapath                data-path benchmarks
@@ -100,7 +100,8 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--oversubscription", type=float, help="Derive the leaf-spine rate from this ratio instead of --link-rate.")
 @click.option("--queue-limit", help="Byte limit of each port queue, e.g. 150kb [150kb].")
 @click.option("--tcp-cc", help="Hosts' TCP congestion control: cubic, bbr or reno [cubic].")
-@click.option("--scheme", help="Load-balancing scheme [ecmp].")
+@click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
+                                "(parameters: `talb scheme NAME --param ...`).")
 @click.option("--datapath", type=click.Choice(testbed.DATAPATHS), default="bpf", show_default=True,
               help="bpf: the switch programs forward; bridge: the kernel bridge alone (a baseline).")
 @click.option("--replace", is_flag=True, help="Tear down a testbed with the same prefix first.")
@@ -376,23 +377,40 @@ def _print_tensor_table(st: dict, limit: int) -> None:
 
 @main.command("scheme")
 @click.argument("name", required=False)
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="A parameter of the scheme (repeatable): letflow flowlet_us; drill d, m; "
+                   "conga flowlet_us, dre_us, alpha_shift, q_bits, age_us; "
+                   "talb fallback, tensor_limit, idle_us (and its fallback's). "
+                   "Defaults and why: docs/schemes.md.")
 @PREFIX_OPTION
-def scheme(name, prefix):
-    """Show the scheme of every switch, or switch them all to NAME at runtime."""
-    from agent.control import read_config, set_scheme
+def scheme(name, params, prefix):
+    """Show every switch's scheme and its effective parameters, or switch
+    them all to NAME at run time (no reload; connections survive)."""
+    from agent.control import SchemeError, parse_params, scheme_params, set_scheme, read_config
     from agent.maps import SwitchMaps
 
     testbed.require_root()
     if testbed.read_state(prefix).get("datapath") != "bpf":
         raise testbed.TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
                                    f"(--datapath bridge): it has no scheme to show or set")
+    if params and not name:
+        _fail("--param needs a scheme NAME (talb scheme drill --param d=2)")
+    try:
+        parsed = parse_params(params)
+    except SchemeError as exc:
+        _fail(str(exc))
     topo = testbed.load_topology_of(prefix)
     for sw in topo.switches:
         maps = SwitchMaps(paths.pin_dir(prefix, sw.name))
         try:
             if name:
-                set_scheme(maps, name)
-            console.print(f"{sw.name}: {read_config(maps)['scheme']}")
+                try:
+                    set_scheme(maps, name, parsed)
+                except SchemeError as exc:
+                    _fail(str(exc))
+            shown = ", ".join(f"{k}={v}" for k, v in scheme_params(maps).items())
+            console.print(f"{sw.name}: {read_config(maps)['scheme']}"
+                          + (f" ({shown})" if shown else ""))
         finally:
             maps.close()
 

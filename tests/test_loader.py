@@ -242,7 +242,7 @@ def test_load_attach_pin_exit_then_forward_count_control_detach(topo):
         # runtime control through the pins
         control.set_scheme(maps, "ecmp")
         with pytest.raises(control.SchemeError):
-            control.set_scheme(maps, "rps")
+            control.set_scheme(maps, "hula")        # no such scheme
         control.set_hash_seed(maps, 424242)
         control.set_release(maps, False)
         assert json.loads(_py(_READ_SCRIPT, str(topo.pin)))["config"].items() >= {

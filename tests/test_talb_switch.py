@@ -1,5 +1,5 @@
 """TaLB in the switch data path (bpf/include/talb/schemes/talb.h) under
-BPF_PROG_TEST_RUN, against the Python model (agent/talb_model.py).
+BPF_PROG_TEST_RUN, against the Python model (agent/schemes/talb.py).
 
 Same set-up as test_bpf_datapath.py: the program is loaded (not attached)
 and veth ports live in a namespace of this module. A test run does not
@@ -137,7 +137,7 @@ class Switch(ProgTestSwitch):
 
     def table(self, include_done=False) -> dict[tuple[str, int], tuple]:
         """``{(src, tensor_id): (tensor_len, received, prev_port, layer,
-        group_id)}``, as agent/talb_model.py's ``table``."""
+        group_id)}``, as agent/schemes/talb.py's ``table``."""
         from agent import control
 
         return {(r["src"], r["tensor_id"]): (r["tensor_len"], r["received"], r["prev_port"],
@@ -442,7 +442,7 @@ def test_threshold_does_not_collapse_equal_pcms(sw):
     ([0.5, 0.3, 0.2, 0.9], None),
 ], ids=["1-1-2-0", "equal", "uneven"])
 def test_case2_wrr_over_100_new_tensors_matches_weights(sw, pcm, weights):
-    from agent import talb_model as tm
+    from agent.schemes import talb as tm
 
     sw.reset()
     sw.publish(pcm)
@@ -680,7 +680,7 @@ def test_strip_happens_before_first_hop_clone(sw):
 
 # --- bands -----------------------------------------------------------------------------------------
 def test_band_marking_sets_htb_classid(sw):
-    from agent import talb_model as tm
+    from agent.schemes import talb as tm
 
     sw.reset(n_bands=4, layers_per_band=2)
     cases = [(None, 0), (0, 1), (1, 1), (2, 2), (3, 2), (4, 3), (200, 3)]
@@ -701,7 +701,7 @@ def test_model_matches_data_path_decision_for_decision(sw):
     """Model and BPF, packet by packet, from several senders whose tensor
     ids collide (ids are unique per host only: the table key is the pair)."""
     from agent import control
-    from agent import talb_model as tm
+    from agent.schemes import talb as tm
 
     pcm_st = st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]), min_size=4,
                       max_size=4)

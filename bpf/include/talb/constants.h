@@ -32,9 +32,10 @@
 					      for late packets, not live    */
 
 /* ---- load-balancing schemes (talb_config.scheme) ----------------------
- * Implemented in the data path: ECMP and TaLB (schemes/talb.h). A
- * configured scheme that is not implemented falls back to ECMP and counts
- * CNT_SCHEME_FALLBACK (user space refuses to set one: agent/control.py). */
+ * One header each under schemes/ (decision.h dispatches). Implemented:
+ * ECMP, RPS, LetFlow, DRILL, CONGA and TaLB. A configured scheme that is not
+ * implemented falls back to ECMP and counts CNT_SCHEME_FALLBACK (user
+ * space refuses to set one: agent/control.py, IMPLEMENTED_SCHEMES). */
 #define TALB_SCHEME_ECMP        0
 #define TALB_SCHEME_RPS         1
 #define TALB_SCHEME_LETFLOW     2
@@ -42,6 +43,26 @@
 #define TALB_SCHEME_CONGA       4
 #define TALB_SCHEME_TALB        5
 #define TALB_NR_SCHEMES         6
+
+/* ---- baseline schemes: limits and defaults (docs/schemes.md says why) -- */
+#define TALB_FLOWLET_TABLE_SIZE 16384   /* flowlets: 5-tuples (LRU)          */
+#define TALB_DEFAULT_FLOWLET_US 500     /* LetFlow flowlet gap               */
+#define TALB_DEFAULT_DRILL_D    2       /* DRILL random samples per packet   */
+#define TALB_DEFAULT_DRILL_M    1       /* DRILL ports remembered            */
+#define TALB_DRILL_MAX_D        4
+#define TALB_DRILL_MAX_M        2
+/* CONGA (schemes/conga.h, docs/schemes.md) */
+#define TALB_CONGA_MAX_LEAVES   64      /* leaf ids 0..63                    */
+#define TALB_CONGA_TABLE_SIZE   (TALB_CONGA_MAX_LEAVES * TALB_MAX_GROUP_PORTS)
+#define TALB_DEFAULT_CONGA_DRE_US 125   /* T_dre: one 1514 B frame at 100M   */
+#define TALB_DEFAULT_CONGA_ALPHA_SHIFT 3 /* alpha = 2^-3: tau = 8 T_dre = 1 ms */
+#define TALB_DEFAULT_CONGA_Q_BITS 3     /* metric 0..7, as the paper's CE    */
+#define TALB_DEFAULT_CONGA_AGE_US 20000 /* a remote metric older is 0        */
+#define TALB_CONGA_DECAY_MAX    64      /* DRE idle this many periods: 0     */
+#define TALB_CONGA_Q16          65536   /* DRE decay factors, fixed point    */
+/* Queue estimates (DRILL): a port idle this long is empty whatever its
+ * rate, and dt * bytes_per_s stays below 2^64 up to 4.6 GB/s. */
+#define TALB_QUEUE_DT_MAX_NS    4000000000ULL
 
 /* ---- port flags (struct port_info.flags) ------------------------------ */
 #define PORT_HOST               (1U << 0)  /* faces a host (last hop)        */
@@ -125,6 +146,17 @@
 #define CNT_STRIPPED            44  /* option removed before a host port     */
 #define CNT_DROP_OPT_POSITION   45  /* option not first at a host edge       */
 #define CNT_DROP_STRIP_FAIL     46  /* bpf_skb_adjust_room failed            */
+/* Flowlets (schemes/letflow.h) */
+#define CNT_FLOWLET_NEW         47  /* new flowlet: random usable port       */
+#define CNT_FLOWLET_SAME        48  /* within the gap: the flowlet's port    */
+/* CONGA (schemes/conga.h) */
+#define CNT_CONGA_PUSHED        49  /* source leaf: option pushed            */
+#define CNT_CONGA_CE_RAISED     50  /* a hop raised CE                       */
+#define CNT_CONGA_STRIPPED      51  /* destination leaf: option removed      */
+#define CNT_CONGA_FB_SENT       52  /* option carried a feedback metric      */
+#define CNT_CONGA_FB_RECEIVED   53  /* feedback stored (congestion-to-leaf)  */
+#define CNT_CONGA_PUSH_FAIL     54  /* no room (IHL) or adjust_room failed   */
+#define CNT_CONGA_DROP_STRIP_FAIL 55 /* strip failed at a host edge: dropped */
 #define TALB_NR_COUNTERS        64
 
 /* ---- wire format (DESIGN section 4, bpf/include/talb/talb_option.h) --- */
@@ -137,6 +169,13 @@
 #define TALB_IPOPT_EOL          0       /* end of option list                */
 #define TALB_IPOPT_NOP          1
 #define TALB_IP_BASE_LEN        20      /* IPv4 header without options       */
+
+/* CONGA's own option (docs/conga-option.md): pushed by the source leaf
+ * in front of any other option, removed by the destination leaf. */
+#define TALB_CONGA_IPOPT_TYPE   0x9F    /* copied=1, class 0, number 31     */
+#define TALB_CONGA_IPOPT_LEN    8
+#define TALB_CONGA_VERSION      1       /* flags bits 0-1                    */
+#define TALB_CONGA_F_FB         0x04    /* fb_lbtag / fb_metric valid        */
 
 /* ---- parsing --------------------------------------------------------- */
 /* Bytes the parser may need in the linear area: Ethernet + the longest

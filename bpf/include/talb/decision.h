@@ -2,12 +2,18 @@
 /*
  * talb/decision.h - the switch's decision core, shared by every entry point.
  *
- *   talb_extract()  packet bytes [data, data_end) -> struct talb_pkt
- *                   (Ethernet, IPv4 with the TaLB option, L4 ports)
- *   talb_select()   packet + group + config -> index into the group (scheme)
- *   talb_decide()   packet -> verdict: forward to (egress ifindex, port id,
- *                   port flags, skb->priority of the band) or pass to the
- *                   stack, with the reason (a CNT_* index)
+ *   talb_extract()     packet bytes [data, data_end) -> struct talb_pkt
+ *                      (Ethernet, IPv4 with the TaLB option, L4 ports)
+ *   talb_route()       packet -> its forwarding group
+ *   talb_scheme_pick() packet + group + config -> index into the group,
+ *                      by one scheme (schemes/<name>.h)
+ *   talb_verdict_for() index -> verdict: forward to (egress ifindex, port
+ *                      id, port flags, skb->priority of the band) or pass
+ *                      to the stack, with the reason (a CNT_* index)
+ *
+ * Which scheme runs where is the entry point's (switch_tc.c): ECMP and
+ * single-port groups in the main program, every other scheme in a program
+ * of its own, reached by a tail call (the verifier budget: docs/schemes.md).
  *
  * Nothing here touches an skb or an xdp_md: the TC entry point
  * (switch_tc.c) and a later XDP one only differ in how they read the
@@ -21,6 +27,10 @@
 #include "talb/parsing_helpers.h"
 #include "talb/pkt.h"
 #include "talb/schemes/ecmp.h"
+#include "talb/schemes/rps.h"
+#include "talb/schemes/letflow.h"
+#include "talb/schemes/drill.h"
+#include "talb/schemes/conga.h"
 #include "talb/schemes/talb.h"
 
 #ifndef ETH_P_IP
@@ -114,63 +124,67 @@ static __always_inline int talb_extract(void *data, void *data_end,
 	return 1;
 }
 
-/* Multipath choice for a group of >= 2 ports, by the configured scheme.
- * Sets *dcnt to the decision counter of the scheme that decided. */
-static __always_inline __u32 talb_select(const struct talb_pkt *p,
-					 const struct fwd_group *g, __u32 gid,
-					 const struct talb_config *cfg,
-					 __u32 *dcnt)
+/* Whether the configured decision reads the clock (TaLB: table ages;
+ * LetFlow: flowlet gaps; DRILL: queue drain), and whether DRILL decides
+ * (then every redirected packet feeds the queue estimates). */
+static __always_inline int talb_scheme_clock(const struct talb_config *cfg)
 {
-	switch (cfg->scheme) {
-	case TALB_SCHEME_ECMP:
-		*dcnt = CNT_DECISION_ECMP;
-		return ecmp_select(p, g, cfg);
-	case TALB_SCHEME_TALB:
-		return talb_scheme_select(p, g, gid, cfg, dcnt);
-	/* room: case TALB_SCHEME_RPS: ... one schemes/<name>.h each */
-	default:
-		talb_count(CNT_SCHEME_FALLBACK);
-		*dcnt = CNT_DECISION_ECMP;
-		return ecmp_select(p, g, cfg);
-	}
+	return cfg->scheme == TALB_SCHEME_TALB || cfg->scheme == TALB_SCHEME_LETFLOW ||
+	       cfg->scheme == TALB_SCHEME_DRILL || cfg->scheme == TALB_SCHEME_CONGA;
 }
 
-/* Route an extracted packet. Returns 1 with v->egress_* set (v->reason =
- * CNT_REDIRECTED; the entry point may turn it into CNT_RELEASED), or 0 with
- * v->reason = the CNT_PASS_* why the packet goes to the stack. Never picks
- * a port that is not in `ports` with PORT_UP, nor the ingress port. */
-static __always_inline int talb_decide(const struct talb_pkt *p,
-				       struct talb_verdict *v)
+static __always_inline int talb_drill_in_use(const struct talb_config *cfg)
 {
-	struct talb_config dflt = {};
-	struct talb_config *cfg;
-	struct fwd_group *g;
-	struct port_info *out;
-	__u32 zero = 0, dcnt = CNT_DECISION_SINGLE, n, idx, egress;
-	__u32 *gid;
+	return cfg->scheme == TALB_SCHEME_DRILL ||
+	       (cfg->scheme == TALB_SCHEME_TALB && cfg->fallback_scheme == TALB_SCHEME_DRILL);
+}
 
-	cfg = config.lookup(&zero);
-	if (!cfg)
-		cfg = &dflt;    /* cannot happen: array maps always have [0] */
+/* The configuration in force (config[0]). */
+static __always_inline const struct talb_config *talb_config_get(void)
+{
+	__u32 zero = 0;
 
-	gid = fwd.lookup((__be32 *)&p->daddr_be);
-	if (!gid) {
+	return config.lookup(&zero);
+}
+
+/* Route: the packet's forwarding group. 1 with *g and *gid set, or 0 with
+ * v->reason = the CNT_PASS_* why the packet goes to the stack. */
+static __always_inline int talb_route(const struct talb_pkt *p, struct talb_verdict *v,
+				      struct fwd_group **g, __u32 *gid)
+{
+	__u32 *id = fwd.lookup((__be32 *)&p->daddr_be);
+	__u32 n;
+
+	if (!id) {
 		v->reason = CNT_PASS_NO_ROUTE;
 		return 0;
 	}
-	g = groups.lookup(gid);
-	if (!g) {
+	*gid = *id;
+	*g = groups.lookup(id);
+	if (!*g) {
 		v->reason = CNT_PASS_GROUP_EMPTY;
 		return 0;
 	}
-	n = g->n_ports;
+	n = (*g)->n_ports;
 	if (n == 0 || n > TALB_MAX_GROUP_PORTS) {
 		v->reason = CNT_PASS_GROUP_EMPTY;
 		return 0;
 	}
-	idx = 0;
-	if (n > 1)
-		idx = talb_select(p, g, *gid, cfg, &dcnt);
+	return 1;
+}
+
+/* The verdict for index idx of group g, chosen by the decision counted as
+ * dcnt: 1 with v->egress_* set (v->reason = CNT_REDIRECTED; the entry point
+ * may turn it into CNT_RELEASED), or 0 with v->reason = CNT_PASS_*. Never
+ * a port that is not in `ports` with PORT_UP, nor the ingress port. */
+static __always_inline int talb_verdict_for(const struct talb_pkt *p,
+					    const struct fwd_group *g,
+					    const struct talb_config *cfg, __u32 idx,
+					    __u32 dcnt, __u64 now, struct talb_verdict *v)
+{
+	struct port_info *out;
+	__u32 egress;
+
 	talb_count(dcnt);
 	if (idx >= TALB_MAX_GROUP_PORTS) {      /* bound for the verifier */
 		v->reason = CNT_PASS_GROUP_EMPTY;
@@ -192,7 +206,40 @@ static __always_inline int talb_decide(const struct talb_pkt *p,
 	v->cfg_flags = cfg->flags;
 	v->egress_flags = out->flags;
 	v->priority = TALB_HTB_MAJOR | (TALB_BAND_MINOR_BASE + talb_band(p, cfg));
+	if (talb_drill_in_use(cfg))
+		drill_account(out->port_id, p->len, now);
+	if (cfg->scheme == TALB_SCHEME_CONGA) {
+		struct conga_params pp;
+
+		conga_params_of(cfg, &pp);
+		conga_dre_account(out->port_id, p->len, &pp, now);
+	}
 	return 1;
+}
+
+/* One scheme's choice for a group of n >= 2 ports (scheme a constant at
+ * every call site: the others fold away). ECMP for an unknown id. */
+static __always_inline __u32 talb_scheme_pick(__u32 scheme, const struct talb_pkt *p,
+					      const struct fwd_group *g, __u32 gid,
+					      const struct talb_config *cfg, __u64 now,
+					      __u32 *dcnt)
+{
+	__u32 n = g->n_ports;
+
+	switch (scheme) {
+	case TALB_SCHEME_RPS:
+		*dcnt = CNT_DECISION_RPS;
+		return rps_select(g, n);
+	case TALB_SCHEME_LETFLOW:
+		*dcnt = CNT_DECISION_LETFLOW;
+		return letflow_select(p, g, n, cfg, now);
+	case TALB_SCHEME_DRILL:
+		*dcnt = CNT_DECISION_DRILL;
+		return drill_select(g, n, gid, cfg, now);
+	default:
+		*dcnt = CNT_DECISION_ECMP;
+		return ecmp_select(p, g, cfg);
+	}
 }
 
 #endif /* TALB_DECISION_H */

@@ -17,6 +17,7 @@
 #include "talb/constants.h"
 #include "talb/structs.h"
 #include "talb/map_decl.h"   /* TALB_MAP: fresh, or pinned at TALB_PIN_DIR */
+#include "talb/pkt.h"        /* struct talb_scratch */
 
 /* ifindex -> port (id, flags). Ports not in this map are not ours. */
 TALB_MAP("hash", __u32, struct port_info, ports, TALB_MAX_PORTS);
@@ -44,6 +45,37 @@ TALB_MAP("array", __u32, struct group_state, group_swept, TALB_MAX_GROUPS);
 /* [TALB_COUNT_LIVE] entries inserted - removed by the data path (atomic);
  * [TALB_COUNT_SWEPT] entries removed by user space. Occupancy = [0] - [1]. */
 TALB_MAP("array", __u32, __u32, tensor_count, 2);
+
+/* ---- one program per scheme (switch_tc.c) ---- */
+/* scheme id -> its program (tail call); filled by agent/loader.py. Pinned:
+ * a prog array loses its entries when no user-space reference is left. */
+TALB_MAP("prog", __u32, __u32, scheme_progs, TALB_NR_SCHEMES);
+/* [0] -> the packet as the main program parsed it, per CPU */
+TALB_MAP("percpu_array", __u32, struct talb_scratch, scheme_scratch, 1);
+
+/* ---- RPS, LetFlow, DRILL (schemes/pick.h, letflow.h, drill.h) ---- */
+/* [0] -> this CPU's xorshift32 state (0: not seeded yet) */
+TALB_MAP("percpu_array", __u32, __u32, rng, 1);
+/* 5-tuple -> its current flowlet (LetFlow) */
+TALB_MAP("lru_hash", struct flow_key, struct flowlet, flowlets, TALB_FLOWLET_TABLE_SIZE);
+/* port_id -> link rate and queue limit (user space only) */
+TALB_MAP("array", __u32, struct port_rate, port_rate, TALB_MAX_PORTS);
+/* port_id -> queue estimate (data path only) */
+TALB_MAP("array", __u32, struct port_queue, port_queue, TALB_MAX_PORTS);
+/* group id -> one DRILL engine's memory, per CPU */
+TALB_MAP("percpu_array", __u32, struct drill_mem, drill_mem, TALB_MAX_GROUPS);
+
+/* ---- CONGA (schemes/conga.h) ---- */
+/* port_id -> DRE */
+TALB_MAP("array", __u32, struct conga_dre, conga_dre, TALB_MAX_PORTS);
+/* dst leaf, LBTag -> metric fed back (source leaf's congestion-to-leaf) */
+TALB_MAP("array", __u32, struct conga_metric, conga_to_leaf, TALB_CONGA_TABLE_SIZE);
+/* src leaf, LBTag -> CE seen (destination leaf's congestion-from-leaf) */
+TALB_MAP("array", __u32, struct conga_metric, conga_from_leaf, TALB_CONGA_TABLE_SIZE);
+/* leaf -> next LBTag to feed back to it (round-robin) */
+TALB_MAP("array", __u32, __u32, conga_fb_cursor, TALB_CONGA_MAX_LEAVES);
+/* host IPv4 address (network byte order) -> its leaf id (user space) */
+TALB_MAP("hash", __be32, __u32, conga_leaf_of, TALB_MAX_ROUTES);
 
 /* Per-CPU counters: a plain add, no atomics (and bcc 0.26 rejects using
  * the return value of __sync_fetch_and_add anyway). */

@@ -24,6 +24,7 @@
 
 #include "talb/constants.h"
 #include "talb/talb_option.h"
+#include "talb/conga_option.h"
 
 /* <uapi/linux/in.h> and <uapi/linux/tcp.h> pull in the socket headers,
  * which triple bcc's compile time (0.3 s -> 0.9 s per switch); the little
@@ -199,6 +200,25 @@ static __always_inline int parse_talb_option(struct iphdr *iph, void *data_end,
 		return CNT_OPT_TAGGED;
 	}
 	return 0;
+}
+
+/* CONGA's option, which is always the first one when present (the source
+ * leaf pushes it right after the base header): 1 with its bytes in *o,
+ * else 0 (IHL too small, another first option, or a bad length/version). */
+static __always_inline int parse_conga_option(struct iphdr *iph, void *data_end,
+					      struct conga_opt *o)
+{
+	struct conga_opt *c = (struct conga_opt *)(iph + 1);
+
+	if (iph->ihl * 4 < TALB_IP_BASE_LEN + TALB_CONGA_IPOPT_LEN)
+		return 0;
+	if ((void *)(c + 1) > data_end)
+		return 0;
+	if (c->type != TALB_CONGA_IPOPT_TYPE || c->len != TALB_CONGA_IPOPT_LEN ||
+	    (c->flags & TALB_IPOPT_VERSION_MASK) != TALB_CONGA_VERSION)
+		return 0;
+	*o = *c;
+	return 1;
 }
 
 /* TCP with its options. Returns the header length, or -1 on a truncated

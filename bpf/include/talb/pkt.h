@@ -8,6 +8,12 @@
 #ifndef TALB_PKT_H
 #define TALB_PKT_H
 
+/* A scheme's select function (schemes/<name>.h). Inlined: bcc 0.26
+ * cannot load BPF-to-BPF calls ("call to invalid destination": it loads
+ * each function's own bytes), so the schemes get room from tail calls
+ * instead (switch_tc.c, docs/schemes.md "Verifier budget"). */
+#define TALB_SCHEME_FN static __always_inline
+
 /* talb_pkt.flags */
 #define TALB_PKT_FRAGMENT   (1U << 0)
 #define TALB_PKT_IP_OPTIONS (1U << 1)
@@ -45,6 +51,19 @@ struct talb_verdict {
 	__u32 cfg_flags;        /* CFG_* in force for this packet */
 	__u32 egress_flags;     /* PORT_* of the egress port */
 	__u32 priority;         /* skb->priority: HTB classid of the band */
+};
+
+/* scheme_scratch[0], per CPU: what the main program hands to the scheme
+ * program it tail-calls (a tail call keeps only the skb). A tail call
+ * runs on the same CPU, so a per-CPU slot is never shared. Mirrored in
+ * agent/maps.py (SchemeScratch) for the pinned map's layout check. */
+#define TALB_SCRATCH_REMEMBER   (1U << 0)  /* TaLB midstream: remember the
+					      fallback's port */
+struct talb_scratch {
+	struct talb_pkt pkt;
+	__u64 now;              /* bpf_ktime_get_ns, 0 if the scheme has no clock */
+	__u32 gid;
+	__u32 flags;            /* TALB_SCRATCH_* */
 };
 
 #endif /* TALB_PKT_H */

@@ -84,8 +84,8 @@ struct group_state {
 
 /* config[0]: runtime configuration, read per packet (switch scheme without
  * reloading). reserved[] keeps the value size stable while later schemes
- * add fields (flowlet timeout, ...); it must be zero. A TaLB field left 0
- * means its default (TALB_DEFAULT_* / TALB_MAX_TENSORS). */
+ * add fields; it must be zero. A field left 0 means its default
+ * (TALB_DEFAULT_* / TALB_MAX_TENSORS), but drill_m (0 is DRILL(d, 0)). */
 struct talb_config {
 	__u32 scheme;           /* TALB_SCHEME_* */
 	__u32 hash_seed;        /* seed of the 5-tuple hash */
@@ -95,7 +95,71 @@ struct talb_config {
 	__u32 tensor_idle_us;   /* idle timeout of an entry (0: default) */
 	__u32 n_bands;          /* priority bands of the egress HTB (0, 1: one) */
 	__u32 layers_per_band;  /* tagged band = 1 + layer / layers_per_band */
-	__u32 reserved[8];
+	__u32 flowlet_timeout_us; /* LetFlow: flowlet gap */
+	__u16 drill_d;          /* DRILL: random samples, 1..TALB_DRILL_MAX_D */
+	__u16 drill_m;          /* DRILL: remembered ports, 0..TALB_DRILL_MAX_M */
+	__u32 conga_dre_us;     /* CONGA: DRE period T_dre */
+	__u32 conga_age_us;     /* CONGA: remote metrics older count as 0 */
+	__u8 conga_alpha_shift; /* CONGA: alpha = 2^-shift, 1..7 */
+	__u8 conga_q_bits;      /* CONGA: metric bits, 1..8 */
+	__u8 conga_leaf;        /* CONGA: this switch's leaf id + 1 (0: a spine) */
+	__u8 conga_pad;
+	__u32 reserved[3];
+};
+
+/* conga_dre[port_id]: the port's discounting rate estimator (bytes,
+ * decayed by 1 - alpha every T_dre, lazily up to last_ns). */
+struct conga_dre {
+	__u64 x;
+	__u64 last_ns;
+};
+
+/* conga_to_leaf[dst leaf * TALB_MAX_GROUP_PORTS + lbtag] (source leaf:
+ * the feedback it got) and conga_from_leaf[src leaf * ... + lbtag]
+ * (destination leaf: the CE it saw). */
+struct conga_metric {
+	__u32 metric;
+	__u32 valid;            /* 1 once written */
+	__u64 updated_ns;
+};
+
+/* flowlets key (LetFlow): a flow's 5-tuple, host byte order as parsed. */
+struct flow_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* flowlets: the flow's current flowlet. */
+struct flowlet {
+	__u64 last_seen_ns;     /* bpf_ktime_get_ns of its last packet */
+	__u32 port;             /* ifindex the flowlet takes */
+	__u32 pad;
+};
+
+/* port_rate[port_id]: the port's shaper, written by user space
+ * (agent/control.py set_port_rates): drains the queue estimate. */
+struct port_rate {
+	__u64 bytes_per_s;      /* 0: unknown, never drained */
+	__u32 limit_bytes;      /* the port's queue limit (0: none) */
+	__u32 burst_bytes;      /* the shaper's bucket (HTB burst) */
+};
+
+/* port_queue[port_id]: the data path's model of the port's shaper
+ * (schemes/drill.h): backlog and bucket credit at last_ns. */
+struct port_queue {
+	__u64 bytes;
+	__u64 last_ns;
+	__u64 credit;
+};
+
+/* drill_mem[group_id], per CPU: one DRILL engine's remembered ports
+ * (ifindex, best first; 0: none). */
+struct drill_mem {
+	__u32 port[TALB_DRILL_MAX_M];
 };
 
 #endif /* TALB_STRUCTS_H */

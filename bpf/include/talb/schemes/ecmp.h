@@ -19,7 +19,7 @@
 #include "talb/hash.h"
 #include "talb/pkt.h"
 
-static __always_inline __u32 ecmp_select(const struct talb_pkt *p,
+TALB_SCHEME_FN __u32 ecmp_select(const struct talb_pkt *p,
 					 const struct fwd_group *g,
 					 const struct talb_config *cfg)
 {

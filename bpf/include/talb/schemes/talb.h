@@ -2,11 +2,11 @@
 /*
  * talb/schemes/talb.h - TaLB (Hu et al., IWQoS 2024): the whole switch
  * decision in one place. DESIGN section 5; docs/talb-decisions.md lists
- * every reading of the paper made here. agent/talb_model.py is the same
+ * every reading of the paper made here. agent/schemes/talb.py is the same
  * decision in Python; tests/test_talb_switch.py checks the two agree
  * packet by packet.
  *
- *   untagged packet            -> fallback scheme (ECMP)      CNT_TALB_FALLBACK
+ *   untagged packet            -> fallback scheme (config)    CNT_TALB_FALLBACK
  *   tagged, tensor table hit   -> previous port (integrity)   CNT_TALB_HIT
  *        ... tensor done       -> previous port               CNT_TALB_LATE
  *        ... port gone/down    -> decide again, remember      CNT_TALB_REROUTE
@@ -43,22 +43,18 @@
 
 #include "talb/parsing_helpers.h"
 #include "talb/pkt.h"
-#include "talb/schemes/ecmp.h"
+#include "talb/schemes/pick.h"      /* talb_port_index */
 
-/* Untagged packets (and new tensors of a full table) under TaLB: the
- * configured fallback scheme; ECMP is the only one implemented, so any
- * other value counts CNT_SCHEME_FALLBACK and uses ECMP. Per flow, so a
- * flow that the table could not hold still keeps one path. */
-static __always_inline __u32 talb_fallback_select(const struct talb_pkt *p,
-						  const struct fwd_group *g,
-						  const struct talb_config *cfg,
-						  __u32 *dcnt)
-{
-	if (cfg->fallback_scheme != TALB_SCHEME_ECMP)
-		talb_count(CNT_SCHEME_FALLBACK);
-	*dcnt = CNT_DECISION_ECMP;
-	return ecmp_select(p, g, cfg);
-}
+/* Untagged packets, new tensors of a full table and unknown tensors met
+ * midway go to the configured fallback scheme (config fallback_scheme:
+ * ECMP by default, or RPS, LetFlow, DRILL): talb_scheme_select returns one
+ * of these instead of an index, and talb_select (decision.h) runs the
+ * fallback -- the one call site of each scheme. _REMEMBER: then record the
+ * fallback's port (talb_remember_midstream). A per-flow fallback (ECMP,
+ * LetFlow within a flowlet) keeps a flow the table could not hold on one
+ * path; a per-packet one (RPS, DRILL) sprays it, as that scheme would. */
+#define TALB_USE_FALLBACK               0x100
+#define TALB_USE_FALLBACK_REMEMBER      0x101
 
 /* Comparisons with the group's n_ports go through talb_lt
  * (parsing_helpers.h): a narrowed range of n_ports would be a verifier
@@ -157,7 +153,7 @@ static __always_inline __u32 talb_new_tensor(const struct fwd_group *g,
 	}
 	/* CASE 2: one layer live (or none but the new tensor's): smooth
 	 * weighted round-robin, weights 1 - P_i. The agent publishes the
-	 * schedule (agent/talb_model.py smooth_wrr_schedule); here a
+	 * schedule (agent/schemes/talb.py smooth_wrr_schedule); here a
 	 * per-group cursor walks it. The cursor is shared by the CPUs
 	 * without atomics: a rare lost update gives two new tensors one
 	 * slot, harmless, and it stays one sequence (not one per CPU). */
@@ -177,17 +173,6 @@ static __always_inline __u32 talb_new_tensor(const struct fwd_group *g,
 		idx = c % n;
 	talb_count(CNT_TALB_CASE2);
 	return idx;
-}
-
-static __always_inline int talb_port_index(const struct fwd_group *g,
-					   __u32 ifindex, __u32 n)
-{
-	int i;
-
-	for (i = 0; i < TALB_MAX_GROUP_PORTS; i++)
-		if (g->ifindex[i] == ifindex && talb_lt(i, n))
-			return i;
-	return -1;
 }
 
 static __always_inline int talb_port_up(__u32 ifindex)
@@ -270,12 +255,34 @@ static __always_inline void talb_entry_fill(struct tensor_entry *t,
 	t->layer = p->layer;
 }
 
-/* The TaLB decision for a group of n >= 2 ports. Returns an index < n. */
-static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
+/* An unknown tensor met midway (CNT_TALB_MIDSTREAM) took the fallback's
+ * port idx: remember that as a done entry (not live: no layer, no
+ * occupancy; it goes when idle), so that the rest of the tensor -- its
+ * first packet too, when TCP resends it later -- stays on that port.
+ * Without it, a resent first packet was placed as a new tensor, elsewhere:
+ * seen on the live fabric under load (a first packet dropped at a veth
+ * backlog, 51 + 33 packets on two uplinks). Its start was not placed here
+ * because it was lost before this switch and not yet resent, the table was
+ * full then, the scheme was switched since, or its entry aged out. */
+static __always_inline void talb_remember_midstream(const struct talb_pkt *p,
+						    const struct fwd_group *g,
+						    __u32 gid, __u32 idx, __u64 now)
+{
+	struct tensor_key key = { .saddr = p->saddr, .tensor_id = p->tensor_id };
+	struct tensor_entry fresh = {};
+
+	talb_entry_fill(&fresh, p, g->ifindex[idx & (TALB_MAX_GROUP_PORTS - 1)], gid, now);
+	fresh.flags = TALB_TENSOR_DONE;
+	tensors.insert(&key, &fresh);   /* BPF_NOEXIST: first CPU wins */
+}
+
+/* The TaLB decision for a group of n >= 2 ports: an index < n (counted as
+ * CNT_DECISION_TALB by the caller), or TALB_USE_FALLBACK*. */
+TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 						const struct fwd_group *g,
 						__u32 gid,
 						const struct talb_config *cfg,
-						__u32 *dcnt)
+						__u64 now)
 {
 	/* the sender's address as parsed (talb_extract): ids are per host */
 	struct tensor_key key = { .saddr = p->saddr, .tensor_id = p->tensor_id };
@@ -285,21 +292,19 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 	struct group_state *sw;
 	__u32 n = g->n_ports, idx = 0, limit, layer = p->layer;
 	__u32 decide = 1, insert = 0;
-	__u64 now, idle_ns;
+	__u64 idle_ns;
 	int i;
 
 	if (!(p->flags & TALB_PKT_TAGGED)) {
 		talb_count(CNT_TALB_FALLBACK);
-		return talb_fallback_select(p, g, cfg, dcnt);
+		return TALB_USE_FALLBACK;
 	}
 	st = group_state.lookup(&gid);
 	if (!st) {              /* group id beyond group_state: no state */
 		talb_count(CNT_TALB_FALLBACK);
-		return talb_fallback_select(p, g, cfg, dcnt);
+		return TALB_USE_FALLBACK;
 	}
 	sw = group_swept.lookup(&gid);
-	*dcnt = CNT_DECISION_TALB;
-	now = bpf_ktime_get_ns();
 	idle_ns = (__u64)(cfg->tensor_idle_us ? cfg->tensor_idle_us :
 			  TALB_DEFAULT_IDLE_US) * 1000;
 
@@ -323,23 +328,10 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 			talb_count(CNT_TALB_REROUTE);
 		}
 	} else if (p->pkt_idx != 0) {
-		/* Unknown tensor, but not its first packet: its start was
-		 * not placed here (lost before this switch and not yet
-		 * resent, table full then, scheme switched since, aged out).
-		 * It follows the fallback, and that choice is remembered as
-		 * a done entry (not live: no layer, no occupancy; it goes
-		 * when idle), so that the rest of the tensor -- its first
-		 * packet too, when TCP resends it later -- stays on the same
-		 * port. Without it, a resent first packet was placed as a new
-		 * tensor, elsewhere: seen on the live fabric under load (a
-		 * first packet dropped at a veth backlog, 51 + 33 packets on
-		 * two uplinks). */
+		/* Unknown tensor, but not its first packet: the fallback,
+		 * remembered (talb_remember_midstream). */
 		talb_count(CNT_TALB_MIDSTREAM);
-		idx = talb_fallback_select(p, g, cfg, dcnt) & (TALB_MAX_GROUP_PORTS - 1);
-		talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
-		fresh.flags = TALB_TENSOR_DONE;
-		tensors.insert(&key, &fresh);   /* BPF_NOEXIST: first CPU wins */
-		return idx;
+		return TALB_USE_FALLBACK_REMEMBER;
 	} else if (p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST)) {
 		/* A new tensor that needs an entry (one that ends with
 		 * this packet is decided and forgotten). */
@@ -350,7 +342,7 @@ static __always_inline __u32 talb_scheme_select(const struct talb_pkt *p,
 			/* Full: never drop, never evict a live tensor; the
 			 * fallback keeps the flow on one path. */
 			talb_count(CNT_TALB_TABLE_FULL);
-			return talb_fallback_select(p, g, cfg, dcnt);
+			return TALB_USE_FALLBACK;
 		}
 		insert = 1;
 	}

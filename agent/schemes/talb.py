@@ -1,4 +1,5 @@
-"""TaLB's switch decision in pure Python: the reference for the data path.
+"""TaLB's switch decision in pure Python: the reference for the data path
+(the model of ``bpf/include/talb/schemes/talb.h``, one module of agent.schemes).
 
 ``bpf/include/talb/schemes/talb.h`` is the decision in C; this module is the
 same decision, step by step, with no kernel in sight. It serves three ends:
@@ -21,7 +22,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Sequence
+from typing import Callable, Sequence
 
 from agent.maps import CONST
 
@@ -166,8 +167,12 @@ class ModelPacket:
     tensor_len: int = 1
     last: bool = False
     pkt_idx: int = 0
-    #: index the fallback scheme (ECMP) picks for this packet's flow
-    fallback_index: int = 0
+    #: index the fallback scheme picks for this packet: an int (ECMP's, a
+    #: function of the flow), or a callable asked only when TaLB falls back
+    #: (a stateful fallback -- RPS, LetFlow, DRILL -- must not draw otherwise)
+    fallback_index: "int | Callable[[], int]" = 0
+    #: the fallback's decision counter (read_counters name)
+    fallback_counter: str = "decision_ecmp"
     #: the sender's IPv4 address (dotted): with tensor_id, the tensor's key
     src: str | None = None
 
@@ -254,6 +259,10 @@ class TalbModel:
         self.counters["talb_case2"] += 1
         return idx
 
+    def _fallback(self, p: ModelPacket) -> int:
+        self.counters[p.fallback_counter] += 1
+        return p.fallback_index() if callable(p.fallback_index) else p.fallback_index
+
     def decide(self, gid: int, g: ModelGroup, p: ModelPacket) -> int:
         """Index into group ``g`` (id ``gid``) for packet ``p``; updates the
         table, live layers, cursor and counters like the data path."""
@@ -263,8 +272,7 @@ class TalbModel:
             return 0
         if not p.tagged:
             self.counters["talb_fallback"] += 1
-            self.counters["decision_ecmp"] += 1
-            return p.fallback_index
+            return self._fallback(p)
         key = p.key()
         e = self.tensors.get(key)
         if e is not None:
@@ -284,18 +292,17 @@ class TalbModel:
             # The fallback's choice is remembered as a done entry, so that the
             # rest of the tensor (a late first packet too) keeps that port.
             self.counters["talb_midstream"] += 1
-            self.counters["decision_ecmp"] += 1
-            self.tensors[key] = ModelEntry(p.tensor_len, 1, g.ifindex[p.fallback_index],
-                                           p.layer, gid, done=True)
-            return p.fallback_index
+            idx = self._fallback(p)
+            self.tensors[key] = ModelEntry(p.tensor_len, 1, g.ifindex[idx], p.layer, gid,
+                                           done=True)
+            return idx
         if p.tensor_len <= 1 or p.last:
             self.counters["decision_talb"] += 1
             return self.new_tensor(gid, g, p.layer)
         limit = self.tensor_limit if 0 < self.tensor_limit <= MAX_TENSORS else MAX_TENSORS
         if self.occupancy() >= limit:
             self.counters["talb_table_full"] += 1
-            self.counters["decision_ecmp"] += 1
-            return p.fallback_index
+            return self._fallback(p)
         idx = self.new_tensor(gid, g, p.layer)
         self.tensors[key] = ModelEntry(p.tensor_len, 1, g.ifindex[idx], p.layer, gid)
         self._account(gid, p.layer, +1)

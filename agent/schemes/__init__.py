@@ -1,0 +1,17 @@
+"""Pure-Python models of the switch's load-balancing decisions.
+
+One module per scheme, mirroring ``bpf/include/talb/schemes/`` file for
+file, so that the C and the Python of a scheme can be read side by side:
+
+    pick.py     schemes/pick.h     usable ports, the per-CPU xorshift32 draw
+    ecmp.py     schemes/ecmp.h     5-tuple hash mod n
+    rps.py      schemes/rps.h      a random usable port per packet
+    letflow.py  schemes/letflow.h  flowlets on random ports
+    drill.py    schemes/drill.h    DRILL(d, m) over per-port queue estimates
+    conga.py    schemes/conga.h    CONGA: DRE, leaf-to-leaf tables, flowlets
+    talb.py     schemes/talb.h     TaLB (and what the agent publishes for it)
+
+The models hold no kernel state; the property tests
+(tests/test_schemes_switch.py, tests/test_talb_switch.py) run them beside
+the BPF program, packet by packet, and compare every decision.
+"""

@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * talb/schemes/conga.h - CONGA (Alizadeh et al., SIGCOMM 2014), leaf to
+ * leaf, on a two-tier leaf-spine fabric: the LBTag is the uplink (group
+ * index) the source leaf chose, which fixes the spine.
+ *
+ *   DRE        conga_dre[port]: X += bytes of every packet sent out of the
+ *              port; every T_dre, X *= 1 - alpha (decayed lazily, one
+ *              period at a time up to TALB_CONGA_DECAY_MAX). The metric is
+ *              X against C * tau (tau = T_dre / alpha), quantised to
+ *              q_bits: 0 idle .. 2^q - 1 at or above line rate.
+ *   source     a packet from a host port to another leaf: its flowlet's
+ *   leaf       uplink, or for a new flowlet the uplink minimising
+ *              max(local DRE metric, remote metric to the destination leaf
+ *              for that LBTag), ties at random; pushes the option with
+ *              CE = its own egress metric and one feedback entry.
+ *   any hop    CE = max(CE, metric of the egress port) (conga_raise).
+ *   dest.      records CE in congestion-from-leaf[src leaf][LBTag], and a
+ *   leaf       feedback entry in congestion-to-leaf[src leaf][FB_LBTag];
+ *              strips the option before the host.
+ *   feedback   the destination leaf, sending back to the source leaf,
+ *              piggybacks one congestion-from-leaf entry per packet,
+ *              round-robin over the LBTags it has fresh entries for (the
+ *              paper favours changed entries; round-robin over a leaf's
+ *              few uplinks refreshes each within a few packets).
+ *   aging      a remote metric older than age_us counts as 0, and an entry
+ *              older than that is not fed back.
+ *
+ * The option and the table writes are the TC entry point's (switch_tc.c
+ * talb_scheme_conga); the decision and the tables are here.
+ * agent/schemes/conga.py is the model.
+ *
+ * Needs talb/maps.h included before it.
+ */
+#ifndef TALB_SCHEMES_CONGA_H
+#define TALB_SCHEMES_CONGA_H
+
+#include "talb/pkt.h"
+#include "talb/conga_option.h"
+#include "talb/schemes/pick.h"
+#include "talb/schemes/letflow.h"    /* the flowlet table and its gap */
+
+#define TALB_CONGA_NO_LEAF      TALB_CONGA_MAX_LEAVES
+
+struct conga_params {
+	__u64 period_ns;
+	__u64 age_ns;
+	__u32 shift;
+	__u32 q_bits;
+};
+
+static __always_inline void conga_params_of(const struct talb_config *cfg,
+					    struct conga_params *pp)
+{
+	__u32 shift = cfg->conga_alpha_shift, q = cfg->conga_q_bits;
+
+	pp->period_ns = (__u64)(cfg->conga_dre_us ? cfg->conga_dre_us :
+				TALB_DEFAULT_CONGA_DRE_US) * 1000;
+	pp->age_ns = (__u64)(cfg->conga_age_us ? cfg->conga_age_us :
+			     TALB_DEFAULT_CONGA_AGE_US) * 1000;
+	pp->shift = shift >= 1 && shift <= 4 ? shift : TALB_DEFAULT_CONGA_ALPHA_SHIFT;
+	pp->q_bits = q >= 1 && q <= 8 ? q : TALB_DEFAULT_CONGA_Q_BITS;
+}
+
+/* X * (1 - 2^-shift)^n for n < 64, in Q16 fixed point: the factors for
+ * n = 1, 2, 4, .., 32 by squaring, applied for the bits of n. Six steps,
+ * no branch (a loop of n periods cost the verifier a state per period and
+ * call site). */
+static __always_inline __u64 conga_decay(__u64 x, __u32 shift, __u64 n)
+{
+	__u64 f = TALB_CONGA_Q16 - (TALB_CONGA_Q16 >> shift), j;
+
+	for (j = 0; j < 6; j++) {
+		__u64 bit = (n >> j) & 1, mask = -bit;
+
+		TALB_OPAQUE(mask);
+		x = (x & ~mask) | (((x * f) >> 16) & mask);
+		f = (f * f) >> 16;
+	}
+	return x;
+}
+
+/* X of a DRE decayed to `now`; *last: the end of the last whole period. */
+static __always_inline __u64 conga_dre_at(const struct conga_dre *d,
+					  const struct conga_params *pp, __u64 now,
+					  __u64 *last)
+{
+	__s64 dt = (__s64)(now - d->last_ns);
+	__u64 n;
+
+	*last = d->last_ns;
+	if (dt <= 0)
+		return d->x;
+	n = (__u64)dt / pp->period_ns;
+	if (n >= TALB_CONGA_DECAY_MAX) {
+		*last = now;
+		return 0;
+	}
+	*last = d->last_ns + n * pp->period_ns;
+	return conga_decay(d->x, pp->shift, n);
+}
+
+/* The quantised metric of a port: X against C * tau. */
+static __always_inline __u32 conga_port_metric(__u32 port_id,
+					       const struct conga_params *pp, __u64 now)
+{
+	struct conga_dre *d = conga_dre.lookup(&port_id);
+	struct port_rate *r = port_rate.lookup(&port_id);
+	__u64 last, x, full, m, top = (1U << pp->q_bits) - 1;
+
+	if (!d || !r || r->bytes_per_s == 0)
+		return 0;
+	x = conga_dre_at(d, pp, now, &last);
+	full = r->bytes_per_s * (pp->period_ns << pp->shift) / TALB_NS_PER_S;
+	if (full == 0)
+		return top;
+	m = (x << pp->q_bits) / full;
+	return m > top ? top : m;
+}
+
+/* A packet of `len` bytes leaves through `port_id` (every redirect while
+ * CONGA runs: decision.h talb_verdict_for). */
+static __always_inline void conga_dre_account(__u32 port_id, __u32 len,
+					      const struct conga_params *pp, __u64 now)
+{
+	struct conga_dre *d = conga_dre.lookup(&port_id);
+	__u64 last, x;
+
+	if (!d)
+		return;
+	x = conga_dre_at(d, pp, now, &last);
+	d->x = x + len;
+	d->last_ns = last;
+}
+
+static __always_inline __u32 conga_metric_of_index(const struct fwd_group *g, __u32 i,
+						   const struct conga_params *pp, __u64 now)
+{
+	__u32 ifindex = g->ifindex[i & (TALB_MAX_GROUP_PORTS - 1)];
+	struct port_info *pi = ports.lookup(&ifindex);
+
+	return pi ? conga_port_metric(pi->port_id, pp, now) : 0;
+}
+
+/* Remote metric to `leaf` over LBTag `tag`: 0 when unknown or aged out. */
+static __always_inline __u32 conga_remote(__u32 leaf, __u32 tag,
+					  const struct conga_params *pp, __u64 now)
+{
+	__u32 k = leaf * TALB_MAX_GROUP_PORTS + (tag & (TALB_MAX_GROUP_PORTS - 1));
+	struct conga_metric *e;
+
+	if (leaf >= TALB_CONGA_MAX_LEAVES)
+		return 0;
+	e = conga_to_leaf.lookup(&k);
+	if (!e || !e->valid || (__s64)(now - e->updated_ns) > (__s64)pp->age_ns)
+		return 0;
+	return e->metric;
+}
+
+/* The source leaf's choice for a new flowlet: the usable index with the
+ * least max(local, remote), ties at random. Costs packed 8 bits a port. */
+static __always_inline __u32 conga_best(const struct fwd_group *g, const struct talb_up *up,
+					__u32 dst_leaf, const struct conga_params *pp, __u64 now)
+{
+	__u64 costs = 0, best = 0x1FF;
+	__u32 list = 0, k = 0, i;
+
+	for (i = 0; i < TALB_MAX_GROUP_PORTS; i++) {
+		__u32 local = conga_metric_of_index(g, i, pp, now);
+		__u32 remote = conga_remote(dst_leaf, i, pp, now);
+		__s64 lr = (__s64)local - (__s64)remote;
+		__u64 rmask, c;
+
+		TALB_OPAQUE(lr);
+		rmask = -((__u64)lr >> 63);             /* all ones iff local < remote */
+		c = (local ^ ((local ^ remote) & rmask)) & 0xFF;    /* the larger */
+		/* a port not usable costs more than any metric */
+		__u64 eff = c | ((__u64)(talb_is_up(up, i) ^ 1) << 8);
+		__s64 d = (__s64)eff - (__s64)best;
+		__u64 lower;
+
+		TALB_OPAQUE(d);
+		lower = -((__u64)d >> 63);              /* all ones iff eff < best */
+		best = (best & ~lower) | (eff & lower);
+		costs |= c << (8 * i);
+	}
+	for (i = 0; i < TALB_MAX_GROUP_PORTS; i++) {
+		__u32 c = (costs >> (8 * i)) & 0xFF;
+		__u32 tie = talb_is_up(up, i) & (talb_nonzero(c ^ (__u32)best) ^ 1);
+
+		TALB_OPAQUE(tie);
+		list |= (tie * i) << (4 * k);
+		k += tie;
+	}
+	/* k >= 1: the caller checked that a port is usable, and the least
+	 * cost is a usable port's. No branch on k: a branch would make the
+	 * verifier track every cost precisely (see conga_select). */
+	return (list >> (4 * (talb_rand() % k))) & (TALB_MAX_GROUP_PORTS - 1);
+}
+
+/* g->ifindex[idx] without indexing by idx (idx < TALB_MAX_GROUP_PORTS). */
+static __always_inline __u32 conga_ifindex_at(const struct fwd_group *g, __u32 idx)
+{
+	__u32 out = 0, i;
+
+	for (i = 0; i < TALB_MAX_GROUP_PORTS; i++) {
+		__u32 sel = -(talb_nonzero(i ^ idx) ^ 1);
+
+		TALB_OPAQUE(sel);
+		out |= g->ifindex[i] & sel;
+	}
+	return out;
+}
+
+/* CONGA's index for a group of n >= 2 ports (the uplinks, at a source
+ * leaf): the flowlet's port within the gap, else conga_best.
+ *
+ * Verifier economy: the chosen index is computed from every port's
+ * metric; indexing memory with it would make the verifier track all of
+ * them precisely, one state per combination (past 1M instructions). So
+ * the index never indexes here (conga_ifindex_at), and the caller passes
+ * it through a map value before using it (talb_scheme_conga). */
+TALB_SCHEME_FN __u32 conga_select(const struct talb_pkt *p, const struct fwd_group *g,
+				  __u32 n, const struct talb_config *cfg, __u64 now,
+				  __u32 dst_leaf)
+{
+	struct conga_params pp;
+	struct flow_key key = {};
+	struct flowlet fresh = {};
+	struct flowlet *f;
+	struct talb_up up;
+	__u32 idx;
+	int i;
+
+	conga_params_of(cfg, &pp);
+	talb_up_ports(g, n, &up);
+	talb_flow_key(p, &key);
+	f = flowlets.lookup(&key);
+	if (f && (__s64)(now - f->last_seen_ns) <= (__s64)talb_flowlet_timeout_ns(cfg)) {
+		i = talb_port_index(g, f->port, n);
+		if (i >= 0 && talb_is_up(&up, i)) {
+			f->last_seen_ns = now;
+			talb_count(CNT_FLOWLET_SAME);
+			return i;
+		}
+	}
+	if (!up.k)
+		return 0;
+	idx = conga_best(g, &up, dst_leaf, &pp, now);
+	fresh.last_seen_ns = now;
+	fresh.port = conga_ifindex_at(g, idx);
+	flowlets.update(&key, &fresh);
+	talb_count(CNT_FLOWLET_NEW);
+	return idx;
+}
+
+/* Destination leaf: what the option tells (congestion-from-leaf, and the
+ * feedback into congestion-to-leaf). */
+static __always_inline void conga_record(const struct conga_opt *o, __u64 now)
+{
+	struct conga_metric m = { .valid = 1, .updated_ns = now };
+	__u32 src = o->src_leaf, k;
+
+	if (src >= TALB_CONGA_MAX_LEAVES)
+		return;
+	k = src * TALB_MAX_GROUP_PORTS + (o->lbtag & (TALB_MAX_GROUP_PORTS - 1));
+	m.metric = o->ce;
+	conga_from_leaf.update(&k, &m);
+	if (o->flags & TALB_CONGA_F_FB) {
+		k = src * TALB_MAX_GROUP_PORTS + (o->fb_lbtag & (TALB_MAX_GROUP_PORTS - 1));
+		m.metric = o->fb_metric;
+		conga_to_leaf.update(&k, &m);
+		talb_count(CNT_CONGA_FB_RECEIVED);
+	}
+}
+
+/* Source leaf, sending to `leaf`: the next fresh congestion-from-leaf
+ * entry of that leaf (round-robin over its LBTags) into the option. */
+static __always_inline void conga_feedback(__u32 leaf, const struct conga_params *pp,
+					   __u64 now, struct conga_opt *o)
+{
+	__u32 *cur, c, j;
+
+	if (leaf >= TALB_CONGA_MAX_LEAVES)
+		return;
+	cur = conga_fb_cursor.lookup(&leaf);
+	if (!cur)
+		return;
+	c = *cur;
+	for (j = 0; j < TALB_MAX_GROUP_PORTS; j++) {
+		__u32 tag = (c + j) & (TALB_MAX_GROUP_PORTS - 1);
+		__u32 k = leaf * TALB_MAX_GROUP_PORTS + tag;
+		struct conga_metric *e = conga_from_leaf.lookup(&k);
+
+		if (!e || !e->valid || (__s64)(now - e->updated_ns) > (__s64)pp->age_ns)
+			continue;
+		o->fb_lbtag = tag;
+		o->fb_metric = e->metric;
+		o->flags |= TALB_CONGA_F_FB;
+		*cur = tag + 1;
+		talb_count(CNT_CONGA_FB_SENT);
+		return;
+	}
+}
+
+#endif /* TALB_SCHEMES_CONGA_H */

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * talb/schemes/rps.h - Random Packet Spraying: every packet on a uniformly
+ * random usable port of its group (schemes/pick.h), whatever its flow.
+ * No state but the random sequence. agent/schemes/rps.py is the model.
+ */
+#ifndef TALB_SCHEMES_RPS_H
+#define TALB_SCHEMES_RPS_H
+
+#include "talb/schemes/pick.h"
+
+TALB_SCHEME_FN __u32 rps_select(const struct fwd_group *g, __u32 n)
+{
+	struct talb_up up;
+
+	talb_up_ports(g, n, &up);
+	return talb_pick_up(&up);
+}
+
+#endif /* TALB_SCHEMES_RPS_H */
