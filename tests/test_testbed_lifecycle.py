@@ -213,19 +213,24 @@ def user_style_prefix() -> str:
                 if not os.path.exists(f"/proc/{n}"))
 
 
-def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc):
+def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc, tmp_path, monkeypatch):
     """Session start takes down a prefix recorded by a process that is gone,
     and nothing else: not a user's testbed whose name looks like a test's,
     not a prefix whose recording process still runs."""
     import conftest
     from netns_topology import LeafSpine, build, teardown
 
+    # A registry of this test's own: another pytest session starting meanwhile
+    # (its session start cleans the shared one) must not take our dead prefix first.
+    registry = tmp_path / "run" / "test-prefixes"
+    monkeypatch.setattr(conftest, "registry_dir", lambda: registry)
     user = user_style_prefix()
     if testbed.namespaces(user) or paths.state_dir(user).exists():
         pytest.fail(f"a testbed {user!r} exists on this machine; this test would build over it")
     # a prefix recorded by a test run that then died
     made = subprocess.run([sys.executable, "-c", "import conftest; print(conftest.new_prefix())"],
-                          cwd=os.path.dirname(__file__), capture_output=True, text=True, check=True)
+                          cwd=os.path.dirname(__file__), capture_output=True, text=True, check=True,
+                          env={**os.environ, "TALB_RUN_DIR": str(registry.parent)})
     stale = made.stdout.strip()
     owner, start = conftest.recorded_prefixes()[stale]
     assert not conftest.owner_alive(owner, start)
