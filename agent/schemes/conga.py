@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
 from agent.maps import CONST
-from agent.schemes.letflow import Flowlet
-from agent.schemes.pick import Rng, port_index, up_mask
+from agent.schemes.letflow import flowlet_keep, flowlet_start, signed64
+from agent.schemes.pick import Rng, up_mask
 
 DEFAULT_DRE_US = CONST["TALB_DEFAULT_CONGA_DRE_US"]
 DEFAULT_AGE_US = CONST["TALB_DEFAULT_CONGA_AGE_US"]
@@ -20,10 +20,6 @@ DECAY_MAX = CONST["TALB_CONGA_DECAY_MAX"]
 Q16 = CONST["TALB_CONGA_Q16"]
 MAX_LEAVES = CONST["TALB_CONGA_MAX_LEAVES"]
 NS_PER_S = 1_000_000_000
-
-
-def _signed(x: int) -> int:
-    return (x + 2**63) % 2**64 - 2**63
 
 
 @dataclass(frozen=True)
@@ -58,7 +54,7 @@ class Dre:
 
     def at(self, p: CongaParams, now_ns: int) -> tuple[int, int]:
         """(X, last) decayed to ``now_ns`` (conga_dre_at)."""
-        dt = _signed(now_ns - self.last_ns)
+        dt = signed64(now_ns - self.last_ns)
         if dt <= 0:
             return self.x, self.last_ns
         n = dt // p.period_ns
@@ -101,7 +97,7 @@ class CongaModel:
 
     def remote(self, leaf: int, tag: int, now_ns: int) -> int:
         e = self.to_leaf.get((leaf, tag))
-        if leaf >= MAX_LEAVES or e is None or _signed(now_ns - e.updated_ns) > \
+        if leaf >= MAX_LEAVES or e is None or signed64(now_ns - e.updated_ns) > \
                 self.params.age_us * 1000:
             return 0
         return e.metric
@@ -121,18 +117,14 @@ class CongaModel:
                local: Sequence[int], rng: Rng, now_ns: int) -> int:
         """conga_select: the flowlet's port within the gap, else best."""
         mask = up_mask(ifindexes, up)
-        f = self.flowlets.get(key)
-        if f is not None and _signed(now_ns - f.last_seen_ns) <= self.params.flowlet_us * 1000:
-            i = port_index(ifindexes, f.port)
-            if i >= 0 and mask >> i & 1:
-                f.last_seen_ns = now_ns
-                self.counters["flowlet_same"] += 1
-                return i
+        i = flowlet_keep(self.flowlets, self.counters, key, ifindexes, mask,
+                         self.params.flowlet_us * 1000, now_ns)
+        if i >= 0:
+            return i
         if not mask:
             return 0
         idx = self.best(ifindexes, up, dst_leaf, local, rng, now_ns)
-        self.flowlets[key] = Flowlet(ifindexes[idx], now_ns)
-        self.counters["flowlet_new"] += 1
+        flowlet_start(self.flowlets, self.counters, key, ifindexes[idx], now_ns)
         return idx
 
     def record(self, src_leaf: int, lbtag: int, ce: int, fb: tuple[int, int] | None,
@@ -154,7 +146,7 @@ class CongaModel:
         for j in range(8):
             tag = (c + j) & 7
             e = self.from_leaf.get((leaf, tag))
-            if e is None or _signed(now_ns - e.updated_ns) > self.params.age_us * 1000:
+            if e is None or signed64(now_ns - e.updated_ns) > self.params.age_us * 1000:
                 continue
             self.fb_cursor[leaf] = (tag + 1) & 0xFFFFFFFF
             self.counters["conga_fb_sent"] += 1

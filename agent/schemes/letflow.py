@@ -20,6 +20,33 @@ class Flowlet:
     last_seen_ns: int
 
 
+def signed64(x: int) -> int:
+    """x as the data path's (__s64) cast sees it."""
+    return (x + 2**63) % 2**64 - 2**63
+
+
+def flowlet_keep(flowlets: dict, counters: Counter, key, ifindexes: Sequence[int], mask: int,
+                 timeout_ns: int, now_ns: int) -> int:
+    """talb_flowlet_keep, the step LetFlow and CONGA share: the index of the
+    flow's flowlet port when its last packet came at most the gap ago and the
+    port is usable (last seen refreshed), else -1 (a new flowlet)."""
+    f = flowlets.get(key)
+    if f is None or signed64(now_ns - f.last_seen_ns) > timeout_ns:
+        return -1
+    i = port_index(ifindexes, f.port)
+    if i < 0 or not mask >> i & 1:
+        return -1
+    f.last_seen_ns = now_ns
+    counters["flowlet_same"] += 1
+    return i
+
+
+def flowlet_start(flowlets: dict, counters: Counter, key, ifindex: int, now_ns: int) -> None:
+    """talb_flowlet_start: record a new flowlet on ``ifindex``."""
+    flowlets[key] = Flowlet(ifindex, now_ns)
+    counters["flowlet_new"] += 1
+
+
 @dataclass
 class LetFlowModel:
     """The flowlet table and the decision. ``timeout_us`` 0: the default."""
@@ -35,16 +62,11 @@ class LetFlowModel:
     def select(self, key: FlowKey, ifindexes: Sequence[int], up: Collection[int] | None,
                rng: Rng, now_ns: int) -> int:
         mask = up_mask(ifindexes, up)
-        f = self.flowlets.get(key)
-        if f is not None and now_ns - f.last_seen_ns <= self.timeout_ns:
-            i = port_index(ifindexes, f.port)
-            if i >= 0 and mask >> i & 1:
-                f.last_seen_ns = now_ns
-                self.counters["flowlet_same"] += 1
-                return i
+        i = flowlet_keep(self.flowlets, self.counters, key, ifindexes, mask, self.timeout_ns, now_ns)
+        if i >= 0:
+            return i
         if not mask:
             return 0
         idx = pick_up(mask, rng)
-        self.flowlets[key] = Flowlet(ifindexes[idx], now_ns)
-        self.counters["flowlet_new"] += 1
+        flowlet_start(self.flowlets, self.counters, key, ifindexes[idx], now_ns)
         return idx

@@ -226,8 +226,6 @@ TALB_SCHEME_FN __u32 conga_select(const struct talb_pkt *p, const struct fwd_gro
 {
 	struct conga_params pp;
 	struct flow_key key = {};
-	struct flowlet fresh = {};
-	struct flowlet *f;
 	struct talb_up up;
 	__u32 idx;
 	int i;
@@ -235,22 +233,13 @@ TALB_SCHEME_FN __u32 conga_select(const struct talb_pkt *p, const struct fwd_gro
 	conga_params_of(cfg, &pp);
 	talb_up_ports(g, n, &up);
 	talb_flow_key(p, &key);
-	f = flowlets.lookup(&key);
-	if (f && (__s64)(now - f->last_seen_ns) <= (__s64)talb_flowlet_timeout_ns(cfg)) {
-		i = talb_port_index(g, f->port, n);
-		if (i >= 0 && talb_is_up(&up, i)) {
-			f->last_seen_ns = now;
-			talb_count(CNT_FLOWLET_SAME);
-			return i;
-		}
-	}
+	i = talb_flowlet_keep(&key, g, n, &up, cfg, now);
+	if (i >= 0)
+		return i;
 	if (!up.k)
 		return 0;
 	idx = conga_best(g, &up, dst_leaf, &pp, now);
-	fresh.last_seen_ns = now;
-	fresh.port = conga_ifindex_at(g, idx);
-	flowlets.update(&key, &fresh);
-	talb_count(CNT_FLOWLET_NEW);
+	talb_flowlet_start(&key, conga_ifindex_at(g, idx), now);
 	return idx;
 }
 

@@ -39,35 +39,55 @@ static __always_inline void talb_flow_key(const struct talb_pkt *p, struct flow_
 	k->proto = p->proto;
 }
 
+/* The flowlet step LetFlow and CONGA share: the index of the flow's
+ * current flowlet port when its last packet came at most the gap ago and
+ * that port is still usable (last seen refreshed), else -1: a new flowlet,
+ * placed by the caller and recorded with talb_flowlet_start. */
+static __always_inline int talb_flowlet_keep(struct flow_key *key,
+					     const struct fwd_group *g, __u32 n,
+					     const struct talb_up *up,
+					     const struct talb_config *cfg, __u64 now)
+{
+	struct flowlet *f = flowlets.lookup(key);
+	int i;
+
+	if (!f || (__s64)(now - f->last_seen_ns) > (__s64)talb_flowlet_timeout_ns(cfg))
+		return -1;
+	i = talb_port_index(g, f->port, n);
+	if (i < 0 || !talb_is_up(up, i))
+		return -1;
+	f->last_seen_ns = now;
+	talb_count(CNT_FLOWLET_SAME);
+	return i;
+}
+
+static __always_inline void talb_flowlet_start(struct flow_key *key, __u32 ifindex,
+					       __u64 now)
+{
+	struct flowlet fresh = { .port = ifindex, .last_seen_ns = now };
+
+	flowlets.update(key, &fresh);
+	talb_count(CNT_FLOWLET_NEW);
+}
+
 TALB_SCHEME_FN __u32 letflow_select(const struct talb_pkt *p,
 					    const struct fwd_group *g, __u32 n,
 					    const struct talb_config *cfg, __u64 now)
 {
 	struct flow_key key = {};
-	struct flowlet fresh = {};
-	struct flowlet *f;
 	struct talb_up up;
 	__u32 idx;
 	int i;
 
 	talb_up_ports(g, n, &up);
 	talb_flow_key(p, &key);
-	f = flowlets.lookup(&key);
-	if (f && (__s64)(now - f->last_seen_ns) <= (__s64)talb_flowlet_timeout_ns(cfg)) {
-		i = talb_port_index(g, f->port, n);
-		if (i >= 0 && talb_is_up(&up, i)) {
-			f->last_seen_ns = now;
-			talb_count(CNT_FLOWLET_SAME);
-			return i;
-		}
-	}
+	i = talb_flowlet_keep(&key, g, n, &up, cfg, now);
+	if (i >= 0)
+		return i;
 	if (!up.k)
 		return 0;       /* nothing usable: not a flowlet */
 	idx = talb_pick_up(&up);
-	fresh.last_seen_ns = now;
-	fresh.port = g->ifindex[idx];
-	flowlets.update(&key, &fresh);
-	talb_count(CNT_FLOWLET_NEW);
+	talb_flowlet_start(&key, g->ifindex[idx], now);
 	return idx;
 }
 
