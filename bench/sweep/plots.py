@@ -25,7 +25,7 @@ FCT_PANELS = [("short_fct_mean_s", "(a) short flows: AFCT", MS, "ms"),
               ("all_fct_mean_s", "(d) all tensors: AFCT", MS, "ms")]
 MOTIVATION_PANELS = [("trailing_fct_p99_s", "(a) trailing tensors: p99 FCT", MS, "ms"),
                      ("samples_per_s", "(b) training speed", 1, "samples/s")]
-ABLATION_PANELS = FCT_PANELS[:2] + [FCT_PANELS[3]]
+ABLATION_PANELS = FCT_PANELS[:2] + [("all_fct_mean_s", "(c) all tensors: AFCT", MS, "ms")]
 SCHEME_ORDER = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
 
@@ -77,8 +77,13 @@ def _save(fig, path: Path, manifest: dict) -> None:
 
 
 def _name(parts) -> str:
-    return "-".join(str(p).rsplit("/", 1)[-1].removesuffix(".yaml").replace(".", "_")
-                    for p in parts)
+    def one(p):
+        if isinstance(p, float) and p >= 1e6:          # a link rate
+            return f"{p / 1e9:g}G"
+        if isinstance(p, float):
+            return f"load{p:g}"
+        return str(p).rsplit("/", 1)[-1].removesuffix(".yaml")
+    return "-".join(one(p) for p in parts)
 
 
 def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
