@@ -56,7 +56,9 @@ def test_quick_ci_preset_end_to_end(root, tmp_path):
         row = next(x for x in table.splitlines() if x.startswith("| short-flow AFCT reduction vs ECMP"))
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] == "−68%" and cells[2].endswith("%"), row    # ours computed
-        assert "TaLB" in cells[6] or "no difference" in cells[6], row
+        # a verdict from the intervals (a CPU-bound run can leave one seed: "n < 2")
+        assert cells[6].startswith(("TaLB better", "TaLB worse", "no difference",
+                                    "no interval")), row
         assert "rps" in md.split("Schemes skipped")[1].split("\n")[0]
     finally:
         from talb import testbed

@@ -91,6 +91,31 @@ def _md_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _ablation_md(pts) -> list[str]:
+    """Setting x load: TaLB's FCTs under each agent setting, against the
+    default setting's (CI overlap = no difference) and ECMP's."""
+    L = ["## Ablation: agent settings", "",
+         "TaLB under each named agent setting (bench/sweep/plan.py AGENT_SETTINGS); "
+         "`paper` is the paper's literal reading. Verdicts against `default` from the 95% "
+         "intervals.", ""]
+    rows = []
+    for load in sorted({p["load"] for p in pts}):
+        dflt = find(pts, scheme="talb", agent="default", load=load)
+        ecmp = find(pts, scheme="ecmp", load=load)
+        for p in sorted((p for p in pts if p["scheme"] == "talb" and p["load"] == load),
+                        key=lambda p: p["agent"]):
+            rows.append([f"{load:g}", p["agent"], p["counted"],
+                         _fmt(p["est"]["short_fct_mean_s"]), _fmt(p["est"]["short_fct_p99_s"]),
+                         _fmt(p["est"]["all_fct_mean_s"]),
+                         "-" if p["agent"] == "default" else
+                         _verdict(p["est"]["short_fct_mean_s"], est(dflt, "short_fct_mean_s"))
+                         .replace("TaLB", "setting"),
+                         _verdict(p["est"]["short_fct_mean_s"], est(ecmp, "short_fct_mean_s"))])
+    L += [_md_table(["load", "setting", "n", "short AFCT ms", "short p99 ms", "all AFCT ms",
+                     "short AFCT vs default", "short AFCT vs ECMP"], rows), ""]
+    return L
+
+
 def _machine() -> dict:
     from workload.experiment import software_versions
 
@@ -155,6 +180,8 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
                     [[r["number"], r["paper"], r["ours"], r["where"], r["talb_ms"], r["base_ms"],
                       r["verdict"]] for r in pvo]),
           "", "FCTs in ms, speeds in samples/s at target scale; ± is the 95% half-width.", ""]
+    if plan.figure == "ablation":
+        L += _ablation_md(pts)
     L += ["## Points", "", f"Mean ± 95% half-width over the counted seeds (n); FCT in ms.", ""]
     cols = ["topology", "model", "scheme", "agent", "load", "rate", "n", "excluded"] + \
         [m.removesuffix("_s") for m in METRICS]
