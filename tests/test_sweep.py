@@ -216,3 +216,18 @@ def test_cli_refuses_missing_scheme_naming_it(tmp_path):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["bench", "datapath", "--help"])
     assert r.exit_code == 0 and "iperf3" in r.output
+
+
+def test_point_with_every_seed_cpu_bound_says_so(tmp_path):
+    p = build_plan("quick-ci", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
+
+    def fake(spec, path):
+        bound = spec.scheme == "talb" and spec.load == 0.8
+        path.write_text(json.dumps(_fake_results(spec, cpu_bound=bound)))
+
+    run_plan(p, tmp_path, run_fn=fake, progress=False)
+    res = finish(p, tmp_path)
+    row = next(r for r in res["paper_vs_ours"] if r["number"] == "overall AFCT reduction vs ECMP")
+    assert row["ours"] == "-" and row["verdict"] == "no counted run (CPU-bound or failed)"
+    pt = next(q for q in res["points"] if q["scheme"] == "talb" and q["load"] == 0.8)
+    assert pt["counted"] == 0 and pt["cpu_bound"] == 2 and pt["est"]["all_fct_mean_s"].mean is None

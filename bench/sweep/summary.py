@@ -42,6 +42,16 @@ def _verdict(talb, base, lower_is_better=True) -> str:
     return "TaLB better" if better else "TaLB worse"
 
 
+def _missing(pts, base, kw) -> str:
+    """Why a comparison has no number."""
+    if find(pts, scheme=base) is None:
+        return "not run"
+    here = [find(pts, scheme=s, **kw) for s in ("talb", base)]
+    if any(p is not None and p["counted"] == 0 and p["runs"] for p in here):
+        return "no counted run (CPU-bound or failed)"
+    return "no data"
+
+
 def paper_vs_ours(plan: Plan, pts: list[dict]) -> list[dict]:
     """One row per headline number: paper's value, ours from this sweep."""
     rows = []
@@ -61,7 +71,7 @@ def paper_vs_ours(plan: Plan, pts: list[dict]) -> list[dict]:
                              "where": f"{Path(g[0]).stem}, {g[1]}, load {at:g}" if at is not None else "-",
                              "talb_ms": _fmt(t), "base_ms": _fmt(b),
                              "verdict": _verdict(t, b) if ours is not None else
-                             ("not run" if find(ref, scheme=base) is None else "no data")})
+                             _missing(ref, base, kw)})
     for base in PAPER_BASELINES:
         best = None
         for p in ref:
