@@ -194,7 +194,8 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
         L += _ablation_md(pts)
     L += ["## Points", "", f"Mean ± 95% half-width over the counted seeds (n); FCT in ms.", ""]
     cols = ["topology", "model", "scheme", "agent", "load", "rate", "n", "excluded"] + \
-        [m.removesuffix("_s") for m in METRICS]
+        [m.replace("_fct_", " ").removesuffix("_s").replace("samples_per", "samples/s").replace("_", " ")
+         for m in METRICS]
     prow = []
     for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
                                         p["load"], plots._series_order([p["scheme"]])[0])):
