@@ -40,15 +40,21 @@ def _series_order(names):
     return sorted(names, key=lambda s: (SCHEME_ORDER.index(s) if s in SCHEME_ORDER else 99, str(s)))
 
 
-def _panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1.0):
-    for name in _series_order({series(p) for p in pts}):
+def _panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1.0,
+           legend=True):
+    names = _series_order({series(p) for p in pts})
+    xvals = sorted({p[x] * xscale for p in pts})
+    span = (xvals[-1] - xvals[0]) or abs(xvals[0]) or 1.0
+    dodge = 0.012 * span        # series side by side, so error bars at one x stay apart
+    for i, name in enumerate(names):
+        shift = (i - (len(names) - 1) / 2) * dodge
         mine = sorted((p for p in pts if series(p) == name), key=lambda p: p[x])
         xs, ys, errs = [], [], []
         for p in mine:
             e = est(p, metric)
             if e.mean is None:
                 continue
-            xs.append(p[x] * xscale)
+            xs.append(p[x] * xscale + shift)
             ys.append(e.mean * scale)
             errs.append((e.half_width or 0.0) * scale)
         if xs:
@@ -57,8 +63,11 @@ def _panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    if ax.containers:
-        ax.legend(fontsize=8)
+    if ax.containers and legend:
+        if len(names) > 6:       # many lines (ablation): the legend beside the panel
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        else:
+            ax.legend(fontsize=8)
 
 
 def _lines(fig) -> dict:
@@ -101,9 +110,10 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
             series = lambda p: p["scheme"]  # noqa: E731
         for gkey, gpts in _group(pts, keys).items():
             fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-            for ax, (metric, ptitle, scale, unit) in zip(axes[0], panels):
+            for i, (ax, (metric, ptitle, scale, unit)) in enumerate(zip(axes[0], panels)):
                 _panel(ax, gpts, x="load", series=series, metric=metric, scale=scale,
-                       title=ptitle, ylabel=unit, xlabel="load")
+                       title=ptitle, ylabel=unit, xlabel="load",
+                       legend=kind != "ablation" or i == len(panels) - 1)
             if kind == "motivation":
                 ideal = [p["est"]["samples_per_s"].mean / (1 - p["est"]["ideal_gap"].mean)
                          for p in gpts if p["est"]["ideal_gap"].mean is not None
