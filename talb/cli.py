@@ -6,6 +6,7 @@
     talb scheme [NAME] [--param k=v]   show or switch the load-balancing scheme at runtime
     talb send --src H --dst H          send tagged tensors, see each one's FCT and uplink
     talb run --model M --arch ps ...   one training experiment: PS or all-reduce, results JSON
+    talb bench --preset fig10          the paper's experiments: sweeps, CIs, plots, summary
     talb bench datapath                data-path benchmarks
     talb monitoring up|down|status     Prometheus (+ Grafana) for the testbeds and runs
     talb report RESULTS                a finished run's key panels as PNG
@@ -478,9 +479,22 @@ def _print_send(report) -> None:
 
 # --- bench --------------------------------------------------------------------
 
-@main.group("bench", cls=_Errors)
+from talb import cli_bench  # noqa: E402
+
+
+@main.group("bench", cls=_Errors, invoke_without_command=True)
+@cli_bench.with_sweep
 def bench_group():
-    """Benchmarks (numbers, not pass/fail)."""
+    """Benchmarks (numbers, not pass/fail), and the paper's experiments as sweeps:
+
+    \b
+        talb bench --preset quick            (fig10, fig11, fig9, fig4, ablation, quick-ci)
+        talb bench --schemes ecmp,talb --loads 0.2,0.8 --seeds 5 --out results/mine
+
+    Runs every (scheme, load, seed, ...) with `talb run` on one fabric per
+    topology, resumes an interrupted sweep, and writes runs.csv, points with
+    95% intervals, PNGs and summary.md (docs/experiments.md).
+    """
 
 
 @bench_group.command("datapath")

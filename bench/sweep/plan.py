@@ -1,0 +1,288 @@
+"""Presets and free sweeps -> the list of runs (docs/experiments.md).
+
+A :class:`RunSpec` is one `talb run` with every parameter that changes its
+result; its :meth:`RunSpec.key` (a hash of all of them) names its results
+file, so a sweep started again finds the runs it already has, whatever
+preset or flags produced them.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass, field
+
+from talb import paths
+
+ALL_SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+PAPER_BASELINES = ("ecmp", "rps", "conga")      # the paper's comparisons (sec. IV-V)
+TOPOLOGY_DIR = paths.REPO_ROOT / "topologies"
+
+#: Named agent settings (AgentConfig fields). "default": the agent's defaults
+#: (agent/config.py); "paper": the paper's literal reading (Eq. 5 with
+#: W1 = W2 = 1, M/D/1 queueing delay, CASE 1's S = the group's largest PCM,
+#: DESIGN §5); the rest: the ablation's one-change-at-a-time variants.
+AGENT_SETTINGS: dict[str, dict] = {
+    "default": {},
+    "paper": {"w1": 1.0, "w2": 1.0, "pcm_delay": "model", "threshold": "max"},
+    "w1-0": {"w1": 0.0, "w2": 1.0},
+    "w2-0": {"w1": 1.0, "w2": 0.0},
+    "measured": {"pcm_delay": "measured"},
+    "w1-0-measured": {"w1": 0.0, "w2": 1.0, "pcm_delay": "measured"},
+    "window-2ms": {"window_s": 0.002},
+    "window-20ms": {"window_s": 0.020},
+    "s-0.5": {"threshold": 0.5},
+    "s-0.8": {"threshold": 0.8},
+}
+
+
+class PlanError(ValueError):
+    """A bad preset or sweep option; the message names it."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    topology: str            # path relative to the repository (or absolute)
+    scheme: str
+    model: str
+    arch: str
+    workers: int
+    servers: int
+    load: float
+    seed: int
+    target_link_bps: float
+    scaling_mode: str
+    iterations: int
+    warmup: int
+    background_cdf: str = "websearch"
+    agent: str = "default"
+    agent_opts: tuple = ()   # sorted (name, value) pairs of AgentConfig fields
+
+    def params(self) -> dict:
+        d = asdict(self)
+        d["agent_opts"] = dict(self.agent_opts)
+        return d
+
+    def key(self) -> str:
+        """Hash of every parameter: the run's identity across sweeps."""
+        blob = json.dumps(self.params(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        topo = self.topology.rsplit("/", 1)[-1].removesuffix(".yaml")
+        agent = "" if self.agent == "default" else f" agent={self.agent}"
+        return (f"{topo} {self.model} {self.arch} {self.scheme} load {self.load:g} "
+                f"{self.target_link_bps / 1e9:g}G seed {self.seed}{agent}")
+
+
+@dataclass
+class Plan:
+    name: str
+    description: str
+    figure: str                      # plots.FIGURES key
+    runs: list[RunSpec]
+    keeps: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    skipped_schemes: list[str] = field(default_factory=list)
+
+    def counts(self, attr: str) -> dict:
+        out: dict = {}
+        for r in self.runs:
+            out[getattr(r, attr)] = out.get(getattr(r, attr), 0) + 1
+        return out
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "description": self.description, "figure": self.figure,
+                "keeps": self.keeps, "changes": self.changes,
+                "skipped_schemes": self.skipped_schemes,
+                "runs": [{"key": r.key(), **r.params()} for r in self.runs]}
+
+
+# --- presets -----------------------------------------------------------------------------
+# Each preset: the sweep's dimensions (lists) and its fixed parameters.
+_FIG10 = dict(
+    topologies=["topologies/fig10.yaml"], schemes=list(ALL_SCHEMES), loads=[0.2, 0.4, 0.6, 0.8],
+    models=["threelayer"], archs=["ps"], seeds=5, target_rates=[100e9], agents=["default"],
+    workers=4, servers=1, scaling="both", iterations=4, warmup=1, figure="fct_vs_load",
+)
+_SIM_KEEPS = [
+    "leaf-spine, 4:1 oversubscription (paper: 48 x 100G hosts over 12 x 100G uplinks per leaf)",
+    "PS, workers : servers = 4 : 1; the three-layer model (L0:L1:L2 bytes 1:2:3, L0 short "
+    "<= 100 KB, L1/L2 long >= 1 MB at target scale, the paper's send order)",
+    "load = offered background bytes/s (web-search sizes, Poisson) over the leaf uplinks' "
+    "capacity, training traffic on top (docs/workload.md)",
+    "communication-to-link-rate ratio of the 100G target (scaling `both`: bytes and time "
+    "scaled together)",
+]
+_SIM_CHANGES = [
+    "2 spines x 2 leaves x 4 hosts instead of 12 x 24 x 48; hosts 50 Mbit/s, uplinks "
+    "25 Mbit/s instead of 100G (two CPUs forward everything)",
+    "queue 40 KB per band = 12.8 ms at the uplink rate (the paper's 512 KB is 42 us at 100G, "
+    "under one packet here); TCP cubic instead of DCTCP",
+    "several iterations per run (warm-up excluded) instead of one simulated iteration",
+]
+
+PRESETS: dict[str, dict] = {
+    "fig10": dict(_FIG10, description="Fig. 10: tensor FCT vs load, symmetric leaf-spine",
+                  keeps=_SIM_KEEPS, changes=_SIM_CHANGES),
+    "fig11": dict(_FIG10, topologies=["topologies/fig11.yaml"],
+                  description="Fig. 11: tensor FCT vs load, asymmetric leaf-spine "
+                              "(leaf0-spine1 at half rate)",
+                  keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+                      "asymmetry: one of the four leaf-spine links at half rate (the paper "
+                      "does not say which links are degraded or by how much)"]),
+    "fig9": dict(
+        topologies=["topologies/testbed4x4.yaml"], schemes=list(ALL_SCHEMES), loads=[0.0],
+        models=["alexnet", "resnet50", "vgg19"], archs=["ps"], seeds=5,
+        target_rates=[10e9, 25e9, 50e9, 100e9], agents=["default"], workers=8, servers=2,
+        scaling="bytes", iterations=4, warmup=1, figure="speed_vs_rate",
+        description="Fig. 9: training speed (samples/s) of AlexNet, ResNet50, VGG19 under "
+                    "PS + ByteScheduler vs target link rate",
+        keeps=["the testbed's shape: leaf-spine, 4 racks x 4 hosts, 2 spines, 2:1 "
+               "oversubscription (the paper's '1:2')", "PS with ByteScheduler (partition 4 MB, "
+               "credit 16 MB, the start of its search space); the paper's batch sizes",
+               "the communication-to-computation ratio of each target link rate (bytes "
+               "scaled by testbed/target rate, compute times kept: samples/s read at target "
+               "scale)"],
+        changes=["25 Mbit/s links instead of 100G (CPU limit, topologies/testbed4x4.yaml)",
+                 "8 workers : 2 servers on the 16 hosts (the paper does not give the PS count)",
+                 "compute emulated from FLOPs on a V100 profile, no GPUs; one framework "
+                 "(ours) instead of TensorFlow/PyTorch/MXNet", "no background load (the paper "
+                 "states none for Fig. 9)"]),
+    "fig4": dict(
+        topologies=["topologies/testbed4x4.yaml"], schemes=list(PAPER_BASELINES),
+        loads=[0.2, 0.4, 0.6, 0.8], models=["vgg19"], archs=["ps"], seeds=5,
+        target_rates=[100e9], agents=["default"], workers=15, servers=1, scaling="bytes",
+        iterations=4, warmup=1, figure="motivation",
+        description="Fig. 4: trailing tensors' FCT and the gap to the ideal training speed "
+                    "(VGG19, PS) vs load under ECMP, RPS, CONGA",
+        keeps=["PS, many workers to one PS (paper: 16 : 1)", "load from background flows sent "
+               "by the workers, not by more training traffic (sec. II)", "100G target scale"],
+        changes=["15 workers : 1 PS on the 16-host testbed shape (one host is the PS)",
+                 "25 Mbit/s links; queue 40 KB per band instead of 128 KB at 100G",
+                 "the whole VGG19 model with ByteScheduler partitions instead of 32 KB "
+                 "tensor packets", "ideal speed = compute-bound (workers x batch / compute "
+                 "time of one iteration)"]),
+    "quick": dict(_FIG10, loads=[0.2, 0.8], seeds=3, iterations=3,
+                  description="quick look: fig10's setup at loads 0.2 and 0.8, 3 seeds "
+                              "(under 15 minutes here)",
+                  keeps=_SIM_KEEPS, changes=_SIM_CHANGES + ["2 loads, 3 seeds, 3 iterations"]),
+    "quick-ci": dict(_FIG10, loads=[0.2, 0.8], seeds=2, iterations=2,
+                     description="CI-sized quick: fig10's setup at loads 0.2 and 0.8, 2 seeds, "
+                                 "2 iterations (a minute or two per scheme pair)",
+                     keeps=_SIM_KEEPS, changes=_SIM_CHANGES + ["2 loads, 2 seeds, 2 iterations"]),
+    "ablation": dict(_FIG10, schemes=["talb"], loads=[0.5, 0.8],
+                     agents=["default", "paper", "w1-0", "measured", "w1-0-measured",
+                             "window-2ms", "window-20ms", "s-0.5", "s-0.8"],
+                     reference="ecmp", figure="ablation",
+                     description="agent defaults: window, W1/W2, delay model, threshold S on "
+                                 "fig10's setup at loads 0.5 and 0.8 (TaLB; ECMP as reference)",
+                     keeps=_SIM_KEEPS, changes=_SIM_CHANGES),
+}
+
+SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
+                "agents", "workers", "servers", "scaling", "iterations", "warmup")
+
+
+def _topology_path(t: str) -> str:
+    from pathlib import Path
+
+    p = Path(t)
+    if not p.suffix:
+        p = TOPOLOGY_DIR / f"{t}.yaml"     # a bare name: one of topologies/
+    elif not p.is_absolute() and not p.exists() and (paths.REPO_ROOT / p).exists():
+        p = paths.REPO_ROOT / p
+    if not p.is_file():
+        raise PlanError(f"--topologies: no such topology file {t!r}")
+    try:
+        return str(p.resolve().relative_to(paths.REPO_ROOT))
+    except ValueError:
+        return str(p.resolve())
+
+
+def implemented_schemes() -> frozenset:
+    """What the data path implements now (agent/maps.py), read at call time
+    so the harness follows whatever schemes exist."""
+    from agent.maps import IMPLEMENTED_SCHEMES
+
+    return frozenset(IMPLEMENTED_SCHEMES)
+
+
+def known_schemes() -> tuple:
+    from agent.maps import SCHEMES
+
+    return tuple(SCHEMES)
+
+
+def build_plan(preset: str | None = None, *, skip_missing: bool = False,
+               implemented: frozenset | None = None, **overrides) -> Plan:
+    """The runs of ``preset`` (or of the quick preset's setup when None: a
+    free sweep), with any of SWEEP_FIELDS overridden (None = keep).
+    Schemes the data path does not implement: PlanError naming them, or,
+    with ``skip_missing``, left out and listed in ``Plan.skipped_schemes``."""
+    if preset is not None and preset not in PRESETS:
+        raise PlanError(f"--preset: one of {', '.join(PRESETS)}, got {preset!r}")
+    base = dict(PRESETS[preset or "quick"])
+    unknown = set(overrides) - set(SWEEP_FIELDS)
+    if unknown:
+        raise PlanError(f"build_plan: unknown option(s) {', '.join(sorted(unknown))}")
+    changed = {k: v for k, v in overrides.items() if v is not None}
+    base.update(changed)
+    name = preset or "sweep"
+    if preset and changed:
+        name = f"{preset}+" + "+".join(sorted(changed))
+
+    known = known_schemes()
+    bad = [s for s in base["schemes"] if s not in known]
+    if bad:
+        raise PlanError(f"--schemes: unknown scheme(s) {', '.join(bad)} (known: {', '.join(known)})")
+    implemented = implemented_schemes() if implemented is None else implemented
+    missing = [s for s in base["schemes"] if s not in implemented]
+    if missing and not skip_missing:
+        raise PlanError(
+            f"--schemes: the data path does not implement {', '.join(missing)} yet "
+            f"(implemented: {', '.join(sorted(implemented))}); pass --skip-missing to run the "
+            f"rest, or --schemes to choose")
+    schemes = [s for s in base["schemes"] if s in implemented]
+    reference = base.get("reference")
+    if reference and reference not in implemented:
+        reference = None
+    if not schemes:
+        raise PlanError(f"--schemes: none of {', '.join(base['schemes'])} is implemented "
+                        f"(implemented: {', '.join(sorted(implemented))})")
+    for a in base["agents"]:
+        if a not in AGENT_SETTINGS:
+            raise PlanError(f"--agents: unknown setting {a!r} (known: {', '.join(AGENT_SETTINGS)})")
+    for ld in base["loads"]:
+        if not 0 <= ld < 1:
+            raise PlanError(f"--loads: a fraction in [0, 1), got {ld!r}")
+    seeds = base["seeds"]
+    seed_list = list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds)
+    if not seed_list:
+        raise PlanError("--seeds: at least one seed")
+    if base["warmup"] >= base["iterations"]:
+        raise PlanError(f"--warmup: below --iterations ({base['iterations']}), got {base['warmup']}")
+
+    topologies = [_topology_path(t) for t in base["topologies"]]
+    runs: list[RunSpec] = []
+    # Order: topology (one fabric each), then seed, load, ..., scheme innermost: an
+    # interrupted sweep has every scheme at the points it reached.
+    for topo, agent, seed, load, rate, model, arch in itertools.product(
+            topologies, base["agents"], seed_list, base["loads"], base["target_rates"],
+            base["models"], base["archs"]):
+        for scheme in schemes:
+            runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate, agent))
+        if reference and agent == base["agents"][0]:   # the reference: once per point
+            runs.append(_spec(base, topo, reference, model, arch, load, seed, rate, "default"))
+    return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
+                keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
+                skipped_schemes=missing)
+
+
+def _spec(base, topo, scheme, model, arch, load, seed, rate, agent) -> RunSpec:
+    servers = base["servers"] if arch == "ps" else 1
+    return RunSpec(topology=topo, scheme=scheme, model=model, arch=arch, workers=base["workers"],
+                   servers=servers, load=float(load), seed=int(seed), target_link_bps=float(rate),
+                   scaling_mode=base["scaling"], iterations=base["iterations"],
+                   warmup=base["warmup"], agent=agent,
+                   agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))

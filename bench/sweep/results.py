@@ -1,0 +1,112 @@
+"""A sweep's runs as rows (the CSV) and as points (mean and 95% interval
+over the seeds, CPU-bound and failed runs left out)."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from bench.sweep.plan import Plan, RunSpec
+from bench.sweep.runner import result_path
+from bench.sweep.stats import Estimate, estimate
+
+#: the numbers a point reports (headline fields of the results file, plus ours)
+METRICS = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
+           "trailing_fct_mean_s", "trailing_fct_p99_s", "samples_per_s", "ideal_gap")
+CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored")
+_SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
+                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
+                "agent")
+
+
+def ideal_samples_per_s(results: dict) -> float | None:
+    """Compute-bound speed of the target cluster: workers x batch over one
+    iteration's compute (forward + backward of every layer, target times);
+    None for a model without compute (the three-layer model)."""
+    m = results.get("model", {})
+    compute = sum(m.get("layer_fwd_s", [])) + sum(m.get("layer_bwd_s", []))
+    if compute <= 0:
+        return None
+    return results["config"]["workers"] * m["batch_size"] / compute
+
+
+def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
+    """One row per planned run: its parameters, status (ok, cpu_bound,
+    failed, missing) and headline numbers."""
+    rows = []
+    for spec in plan.runs:
+        path = result_path(out, spec)
+        row = {"key": spec.key(), **{f: getattr(spec, f) for f in _SPEC_FIELDS},
+               "agent_opts": json.dumps(dict(spec.agent_opts), sort_keys=True)}
+        try:
+            res = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            res = None
+        if res is None:
+            row["status"] = "failed" if failed and spec.key() in failed else "missing"
+            row["error"] = (failed or {}).get(spec.key(), {}).get("error")
+            rows.append(row)
+            continue
+        head = res["headline"]
+        row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else "ok"
+        row["scheme_in_effect"] = head["scheme"]
+        for k in (*METRICS, *CENSORED, "iteration_time_s"):
+            if k in head:
+                row[k] = head[k]
+        ideal = ideal_samples_per_s(res)
+        row["ideal_samples_per_s"] = ideal
+        sp = head.get("samples_per_s")
+        row["ideal_gap"] = (1 - sp / ideal) if ideal and sp else None
+        row["cpu_busy_mean"] = res["summary"]["cpu_guard"].get("cpu_busy_mean")
+        row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
+        row["results"] = str(path.relative_to(out))
+        rows.append(row)
+    return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+
+
+def point_key(spec_or_row) -> tuple:
+    get = (lambda f: getattr(spec_or_row, f)) if isinstance(spec_or_row, RunSpec) \
+        else spec_or_row.__getitem__
+    return tuple(get(f) for f in _SPEC_FIELDS if f != "seed")
+
+
+def points(rows: list[dict]) -> list[dict]:
+    """Per point (every parameter but the seed): the parameters, the runs
+    counted (status ok), excluded ones, and an Estimate per metric."""
+    by: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by.setdefault(point_key(r), []).append(r)
+    out = []
+    for key, rs in by.items():
+        ok = [r for r in rs if r["status"] == "ok"]
+        p = {f: v for f, v in zip([f for f in _SPEC_FIELDS if f != "seed"], key)}
+        p["runs"] = len(rs)
+        p["counted"] = len(ok)
+        p["cpu_bound"] = sum(r["status"] == "cpu_bound" for r in rs)
+        p["failed"] = sum(r["status"] in ("failed", "missing") for r in rs)
+        p["censored"] = sum(r.get("all_censored") or 0 for r in ok)
+        p["est"] = {m: estimate([r.get(m) for r in ok]) for m in METRICS}
+        out.append(p)
+    return out
+
+
+def find(pts: list[dict], **match) -> dict | None:
+    for p in pts:
+        if all(p.get(k) == v for k, v in match.items()):
+            return p
+    return None
+
+
+def est(p: dict | None, metric: str) -> Estimate:
+    return p["est"][metric] if p else estimate([])

@@ -1,0 +1,169 @@
+"""`talb bench --preset NAME` / free sweeps: options and the call into
+bench/sweep (docs/experiments.md); the `bench` group itself is in talb/cli.py."""
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+console = Console(highlight=False, soft_wrap=True)
+
+
+def _list(kind):
+    def parse(ctx, param, value):
+        if value is None:
+            return None
+        items = [x.strip() for x in value.split(",") if x.strip()]
+        if not items:
+            raise click.BadParameter("a comma-separated list, got nothing")
+        if kind is str:
+            return items
+        try:
+            return [kind(x) for x in items]
+        except ValueError:
+            raise click.BadParameter(f"comma-separated numbers, got {value!r}") from None
+    return parse
+
+
+def _rates(ctx, param, value):
+    if value is None:
+        return None
+    from netns_topology import parse_rate
+
+    try:
+        return [float(parse_rate(x.strip())) for x in value.split(",") if x.strip()]
+    except Exception as exc:  # noqa: BLE001 - the parser's message, under the flag's name
+        raise click.BadParameter(str(exc)) from None
+
+
+def _seeds(ctx, param, value):
+    if value is None:
+        return None
+    if "," in value:
+        return _list(int)(ctx, param, value)
+    try:
+        n = int(value)
+    except ValueError:
+        raise click.BadParameter(f"a count (5 = seeds 1..5) or a list (1,2,7), got {value!r}") \
+            from None
+    if n < 1:
+        raise click.BadParameter(f"at least 1, got {n}")
+    return n
+
+
+def _presets():
+    from bench.sweep.plan import PRESETS
+
+    return list(PRESETS)
+
+
+def sweep_options(f):
+    opts = [
+        click.option("--preset", help="A prepared sweep: " + ", ".join(_presets())
+                     + " (docs/experiments.md). Without it: a free sweep on quick's setup."),
+        click.option("--schemes", callback=_list(str), help="Schemes, comma-separated "
+                     "[the preset's; all six for fig9/10/11].") ,
+        click.option("--loads", callback=_list(float), help="Background loads, e.g. 0.2,0.5,0.8."),
+        click.option("--topologies", callback=_list(str),
+                     help="Topology files (or names under topologies/)."),
+        click.option("--models", callback=_list(str), help="Model profiles, e.g. vgg19,resnet50."),
+        click.option("--archs", callback=_list(str), help="ps, allreduce."),
+        click.option("--seeds", callback=_seeds, help="Seeds: a count (5 = 1..5) or a list."),
+        click.option("--target-rates", callback=_rates, help="Target link rates, e.g. 10gbit,100gbit."),
+        click.option("--agents", callback=_list(str),
+                     help="Named agent settings (bench/sweep/plan.py AGENT_SETTINGS)."),
+        click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
+        click.option("--servers", type=click.IntRange(1, 64), help="Parameter servers per run."),
+        click.option("--iterations", type=click.IntRange(1, 1000), help="Iterations per run."),
+        click.option("--skip-missing", is_flag=True,
+                     help="Run the schemes the data path implements and list the others as "
+                          "skipped, instead of refusing."),
+        click.option("--out", "out_dir", type=click.Path(file_okay=False),
+                     help="Results directory [results/bench-<preset>-<UTC time>]; an existing "
+                          "one resumes."),
+        click.option("--prefix", "sweep_prefix", default="tbench", show_default=True,
+                     help="Prefix of the sweep's own testbeds."),
+        click.option("--dry-run", is_flag=True, help="List the plan and exit."),
+        click.option("--report-only", is_flag=True,
+                     help="Rebuild CSV, plots and summary from --out without running."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, target_rates, agents,
+          workers, servers, iterations, skip_missing, out_dir, sweep_prefix, dry_run,
+          report_only) -> None:
+    from bench.sweep.plan import PlanError, build_plan
+    from bench.sweep.runner import is_done, run_plan
+    from bench.sweep.summary import finish
+    from talb import paths
+
+    try:
+        plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,
+                          topologies=topologies, models=models, archs=archs, seeds=seeds,
+                          target_rates=target_rates, agents=agents, workers=workers,
+                          servers=servers, iterations=iterations)
+    except PlanError as exc:
+        raise ValueError(str(exc)) from None
+    out = Path(out_dir) if out_dir else paths.REPO_ROOT / "results" / \
+        f"bench-{preset or 'sweep'}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    console.print(f"[bold]{plan.name}[/]: {plan.description}")
+    console.print(f"  {len(plan.runs)} runs; schemes {plan.counts('scheme')}; results in {out}")
+    if plan.skipped_schemes:
+        console.print(f"  [yellow]skipped (not implemented yet):[/] {', '.join(plan.skipped_schemes)}")
+    if dry_run:
+        for r in plan.runs:
+            console.print(f"  {r.key()} {'done ' if is_done(out, r) else ''}{r.label()}")
+        return
+    t0 = time.monotonic()
+    report = None
+    if not report_only:
+        from talb import testbed
+
+        testbed.require_root()
+        _sigterm_unwinds()
+        report = run_plan(plan, out, prefix=sweep_prefix, console=console)
+    res = finish(plan, out, report, wall_s=time.monotonic() - t0 if report else None)
+    flagged = sum(r["status"] == "cpu_bound" for r in res["rows"])
+    console.print(f"  done in {(time.monotonic() - t0) / 60:.1f} min; {flagged} CPU-bound runs "
+                  f"excluded; {len((report or {}).get('failed') or {})} failed")
+    for r in res["paper_vs_ours"]:
+        if r["ours"] != "-":
+            console.print(f"  {r['number']}: paper {r['paper']}, ours {r['ours']} ({r['verdict']})")
+    console.print(f"  summary: {out / 'summary.md'}")
+
+
+def _sigterm_unwinds() -> None:
+    """SIGTERM (a timeout, kill) unwinds like Ctrl-C, so the sweep's fabric
+    is removed and its finished runs kept (as `talb run`). Only in this
+    process: a forked child (pyroute2 forks for namespaces) just dies."""
+    import os
+    import signal
+
+    main_pid = os.getpid()
+
+    def terminated(signum, _frame):
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
+
+
+def with_sweep(f):
+    """Decorate the bench group's callback: the sweep options, and the sweep
+    itself when no subcommand (datapath, agent) is given."""
+    @sweep_options
+    @click.pass_context
+    @functools.wraps(f)
+    def group(ctx, **opts):
+        if ctx.invoked_subcommand is None:
+            sweep(**opts)
+    return group

@@ -1,0 +1,233 @@
+"""The sweep harness without a fabric: statistics, presets' plans, resume,
+and the outputs (CSV, plots, summary) from results files (bench/sweep)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from bench.sweep import plan as planmod
+from bench.sweep.plan import ALL_SCHEMES, PlanError, build_plan
+from bench.sweep.runner import result_path, run_plan
+from bench.sweep.stats import estimate, overlap, t_quantile
+from bench.sweep.summary import finish
+
+ALL = frozenset(ALL_SCHEMES)
+
+
+# --- statistics --------------------------------------------------------------------------
+def test_t_interval_on_known_samples():
+    # 2, 4, 6, 8, 10: mean 6, s = sqrt(10) = 3.1623, t(0.975, 4) = 2.776
+    # half-width = 2.776 * 3.1623 / sqrt(5) = 3.9259 (by hand)
+    e = estimate([2, 4, 6, 8, 10])
+    assert e.n == 5 and e.mean == pytest.approx(6.0)
+    assert e.sd == pytest.approx(math.sqrt(10))
+    assert e.half_width == pytest.approx(3.9259, abs=1e-4)
+    assert (e.low, e.high) == pytest.approx((2.0741, 9.9259), abs=1e-4)
+
+
+def test_t_interval_two_values_and_missing_values():
+    # 1, 3: mean 2, s = sqrt(2), t(0.975, 1) = 12.706: half = 12.706 * sqrt(2) / sqrt(2)
+    e = estimate([1.0, None, 3.0])
+    assert e.n == 2 and e.half_width == pytest.approx(12.706)
+    assert estimate([5.0]).half_width is None and estimate([]).mean is None
+
+
+def test_t_quantiles_table_and_between_rows():
+    assert t_quantile(1) == 12.706 and t_quantile(30) == 2.042 and t_quantile(120) == 1.980
+    assert 2.000 < t_quantile(50) < 2.021       # between the 40 and 60 rows
+    assert 1.960 < t_quantile(1000) < 1.980
+    with pytest.raises(ValueError, match="df"):
+        t_quantile(0)
+
+
+def test_overlap_is_no_difference():
+    a, b, c = estimate([1, 2, 3]), estimate([2, 3, 4]), estimate([10, 11, 12])
+    assert overlap(a, b) is True and overlap(a, c) is False
+    assert overlap(a, estimate([1])) is None
+
+
+# --- plans ---------------------------------------------------------------------------------
+def test_fig10_plan_matches_its_description():
+    p = build_plan("fig10", implemented=ALL)
+    # 6 schemes x 4 loads (0.2..0.8) x 5 seeds, one topology, PS 4:1 three-layer model
+    assert len(p.runs) == 6 * 4 * 5
+    assert p.counts("scheme") == {s: 20 for s in ALL_SCHEMES}
+    assert p.counts("load") == {0.2: 30, 0.4: 30, 0.6: 30, 0.8: 30}
+    assert p.counts("seed") == {s: 24 for s in range(1, 6)}
+    assert p.counts("topology") == {"topologies/fig10.yaml": 120}
+    assert {(r.model, r.arch, r.workers, r.servers) for r in p.runs} == {("threelayer", "ps", 4, 1)}
+    assert len({r.key() for r in p.runs}) == len(p.runs)
+
+
+def test_other_presets_plans():
+    f11 = build_plan("fig11", implemented=ALL)
+    assert f11.counts("topology") == {"topologies/fig11.yaml": 120}
+    f9 = build_plan("fig9", implemented=ALL)
+    assert len(f9.runs) == 6 * 3 * 4 * 5
+    assert f9.counts("model") == {m: 120 for m in ("alexnet", "resnet50", "vgg19")}
+    assert f9.counts("target_link_bps") == {r: 90 for r in (10e9, 25e9, 50e9, 100e9)}
+    assert f9.counts("topology") == {"topologies/testbed4x4.yaml": 360}
+    f4 = build_plan("fig4", implemented=ALL)
+    assert f4.counts("scheme") == {"ecmp": 20, "rps": 20, "conga": 20}
+    assert {(r.model, r.workers, r.servers) for r in f4.runs} == {("vgg19", 15, 1)}
+    q = build_plan("quick", implemented=ALL)
+    assert len(q.runs) == 6 * 2 * 3 and q.counts("load") == {0.2: 18, 0.8: 18}
+    ab = build_plan("ablation", implemented=ALL)
+    settings = planmod.PRESETS["ablation"]["agents"]
+    assert "paper" in settings and "default" in settings
+    # TaLB under every setting at 0.5 and 0.8 x 5 seeds, plus ECMP once per point
+    assert ab.counts("scheme") == {"talb": len(settings) * 2 * 5, "ecmp": 2 * 5}
+    assert ab.counts("agent")["paper"] == 10
+    assert dict(next(r for r in ab.runs if r.agent == "paper").agent_opts)["threshold"] == "max"
+
+
+def test_missing_schemes_refused_or_skipped():
+    with pytest.raises(PlanError, match="does not implement.*rps") as exc:
+        build_plan("fig10", implemented=frozenset({"ecmp", "talb"}))
+    assert "conga" in str(exc.value)
+    p = build_plan("fig10", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
+    assert p.counts("scheme") == {"ecmp": 20, "talb": 20}
+    assert p.skipped_schemes == ["rps", "letflow", "drill", "conga"]
+    with pytest.raises(PlanError, match="unknown scheme.*warp"):
+        build_plan(None, schemes=["warp"], implemented=ALL)
+
+
+def test_overrides_and_bad_values():
+    p = build_plan("fig10", implemented=ALL, schemes=["ecmp"], loads=[0.5], seeds=[3, 4])
+    assert p.name.startswith("fig10+") and len(p.runs) == 2
+    assert {(r.load, r.seed) for r in p.runs} == {(0.5, 3), (0.5, 4)}
+    with pytest.raises(PlanError, match="--loads.*1.5"):
+        build_plan(None, loads=[1.5], implemented=ALL)
+    with pytest.raises(PlanError, match="--topologies.*nosuch"):
+        build_plan(None, topologies=["nosuch.yaml"], implemented=ALL)
+    with pytest.raises(PlanError, match="--agents.*fastest"):
+        build_plan(None, agents=["fastest"], implemented=ALL)
+    with pytest.raises(PlanError, match="--preset.*fig99"):
+        build_plan("fig99")
+
+
+def test_key_covers_every_parameter():
+    r = build_plan("quick", implemented=ALL).runs[0]
+    from dataclasses import replace
+
+    for change in (dict(seed=99), dict(load=0.3), dict(agent_opts=(("w1", 0.0),)),
+                   dict(iterations=9), dict(topology="x.yaml"), dict(target_link_bps=1.0)):
+        assert replace(r, **change).key() != r.key(), change
+
+
+# --- resume and outputs with a fake run ---------------------------------------------------
+def _fake_results(spec, *, cpu_bound=False):
+    """A results file with the fields the sweep reads (experiment.py's format)."""
+    base = {"ecmp": 0.100, "talb": 0.050}.get(spec.scheme, 0.080) * (1 + spec.load)
+    jitter = 1 + 0.01 * spec.seed
+    head = {"scheme": spec.scheme, "samples_per_s": 100.0 / base, "iteration_time_s": base,
+            "cpu_bound": cpu_bound}
+    for cls in ("short", "long", "all", "trailing"):
+        head[f"{cls}_fct_mean_s"] = base * jitter
+        head[f"{cls}_fct_p99_s"] = 2 * base * jitter
+        head[f"{cls}_censored"] = 0
+    return {"format": "talb-run/1", "config": {"workers": spec.workers},
+            "model": {"batch_size": 32, "layer_fwd_s": [0.01], "layer_bwd_s": [0.02]},
+            "flags": {"cpu_bound": cpu_bound}, "headline": head,
+            "summary": {"cpu_guard": {"flagged": cpu_bound, "cpu_busy_mean": 0.5,
+                                      "reason": "test"}}}
+
+
+def test_resumed_sweep_does_not_repeat_finished_runs(tmp_path):
+    p = build_plan("quick", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
+    calls = []
+
+    def fake(spec, path, stop_after=None):
+        calls.append(spec.key())
+        if stop_after is not None and len(calls) > stop_after:
+            raise KeyboardInterrupt
+        path.write_text(json.dumps(_fake_results(spec)))
+
+    with pytest.raises(KeyboardInterrupt):
+        run_plan(p, tmp_path, run_fn=lambda s, q: fake(s, q, stop_after=5), progress=False)
+    assert len(calls) == 6                       # the 6th was interrupted
+    first = list(calls)
+    calls.clear()
+    rep = run_plan(p, tmp_path, run_fn=fake, progress=False)
+    assert rep["skipped"] == 5 and rep["done"] == len(p.runs) - 5
+    assert len(calls) == len(p.runs) - 5
+    assert not set(calls) & set(first[:5])       # no finished run again
+    assert first[5] in calls                     # the interrupted one is run
+    calls.clear()
+    assert run_plan(p, tmp_path, run_fn=fake, progress=False)["done"] == 0 and calls == []
+
+
+def test_failed_run_recorded_and_retried(tmp_path):
+    p = build_plan(None, implemented=ALL, schemes=["ecmp"], loads=[0.2], seeds=2)
+    bad = p.runs[0].key()
+
+    def flaky(spec, path):
+        if spec.key() == bad:
+            raise RuntimeError("node n1 failed")
+        path.write_text(json.dumps(_fake_results(spec)))
+
+    rep = run_plan(p, tmp_path, run_fn=flaky, progress=False)
+    assert rep["done"] == 1 and list(rep["failed"]) == [bad]
+    assert "node n1 failed" in json.loads((tmp_path / "failed.json").read_text())[bad]["error"]
+    rep = run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))),
+                   progress=False)
+    assert rep["done"] == 1 and not (tmp_path / "failed.json").exists()
+
+
+def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
+    p = build_plan("quick", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
+    flagged = p.runs[0]
+
+    def fake(spec, path):
+        path.write_text(json.dumps(_fake_results(spec, cpu_bound=spec == flagged)))
+
+    run_plan(p, tmp_path, run_fn=fake, progress=False)
+    res = finish(p, tmp_path)
+    csv_lines = (tmp_path / "runs.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + len(p.runs)
+    assert sum(r["status"] == "cpu_bound" for r in res["rows"]) == 1
+    pt = next(q for q in res["points"] if q["scheme"] == flagged.scheme and q["load"] == flagged.load)
+    assert pt["counted"] == 2 and pt["cpu_bound"] == 1
+    md = (tmp_path / "summary.md").read_text()
+    assert flagged.key() in md.split("## Runs excluded")[1]
+    assert "rps, letflow, drill, conga" in md
+    # ecmp at 0.8: talb has half ecmp's FCT in the fake -> -50%, intervals apart
+    row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT reduction vs ECMP")
+    assert row["paper"] == "−68%" and row["ours"] == "-50%" and row["verdict"] == "TaLB better"
+    assert next(r for r in res["paper_vs_ours"]
+                if r["number"] == "short-flow AFCT reduction vs RPS")["verdict"] == "not run"
+    for name, panels in res["plots"].items():
+        assert (tmp_path / name).stat().st_size > 0
+        for title, lines in panels.items():
+            assert sorted(lines) == ["ecmp", "talb"], (name, title)
+
+
+def test_cli_refuses_missing_scheme_naming_it(tmp_path):
+    from talb.cli import main
+
+    r = CliRunner().invoke(main, ["bench", "--schemes", "ecmp,warp", "--dry-run", "--out",
+                                  str(tmp_path)])
+    assert r.exit_code == 1 and "warp" in r.output
+    r = CliRunner().invoke(main, ["bench", "--preset", "fig10", "--skip-missing", "--dry-run",
+                                  "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["bench", "datapath", "--help"])
+    assert r.exit_code == 0 and "iperf3" in r.output
+
+
+def test_point_with_every_seed_cpu_bound_says_so(tmp_path):
+    p = build_plan("quick-ci", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
+
+    def fake(spec, path):
+        bound = spec.scheme == "talb" and spec.load == 0.8
+        path.write_text(json.dumps(_fake_results(spec, cpu_bound=bound)))
+
+    run_plan(p, tmp_path, run_fn=fake, progress=False)
+    res = finish(p, tmp_path)
+    row = next(r for r in res["paper_vs_ours"] if r["number"] == "overall AFCT reduction vs ECMP")
+    assert row["ours"] == "-" and row["verdict"] == "no counted run (CPU-bound or failed)"
+    pt = next(q for q in res["points"] if q["scheme"] == "talb" and q["load"] == 0.8)
+    assert pt["counted"] == 0 and pt["cpu_bound"] == 2 and pt["est"]["all_fct_mean_s"].mean is None
