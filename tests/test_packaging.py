@@ -32,6 +32,12 @@ def test_wheel_carries_every_bpf_source_and_talb_finds_them(tmp_path):
     assert "switch_tc.c" in sources and "include/talb/maps.h" in sources
     missing = sorted(s for s in sources if f"talb/bpf/{s}" not in names)
     assert not missing, f"not in the wheel: {missing}"
+    # every Python package of the checkout (a new subpackage must be listed in pyproject)
+    packages = {p.relative_to(REPO).as_posix() for p in REPO.glob("*/**/__init__.py")
+                if not p.relative_to(REPO).parts[0].startswith((".", "tests", "build"))}
+    assert "workload/models/__init__.py" in packages
+    missing = sorted(p for p in packages if p not in names)
+    assert not missing, f"packages not in the wheel (add them to pyproject.toml): {missing}"
 
     # the unpacked wheel alone on the path, run from elsewhere: talb.paths
     # points into it, and the loaders (which read bpf/ headers at import) import
