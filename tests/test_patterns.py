@@ -125,6 +125,12 @@ def test_cpu_guard_rule():
     assert not measure.cpu_guard([win(0.99, 0.95)] * 5, True)["flagged"]
     # Saturated in too few windows.
     assert not measure.cpu_guard([win(0.99, 0.1)] + [win(0.3, 0.1)] * 9, True)["flagged"]
+    # One saturated window at line rate does not clear the CPU-bound others
+    # (each window is judged alone: a burst into a queue reads above 100%).
+    g = measure.cpu_guard([win(0.99, 1.16)] + [win(0.99, 0.3)] * 4, True)
+    assert g["flagged"] and g["cpu_bound_windows"] == 4, g
+    assert not measure.cpu_guard([win(0.99, 1.16)] * 4 + [win(0.99, 0.3)] * 1 + [win(0.2, 0.1)] * 5,
+                                 True)["flagged"]
     # Without link counters the CPU alone decides.
     assert measure.cpu_guard([win(0.99, 0.0)] * 3, False)["flagged"]
     assert not measure.cpu_guard([], True)["flagged"]
