@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 
 RUN_FIELDS = ("run_id", "scheme", "model", "arch", "load")
@@ -79,8 +80,12 @@ def load_results(path: Path) -> dict:
     if not isinstance(background, list):  # a runner may nest the flows under load.background
         nested = (data.get("load") or {}).get("background")
         background = nested.get("flows", []) if isinstance(nested, dict) else []
+    guard = (data.get("summary") or {}).get("cpu_guard") or {}
+    cpu_bound = bool((data.get("flags") or {}).get("cpu_bound", guard.get("flagged", False)))
     return {"path": str(path), "run": run, "iterations": iters, "tensors": tensors,
-            "background": background}
+            "background": background,
+            # a CPU-bound run measured the machine, not the scheme: say so on the page
+            "cpu_bound": cpu_bound, "cpu_reason": guard.get("reason", "")}
 
 
 def find_results(paths: list[str]) -> list[Path]:
@@ -141,7 +146,9 @@ def render_run(res: dict, out: Path) -> Path:
 
     run, iters, tensors, bg = res["run"], res["iterations"], res["tensors"], res["background"]
     fig, axes = plt.subplots(2, 3, figsize=(16, 9))
-    fig.suptitle(f"talb run: {_label(run)}", fontsize=13)
+    fig.suptitle(f"talb run: {_label(run)}" + ("  [CPU-BOUND: not a measure of the scheme]"
+                                                 if res.get("cpu_bound") else ""),
+                 fontsize=13, color="tab:red" if res.get("cpu_bound") else "black")
 
     ax = axes[0][0]
     ax.plot([it.get("iteration", i) for i, it in enumerate(iters)],
@@ -203,8 +210,9 @@ def render_run(res: dict, out: Path) -> Path:
         f"{_ms(percentile(fcts(tensors, **{'class': 'short'}), 99))}",
         f"long FCT mean / p99: {_ms(_mean(fcts(tensors, **{'class': 'long'})))} / "
         f"{_ms(percentile(fcts(tensors, **{'class': 'long'}), 99))}",
-        f"background flows: {len(bg)}, p99 {_ms(percentile(bvals, 99))}",
-    ]
+        f"background flows: {len(bvals)} finished of {len(bg)} planned, "
+        f"p99 {_ms(percentile(bvals, 99))}",
+    ] + (textwrap.wrap(f"CPU-bound: {res.get('cpu_reason', '')}", 52) if res.get("cpu_bound") else [])
     ax.text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=10)
     fig.tight_layout()
     path = out / f"{_safe(run['run_id'])}.png"

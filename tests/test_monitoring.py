@@ -155,6 +155,20 @@ def test_report_renders_run_and_sweep_pngs(tmp_path):
     assert len(long) == 15 and min(long) > 0
 
 
+def test_report_marks_a_cpu_bound_run(tmp_path):
+    """A run the CPU guard flagged measured the machine: the report says so."""
+    data = _results("r", "talb", 0.5, 1)
+    data["flags"] = {"cpu_bound": True}
+    data["summary"] = {"cpu_guard": {"flagged": True, "reason": "CPUs saturated in 5/5 windows"}}
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(data))
+    res = report.load_results(f)
+    assert res["cpu_bound"] and "5/5" in res["cpu_reason"]
+    del data["flags"], data["summary"]
+    f.write_text(json.dumps(data))
+    assert not report.load_results(f)["cpu_bound"]
+
+
 def test_report_names_the_missing_field(tmp_path):
     bad = _results("r", "talb", 0.1, 1)
     del bad["tensors"][3]["fct_s"]
