@@ -866,6 +866,70 @@ def test_live_ring_overrun_raises_then_waits(pair):
     rx.join()
 
 
+def test_stream_offset_exact_while_acks_land_between_its_reads(pair):
+    """The next tensor's stream offset is exact even when ACKs land between
+    the library's system calls (its thread preempted on a loaded machine).
+    acked + unacked read in two calls comes out short by the bytes an ACK
+    acknowledged in between; two readings in a row short by equal ACKs
+    agreed, and the tensor's descriptor began inside the bytes before it.
+    On the fabric the previous tensor's last packet then left with the new
+    tensor's tag, so the switch never saw that tensor end (a live entry left
+    with received = tensor_len - 1; docs/talb-decisions.md). Here every read
+    of the unacked queue waits for a real ACK to land first: 600 kB of plain
+    data written before the tensor drain through a 20 Mbit/s egress, so ACKs
+    keep coming while the tensor is described."""
+    from workload.tensor_sender import TensorSender
+
+    plain_len, tensor_len = 600_000, 30_000
+    run_in(pair.ns["h1"], "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "20mbit",
+           "burst", "4kb", "latency", "2s")
+    rx = Receiver(pair.ns["h2"], DST)
+    cap = Capture(pair.ns["h1"])
+    rng = random.Random(11)
+    plain, tensor = rng.randbytes(plain_len), rng.randbytes(tensor_len)
+    sock = socket_in(pair.ns["h1"], socket.AF_INET, socket.SOCK_STREAM)
+    with sock:
+        sock.setsockopt(socket.SOL_SOCKET, 32, 4 << 20)  # SO_SNDBUFFORCE: sendall returns at once
+        sock.connect((DST, rx.port))
+        tx = TensorSender(sock, pin_dir=pair.pin["h1"], worker_id=5)
+        sock.sendall(plain, socket.MSG_EOR)  # untagged; MSG_EOR: the tensor starts a segment
+        real_outq, landed = tx._outq, []
+
+        def outq_after_an_ack() -> int:
+            before = tx._bytes_acked()
+            deadline = time.monotonic() + 5
+            while tx._bytes_acked() == before < plain_len and time.monotonic() < deadline:
+                time.sleep(0.0001)
+            landed.append(tx._bytes_acked() - before)
+            return real_outq()
+
+        tx._outq = outq_after_an_ack
+        assert tx._bytes_acked() < plain_len / 2, "the plain data drained before the test began"
+        rec = tx.send(tensor, layer=1)
+        tx._outq = real_outq
+        tx.close()
+        _finish(sock, plain + tensor)
+        sport = sock.getsockname()[1]
+    rx.join()
+    segments = _parse(cap.outgoing(), sport, rx.port)
+    assert sum(1 for n in landed if n > 0) >= 2, f"no ACK landed between the reads: {landed}"
+    assert rec.stream_start == plain_len, \
+        f"tensor described from stream byte {rec.stream_start}, written at {plain_len}"
+    isn = next(s[0] for s in segments if "S" in s[1])
+    wrong = []
+    for seq, flags, payload, tag, _raw in segments:
+        if not payload:
+            continue
+        off = (seq - isn - 1) & M32
+        if off < plain_len:
+            if tag is not None:
+                wrong.append((off, "plain byte tagged", tag))
+        elif tag is None or (tag.tensor_id, tag.pkt_idx, tag.last) != (
+                rec.tensor_id, (off - plain_len) // MSS, off + len(payload) >= plain_len + tensor_len):
+            wrong.append((off, tag))
+    assert not wrong, wrong[:5]
+
+
 def test_errors_name_the_problem(pair, tmp_path):
     from agent.host_maps import FlowKey
     from workload.tensor_sender import TensorSender, TensorSenderError

@@ -42,8 +42,9 @@ def fabric(request, bcc):
 
 @pytest.fixture(scope="module")
 def exchange(fabric, tmp_path_factory):
-    """4 workers x 12 tensors over 3 layers to one PS, with a capture of what
-    reaches the PS host (there must be no TaLB option in it)."""
+    """4 workers x 12 tensors over 3 layers to one PS: the report, a capture
+    of what reaches the PS host (there must be no TaLB option in it), and
+    the workers' host-program counters right after."""
     prefix = fabric
     pcap = tmp_path_factory.mktemp("ps") / "ps-in.pcap"
     # Every TCP packet in, tagged or not: a capture that saw the tensors'
@@ -55,11 +56,21 @@ def exchange(fabric, tmp_path_factory):
                           pcap_dir=str(tmp_path_factory.mktemp("uplinks")), say=lambda _m: None)
     finally:
         at_ps.stop()
-    return report, tensor_ports([at_ps], min_packets=4 * 12 * 80)
+    return report, tensor_ports([at_ps], min_packets=4 * 12 * 80), _host_counters(prefix, WORKERS)
+
+
+def _host_counters(prefix, hosts) -> dict[str, dict[str, int]]:
+    from agent.host_maps import HostMaps
+
+    out = {}
+    for h in hosts:
+        with HostMaps(paths.pin_dir(prefix, h)) as maps:
+            out[h] = maps.read_counters()
+    return out
 
 
 def test_every_tensor_arrives_intact(exchange):
-    report, _ = exchange
+    report, _, _ = exchange
     assert len(report.tensors) == 4 * 12
     bad = [(t.worker, t.seq) for t in report.tensors if not t.ok]
     assert not bad, f"tensors lost or corrupted: {bad}"
@@ -74,7 +85,7 @@ def _talb_counters(prefix) -> dict:
 
 
 def test_no_tensor_is_split_across_uplinks(fabric, exchange):
-    report, _ = exchange
+    report, _, _ = exchange
     remote = [t for t in report.tensors if t.src in ("h0", "h1", "h2")]
     unseen = [t.tensor_id for t in remote if not t.uplinks]
     assert not unseen, f"tagged tensors never seen on leaf0's uplinks: {unseen[:5]}"
@@ -86,14 +97,30 @@ def test_tensors_of_one_flow_use_both_uplinks(exchange):
     """Integrity is per tensor, not per flow: TaLB places each new tensor, so
     one TCP connection's tensors spread over the uplinks (ECMP would pin the
     whole connection to one)."""
-    report, _ = exchange
+    report, _, _ = exchange
     used = {p for t in report.tensors if t.src in ("h0", "h1", "h2") for p in t.uplinks}
     assert used == {"spine0", "spine1"}, used
 
 
 def test_the_option_never_reaches_a_host(exchange):
-    _, at_ps = exchange
+    _, at_ps, _ = exchange
     assert at_ps == {}, f"{sum(len(v) for v in at_ps.values())} tagged packets reached {PS}"
+
+
+def test_every_data_segment_of_the_exchange_left_tagged(exchange):
+    """The workers write nothing but tensors, so each data segment leaves
+    with a tag, retransmissions included: a segment with no descriptor means
+    a descriptor that does not cover its tensor's bytes (a tensor described
+    from a wrong stream offset tags its predecessor's tail and leaves its own
+    tail untagged; tests/test_host_tagging.py
+    test_stream_offset_exact_while_acks_land_between_its_reads)."""
+    report, _, counters = exchange
+    data_pkts = {h: sum(t.len_pkts for t in report.tensors if t.src == h) for h in WORKERS}
+    for h, c in counters.items():
+        untagged = {k: v for k, v in c.items()
+                    if v and (k.startswith("untagged_") or k == "push_failed")}
+        assert not untagged, f"{h}: data segments left untagged: {untagged}"
+        assert c["tagged"] >= data_pkts[h] > 0, (h, c["tagged"], data_pkts[h])
 
 
 def test_tensor_tables_empty_afterwards(fabric, exchange):

@@ -288,14 +288,22 @@ class TensorSender:
 
     def stream_offset(self) -> int:
         """Offset of the next byte written to the socket: acked + unacked
-        bytes, read until two readings agree (an ACK may land between the
-        two system calls)."""
-        prev = None
+        bytes, from two system calls. An ACK landing between them moves its
+        bytes from one count to the other after the first was read, and the
+        sum comes out short by them; two readings in a row can be short by
+        the same amount (equal ACKs), so agreeing sums prove nothing (a
+        tensor described that way began inside the bytes before it, whose
+        last packet then carried its tag: docs/talb-decisions.md). So the
+        acked count is read again after the queue: unchanged, no ACK came in
+        between (the kernel moves bytes_acked and snd_una together, under
+        the socket lock), and the sum is exact."""
+        acked = self._bytes_acked()
         while True:
-            cur = self._bytes_acked() + self._outq()
-            if cur == prev:
-                return cur
-            prev = cur
+            outq = self._outq()
+            again = self._bytes_acked()
+            if again == acked:
+                return acked + outq
+            acked = again
 
     # -- ring --
     def _free_slot(self, layer: int, nbytes: int, start: int) -> int:
