@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from workload.netexec import ns_popen
+from workload.netexec import ns_popen, stop
 
 CDF_DIR = Path(__file__).resolve().parent / "cdfs"
 CDF_FILES = {"websearch": "websearch_cdf.txt", "datamining": "datamining_cdf.txt"}
@@ -275,17 +275,6 @@ class BackgroundResult:
 
 
 # --- the generator ---------------------------------------------------------------------
-def _end(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
-    """End one process we started, by its pid: SIGTERM, then SIGKILL."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _json_lines(path: Path) -> list[dict]:
     try:
         text = path.read_text()
@@ -397,7 +386,7 @@ class BackgroundLoad:
 
     def _end_all(self) -> None:
         for proc in [*self._sources.values(), *self._sinks.values()]:
-            _end(proc)
+            stop(proc, grace=3.0)
 
     def stop(self, *, drain_s: float | None = None) -> BackgroundResult:
         """Let the sources finish their flows (until the planned end + drain_s),
