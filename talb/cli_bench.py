@@ -9,6 +9,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from talb.unwind import sigterm_unwinds
+
 console = Console(highlight=False, soft_wrap=True)
 
 
@@ -126,7 +128,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, target_ra
         from talb import testbed
 
         testbed.require_root()
-        _sigterm_unwinds()
+        sigterm_unwinds()
         report = run_plan(plan, out, prefix=sweep_prefix, console=console)
     res = finish(plan, out, report, wall_s=time.monotonic() - t0 if report else None)
     flagged = sum(r["status"] == "cpu_bound" for r in res["rows"])
@@ -136,25 +138,6 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, target_ra
         if r["ours"] != "-":
             console.print(f"  {r['number']}: paper {r['paper']}, ours {r['ours']} ({r['verdict']})")
     console.print(f"  summary: {out / 'summary.md'}")
-
-
-def _sigterm_unwinds() -> None:
-    """SIGTERM (a timeout, kill) unwinds like Ctrl-C, so the sweep's fabric
-    is removed and its finished runs kept (as `talb run`). Only in this
-    process: a forked child (pyroute2 forks for namespaces) just dies."""
-    import os
-    import signal
-
-    main_pid = os.getpid()
-
-    def terminated(signum, _frame):
-        if os.getpid() != main_pid:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, terminated)
 
 
 def with_sweep(f):

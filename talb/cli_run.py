@@ -8,6 +8,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from talb import paths
+from talb.unwind import sigterm_unwinds
 
 console = Console(highlight=False, soft_wrap=True)
 MAX_LAYER_ROWS = 8   # more layers: per-layer numbers are in the results file only
@@ -95,24 +96,9 @@ def run_cmd(**opts):
 
         sudo talb run --scheme talb --model vgg19 --arch ps --workers 4 --load 0 --seed 1
     """
-    import os
-    import signal
-
     from workload.experiment import RunConfig, RunError, run
 
-    main_pid = os.getpid()
-
-    def _terminated(signum, _frame):
-        """SIGTERM (a timeout, kill): unwind, so that every node ends and a
-        fabric the run built goes. Only here: a forked child (pyroute2
-        forks for namespaces) inherits the handler and must just die."""
-        if os.getpid() != main_pid:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _terminated)
+    sigterm_unwinds()
     cfg = RunConfig(**opts)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
