@@ -56,6 +56,9 @@ def _models() -> list[str]:
               show_default=True, help="Flow sizes of the background load.")
 @click.option("--background-duration", "background_s", type=click.FloatRange(0, min_open=True),
               help="Seconds of background flows to plan [4x an estimate of the run + 10 s].")
+@click.option("--background-size-scale", type=click.FloatRange(0, 1, min_open=True),
+              help="Multiply background flow sizes by this [the tensors' byte scale]. Larger "
+                   "flows, fewer connections a second at the same load (docs/workload.md).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--iterations", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Training iterations, warm-up included.")
@@ -66,9 +69,10 @@ def _models() -> list[str]:
                    "[topologies/talb.yaml].")
 @click.option("--target-link-rate", "target_link_bps", default="10gbit", show_default=True, callback=_rate,
               help="Host link rate of the cluster being modelled.")
-@click.option("--scaling", "scaling_mode", type=click.Choice(["bytes", "time", "both"]),
+@click.option("--scaling", "scaling_mode", type=click.Choice(["bytes", "time", "both", "fit"]),
               default="bytes", show_default=True, help="How the target is scaled to the fabric "
-              "(docs/workload.md, Scaling).")
+              "(docs/workload.md, Scaling): bytes shrink, time stretches, or both; 'fit' picks "
+              "the byte scale that keeps the 4-packet floor's inflation under 5%.")
 @click.option("--gpu", default="V100", show_default=True, help="GPU of the target cluster.")
 @click.option("--gpu-speed", type=float, default=1.0, show_default=True,
               help="Compute speed factor over the GPU's table value.")

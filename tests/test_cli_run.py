@@ -25,6 +25,8 @@ def _run(args):
     (["--gpu", "Z80"], "--gpu", "Z80"),
     (["--warmup", "9", "--iterations", "3"], "--warmup", "9"),
     (["--background-cdf", "video"], "--background-cdf", "video"),
+    (["--background-size-scale", "2"], "--background-size-scale", "2"),
+    (["--scaling", "packets"], "--scaling", "packets"),
 ])
 def test_bad_flag_is_named_with_its_value(args, flag, value):
     r = _run(BASE + args)

@@ -184,11 +184,26 @@ def _processes_in_hosts(prefix) -> dict:
 def test_run_with_background_load(fabric, tmp_path):
     """Load 0.2 of web-search flows from the workers during training: the
     flows are recorded, training still delivers every byte, nothing stays."""
-    r = _run(fabric, tmp_path, "ps", 2, 1, load=0.2, seed=4)
+    r = _run(fabric, tmp_path, "ps", 2, 1, load=0.2, seed=4, background_size_scale=0.05)
     _check_every_byte(r)
     bg = r["summary"]["background"]
     assert bg["flows"] > 0 and bg["done"] > 0 and bg["failed"] == 0, bg
     params = r["load"]["background"]["params"]
+    # sizes by --background-size-scale, not the tensors' byte scale (1 here)
+    assert params["size_scale"] == 0.05
+    assert params["effective_mean_bytes"] == pytest.approx(0.05 * params["cdf_mean_bytes"])
+    # every switch port's queue was read: drops by where the port leads
+    topo = testbed.load_topology_of(fabric)
+    drops = r["summary"]["port_drops"]
+    assert set(drops["by_kind"]) == {"to_host", "leaf_up", "spine_down"}
+    assert {(sw, p) for sw, ports in drops["ports"].items() for p in ports} == \
+        {(sw.name, p.name) for sw in topo.switches for p in topo.ports(sw.name)}
+    assert all(v >= 0 for v in drops["by_kind"].values())
+    sent_up = sum(p["sent_bytes"] for ports in drops["ports"].values() for p in ports.values()
+                  if p["kind"] == "leaf_up")
+    # each finished background flow crossed exactly one leaf uplink
+    assert sent_up >= sum(f["size_bytes"] for f in r["load"]["background"]["flows"]
+                          if f["status"] == "done")
     assert params["load"] == 0.2 and params["senders"] and \
         set(params["senders"]) <= set(r["placement"]["workers"])
     assert isinstance(r["load"]["background_covered"], bool)

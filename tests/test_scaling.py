@@ -106,3 +106,21 @@ def test_both_mode_from_sizes_bounds_the_floor_inflation():
     assert smaller.describe(sizes)["comm_inflation"] > 1.05
     with pytest.raises(ValueError, match="max_inflation"):
         scaling_for(100e9, TESTBED, mode="both", sizes=sizes, max_inflation=0.5)
+
+
+def test_fit_mode_is_both_by_every_size():
+    """`fit` picks the byte scale from every partition (what `talb run
+    --scaling fit` and the fig9/fig4 presets use): the floor inflates VGG19's
+    bytes by <= 5% at a 100G target, where pure byte scaling inflates them
+    6.5x on a 25 Mbit/s fabric."""
+    from workload.scheduler import partition_model
+
+    sizes = [p.target_bytes for p in partition_model(get_profile("vgg19"), 4_000_000)]
+    assert scaling_for(100e9, 25e6).describe(sizes)["comm_inflation"] > 6
+    fit = scaling_for(100e9, 25e6, mode="fit", sizes=sizes)
+    both = scaling_for(100e9, 25e6, mode="both", sizes=sizes)
+    assert fit.mode == "fit" and fit.byte_scale == both.byte_scale
+    assert fit.describe(sizes)["comm_inflation"] <= 1.05 + 1e-9
+    assert fit.ratio_factor == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="sizes"):
+        scaling_for(100e9, 25e6, mode="fit", smallest_bytes=256)

@@ -70,9 +70,13 @@ def test_other_presets_plans():
     assert f9.counts("model") == {m: 120 for m in ("alexnet", "resnet50", "vgg19")}
     assert f9.counts("target_link_bps") == {r: 90 for r in (10e9, 25e9, 50e9, 100e9)}
     assert f9.counts("topology") == {"topologies/testbed4x4.yaml": 360}
+    # fig9 and fig4 scale by `fit`: the 4-packet floor would inflate VGG19's bytes 6.5x
+    # at 100G under pure byte scaling (tests/test_scaling.py)
+    assert {r.scaling_mode for r in f9.runs} == {"fit"}
     f4 = build_plan("fig4", implemented=ALL)
     assert f4.counts("scheme") == {"ecmp": 20, "rps": 20, "conga": 20}
-    assert {(r.model, r.workers, r.servers) for r in f4.runs} == {("vgg19", 15, 1)}
+    assert {(r.model, r.workers, r.servers, r.scaling_mode, r.background_size_scale)
+            for r in f4.runs} == {("vgg19", 15, 1, "fit", 0.1)}
     q = build_plan("quick", implemented=ALL)
     assert len(q.runs) == 6 * 2 * 3 and q.counts("load") == {0.2: 18, 0.8: 18}
     ab = build_plan("ablation", implemented=ALL)
@@ -114,8 +118,17 @@ def test_key_covers_every_parameter():
     from dataclasses import replace
 
     for change in (dict(seed=99), dict(load=0.3), dict(agent_opts=(("w1", 0.0),)),
-                   dict(iterations=9), dict(topology="x.yaml"), dict(target_link_bps=1.0)):
+                   dict(iterations=9), dict(topology="x.yaml"), dict(target_link_bps=1.0),
+                   dict(background_size_scale=0.1)):
         assert replace(r, **change).key() != r.key(), change
+
+
+def test_keys_of_committed_sweeps_are_stable():
+    """A field added later, at its default, leaves old keys alone: the
+    committed fig10 results stay the resume and report set of `--preset fig10`."""
+    r = build_plan("fig10", implemented=ALL).runs[0]
+    assert "background_size_scale" not in r.params()
+    assert r.key() == "1be7ea1a232f896f"       # results/fig10/plan.json, first run
 
 
 # --- resume and outputs with a fake run ---------------------------------------------------
@@ -129,11 +142,23 @@ def _fake_results(spec, *, cpu_bound=False):
         head[f"{cls}_fct_mean_s"] = base * jitter
         head[f"{cls}_fct_p99_s"] = 2 * base * jitter
         head[f"{cls}_censored"] = 0
-    return {"format": "talb-run/1", "config": {"workers": spec.workers},
+    workers = [f"h{i}" for i in range(spec.workers)]
+    return {"format": "talb-run/1",
+            "config": {"workers": spec.workers, "servers": spec.servers, "arch": spec.arch},
             "model": {"batch_size": 32, "layer_fwd_s": [0.01], "layer_bwd_s": [0.02]},
+            "placement": {"workers": workers, "servers": ["ps0"]},
+            "fabric": {"host_link_bps": {h: 50e6 for h in workers + ["ps0"]}},
+            "scaling": {"time_scale": 1.0},
             "flags": {"cpu_bound": cpu_bound}, "headline": head,
             "summary": {"cpu_guard": {"flagged": cpu_bound, "cpu_busy_mean": 0.5,
-                                      "reason": "test"}}}
+                                      "reason": "test"},
+                        "bytes": {"expected_per_iteration": {"push_per_worker": 1_000_000,
+                                                             "pull_per_worker": 1_000_000}},
+                        "tcp": {"per_host": {"h0": {"out_segs": 1000, "retrans_segs": 20,
+                                                    "timeouts": 3}}},
+                        "uplinks": {"mean_spread": 0.25},
+                        "port_drops": {"by_kind": {"to_host": 7, "leaf_up": 2,
+                                                   "spine_down": 0}}}}
 
 
 def test_resumed_sweep_does_not_repeat_finished_runs(tmp_path):
@@ -185,6 +210,7 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
         path.write_text(json.dumps(_fake_results(spec, cpu_bound=spec == flagged)))
 
     run_plan(p, tmp_path, run_fn=fake, progress=False)
+    (tmp_path / "analysis.md").write_text("The PS's access link is the bottleneck.")
     res = finish(p, tmp_path)
     csv_lines = (tmp_path / "runs.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + len(p.runs)
@@ -193,6 +219,16 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     assert pt["counted"] == 2 and pt["cpu_bound"] == 1
     md = (tmp_path / "summary.md").read_text()
     assert flagged.key() in md.split("## Runs excluded")[1]
+    # the hand-written analysis is carried into the summary, kept across --report-only
+    assert "The PS's access link is the bottleneck." in md.split("## Analysis")[1]
+    # where the time goes: 4 workers x 1 MB into one 50 Mbit/s PS link = 0.64 s per
+    # iteration, over the 0.03 s compute: at most 4 x 32 / 0.64 = 200 samples/s
+    row0 = next(r for r in res["rows"] if r["status"] == "ok")
+    assert row0["access_bound_samples_per_s"] == pytest.approx(200.0)
+    assert row0["access_gap"] == pytest.approx(1 - row0["samples_per_s"] / 200.0)
+    assert (row0["tcp_retrans_pct"], row0["tcp_timeouts"]) == (pytest.approx(2.0), 3)
+    assert (row0["drops_to_host"], row0["drops_leaf_up"], row0["uplink_spread"]) == (7, 2, 0.25)
+    assert "| access gap | tcp retrans | tcp timeouts | uplink spread | drops to host |" in md
     assert "rps, letflow, drill, conga" in md
     # ecmp at 0.8: talb has half ecmp's FCT in the fake -> -50%, intervals apart
     row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT reduction vs ECMP")

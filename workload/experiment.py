@@ -43,7 +43,12 @@ from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, pa
 NODE = [sys.executable, "-m", "workload.patterns.node"]
 DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
 RESULTS_FORMAT = "talb-run/1"
-SCALING_MODES = ("bytes", "time", "both")
+SCALING_MODES = ("bytes", "time", "both", "fit")
+#: Background flows a run's workers can open per second without the CPU
+#: guard firing (fig10 at load 0.8 ran 101/s at 52% CPU; the first fig4
+#: attempt, ~1000/s of 430 B flows, was CPU-bound): above it, a warning
+#: names --background-size-scale.
+MAX_BACKGROUND_FLOWS_PER_S = 200
 
 
 class RunError(RuntimeError):
@@ -75,6 +80,10 @@ class RunConfig:
     timeout_s: float = 900.0
     background_cdf: str = "websearch"   # flow sizes of the background load
     background_s: float | None = None   # how long background flows are planned; None: estimated
+    # Background flow sizes x this; None: the tensors' byte scale (both keep the
+    # target's proportions). Set it where that scale makes flows of a few
+    # hundred bytes and thousands of connections a second (docs/workload.md).
+    background_size_scale: float | None = None
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -123,6 +132,8 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
           f"one of {', '.join(CDF_FILES)}")
     _need(cfg.background_s is None or cfg.background_s > 0, "--background-duration",
           cfg.background_s, "a positive number of seconds")
+    _need(cfg.background_size_scale is None or 0 < cfg.background_size_scale <= 1,
+          "--background-size-scale", cfg.background_size_scale, "a factor in (0, 1]")
 
 
 # --- the pieces ------------------------------------------------------------------------
@@ -132,11 +143,14 @@ def _profile(cfg: RunConfig):
     return get_profile(cfg.model, batch_size=cfg.batch_size, gpu=cfg.gpu, gpu_speed=cfg.gpu_speed)
 
 
-def _scaling(cfg: RunConfig, testbed_link_bps: float, smallest_bytes: int):
+def _scaling(cfg: RunConfig, testbed_link_bps: float, target_sizes: list[int]):
+    """``both``: the byte scale that keeps the smallest partition at the floor;
+    ``fit``: the one that keeps the floor's inflation of all of them <= 5%."""
     from workload.scaling import scaling_for
 
     return scaling_for(cfg.target_link_bps, testbed_link_bps, mode=cfg.scaling_mode,
-                       smallest_bytes=smallest_bytes if cfg.scaling_mode == "both" else None,
+                       smallest_bytes=min(target_sizes) if cfg.scaling_mode == "both" else None,
+                       sizes=target_sizes if cfg.scaling_mode == "fit" else None,
                        target_gpu=cfg.gpu)
 
 
@@ -358,9 +372,10 @@ def background_duration_s(cfg: RunConfig, plan: dict, link_bps: float) -> float:
     return min(cfg.timeout_s, 4 * cfg.iterations * per_iteration + 10)
 
 
-def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, link_bps: float):
+def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, link_bps: float,
+                      say=lambda _m: None):
     """Background flows from the workers (as the paper) to hosts on other leaves,
-    sizes scaled like the tensors; None at load 0."""
+    sizes scaled like the tensors (or by ``background_size_scale``); None at load 0."""
     if cfg.load == 0:
         return None
     from workload.background import BackgroundLoad, fabric_hosts, uplink_capacity_bps
@@ -369,7 +384,12 @@ def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, li
                         capacity_bps=uplink_capacity_bps(topo), seed=cfg.seed,
                         duration_s=cfg.background_s or background_duration_s(cfg, plan, link_bps),
                         cdf=cfg.background_cdf, senders=[h.name for h in hosts["workers"]],
-                        size_scale=scaling.byte_scale)
+                        size_scale=cfg.background_size_scale or scaling.byte_scale)
+    rate = bg.params["arrival_rate_per_s"]
+    if rate > MAX_BACKGROUND_FLOWS_PER_S:
+        say(f"warning: {rate:.0f} background flows/s of {bg.params['effective_mean_bytes']:.0f} B "
+            f"on average: over the {MAX_BACKGROUND_FLOWS_PER_S}/s the hosts open without saturating "
+            f"the CPUs; --background-size-scale makes flows larger and fewer at the same load")
     try:
         return bg.start()
     except BaseException:
@@ -459,8 +479,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     hosts = place(topo, cfg.arch, cfg.workers, cfg.servers)
     used = hosts["workers"] + hosts["servers"]
     link_bps = min(topo.ports(h.name)[0].rate_bps for h in used)
-    smallest = min(p.target_bytes for p in partition_model(profile, cfg.partition_bytes))
-    scaling = scaling or _scaling(cfg, link_bps, smallest)
+    target_sizes = [p.target_bytes for p in partition_model(profile, cfg.partition_bytes)]
+    scaling = scaling or _scaling(cfg, link_bps, target_sizes)
     parts = partition_model(profile, cfg.partition_bytes, scaling.tensor_bytes)
     biggest = max(parts, key=lambda p: p.nbytes)
     if biggest.nbytes + HEADER.size > MAX_TENSOR_PKTS * MSS_BYTES:
@@ -492,9 +512,10 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         host_ports = {(h.leaf, p.name): p.rate_bps for h in used
                       for p in topo.ports(h.leaf) if p.peer == h.name}
         counters_before = ports.read() if ports else None
+        queues_before = measure.read_port_queues(cfg.prefix, topo)
         t0 = time.monotonic()
         deadline = t0 + cfg.timeout_s
-        bg = _start_background(cfg, topo, hosts, scaling, plan, link_bps)
+        bg = _start_background(cfg, topo, hosts, scaling, plan, link_bps, say)
         if bg is not None:
             say(f"background load {cfg.load:g}: {bg.params['planned_flows']} {cfg.background_cdf} "
                 f"flows planned over {bg.duration_s:.1f} s")
@@ -537,6 +558,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
             bg.close()
             bg = None
         counters_after = ports.read() if ports else None
+        queues_after = queues_before and measure.read_port_queues(cfg.prefix, topo)
         tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                      for h in used}
         fabric["agent"] = _agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
@@ -560,7 +582,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
 
     results = _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, nodes.events,
                        duration, tcp_before, tcp_after, counters_before, counters_after, topo,
-                       sampler.samples, have_links, background)
+                       sampler.samples, have_links, background,
+                       queues=(queues_before, queues_after))
     path = _results_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -595,7 +618,7 @@ def _target_bytes_fn(cfg, parts, n_workers):
 
 def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events, duration,
              tcp_before, tcp_after, c_before, c_after, topo, samples, have_links,
-             background) -> dict:
+             background, queues=(None, None)) -> dict:
     n = cfg.workers
     tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup)
     iterations = measure.iteration_records(events, n, cfg.warmup)
@@ -644,6 +667,8 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
             # utilisation over the time tensors flowed (not the nodes' start-up)
             "uplinks": measure.uplink_spread(topo, c_before, c_after, training_s or duration)
             if c_before else None,
+            # drops per switch port queue, by where the port leads (measure.port_drops)
+            "port_drops": measure.port_drops(topo, *queues) if all(queues) else None,
             "cpu_guard": guard,
             "background": background["summary"] if background else None,
         },

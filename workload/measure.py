@@ -277,6 +277,43 @@ def uplink_spread(topo, before: dict, after: dict, duration_s: float) -> dict:
     return {"leaves": leaves, "mean_spread": statistics.fmean(spreads) if spreads else None}
 
 
+def read_port_queues(prefix: str, topo) -> dict[tuple[str, str], tuple[int, int]] | None:
+    """Drops and sent bytes of every switch port's root qdisc (the port
+    queue, agent/qdisc_stats.py): {(switch, port): (drops, sent_bytes)};
+    None for a fabric without shaping (no qdisc to read)."""
+    from agent.qdisc_stats import QdiscReader
+    from talb.paths import netns_name
+
+    out = {}
+    try:
+        for sw in topo.switches:
+            with QdiscReader(netns_name(prefix, sw.name)) as reader:
+                for port in topo.ports(sw.name):
+                    q = reader.read(port.name)
+                    out[(sw.name, port.name)] = (q.drops, q.sent_bytes)
+    except LookupError:
+        return None
+    return out
+
+
+def port_drops(topo, before: dict, after: dict) -> dict:
+    """Where packets were dropped during the run: per port, and summed by
+    where the port leads: ``to_host`` (a leaf's port to a host: the incast
+    no balancer can avoid), ``leaf_up`` (leaf to spine: what the balancer
+    chooses among), ``spine_down`` (spine to leaf)."""
+    roles = {s.name: s.role for s in topo.switches}
+    ports, by_kind = {}, {"to_host": 0, "leaf_up": 0, "spine_down": 0}
+    for (sw, name), (drops, sent) in after.items():
+        d0, s0 = before.get((sw, name), (0, 0))
+        port = next(p for p in topo.ports(sw) if p.name == name)
+        kind = "to_host" if port.kind != "fabric" else (
+            "leaf_up" if roles[sw] == "leaf" else "spine_down")
+        by_kind[kind] += drops - d0
+        ports.setdefault(sw, {})[name] = {"drops": drops - d0, "sent_bytes": sent - s0,
+                                          "to": port.peer, "kind": kind}
+    return {"by_kind": by_kind, "ports": ports}
+
+
 # --- CPU guard -------------------------------------------------------------------------
 def read_cpu_times() -> tuple[int, int]:
     """(busy, total) jiffies over all CPUs from /proc/stat (not namespaced)."""

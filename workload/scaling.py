@@ -42,7 +42,7 @@ from typing import Iterable
 MSS_BYTES = 1448                     # TCP payload of a 1500-byte MTU segment with timestamps
 MIN_PACKETS = 4
 DEFAULT_MIN_TENSOR_BYTES = MIN_PACKETS * MSS_BYTES
-MODES = ("bytes", "time", "both")
+MODES = ("bytes", "time", "both", "fit")
 
 
 def _positive(field: str, value) -> float:
@@ -137,7 +137,8 @@ def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = 
     (the smallest target tensor/partition: byte_scale is then the smallest
     that keeps it at ``min_tensor_bytes``); ``sizes`` (every target
     tensor/partition of an iteration: byte_scale is then the smallest whose
-    floor adds at most ``max_inflation`` - 1 to the iteration's bytes)."""
+    floor adds at most ``max_inflation`` - 1 to the iteration's bytes).
+    ``mode="fit"`` is ``both`` by the ``sizes`` rule, which it requires."""
     target = _positive("target_link_bps", target_link_bps)
     testbed = _positive("testbed_link_bps", testbed_link_bps)
     link_ratio = testbed / target
@@ -145,7 +146,11 @@ def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = 
         b = link_ratio
     elif mode == "time":
         b = 1.0
-    elif mode == "both":
+    elif mode == "fit" and sizes is None:
+        raise ValueError("sizes: mode 'fit' needs the target size of every tensor/partition")
+    elif mode in ("both", "fit"):
+        if mode == "fit":
+            byte_scale = smallest_bytes = None      # fit: the sizes rule only
         lo, hi = sorted((link_ratio, 1.0))      # between pure byte scaling and none
         if byte_scale is not None:
             b = _positive("byte_scale", byte_scale)

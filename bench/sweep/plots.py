@@ -70,6 +70,34 @@ def _panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1
             ax.legend(fontsize=8)
 
 
+#: reference speeds drawn as black lines: (gap metric, label, line style). The
+#: speed a gap is measured from is samples/s / (1 - gap) (bench/sweep/results.py).
+BOUNDS = [("ideal_gap", "ideal (compute-bound)", "--"),
+          ("access_gap", "host-link bound (no balancer beats it)", ":")]
+
+
+def _bounds(ax, pts, x: str, xscale: float = 1.0) -> None:
+    """Each bound as a black line over x (mean over the points at that x);
+    plain lines, not error bars: the manifest counts only the series."""
+    drawn = False
+    for gap, label, style in BOUNDS:
+        at: dict = {}
+        for p in pts:
+            g, sp = p["est"][gap].mean, p["est"]["samples_per_s"].mean
+            if g is not None and sp and g < 1:
+                at.setdefault(p[x] * xscale, []).append(sp / (1 - g))
+        if at:
+            xs = sorted(at)
+            ys = [sum(at[v]) / len(at[v]) for v in xs]
+            if len(xs) == 1:
+                ax.axhline(ys[0], ls=style, color="k", lw=1, label=label)
+            else:
+                ax.plot(xs, ys, ls=style, color="k", lw=1, label=label)
+            drawn = True
+    if drawn:
+        ax.legend(fontsize=7)
+
+
 def _lines(fig) -> dict:
     """{panel title: {line label: points}} read from the figure's axes."""
     out = {}
@@ -115,13 +143,7 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
                        title=ptitle, ylabel=unit, xlabel="load",
                        legend=kind != "ablation" or i == len(panels) - 1)
             if kind == "motivation":
-                ideal = [p["est"]["samples_per_s"].mean / (1 - p["est"]["ideal_gap"].mean)
-                         for p in gpts if p["est"]["ideal_gap"].mean is not None
-                         and p["est"]["ideal_gap"].mean < 1]
-                if ideal:
-                    axes[0][-1].axhline(sum(ideal) / len(ideal), ls="--", color="k", lw=1,
-                                        label="ideal (compute-bound)")
-                    axes[0][-1].legend(fontsize=8)
+                _bounds(axes[0][-1], gpts, "load")
             fig.suptitle(f"{title} — {_name(gkey)}", fontsize=10)
             _save(fig, out / f"{kind}-{_name(gkey)}.png", manifest)
     elif kind == "speed_vs_rate":
@@ -133,6 +155,7 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
                        series=lambda p: p["scheme"], metric="samples_per_s", scale=1,
                        title=model, ylabel="samples/s (target scale)",
                        xlabel="target link rate (Gbit/s)", xscale=1e-9)
+                _bounds(ax, [p for p in gpts if p["model"] == model], "target_link_bps", 1e-9)
             fig.suptitle(f"{title} — {_name(gkey)}", fontsize=10)
             _save(fig, out / f"{kind}-{_name(gkey)}.png", manifest)
     else:

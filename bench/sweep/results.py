@@ -10,9 +10,13 @@ from bench.sweep.plan import Plan, RunSpec
 from bench.sweep.runner import result_path
 from bench.sweep.stats import Estimate, estimate
 
-#: the numbers a point reports (headline fields of the results file, plus ours)
-METRICS = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
-           "trailing_fct_mean_s", "trailing_fct_p99_s", "samples_per_s", "ideal_gap")
+#: the numbers a point reports: outcomes (headline fields of the results file,
+#: plus the ideal gap) and where the time went (mechanism)
+OUTCOME_METRICS = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
+                   "trailing_fct_mean_s", "trailing_fct_p99_s", "samples_per_s", "ideal_gap")
+MECHANISM_METRICS = ("access_gap", "tcp_retrans_pct", "tcp_timeouts", "uplink_spread",
+                     "drops_to_host", "drops_leaf_up", "drops_spine_down")
+METRICS = OUTCOME_METRICS + MECHANISM_METRICS
 CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored")
 _SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                 "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
@@ -28,6 +32,38 @@ def ideal_samples_per_s(results: dict) -> float | None:
     if compute <= 0:
         return None
     return results["config"]["workers"] * m["batch_size"] / compute
+
+
+def access_bound_samples_per_s(results: dict) -> float | None:
+    """The speed no load balancer can beat: each iteration at least as long
+    as its compute and as the busiest host link's share of the training
+    bytes (PS: every worker's push into its servers, split evenly; ring:
+    2(N-1)/N of the model per worker), at target scale. The gap from this
+    bound is all a load balancer could win back; the gap from it to the
+    compute-bound ideal is the hosts' links (the PS incast)."""
+    cfg, m = results["config"], results.get("model", {})
+    per_iter = (results["summary"].get("bytes") or {}).get("expected_per_iteration")
+    rates = (results.get("fabric") or {}).get("host_link_bps")
+    if not per_iter or not rates or not m.get("batch_size"):
+        return None
+    link = min(rates[h] for h in results["placement"]["workers"] + results["placement"]["servers"])
+    if cfg["arch"] == "ps":
+        busiest = cfg["workers"] * per_iter["push_per_worker"] / cfg["servers"]
+    else:
+        busiest = per_iter["send_per_worker"]
+    net_s = 8 * busiest / link / results["scaling"]["time_scale"]      # at target scale
+    compute = sum(m.get("layer_fwd_s", [])) + sum(m.get("layer_bwd_s", []))
+    return cfg["workers"] * m["batch_size"] / max(compute, net_s)
+
+
+def _tcp(results: dict) -> tuple[float | None, int | None]:
+    """Retransmitted share of the training hosts' segments (%) and their RTOs."""
+    hosts = (results["summary"].get("tcp") or {}).get("per_host") or {}
+    out = sum(h.get("out_segs", 0) for h in hosts.values())
+    if not out:
+        return None, None
+    return (100 * sum(h.get("retrans_segs", 0) for h in hosts.values()) / out,
+            sum(h.get("timeouts", 0) for h in hosts.values()))
 
 
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
@@ -57,6 +93,14 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
         row["ideal_samples_per_s"] = ideal
         sp = head.get("samples_per_s")
         row["ideal_gap"] = (1 - sp / ideal) if ideal and sp else None
+        bound = access_bound_samples_per_s(res)
+        row["access_bound_samples_per_s"] = bound
+        row["access_gap"] = (1 - sp / bound) if bound and sp else None
+        row["tcp_retrans_pct"], row["tcp_timeouts"] = _tcp(res)
+        row["uplink_spread"] = (res["summary"].get("uplinks") or {}).get("mean_spread")
+        drops = (res["summary"].get("port_drops") or {}).get("by_kind") or {}
+        for kind in ("to_host", "leaf_up", "spine_down"):
+            row[f"drops_{kind}"] = drops.get(kind)     # None: a run from before they were read
         row["cpu_busy_mean"] = res["summary"]["cpu_guard"].get("cpu_busy_mean")
         row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
         row["results"] = str(path.relative_to(out))

@@ -99,7 +99,8 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       servers=spec.servers, scheme=spec.scheme, load=spec.load, seed=spec.seed,
                       iterations=spec.iterations, warmup=spec.warmup,
                       target_link_bps=spec.target_link_bps, scaling_mode=spec.scaling_mode,
-                      background_cdf=spec.background_cdf, prefix=prefix, out=str(path),
+                      background_cdf=spec.background_cdf,
+                      background_size_scale=spec.background_size_scale, prefix=prefix, out=str(path),
                       timeout_s=timeout_s))
     return run_one
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bench.sweep import plots
 from bench.sweep.plan import PAPER_BASELINES, Plan
-from bench.sweep.results import METRICS, est, find, load_rows, points, write_csv
+from bench.sweep.results import (MECHANISM_METRICS, OUTCOME_METRICS, est, find, load_rows,
+                                 points, write_csv)
 from bench.sweep.stats import CONFIDENCE, overlap
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
@@ -21,6 +22,7 @@ PAPER_FCT = {
 }
 PAPER_SPEEDUP = 2.37    # "training speed up to 2.37x" (issue 11; testbed, sec. IV-B)
 PAPER_LOAD = 0.8
+ANALYSIS_FILE = "analysis.md"
 
 
 def _fmt(e, scale=1e3, digits=1) -> str:
@@ -93,6 +95,23 @@ def paper_vs_ours(plan: Plan, pts: list[dict]) -> list[dict]:
                        verdict=_verdict(t, b, lower_is_better=False))
         rows.append(row)
     return rows
+
+
+def _points_table(pts, metrics) -> str:
+    cols = ["topology", "model", "scheme", "agent", "load", "rate", "n", "excluded"] + \
+        [m.replace("_fct_", " ").removesuffix("_s").replace("samples_per", "samples/s")
+         .replace("_pct", "").replace("_", " ") for m in metrics]
+    prow = []
+    for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
+                                        p["load"], plots._series_order([p["scheme"]])[0])):
+        vals = []
+        for m in metrics:
+            scale = 1e3 if "fct" in m else (100 if m.endswith("_gap") else 1)
+            vals.append(_fmt(p["est"][m], scale, 2 if m == "uplink_spread" else 1))
+        prow.append([Path(p["topology"]).stem, p["model"], p["scheme"], p["agent"], f"{p['load']:g}",
+                     f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
+                     p["cpu_bound"] + p["failed"], *vals])
+    return _md_table(cols, prow)
 
 
 def _md_table(header: list[str], rows: list[list]) -> str:
@@ -192,23 +211,24 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
           "", "FCTs in ms, speeds in samples/s at target scale; ± is the 95% half-width.", ""]
     if plan.figure == "ablation":
         L += _ablation_md(pts)
-    L += ["## Points", "", f"Mean ± 95% half-width over the counted seeds (n); FCT in ms.", ""]
-    cols = ["topology", "model", "scheme", "agent", "load", "rate", "n", "excluded"] + \
-        [m.replace("_fct_", " ").removesuffix("_s").replace("samples_per", "samples/s").replace("_", " ")
-         for m in METRICS]
-    prow = []
-    for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
-                                        p["load"], plots._series_order([p["scheme"]])[0])):
-        vals = []
-        for m in METRICS:
-            scale = 1e3 if "fct" in m else (100 if m == "ideal_gap" else 1)
-            vals.append(_fmt(p["est"][m], scale, 1))
-        prow.append([Path(p["topology"]).stem, p["model"], p["scheme"], p["agent"], f"{p['load']:g}",
-                     f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
-                     p["cpu_bound"] + p["failed"], *vals])
-    L += [_md_table(cols, prow), "", "`ideal_gap` in % (1 − samples/s over the compute-bound "
-          "speed); censored tensors (sent, never received) are counted in runs.csv, never "
-          "given an FCT.", ""]
+    analysis = out / ANALYSIS_FILE
+    if analysis.exists():      # hand-written findings, kept when the report is redone
+        L += ["## Analysis: why ours differ from the paper's", "",
+              f"(from `{ANALYSIS_FILE}` in this directory)", "", analysis.read_text().strip(), ""]
+    L += ["## Points", "", "Mean ± 95% half-width over the counted seeds (n); FCT in ms.", ""]
+    L += [_points_table(pts, OUTCOME_METRICS), "", "`ideal gap` in % (1 − samples/s over the "
+          "compute-bound speed); censored tensors (sent, never received) are counted in "
+          "runs.csv, never given an FCT.", ""]
+    L += ["### Where the time goes", "",
+          "Per point: `access gap` % = 1 − samples/s over the speed the hosts' own links allow "
+          "(every iteration at least its compute and the busiest host link's training bytes, "
+          "e.g. the PS's incast: what no load balancer can beat; bench/sweep/results.py); "
+          "`tcp retrans` % of the training hosts' segments retransmitted; `tcp timeouts` "
+          "RTOs per run; `uplink spread` (max − min)/mean of the bytes a leaf sent up each "
+          "uplink (0 = even); `drops` packets dropped per run at the switches' port queues, "
+          "by where the port leads: to a host (the incast), leaf up to a spine (the "
+          "balancer's choice), spine down to a leaf ('-': runs from before drops were read).", "",
+          _points_table(pts, MECHANISM_METRICS), ""]
     flagged = [r for r in rows if r["status"] == "cpu_bound"]
     L += ["## Runs excluded", ""]
     if flagged:
