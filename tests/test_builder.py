@@ -131,6 +131,8 @@ def test_hosts(fabric):
             others = {h.ip: (h.mac, NUD_PERMANENT) for h in fabric["topo"].hosts if h.name != host.name}
             assert neighbours == others
         assert read_sysctl(fabric["prefix"], host.name, "net.ipv4.tcp_congestion_control") == "cubic"
+        # runs are independent: no TCP metrics carried from one connection to the next
+        assert read_sysctl(fabric["prefix"], host.name, "net.ipv4.tcp_no_metrics_save") == "1"
 
 
 def test_ipv6_off_everywhere(fabric):

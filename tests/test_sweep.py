@@ -85,6 +85,12 @@ def test_other_presets_plans():
     # TaLB under every setting at 0.5 and 0.8 x 5 seeds, plus ECMP once per point
     assert ab.counts("scheme") == {"talb": len(settings) * 2 * 5, "ecmp": 2 * 5}
     assert ab.counts("agent")["paper"] == 10
+    # settings run back to back at each (seed, load): a drift of the machine over
+    # the sweep cannot look like a difference between settings
+    first = ab.runs[:len(settings) + 1]
+    assert [r.agent for r in first if r.scheme == "talb"] == list(settings)
+    assert {(r.seed, r.load) for r in first} == {(1, 0.5)}
+    assert [r.scheme for r in first].count("ecmp") == 1
     assert dict(next(r for r in ab.runs if r.agent == "paper").agent_opts)["threshold"] == "max"
 
 

@@ -276,14 +276,17 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
 
     topologies = [_topology_path(t) for t in base["topologies"]]
     runs: list[RunSpec] = []
-    # Order: topology (one fabric each), then seed, load, ..., scheme innermost: an
-    # interrupted sweep has every scheme at the points it reached.
-    for topo, agent, seed, load, rate, model, arch in itertools.product(
-            topologies, base["agents"], seed_list, base["loads"], base["target_rates"],
-            base["models"], base["archs"]):
-        for scheme in schemes:
-            runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate, agent))
-        if reference and agent == base["agents"][0]:   # the reference: once per point
+    # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
+    # setting innermost: what a sweep compares runs back to back, so a slow drift of
+    # the machine over the sweep cannot masquerade as a difference between them, and
+    # an interrupted sweep has every scheme and setting at the points it reached.
+    for topo, seed, load, rate, model, arch in itertools.product(
+            topologies, seed_list, base["loads"], base["target_rates"], base["models"],
+            base["archs"]):
+        for agent in base["agents"]:
+            for scheme in schemes:
+                runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate, agent))
+        if reference:                                   # the reference: once per point
             runs.append(_spec(base, topo, reference, model, arch, load, seed, rate, "default"))
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
                 keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
