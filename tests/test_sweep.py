@@ -77,6 +77,9 @@ def test_other_presets_plans():
     assert f4.counts("scheme") == {"ecmp": 20, "rps": 20, "conga": 20}
     assert {(r.model, r.workers, r.servers, r.scaling_mode, r.background_size_scale)
             for r in f4.runs} == {("vgg19", 15, 1, "fit", 0.1)}
+    fifo = build_plan("fig10-fifo", implemented=ALL)
+    assert fifo.counts("topology") == {"topologies/fig10-fifo.yaml": 60}
+    assert fifo.counts("load") == {0.2: 30, 0.8: 30}
     q = build_plan("quick", implemented=ALL)
     assert len(q.runs) == 6 * 2 * 3 and q.counts("load") == {0.2: 18, 0.8: 18}
     ab = build_plan("ablation", implemented=ALL)

@@ -173,6 +173,13 @@ PRESETS: dict[str, dict] = {
                  "the whole VGG19 model with ByteScheduler partitions instead of 32 KB "
                  "tensor packets", "ideal speed = compute-bound (workers x batch / compute "
                  "time of one iteration)"]),
+    "fig10-fifo": dict(_FIG10, topologies=["topologies/fig10-fifo.yaml"], loads=[0.2, 0.8],
+                       description="fig10 with one FIFO per port (no priority bands), loads "
+                                   "0.2 and 0.8: what the bands every scheme gets hide",
+                       keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+                           "one 160 KB FIFO per port instead of 4 WFQ bands x 40 KB: the "
+                           "same total buffer, no tensor priority in the queues (the "
+                           "paper's baselines' switches)", "loads 0.2 and 0.8 only"]),
     "quick": dict(_FIG10, loads=[0.2, 0.8], seeds=3, iterations=3,
                   description="quick look: fig10's setup at loads 0.2 and 0.8, 3 seeds "
                               "(under 15 minutes here)",
