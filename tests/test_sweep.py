@@ -159,6 +159,8 @@ def _fake_results(spec, *, cpu_bound=False):
             "fabric": {"host_link_bps": {h: 50e6 for h in workers + ["ps0"]}},
             "scaling": {"time_scale": 1.0},
             "flags": {"cpu_bound": cpu_bound}, "headline": head,
+            "tensors": [{"fct_s": 0.5, "warmup": True}, {"fct_s": 0.05, "warmup": False},
+                        {"fct_s": 0.25, "warmup": False}, {"fct_s": None, "warmup": False}],
             "summary": {"cpu_guard": {"flagged": cpu_bound, "cpu_busy_mean": 0.5,
                                       "reason": "test"},
                         "bytes": {"expected_per_iteration": {"push_per_worker": 1_000_000,
@@ -237,7 +239,8 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     assert row0["access_gap"] == pytest.approx(1 - row0["samples_per_s"] / 200.0)
     assert (row0["tcp_retrans_pct"], row0["tcp_timeouts"]) == (pytest.approx(2.0), 3)
     assert (row0["drops_to_host"], row0["drops_leaf_up"], row0["uplink_spread"]) == (7, 2, 0.25)
-    assert "| access gap | tcp retrans | tcp timeouts | uplink spread | drops to host |" in md
+    assert row0["rto_tail_pct"] == pytest.approx(50.0)     # one of two measured tensors >= 200 ms
+    assert "| access gap | tcp retrans | tcp timeouts | rto tail | uplink spread | drops to host |" in md
     assert "rps, letflow, drill, conga" in md
     # ecmp at 0.8: talb has half ecmp's FCT in the fake -> -50%, intervals apart
     row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT reduction vs ECMP")

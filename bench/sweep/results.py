@@ -14,8 +14,11 @@ from bench.sweep.stats import Estimate, estimate
 #: plus the ideal gap) and where the time went (mechanism)
 OUTCOME_METRICS = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
                    "trailing_fct_mean_s", "trailing_fct_p99_s", "samples_per_s", "ideal_gap")
-MECHANISM_METRICS = ("access_gap", "tcp_retrans_pct", "tcp_timeouts", "uplink_spread",
-                     "drops_to_host", "drops_leaf_up", "drops_spine_down")
+MECHANISM_METRICS = ("access_gap", "tcp_retrans_pct", "tcp_timeouts", "rto_tail_pct",
+                     "uplink_spread", "drops_to_host", "drops_leaf_up", "drops_spine_down")
+#: Linux's minimum retransmission timeout: a tensor slower than this most
+#: likely waited for one (its FCT is a timeout, not a queue)
+TCP_RTO_MIN_S = 0.200
 METRICS = OUTCOME_METRICS + MECHANISM_METRICS
 CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored")
 _SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
@@ -97,6 +100,10 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
         row["access_bound_samples_per_s"] = bound
         row["access_gap"] = (1 - sp / bound) if bound and sp else None
         row["tcp_retrans_pct"], row["tcp_timeouts"] = _tcp(res)
+        measured = [t["fct_s"] for t in res.get("tensors", []) if not t.get("warmup")
+                    and t.get("fct_s") is not None]
+        row["rto_tail_pct"] = (100 * sum(f >= TCP_RTO_MIN_S for f in measured) / len(measured)
+                               if measured else None)
         row["uplink_spread"] = (res["summary"].get("uplinks") or {}).get("mean_spread")
         drops = (res["summary"].get("port_drops") or {}).get("by_kind") or {}
         for kind in ("to_host", "leaf_up", "spine_down"):

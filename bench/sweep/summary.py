@@ -224,7 +224,8 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
           "(every iteration at least its compute and the busiest host link's training bytes, "
           "e.g. the PS's incast: what no load balancer can beat; bench/sweep/results.py); "
           "`tcp retrans` % of the training hosts' segments retransmitted; `tcp timeouts` "
-          "RTOs per run; `uplink spread` (max − min)/mean of the bytes a leaf sent up each "
+          "RTOs per run; `rto tail` % of measured tensors slower than the 200 ms minimum RTO "
+          "(most of them waited for a timeout); `uplink spread` (max − min)/mean of the bytes a leaf sent up each "
           "uplink (0 = even); `drops` packets dropped per run at the switches' port queues, "
           "by where the port leads: to a host (the incast), leaf up to a spine (the "
           "balancer's choice), spine down to a leaf ('-': runs from before drops were read).", "",
