@@ -141,6 +141,13 @@ def test_keys_of_committed_sweeps_are_stable():
 
 
 # --- resume and outputs with a fake run ---------------------------------------------------
+def _t(start_ms, done_ms, *, warmup=False, cls="short"):
+    return {"src": 0, "dst": 4, "class": cls, "warmup": warmup,
+            "t_start_ns": int((start_ms + (1000 if not warmup else 0)) * 1e6),
+            "t_done_ns": int((done_ms + (1000 if not warmup else 0)) * 1e6),
+            "fct_s": (done_ms - start_ms) / 1e3}
+
+
 def _fake_results(spec, *, cpu_bound=False):
     """A results file with the fields the sweep reads (experiment.py's format)."""
     base = {"ecmp": 0.100, "talb": 0.050}.get(spec.scheme, 0.080) * (1 + spec.load)
@@ -159,8 +166,10 @@ def _fake_results(spec, *, cpu_bound=False):
             "fabric": {"host_link_bps": {h: 50e6 for h in workers + ["ps0"]}},
             "scaling": {"time_scale": 1.0},
             "flags": {"cpu_bound": cpu_bound}, "headline": head,
-            "tensors": [{"fct_s": 0.5, "warmup": True}, {"fct_s": 0.05, "warmup": False},
-                        {"fct_s": 0.25, "warmup": False}, {"fct_s": None, "warmup": False}],
+            # one connection h0 -> ps0: the second tensor is handed over at 10 ms but
+            # can move only when the first is delivered at 50 ms: own service 30 of 70 ms
+            "tensors": [_t(0, 500, warmup=True), _t(0, 50), _t(10, 80, cls="long"),
+                        {"fct_s": None, "warmup": False}],
             "summary": {"cpu_guard": {"flagged": cpu_bound, "cpu_busy_mean": 0.5,
                                       "reason": "test"},
                         "bytes": {"expected_per_iteration": {"push_per_worker": 1_000_000,
@@ -239,8 +248,11 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     assert row0["access_gap"] == pytest.approx(1 - row0["samples_per_s"] / 200.0)
     assert (row0["tcp_retrans_pct"], row0["tcp_timeouts"]) == (pytest.approx(2.0), 3)
     assert (row0["drops_to_host"], row0["drops_leaf_up"], row0["uplink_spread"]) == (7, 2, 0.25)
-    assert row0["rto_tail_pct"] == pytest.approx(50.0)     # one of two measured tensors >= 200 ms
-    assert "| access gap | tcp retrans | tcp timeouts | rto tail | uplink spread | drops to host |" in md
+    assert row0["rto_tail_pct"] == pytest.approx(0.0)      # none of the measured >= 200 ms
+    # 50 + 70 ms of FCT, 50 + 30 ms of own service: 1/3 of it behind the first tensor
+    assert row0["hol_pct"] == pytest.approx(100 / 3)
+    assert row0["short_service_mean_s"] == pytest.approx(0.050)
+    assert "| hol | short service mean | access gap | tcp retrans | tcp timeouts | rto tail |" in md
     assert "rps, letflow, drill, conga" in md
     # ecmp at 0.8: talb has half ecmp's FCT in the fake -> -50%, intervals apart
     row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT reduction vs ECMP")

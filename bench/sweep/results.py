@@ -14,7 +14,8 @@ from bench.sweep.stats import Estimate, estimate
 #: plus the ideal gap) and where the time went (mechanism)
 OUTCOME_METRICS = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
                    "trailing_fct_mean_s", "trailing_fct_p99_s", "samples_per_s", "ideal_gap")
-MECHANISM_METRICS = ("access_gap", "tcp_retrans_pct", "tcp_timeouts", "rto_tail_pct",
+MECHANISM_METRICS = ("hol_pct", "short_service_mean_s", "access_gap", "tcp_retrans_pct",
+                     "tcp_timeouts", "rto_tail_pct",
                      "uplink_spread", "drops_to_host", "drops_leaf_up", "drops_spine_down")
 #: Linux's minimum retransmission timeout: a tensor slower than this most
 #: likely waited for one (its FCT is a timeout, not a queue)
@@ -57,6 +58,28 @@ def access_bound_samples_per_s(results: dict) -> float | None:
     net_s = 8 * busiest / link / results["scaling"]["time_scale"]      # at target scale
     compute = sum(m.get("layer_fwd_s", [])) + sum(m.get("layer_bwd_s", []))
     return cfg["workers"] * m["batch_size"] / max(compute, net_s)
+
+
+def service_times(tensors: list[dict]) -> list[tuple[dict, float]]:
+    """(tensor, own service time) for every measured tensor: from when it
+    could first move -- its hand-off to the socket, or the delivery of the
+    tensor before it on the same connection (src -> dst), whichever is later
+    -- to its delivery. TCP delivers a connection's bytes in order, so the
+    rest of its FCT is spent behind earlier tensors of its own connection
+    (head of line), which neither a path nor a queue priority can shorten."""
+    by: dict[tuple, list[dict]] = {}
+    for t in tensors:
+        if t.get("fct_s") is not None:
+            by.setdefault((t["src"], t["dst"]), []).append(t)
+    out = []
+    for ts in by.values():
+        ts.sort(key=lambda t: t["t_start_ns"])
+        before = 0
+        for t in ts:
+            if not t.get("warmup"):
+                out.append((t, (t["t_done_ns"] - max(t["t_start_ns"], before)) / 1e9))
+            before = max(before, t["t_done_ns"])
+    return out
 
 
 def _tcp(results: dict) -> tuple[float | None, int | None]:
@@ -102,6 +125,11 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
         row["tcp_retrans_pct"], row["tcp_timeouts"] = _tcp(res)
         measured = [t["fct_s"] for t in res.get("tensors", []) if not t.get("warmup")
                     and t.get("fct_s") is not None]
+        served = service_times(res.get("tensors", []))
+        fct_sum = sum(t["fct_s"] for t, _ in served)
+        row["hol_pct"] = 100 * (1 - sum(s for _, s in served) / fct_sum) if fct_sum else None
+        short = [s for t, s in served if t.get("class") == "short"]
+        row["short_service_mean_s"] = sum(short) / len(short) if short else None
         row["rto_tail_pct"] = (100 * sum(f >= TCP_RTO_MIN_S for f in measured) / len(measured)
                                if measured else None)
         row["uplink_spread"] = (res["summary"].get("uplinks") or {}).get("mean_spread")

@@ -106,7 +106,7 @@ def _points_table(pts, metrics) -> str:
                                         p["load"], plots._series_order([p["scheme"]])[0])):
         vals = []
         for m in metrics:
-            scale = 1e3 if "fct" in m else (100 if m.endswith("_gap") else 1)
+            scale = 1e3 if "fct" in m or m.endswith("_mean_s") else (100 if m.endswith("_gap") else 1)
             vals.append(_fmt(p["est"][m], scale, 2 if m == "uplink_spread" else 1))
         prow.append([Path(p["topology"]).stem, p["model"], p["scheme"], p["agent"], f"{p['load']:g}",
                      f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
@@ -220,7 +220,11 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
           "compute-bound speed); censored tensors (sent, never received) are counted in "
           "runs.csv, never given an FCT.", ""]
     L += ["### Where the time goes", "",
-          "Per point: `access gap` % = 1 − samples/s over the speed the hosts' own links allow "
+          "Per point: `hol` % of all tensors' FCT spent behind earlier tensors of the same "
+          "TCP connection (head of line: TCP delivers a connection's bytes in order, so no "
+          "path or queue priority shortens it); `short service mean` ms a short tensor's own "
+          "time, from when it could first move to its delivery (bench/sweep/results.py "
+          "service_times); `access gap` % = 1 − samples/s over the speed the hosts' own links allow "
           "(every iteration at least its compute and the busiest host link's training bytes, "
           "e.g. the PS's incast: what no load balancer can beat; bench/sweep/results.py); "
           "`tcp retrans` % of the training hosts' segments retransmitted; `tcp timeouts` "
