@@ -60,6 +60,8 @@ def _panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1
         if xs:
             ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=str(name))
     ax.set_title(title, fontsize=10)
+    if len(xvals) == 1:          # one point per series, dodged: label only the true x
+        ax.set_xticks(xvals)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
