@@ -166,6 +166,7 @@ def _fake_results(spec, *, cpu_bound=False):
             "fabric": {"host_link_bps": {h: 50e6 for h in workers + ["ps0"]}},
             "scaling": {"time_scale": 1.0},
             "flags": {"cpu_bound": cpu_bound}, "headline": head,
+            "software": {"commit": "c0ffee"},
             # one connection h0 -> ps0: the second tensor is handed over at 10 ms but
             # can move only when the first is delivered at 50 ms: own service 30 of 70 ms
             "tensors": [_t(0, 500, warmup=True), _t(0, 50), _t(10, 80, cls="long"),
@@ -238,6 +239,7 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     pt = next(q for q in res["points"] if q["scheme"] == flagged.scheme and q["load"] == flagged.load)
     assert pt["counted"] == 2 and pt["cpu_bound"] == 1
     md = (tmp_path / "summary.md").read_text()
+    assert "Runs made at commit c0ffee." in md        # the runs' code, not the report's
     assert flagged.key() in md.split("## Runs excluded")[1]
     # the hand-written analysis is carried into the summary, kept across --report-only
     assert "The PS's access link is the bottleneck." in md.split("## Analysis")[1]

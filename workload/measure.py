@@ -301,16 +301,16 @@ def port_drops(topo, before: dict, after: dict) -> dict:
     where the port leads: ``to_host`` (a leaf's port to a host: the incast
     no balancer can avoid), ``leaf_up`` (leaf to spine: what the balancer
     chooses among), ``spine_down`` (spine to leaf)."""
-    roles = {s.name: s.role for s in topo.switches}
     ports, by_kind = {}, {"to_host": 0, "leaf_up": 0, "spine_down": 0}
-    for (sw, name), (drops, sent) in after.items():
-        d0, s0 = before.get((sw, name), (0, 0))
-        port = next(p for p in topo.ports(sw) if p.name == name)
-        kind = "to_host" if port.kind != "fabric" else (
-            "leaf_up" if roles[sw] == "leaf" else "spine_down")
-        by_kind[kind] += drops - d0
-        ports.setdefault(sw, {})[name] = {"drops": drops - d0, "sent_bytes": sent - s0,
-                                          "to": port.peer, "kind": kind}
+    for sw in topo.switches:
+        for port in topo.ports(sw.name):
+            drops, sent = after[(sw.name, port.name)]
+            d0, s0 = before[(sw.name, port.name)]
+            kind = "to_host" if port.kind != "fabric" else (
+                "leaf_up" if sw.role == "leaf" else "spine_down")
+            by_kind[kind] += drops - d0
+            ports.setdefault(sw.name, {})[port.name] = {"drops": drops - d0, "sent_bytes": sent - s0,
+                                                        "to": port.peer, "kind": kind}
     return {"by_kind": by_kind, "ports": ports}
 
 

@@ -146,11 +146,10 @@ def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = 
         b = link_ratio
     elif mode == "time":
         b = 1.0
-    elif mode == "fit" and sizes is None:
-        raise ValueError("sizes: mode 'fit' needs the target size of every tensor/partition")
+    elif mode == "fit" and (sizes is None or byte_scale is not None or smallest_bytes is not None):
+        raise ValueError("sizes: mode 'fit' takes the target size of every tensor/partition "
+                         "and nothing else (byte_scale, smallest_bytes: mode 'both')")
     elif mode in ("both", "fit"):
-        if mode == "fit":
-            byte_scale = smallest_bytes = None      # fit: the sizes rule only
         lo, hi = sorted((link_ratio, 1.0))      # between pure byte scaling and none
         if byte_scale is not None:
             b = _positive("byte_scale", byte_scale)

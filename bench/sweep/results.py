@@ -22,17 +22,24 @@ MECHANISM_METRICS = ("hol_pct", "short_service_mean_s", "access_gap", "tcp_retra
 TCP_RTO_MIN_S = 0.200
 METRICS = OUTCOME_METRICS + MECHANISM_METRICS
 CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored")
-_SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
-                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
-                "agent")
+#: the parameters that tell runs apart (a point: all of them but the seed)
+SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
+               "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
+               "background_size_scale", "agent")
+_POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
+
+
+def _compute_s(model: dict) -> float:
+    """One iteration's compute at target scale: forward + backward of every layer."""
+    return sum(model.get("layer_fwd_s", [])) + sum(model.get("layer_bwd_s", []))
 
 
 def ideal_samples_per_s(results: dict) -> float | None:
     """Compute-bound speed of the target cluster: workers x batch over one
-    iteration's compute (forward + backward of every layer, target times);
-    None for a model without compute (the three-layer model)."""
+    iteration's compute; None for a model without compute (the three-layer
+    model)."""
     m = results.get("model", {})
-    compute = sum(m.get("layer_fwd_s", [])) + sum(m.get("layer_bwd_s", []))
+    compute = _compute_s(m)
     if compute <= 0:
         return None
     return results["config"]["workers"] * m["batch_size"] / compute
@@ -56,8 +63,7 @@ def access_bound_samples_per_s(results: dict) -> float | None:
     else:
         busiest = per_iter["send_per_worker"]
     net_s = 8 * busiest / link / results["scaling"]["time_scale"]      # at target scale
-    compute = sum(m.get("layer_fwd_s", [])) + sum(m.get("layer_bwd_s", []))
-    return cfg["workers"] * m["batch_size"] / max(compute, net_s)
+    return cfg["workers"] * m["batch_size"] / max(_compute_s(m), net_s)
 
 
 def service_times(tensors: list[dict]) -> list[tuple[dict, float]]:
@@ -92,13 +98,34 @@ def _tcp(results: dict) -> tuple[float | None, int | None]:
             sum(h.get("timeouts", 0) for h in hosts.values()))
 
 
+def mechanism(results: dict, samples_per_s: float | None) -> dict:
+    """Where a run's time went (MECHANISM_METRICS and the bound they use)."""
+    summary = results["summary"]
+    bound = access_bound_samples_per_s(results)
+    served = service_times(results.get("tensors", []))
+    fcts = [t["fct_s"] for t, _ in served]
+    short = [s for t, s in served if t.get("class") == "short"]
+    drops = (summary.get("port_drops") or {}).get("by_kind") or {}   # {}: a run from before
+    retrans, timeouts = _tcp(results)
+    return {
+        "access_bound_samples_per_s": bound,
+        "access_gap": (1 - samples_per_s / bound) if bound and samples_per_s else None,
+        "tcp_retrans_pct": retrans, "tcp_timeouts": timeouts,
+        "hol_pct": 100 * (1 - sum(s for _, s in served) / sum(fcts)) if sum(fcts) else None,
+        "short_service_mean_s": sum(short) / len(short) if short else None,
+        "rto_tail_pct": 100 * sum(f >= TCP_RTO_MIN_S for f in fcts) / len(fcts) if fcts else None,
+        "uplink_spread": (summary.get("uplinks") or {}).get("mean_spread"),
+        **{f"drops_{kind}": drops.get(kind) for kind in ("to_host", "leaf_up", "spine_down")},
+    }
+
+
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
     """One row per planned run: its parameters, status (ok, cpu_bound,
     failed, missing) and headline numbers."""
     rows = []
     for spec in plan.runs:
         path = result_path(out, spec)
-        row = {"key": spec.key(), **{f: getattr(spec, f) for f in _SPEC_FIELDS},
+        row = {"key": spec.key(), **{f: getattr(spec, f) for f in SPEC_FIELDS},
                "agent_opts": json.dumps(dict(spec.agent_opts), sort_keys=True)}
         try:
             res = json.loads(path.read_text())
@@ -112,6 +139,7 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
         head = res["headline"]
         row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else "ok"
         row["scheme_in_effect"] = head["scheme"]
+        row["commit"] = (res.get("software") or {}).get("commit")
         for k in (*METRICS, *CENSORED, "iteration_time_s"):
             if k in head:
                 row[k] = head[k]
@@ -119,23 +147,7 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
         row["ideal_samples_per_s"] = ideal
         sp = head.get("samples_per_s")
         row["ideal_gap"] = (1 - sp / ideal) if ideal and sp else None
-        bound = access_bound_samples_per_s(res)
-        row["access_bound_samples_per_s"] = bound
-        row["access_gap"] = (1 - sp / bound) if bound and sp else None
-        row["tcp_retrans_pct"], row["tcp_timeouts"] = _tcp(res)
-        measured = [t["fct_s"] for t in res.get("tensors", []) if not t.get("warmup")
-                    and t.get("fct_s") is not None]
-        served = service_times(res.get("tensors", []))
-        fct_sum = sum(t["fct_s"] for t, _ in served)
-        row["hol_pct"] = 100 * (1 - sum(s for _, s in served) / fct_sum) if fct_sum else None
-        short = [s for t, s in served if t.get("class") == "short"]
-        row["short_service_mean_s"] = sum(short) / len(short) if short else None
-        row["rto_tail_pct"] = (100 * sum(f >= TCP_RTO_MIN_S for f in measured) / len(measured)
-                               if measured else None)
-        row["uplink_spread"] = (res["summary"].get("uplinks") or {}).get("mean_spread")
-        drops = (res["summary"].get("port_drops") or {}).get("by_kind") or {}
-        for kind in ("to_host", "leaf_up", "spine_down"):
-            row[f"drops_{kind}"] = drops.get(kind)     # None: a run from before they were read
+        row.update(mechanism(res, sp))
         row["cpu_busy_mean"] = res["summary"]["cpu_guard"].get("cpu_busy_mean")
         row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
         row["results"] = str(path.relative_to(out))
@@ -157,7 +169,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 def point_key(spec_or_row) -> tuple:
     get = (lambda f: getattr(spec_or_row, f)) if isinstance(spec_or_row, RunSpec) \
         else spec_or_row.__getitem__
-    return tuple(get(f) for f in _SPEC_FIELDS if f != "seed")
+    return tuple(get(f) for f in _POINT_FIELDS)
 
 
 def points(rows: list[dict]) -> list[dict]:
@@ -169,7 +181,7 @@ def points(rows: list[dict]) -> list[dict]:
     out = []
     for key, rs in by.items():
         ok = [r for r in rs if r["status"] == "ok"]
-        p = {f: v for f, v in zip([f for f in _SPEC_FIELDS if f != "seed"], key)}
+        p = dict(zip(_POINT_FIELDS, key))
         p["runs"] = len(rs)
         p["counted"] = len(ok)
         p["cpu_bound"] = sum(r["status"] == "cpu_bound" for r in rs)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from bench.sweep import plots
 from bench.sweep.plan import PAPER_BASELINES, Plan
-from bench.sweep.results import (MECHANISM_METRICS, OUTCOME_METRICS, est, find, load_rows,
-                                 points, write_csv)
+from bench.sweep.results import (MECHANISM_METRICS, OUTCOME_METRICS, SPEC_FIELDS, est, find,
+                                 load_rows, points, write_csv)
 from bench.sweep.stats import CONFIDENCE, overlap
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
@@ -174,8 +174,11 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
     sw = _machine()
     st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}
     first = plan.runs[0] if plan.runs else None
+    # the code the runs ran on (each results file says), not the one writing this report
+    ran_on = sorted({r["commit"] for r in rows if r.get("commit")})
     L = [f"# talb bench: {plan.name}", "", plan.description, "",
-         f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit "
+         f"Runs made at commit {', '.join(ran_on) or '-'}. Report written "
+         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit "
          f"{sw['commit']}{' (dirty)' if sw['commit_dirty'] else ''}, kernel {sw['kernel']}, "
          f"{sw['cpus']} CPUs, Python {sw['python']}."
          + (f" Wall time of this invocation: {wall_s / 60:.1f} min." if wall_s else ""), "",
@@ -186,10 +189,7 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
               f"{', '.join(plan.skipped_schemes)}.", ""]
     L += ["## Effective parameters", ""]
     if first:
-        dims = {f: sorted({getattr(r, f) for r in plan.runs}, key=str) for f in
-                ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
-                 "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
-                 "agent")}
+        dims = {f: sorted({getattr(r, f) for r in plan.runs}, key=str) for f in SPEC_FIELDS}
         L += [_md_table(["parameter", "values"], [[k, ", ".join(str(v) for v in vs)]
                                                    for k, vs in dims.items()]), ""]
         agents = {r.agent: dict(r.agent_opts) for r in plan.runs}
