@@ -549,9 +549,17 @@ def tensor_occupancy(maps: SwitchMaps) -> int:
 
 def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
                   now_ns: int | None = None) -> int:
-    """Remove tensor entries idle for more than ``idle_s`` (None: the
+    """Remove tensor entries idle for more than ``idle_s`` (None: twice the
     configured tensor_idle_us) -- tensors whose last packets never came, so
     that the data path would only notice them on a hit that never happens.
+
+    Why twice: user space cannot take part in the data path's atomic
+    retire (schemes/talb.h talb_retire), so it keeps well clear of entries
+    the data path may still touch. The data path forgets an entry idle for
+    tensor_idle_us by itself on its next packet; the sweeper only takes
+    what stayed idle for twice that. (A packet for an entry idle that long,
+    arriving in the microseconds between this function's read and its
+    delete, could still make the live count off by one.)
 
     The data path adds to group_state and tensor_count atomically; user
     space cannot, so it records its removals in group_swept and
@@ -561,7 +569,7 @@ def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
     Completed (done) entries are removed too, without accounting: they
     are no longer counted as live. Returns the number removed."""
     if idle_s is None:
-        idle_s = read_config(maps)["tensor_idle_us"] / 1e6
+        idle_s = 2 * read_config(maps)["tensor_idle_us"] / 1e6
     now = _monotonic_ns() if now_ns is None else now_ns
     removed: dict[int, dict[int, int]] = {}
     total = removed_all = 0

@@ -264,12 +264,13 @@ class TensorEntry(ctypes.Structure):
     _fields_ = [
         ("first_seen_ns", ctypes.c_uint64),
         ("last_seen_ns", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
         ("prev_port", ctypes.c_uint32),
         ("group_id", ctypes.c_uint32),
         ("received", ctypes.c_uint32),
         ("tensor_len", ctypes.c_uint16),
         ("layer", ctypes.c_uint8),
-        ("flags", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8),
     ]
 
 

@@ -327,7 +327,7 @@ static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme
 		idx = talb_scheme_pick(scheme, &pkt, g, gid, cfg, now, &dcnt);
 	}
 	if (flags & TALB_SCRATCH_REMEMBER)
-		talb_remember_midstream(&pkt, g, gid, idx, now);
+		idx = talb_remember_midstream(&pkt, g, gid, idx, now);
 	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
 }
 

@@ -71,10 +71,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def loaded_switch(suffix: str, n_ports: int, **link):
+def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), **link):
     """A namespace ``<new prefix>-<suffix>`` with veth pairs p<i>/q<i> for
     i < ``n_ports``, all up (and ``link`` set, e.g. mtu=1600), and the switch
-    program loaded there: yields (namespace, SwitchDatapath, {name: ifindex}).
+    program loaded there (compiled with ``cflags``): yields (namespace, SwitchDatapath, {name: ifindex}).
     Closes the program and removes the namespace afterwards."""
     from pyroute2 import IPRoute, netns
 
@@ -95,7 +95,7 @@ def loaded_switch(suffix: str, n_ports: int, **link):
                 for n in (f"p{i}", f"q{i}"):
                     ifindex[n] = ipr.link_lookup(ifname=n)[0]
                     ipr.link("set", index=ifindex[n], state="up", **link)
-        dp = SwitchDatapath(name, tempfile.gettempdir() + "/unused-pins").load()
+        dp = SwitchDatapath(name, tempfile.gettempdir() + "/unused-pins").load(cflags=cflags)
         yield name, dp, ifindex
     finally:
         if dp is not None:

@@ -157,6 +157,8 @@
 #define CNT_CONGA_FB_RECEIVED   53  /* feedback stored (congestion-to-leaf)  */
 #define CNT_CONGA_PUSH_FAIL     54  /* no room (IHL) or adjust_room failed   */
 #define CNT_CONGA_DROP_STRIP_FAIL 55 /* strip failed at a host edge: dropped */
+#define CNT_TALB_JOINED         56  /* another CPU placed the tensor first:
+                                       its port, not this packet's choice */
 #define TALB_NR_COUNTERS        64
 
 /* ---- wire format (DESIGN section 4, bpf/include/talb/talb_option.h) --- */

@@ -77,6 +77,18 @@ TALB_MAP("array", __u32, __u32, conga_fb_cursor, TALB_CONGA_MAX_LEAVES);
 /* host IPv4 address (network byte order) -> its leaf id (user space) */
 TALB_MAP("hash", __be32, __u32, conga_leaf_of, TALB_MAX_ROUTES);
 
+#ifdef TALB_TEST_INTERLEAVE
+/* Tests only (tests/test_talb_races.py compiles with -DTALB_TEST_INTERLEAVE):
+ * what another CPU writes between this CPU's tensor lookup and its insert
+ * (schemes/talb.h talb_other_cpu). Never in a switch's program. */
+struct talb_interleave {
+	struct tensor_key key;
+	__u64 armed;
+	struct tensor_entry entry;
+};
+TALB_MAP("array", __u32, struct talb_interleave, test_interleave, 1);
+#endif
+
 /* Per-CPU counters: a plain add, no atomics (and bcc 0.26 rejects using
  * the return value of __sync_fetch_and_add anyway). */
 static __always_inline void talb_count(__u32 idx)

@@ -62,12 +62,17 @@ struct tensor_key {
 struct tensor_entry {
 	__u64 first_seen_ns;    /* bpf_ktime_get_ns (CLOCK_MONOTONIC) */
 	__u64 last_seen_ns;
+	/* TALB_TENSOR_DONE, set in place with an atomic fetch-or whose old
+	 * value says which CPU ended the tensor's life (schemes/talb.h). 64
+	 * bits: bcc 0.26's LLVM returns an atomic's old value only for 64-bit
+	 * operands. */
+	__u64 flags;
 	__u32 prev_port;        /* ifindex of the port the tensor took */
 	__u32 group_id;         /* whose live-layer counts include it */
 	__u32 received;         /* packets seen, this one included */
 	__u16 tensor_len;       /* packets, from the option */
 	__u8 layer;
-	__u8 flags;             /* TALB_TENSOR_DONE */
+	__u8 pad;
 };
 
 /* group_state[group_id]: what the data path keeps per group (array map,

@@ -19,8 +19,12 @@
  * per sending host only, so the sender is part of the key (issue 8;
  * docs/talb-decisions.md). A tensor is live from its first
  * packet (pkt_idx 0) to its LAST packet (or the packet of index
- * tensor_len - 1); then its entry is marked done -- no longer live, but
- * kept for packets sent again after the last one -- until it is idle. A
+ * tensor_len - 1); then its entry is marked done in place -- no longer
+ * live, but kept for packets sent again after the last one -- until it is
+ * idle. Several CPUs decide at once (issue 16): an entry is never absent
+ * while its tensor is in flight, the insert that wins places the tensor
+ * for every packet (CNT_TALB_JOINED), and exactly one CPU retires an entry
+ * from the live counts (talb_retire). A
  * hit on an entry idle longer than config tensor_idle_us removes it first
  * (CNT_TALB_AGED); user space sweeps entries that are never hit again
  * (agent/control.py sweep_tensors). A tensor that ends with its first
@@ -212,33 +216,80 @@ static __always_inline void talb_account(__u32 gid, __u32 layer, __u32 delta)
 	}
 }
 
+/* End an entry's life as a live tensor: whichever CPU flips DONE (an
+ * atomic fetch-or, its old value unset) takes it out of the live counts,
+ * exactly once however completion and ageing interleave on the CPUs.
+ * Returns 1 for that CPU. */
+static __always_inline int talb_retire(struct tensor_entry *e)
+{
+	__u32 gid = e->group_id, layer = e->layer;
+	__u64 old = __sync_fetch_and_or(&e->flags, (__u64)TALB_TENSOR_DONE);
+
+	if (old & TALB_TENSOR_DONE)
+		return 0;
+	talb_account(gid, layer, (__u32)-1);
+	return 1;
+}
+
+/* An idle entry goes: retired first (so that a CPU completing it at the
+ * same time cannot account for it again), then deleted. */
 static __always_inline void talb_forget(struct tensor_key *key,
 					struct tensor_entry *e)
 {
-	__u32 gid = e->group_id, layer = e->layer, done = e->flags & TALB_TENSOR_DONE;
-
-	if (tensors.delete(key) == 0 && !done)
-		talb_account(gid, layer, (__u32)-1);
+	talb_retire(e);
+	tensors.delete(key);
 }
 
 /* A tensor's last packet went by: it is no longer live (live layers,
  * occupancy), but its entry stays, marked done, so that packets sent again
  * after it (TCP retransmissions of earlier segments come after the last
- * one) still take its port; it goes when idle. The flip is a delete and a
- * re-insert, so that of two CPUs completing one tensor only the one whose
- * delete succeeded accounts for it (bcc 0.26 cannot use an atomic's
- * result). */
-static __always_inline void talb_complete(struct tensor_key *key,
-					  struct tensor_entry *e)
+ * one) still take its port; it goes when idle. Marked in place: the entry
+ * is never absent in between, so a retransmission on another CPU always
+ * finds it. (It used to be a delete and a re-insert: a packet looked up in
+ * that gap was "unknown midway", took the fallback's port and remembered
+ * it, and the tensor split.) */
+static __always_inline void talb_complete(struct tensor_entry *e)
 {
-	struct tensor_entry done = *e;
-
-	if (tensors.delete(key) == 0) {
-		talb_account(done.group_id, done.layer, (__u32)-1);
-		done.flags |= TALB_TENSOR_DONE;
-		tensors.insert(key, &done);
+	if (talb_retire(e))
 		talb_count(CNT_TALB_COMPLETED);
+}
+
+/* Tests make another CPU's insert happen right here, between this CPU's
+ * lookup and its own insert, once: the interleaving two CPUs produce by
+ * chance, made deterministic (tests/test_talb_races.py). */
+#ifdef TALB_TEST_INTERLEAVE
+static __always_inline void talb_other_cpu(struct tensor_key *key)
+{
+	__u32 zero = 0;
+	struct talb_interleave *x = test_interleave.lookup(&zero);
+
+	if (x && x->armed && x->key.saddr == key->saddr &&
+	    x->key.tensor_id == key->tensor_id) {
+		x->armed = 0;
+		tensors.insert(key, &x->entry);
 	}
+}
+#else
+#define talb_other_cpu(key) do { } while (0)
+#endif
+
+/* Another CPU inserted this tensor's entry between our lookup and our
+ * insert: follow the port it chose, so that every packet of the tensor
+ * takes one path. Keeps idx when that entry is gone again or its port is
+ * not usable here. */
+static __always_inline __u32 talb_join(struct tensor_key *key,
+				       const struct fwd_group *g, __u32 idx, __u32 n)
+{
+	struct tensor_entry *e = tensors.lookup(key);
+	int i;
+
+	if (!e)
+		return idx;
+	i = talb_port_index(g, e->prev_port, n);
+	if (i < 0 || !talb_port_up(e->prev_port))
+		return idx;
+	talb_count(CNT_TALB_JOINED);
+	return i;
 }
 
 /* A table entry for the packet's tensor, first seen now, on `port`. */
@@ -264,16 +315,24 @@ static __always_inline void talb_entry_fill(struct tensor_entry *t,
  * backlog, 51 + 33 packets on two uplinks). Its start was not placed here
  * because it was lost before this switch and not yet resent, the table was
  * full then, the scheme was switched since, or its entry aged out. */
-static __always_inline void talb_remember_midstream(const struct talb_pkt *p,
-						    const struct fwd_group *g,
-						    __u32 gid, __u32 idx, __u64 now)
+/* Returns the index the packet takes: idx, or the port of an entry
+ * another CPU inserted first (its first packet placed by TaLB on another
+ * CPU right now: the insert that wins decides for every packet). */
+static __always_inline __u32 talb_remember_midstream(const struct talb_pkt *p,
+						     const struct fwd_group *g,
+						     __u32 gid, __u32 idx, __u64 now)
 {
 	struct tensor_key key = { .saddr = p->saddr, .tensor_id = p->tensor_id };
 	struct tensor_entry fresh = {};
+	__u32 n = g->n_ports;
 
-	talb_entry_fill(&fresh, p, g->ifindex[idx & (TALB_MAX_GROUP_PORTS - 1)], gid, now);
+	idx &= TALB_MAX_GROUP_PORTS - 1;
+	talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
 	fresh.flags = TALB_TENSOR_DONE;
-	tensors.insert(&key, &fresh);   /* BPF_NOEXIST: first CPU wins */
+	talb_other_cpu(&key);
+	if (tensors.insert(&key, &fresh) == 0)  /* BPF_NOEXIST: first CPU wins */
+		return idx;
+	return talb_join(&key, g, idx, n);
 }
 
 /* The TaLB decision for a group of n >= 2 ports: an index < n (counted as
@@ -309,7 +368,10 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 			  TALB_DEFAULT_IDLE_US) * 1000;
 
 	e = tensors.lookup(&key);
-	if (e && now - e->last_seen_ns > idle_ns) {
+	/* Signed: another CPU may have stamped last_seen_ns after this one
+	 * read `now`; unsigned, that difference wrapped to "idle for ages",
+	 * and a live tensor was forgotten and placed again, elsewhere. */
+	if (e && (__s64)(now - e->last_seen_ns) > (__s64)idle_ns) {
 		talb_forget(&key, e);
 		talb_count(CNT_TALB_AGED);
 		e = 0;
@@ -359,17 +421,19 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 		 * when `received` reaches tensor_len: retransmissions count
 		 * too, and ended tensors early (their tails then placed as new
 		 * tensors, on other ports: seen on the live fabric). */
-		if (!(e->flags & TALB_TENSOR_DONE) &&
-		    ((p->flags & TALB_PKT_LAST) || p->pkt_idx + 1 >= e->tensor_len))
-			talb_complete(&key, e);
+		if ((p->flags & TALB_PKT_LAST) || p->pkt_idx + 1 >= e->tensor_len)
+			talb_complete(e);
 	} else if (insert) {
 		talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
 		/* BPF_NOEXIST: another CPU inserting the same tensor
-		 * meanwhile wins; this packet keeps its own decision and
-		 * is not counted twice. */
+		 * meanwhile (a later packet of it met midway, or its first
+		 * packet sent again) wins, and this packet follows it. */
+		talb_other_cpu(&key);
 		if (tensors.insert(&key, &fresh) == 0) {
 			talb_account(gid, p->layer, 1);
 			talb_count(CNT_TALB_INSERTED);
+		} else {
+			idx = talb_join(&key, g, idx, n);
 		}
 	}
 	return idx;
