@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from pathlib import Path
 from talb import paths, testbed
 from talb.wire import TensorKey
 from workload.capture import CaptureError, start_capture, tensor_ports
-from workload.netexec import finish, ns_popen, stop
+from workload.netexec import ns_popen, stop
 from workload.snowflake import DEFAULT_WORKER_BITS
 
 # Each sender is one process, and a host's processes draw tensor ids from
@@ -101,6 +102,28 @@ def _readline(proc: subprocess.Popen, timeout: float) -> str:
         if not sel.select(timeout):
             return ""
     return proc.stdout.readline()
+
+
+def _communicate_all(procs: list[subprocess.Popen], timeout: float) -> list:
+    """Every process's (stdout, stderr), all read at once; None for one
+    still running after ``timeout`` seconds (the caller ends it). Read one
+    after the other, a process whose pipe nobody reads blocks once 64 KiB
+    are in it -- the receiver writes a line per tensor -- and with it every
+    sender waiting for its ACKs: 8 senders x 150 tensors hung for good."""
+    results: list = [None] * len(procs)
+
+    def one(i: int) -> None:
+        try:
+            results[i] = procs[i].communicate(timeout=timeout)
+        except (subprocess.TimeoutExpired, ValueError, OSError):
+            pass
+
+    readers = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(procs))]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    return results
 
 
 def _last_line(err: str, returncode: int) -> str:
@@ -179,24 +202,23 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
                     *APP, "send", "--dst", hosts[dst].ip, "--port", str(port), "--worker", str(w),
                     "--tensors", str(tensors), "--layers", str(layers), "--size", str(size), *ids]))
 
+        outputs = _communicate_all(procs, left())
         sent, errors = [], []
         for w, proc in enumerate(procs[1:]):
-            try:
-                out, err = finish(proc, left())
-            except subprocess.TimeoutExpired:
+            if outputs[w + 1] is None:
                 raise testbed.TestbedError(
                     f"sender {w} on {worker_src[w]} did not finish within {timeout:g} s "
-                    "(every sender and the receiver were ended)") from None
+                    "(every sender and the receiver were ended)")
+            out, err = outputs[w + 1]
             if proc.returncode != 0:
                 errors.append(f"sender {w} on {worker_src[w]}: {_last_line(err, proc.returncode)}")
             sent += [r for r in _read_json_lines(out) if "tensor_id" in r]
         if errors:
             raise testbed.TestbedError("sender failed: " + "; ".join(errors))
-        try:
-            out, err = finish(receiver, min(left(), 30.0))
-        except subprocess.TimeoutExpired:
-            raise testbed.TestbedError(f"receiver on {dst} did not finish after its senders") from None
-        received = {(r["worker"], r["seq"]): r for r in _read_json_lines(out) if "seq" in r}
+        if outputs[0] is None:
+            raise testbed.TestbedError(f"receiver on {dst} did not finish after its senders")
+        received = {(r["worker"], r["seq"]): r for r in _read_json_lines(outputs[0][0])
+                    if "seq" in r}
         for cap in captures:
             cap.stop()
         try:
