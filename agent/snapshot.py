@@ -4,7 +4,6 @@ never sees half a file)."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -27,10 +26,8 @@ def write_snapshot(path: Path, readings: dict, info: dict, *, make_dir: bool = T
     data = {**info, "written": time.time(),
             "switches": {name: asdict(r) for name, r in sorted(readings.items())}}
     if make_dir:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+        paths.private_dir(path.parent)
+    paths.write_private(path, json.dumps(data))
 
 
 def read_snapshots(prefix: str) -> list[dict]:

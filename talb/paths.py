@@ -3,7 +3,11 @@
 Everything lives under /run/talb (tmpfs: gone after a reboot, like the
 namespaces themselves). Maps are pinned on a bpffs mounted by the project at
 /run/talb/bpffs, not /sys/fs/bpf: `ip netns exec` remounts /sys and hides
-/sys/fs/bpf from processes inside a namespace (DESIGN §4).
+/sys/fs/bpf from processes inside a namespace (DESIGN §4). All of it is
+root-only (directories 0700, files and pins 0600), set explicitly by
+:func:`private_dir` and :func:`private_file` whatever the umask: pins give
+read/write access to the maps, lock files are the agent's and id slots'
+mutual exclusion, and state files name pids that `down` signals.
 """
 from __future__ import annotations
 
@@ -31,6 +35,50 @@ def check_prefix(prefix: str) -> str:
             f"prefix: must be 1-12 lowercase letters or digits starting with a letter, got {prefix!r}"
         )
     return prefix
+
+
+PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
+
+
+def _ours(d: Path) -> bool:
+    return d == RUN_DIR or RUN_DIR in d.parents
+
+
+def private_dir(path: str | os.PathLike) -> Path:
+    """``mkdir -p`` that leaves 0700 on ``path``, on the directories it made
+    and on those up to RUN_DIR: mkdir -p gives parents the umask's mode, and
+    a directory left by an older version or another umask is fixed on reuse."""
+    path = Path(path)
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    for d in (path, *path.parents):
+        made = existing in d.parents
+        if d != path and not made and not _ours(d):
+            break
+        os.chmod(d, PRIVATE_DIR_MODE)
+    return path
+
+
+def private_file(path: str | os.PathLike, flags: int = os.O_WRONLY | os.O_TRUNC) -> int:
+    """An fd of ``path``, created or reused with mode 0600 (fchmod: the
+    create mode goes through the umask, and a reused file keeps its own)."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private(path: str | os.PathLike, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically (a reader never sees half a
+    file), mode 0600."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with os.fdopen(private_file(tmp), "w") as f:
+        f.write(text)
+    tmp.replace(path)
 
 
 def state_dir(prefix: str) -> Path:

@@ -54,10 +54,8 @@ def read_state(prefix: str) -> dict:
 
 def _write_state(prefix: str, state: dict) -> None:
     path = paths.state_file(prefix)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(path)  # atomic: a reader never sees half a state file
+    paths.private_dir(path.parent)
+    paths.write_private(path, json.dumps(state, indent=2))  # atomic, root-only
 
 
 def load_topology_of(prefix: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -197,6 +198,59 @@ def test_up_starts_the_agent_and_down_stops_it(prefix):
     assert talb("testbed", "down", "--prefix", prefix).returncode == 0
     assert not alive(pid), "down left the agent running"
     assert_nothing_left(prefix)
+
+
+def private_modes(root) -> dict[str, str]:
+    """Every path under ``root`` (itself too) with group or other permission bits: {path: mode}."""
+    found = {}
+    for path in (root, *root.rglob("*")):
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if mode & 0o077:
+            found[str(path)] = oct(mode)
+    return found
+
+
+def test_state_and_pins_are_root_only_whatever_the_umask(prefix):
+    """State, pid, lock, log and snapshot files, id-slot locks and pinned maps:
+    directories 0700, files 0600, under umask 0 and in a state directory left
+    world-readable by an older version."""
+    from agent.daemon import running_pid
+    from agent.snapshot import snapshot_path
+    from workload.id_slots import SlotIds, slot_dir
+
+    old = paths.state_dir(prefix)
+    old.mkdir(parents=True)
+    os.chmod(old, 0o755)
+    (old / "agent.log").write_text("an older run's log\n")
+    os.chmod(old / "agent.log", 0o644)
+    up = subprocess.run([*TALB, "testbed", "up", "--prefix", prefix, "--metrics-port", str(free_port()),
+                         *[a for a in SMALL if a != "--no-agent"]],
+                        capture_output=True, text=True, timeout=120, umask=0)
+    assert up.returncode == 0, up.stderr + up.stdout
+    assert running_pid(prefix)
+    mask = os.umask(0)
+    try:
+        ids = SlotIds(slot_dir(prefix, "h0"))  # what a tensor sender on h0 claims
+        ids.claim()
+    finally:
+        os.umask(mask)
+    try:
+        deadline = time.monotonic() + 10
+        while not snapshot_path(prefix).exists():
+            assert time.monotonic() < deadline, "the agent wrote no snapshot"
+            time.sleep(0.1)
+        state, pins = paths.state_dir(prefix), paths.pin_dir(prefix)
+        made = {p.name for p in state.rglob("*")}
+        assert {"state.json", "agent.pid", "agent.lock", "agent.start.lock", "agent.log",
+                "agent.json", "ids", "h0"} <= made, made
+        assert any(n.startswith("slot-") for n in made), made
+        assert {p.name for p in pins.rglob("*")} >= {"leaf0", "h0", "config", "flow_isn"}
+        for top in (paths.RUN_DIR, paths.BPFFS_DIR):  # their other entries are not ours to walk
+            assert not stat.S_IMODE(top.stat().st_mode) & 0o077, f"{top} is open to others"
+        assert private_modes(state) == {}
+        assert private_modes(pins) == {}
+    finally:
+        ids.release()
 
 
 def test_agent_refuses_the_bridge_datapath(prefix):

@@ -134,7 +134,7 @@ class SlotIds:
         return self._gen
 
     def _claim(self) -> Snowflake:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        paths.private_dir(self.directory)
         deadline = time.monotonic() + self.timeout
         # Start at a pid-dependent slot so that processes starting together
         # rarely contend for the same file.
@@ -142,8 +142,7 @@ class SlotIds:
         while True:
             for k in range(self.slots):
                 n = (first + k) % self.slots
-                fd = os.open(self.directory / f"slot-{n:02d}",
-                             os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = paths.private_file(self.directory / f"slot-{n:02d}", os.O_RDWR)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
