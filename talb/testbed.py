@@ -79,6 +79,10 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     if agent is not None and datapath != "bpf":
         raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
                            "to manage (use --no-agent with --datapath bridge)")
+    if agent is not None:
+        from agent.config import AgentConfig
+
+        AgentConfig(**agent)  # a bad --metrics-addr fails before anything is built
     require_root()
     if exists(prefix):
         if not replace:

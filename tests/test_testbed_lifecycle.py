@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -182,6 +183,31 @@ def alive(pid: int, wait: float = 5.0) -> bool:
     return True
 
 
+def listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket ``pid`` listens on (/proc: its
+    socket inodes matched against its namespace's tcp and tcp6 tables)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                    continue
+                addr, port = fields[1].split(":")
+                raw = b"".join(int(addr[i:i + 8], 16).to_bytes(4, "little")
+                               for i in range(0, len(addr), 8))
+                found.add((socket.inet_ntop(family, raw), int(port, 16)))
+    return found
+
+
 def test_up_starts_the_agent_and_down_stops_it(prefix):
     import urllib.request
 
@@ -195,6 +221,7 @@ def test_up_starts_the_agent_and_down_stops_it(prefix):
     assert pid and testbed.status(prefix)["agent_pid"] == pid
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         assert b"talb_port_pcm" in resp.read()
+    assert listening(pid) == {("127.0.0.1", port)}, "the agent listens beyond loopback"
     assert talb("testbed", "down", "--prefix", prefix).returncode == 0
     assert not alive(pid), "down left the agent running"
     assert_nothing_left(prefix)
@@ -208,6 +235,19 @@ def private_modes(root) -> dict[str, str]:
         if mode & 0o077:
             found[str(path)] = oct(mode)
     return found
+
+
+def test_metrics_addr_binds_only_where_told(prefix):
+    from agent.daemon import running_pid
+
+    bad = talb("testbed", "up", "--prefix", prefix, "--metrics-addr", "0.0.0.0;id", *SMALL[:-1])
+    assert bad.returncode == 1 and "--metrics-addr" in bad.stderr, bad.stderr
+    assert_nothing_left(prefix)  # refused before anything was built
+    port = free_port()
+    up = talb("testbed", "up", "--prefix", prefix, "--metrics-addr", "127.0.0.2",
+              "--metrics-port", str(port), *SMALL[:-1])
+    assert up.returncode == 0, up.stderr + up.stdout
+    assert listening(running_pid(prefix)) == {("127.0.0.2", port)}
 
 
 def test_state_and_pins_are_root_only_whatever_the_umask(prefix):
