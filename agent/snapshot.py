@@ -16,7 +16,7 @@ SNAPSHOT_GLOB = "agent*.json"
 def snapshot_path(prefix: str, switch: str | None = None) -> Path:
     """``/run/talb/<prefix>/agent.json`` (prefix mode) or
     ``agent-<switch>.json`` (one switch)."""
-    name = "agent.json" if switch is None else f"agent-{switch}.json"
+    name = "agent.json" if switch is None else f"agent-{paths.check_node(switch, 'switch')}.json"
     return paths.state_dir(prefix) / name
 
 

@@ -26,7 +26,14 @@ BPF_SRC_DIR = _PACKAGED_BPF if _PACKAGED_BPF.is_dir() else REPO_ROOT / "bpf"
 DEFAULT_PREFIX = "talb"
 # Letters and digits only: namespaces are named "<prefix>-<node>", so a prefix
 # without '-' can never match another prefix's namespaces in a prefix scan.
-PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+# \Z, not $: "$" also matches before a final newline ("talb\n").
+PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,11}\Z")
+# Node (host, switch) names: part of namespace and pin paths, and a switch's
+# port is named after its peer, so 12 characters leave room for a "-N"
+# parallel-link suffix within IFNAMSIZ (15).
+NODE_RE = re.compile(r"^[a-z][a-z0-9]{0,11}\Z")
+# A namespace given by hand (`talb agent --netns`): a file under /run/netns.
+NETNS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
 
 def check_prefix(prefix: str) -> str:
@@ -42,6 +49,20 @@ PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
 
 def _ours(d: Path) -> bool:
     return d == RUN_DIR or RUN_DIR in d.parents
+
+
+def check_node(name: str, field: str = "node") -> str:
+    if not isinstance(name, str) or not NODE_RE.match(name):
+        raise ValueError(f"{field}: must be 1-12 lowercase letters or digits starting with a "
+                         f"letter, got {name!r}")
+    return name
+
+
+def check_netns(name: str, field: str = "netns") -> str:
+    if not isinstance(name, str) or not NETNS_RE.match(name) or ".." in name:
+        raise ValueError(f"{field}: must be 1-64 letters, digits, '_', '.' or '-' (no '..'), "
+                         f"got {name!r}")
+    return name
 
 
 def private_dir(path: str | os.PathLike) -> Path:
@@ -91,8 +112,8 @@ def state_file(prefix: str) -> Path:
 
 def pin_dir(prefix: str, switch: str | None = None) -> Path:
     base = BPFFS_DIR / check_prefix(prefix)
-    return base / switch if switch else base
+    return base / check_node(switch) if switch else base
 
 
 def netns_name(prefix: str, node: str) -> str:
-    return f"{check_prefix(prefix)}-{node}"
+    return f"{check_prefix(prefix)}-{check_node(node)}"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 import pytest
@@ -49,3 +50,44 @@ def test_private_files_are_0600_whatever_the_umask_or_their_old_mode(tmp_path, u
     paths.write_private(old, "2\n")
     assert mode(old) == 0o600 and old.read_text() == "2\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.pid", "new.lock"]  # no tmp left
+
+
+HOSTILE = ["../../etc", "a;rm -rf", "$(id)", "`id`", "a/b", "..", "a b", "talb\n", "-x", "Talb",
+           "abcdefghijklm", ""]
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_prefixes_and_node_names_that_could_escape_are_refused(bad):
+    with pytest.raises(ValueError, match=r"^prefix: .*" + re.escape(repr(bad))):
+        paths.state_dir(bad)
+    with pytest.raises(ValueError, match="^prefix: "):
+        paths.pin_dir(bad)
+    with pytest.raises(ValueError, match=r"^node: .*" + re.escape(repr(bad))):
+        paths.netns_name("talb", bad)
+    if bad:  # pin_dir(prefix, "") is the prefix's own directory
+        with pytest.raises(ValueError, match="^node: "):
+            paths.pin_dir("talb", bad)
+
+
+def test_paths_of_switches_hosts_and_addresses_are_checked():
+    from agent.snapshot import snapshot_path
+    from workload.id_slots import slot_dir
+
+    with pytest.raises(ValueError, match="^switch: "):
+        snapshot_path("talb", "../../etc/x")
+    with pytest.raises(ValueError, match="^host: "):
+        slot_dir("talb", "../h0")
+    with pytest.raises(ValueError):
+        slot_dir(None, None, "../../198.18.0.1")
+    assert slot_dir(None, None, "198.18.0.1").name == "addr-198.18.0.1"
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "..", "a b", "$(id)", "x;y", "n\n", "", "x" * 65])
+def test_hand_given_namespaces_are_checked(bad):
+    with pytest.raises(ValueError, match=r"^--netns: "):
+        paths.check_netns(bad, "--netns")
+
+
+def test_usual_namespace_names_pass():
+    for ok in ("talb-leaf0", "sw1", "ns_a.b", "T1"):
+        assert paths.check_netns(ok) == ok

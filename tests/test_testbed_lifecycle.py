@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from conftest import new_prefix
 from helpers import free_port
@@ -104,6 +105,51 @@ def test_bad_topology_file_is_named(prefix, tmp_path):
 def test_bad_prefix_is_refused(bcc):
     result = talb("testbed", "up", "--prefix", "Bad-Prefix")
     assert result.returncode == 1 and "prefix" in result.stderr
+
+
+def _made_for(bad: str, before: set[str]) -> list[str]:
+    """Namespaces and run-time entries that ``bad`` could have made (other
+    testbeds may come and go meanwhile: only names containing it count)."""
+    from pyroute2 import netns
+
+    tail = bad.rsplit("/", 1)[-1] or bad
+    names = [n for n in netns.listnetns() if tail in n]
+    names += [n for n in set(os.listdir(paths.RUN_DIR)) - before if tail in n]
+    return names + [str(p) for p in (paths.RUN_DIR / bad / "state.json",
+                                     paths.BPFFS_DIR / bad) if p.exists()]
+
+
+@pytest.mark.parametrize("bad", ["../../etc", "a;rm -rf", "$(id)", "a b", "x" * 13, "talb\n"])
+def test_hostile_prefixes_are_refused_before_anything_is_made(bcc, bad):
+    before = set(os.listdir(paths.RUN_DIR))
+    for args in (["testbed", "up", *SMALL], ["testbed", "down"], ["agent"]):
+        result = talb(*args, "--prefix", bad)
+        assert result.returncode == 1, (args, result.stdout + result.stderr)
+        assert "prefix: must be 1-12 lowercase" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert _made_for(bad, before) == []
+
+
+@pytest.mark.parametrize("bad", ["a/b", "../../etc", "h0;reboot", "$(id)", "abcdefghijklmnop"])
+def test_hostile_node_names_in_a_topology_file_are_refused(prefix, tmp_path, bad):
+    topo = tmp_path / "bad.yaml"
+    topo.write_text(yaml.safe_dump({"switches": ["s0"], "hosts": ["h0", "h1", bad],
+                                    "links": [{"between": [h, "s0"]} for h in ("h0", "h1", bad)]}))
+    result = talb("testbed", "up", "--prefix", prefix, "--topology", str(topo), "--no-agent")
+    assert result.returncode == 1
+    assert f"hosts[2].name: must be 1-12 lowercase" in result.stderr and repr(bad) in result.stderr
+    assert_nothing_left(prefix)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--switch", "../../etc"], "--switch"), (["--switch", "leaf0;id"], "--switch"),
+    (["--switch", "leaf0", "--netns", "../../proc/1/ns/net"], "--netns"),
+    (["--switch", "leaf0", "--netns", "$(id)"], "--netns"),
+])
+def test_hostile_agent_switch_and_netns_are_refused(prefix, args, option):
+    result = talb("agent", "--prefix", prefix, *args)
+    assert result.returncode == 1 and f"{option}: must be" in result.stderr, result.stderr
+    assert_nothing_left(prefix)
 
 
 def test_status_without_a_testbed_says_so(prefix):

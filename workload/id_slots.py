@@ -40,6 +40,7 @@ ids (tests use this to force collisions).
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import os
 import threading
 import time
@@ -66,10 +67,10 @@ def slot_dir(prefix: str | None, host: str | None, address: str | None = None) -
     for a host set up by hand (no testbed), ``/run/talb/ids/addr-<address>``,
     keyed by the address its tensors carry as source."""
     if prefix is not None and host is not None:
-        return paths.state_dir(prefix) / "ids" / host
+        return paths.state_dir(prefix) / "ids" / paths.check_node(host, "host")
     if address is None:
         raise ValueError("slot_dir: needs prefix and host, or the host's address")
-    return paths.RUN_DIR / "ids" / f"addr-{address}"
+    return paths.RUN_DIR / "ids" / f"addr-{ipaddress.ip_address(address)}"  # never a path
 
 
 class SlotIds:
