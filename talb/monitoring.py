@@ -299,7 +299,8 @@ def up(*, prometheus_port: int = DEFAULT_PROMETHEUS_PORT, grafana_port: int = DE
         if wanted and not _port_free(port):
             raise MonitoringError(f"{what}: port {port} on 127.0.0.1 is in use; pick another")
     paths.private_dir(mon_dir())
-    paths.write_private(mon_dir() / "prometheus.yml", json.dumps(prometheus_config(), indent=1))  # YAML ⊃ JSON
+    paths.write_private(mon_dir() / "prometheus.yml",
+                        json.dumps(prometheus_config(), indent=1))  # YAML ⊃ JSON
     found = write_targets()
     prom_url = f"http://127.0.0.1:{prometheus_port}"
     state = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dir": str(mon_dir()),
