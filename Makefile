@@ -10,7 +10,10 @@ PYTEST_ARGS ?=
 PROMETHEUS_PORT ?= 9090
 GRAFANA_PORT ?= 3000
 
-TOPO_ARG := $(if $(TOPOLOGY),--topology $(TOPOLOGY),)
+# One shell word whatever the value (PREFIX='a;rm -rf x' stays one argument,
+# which talb then refuses): single quotes, each ' inside as '\''.
+shq = '$(subst ','\'',$(1))'
+TOPO_ARG := $(if $(TOPOLOGY),--topology $(call shq,$(TOPOLOGY)),)
 
 .PHONY: help setup testbed testbed-down status monitoring monitoring-down test bench clean
 
@@ -24,23 +27,24 @@ help:
 	@echo "  sudo make test          run the test suite (what CI runs)"
 	@echo "  sudo make bench         benchmarks: data path (BPF vs empty, BPF vs bridge), agent loop, TaLB/host tagging cost"
 	@echo "  sudo make setup         install packages, kernel headers and the venv (done by the others)"
-	@echo "Variables: PREFIX=$(PREFIX) TOPOLOGY=<file.yaml> PYTEST_ARGS=... PROMETHEUS_PORT=$(PROMETHEUS_PORT) GRAFANA_PORT=$(GRAFANA_PORT)"
+	@echo Variables: PREFIX=$(call shq,$(PREFIX)) "TOPOLOGY=<file.yaml> PYTEST_ARGS=..." \
+		PROMETHEUS_PORT=$(call shq,$(PROMETHEUS_PORT)) GRAFANA_PORT=$(call shq,$(GRAFANA_PORT))
 
 setup:
 	@bash scripts/setup.sh
 
 testbed: setup
-	$(TALB) testbed up --replace --prefix $(PREFIX) $(TOPO_ARG)
-	$(TALB) testbed demo --prefix $(PREFIX)
+	$(TALB) testbed up --replace --prefix $(call shq,$(PREFIX)) $(TOPO_ARG)
+	$(TALB) testbed demo --prefix $(call shq,$(PREFIX))
 
 testbed-down: setup
-	$(TALB) testbed down --prefix $(PREFIX)
+	$(TALB) testbed down --prefix $(call shq,$(PREFIX))
 
 status: setup
-	$(TALB) testbed status --prefix $(PREFIX)
+	$(TALB) testbed status --prefix $(call shq,$(PREFIX))
 
 monitoring: setup
-	$(TALB) monitoring up --prometheus-port $(PROMETHEUS_PORT) --grafana-port $(GRAFANA_PORT)
+	$(TALB) monitoring up --prometheus-port $(call shq,$(PROMETHEUS_PORT)) --grafana-port $(call shq,$(GRAFANA_PORT))
 
 monitoring-down: setup
 	$(TALB) monitoring down
@@ -55,5 +59,5 @@ bench: setup
 
 clean:
 	-@[ -x $(TALB) ] && $(TALB) monitoring down || true
-	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(PREFIX) || true
+	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(call shq,$(PREFIX)) || true
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

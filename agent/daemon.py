@@ -111,7 +111,7 @@ def running_pid(prefix: str) -> int | None:
 
 
 def _open_lock(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    return paths.private_file(path, os.O_RDWR)
 
 
 def _hold_agent_lock(prefix: str) -> int | None:
@@ -214,7 +214,7 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
         agent = build(config, prefix=prefix, switch=switch, netns=netns, pin_dir=pin_dir)
         if switch is None:  # written once the testbed is known to be there
             pidf = pid_file(prefix)
-            pidf.write_text(f"{os.getpid()}\n")
+            paths.write_private(pidf, f"{os.getpid()}\n")
         metrics = AgentMetrics()
         metrics.describe_agent(mode="switch" if switch else "prefix",
                                target=switch or prefix, pid=os.getpid())
@@ -326,7 +326,7 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
             raise AgentError(f"an agent for prefix '{prefix}' is already running"
                              f"{f' (pid {other})' if other else ''}")
         pid = _spawn(prefix, config, timeout)
-        pid_file(prefix).write_text(f"{pid}\n")
+        paths.write_private(pid_file(prefix), f"{pid}\n")
     return pid
 
 
@@ -334,7 +334,7 @@ def _spawn(prefix: str, config: AgentConfig, timeout: float) -> int:
     """Start the agent process and wait until its /metrics answers."""
     logf = log_file(prefix)
     argv = [sys.executable, "-m", "talb.cli", "agent", "--prefix", prefix, *config_argv(config)]
-    with open(logf, "ab") as out:
+    with os.fdopen(paths.private_file(logf, os.O_WRONLY | os.O_APPEND), "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=paths.REPO_ROOT)
     _children[proc.pid] = proc

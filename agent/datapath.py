@@ -25,10 +25,15 @@ from agent import bpf_syscall as sc
 from agent.maps import MapSet
 
 try:
-    from talb.paths import BPF_SRC_DIR, BPFFS_DIR
+    from talb.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir
 except ImportError:  # pragma: no cover
     BPF_SRC_DIR = Path(__file__).resolve().parent.parent / "bpf"
     BPFFS_DIR = Path("/run/talb/bpffs")
+
+    def private_dir(path):
+        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+        return Path(path)
 
 __all__ = [
     "BpfDatapath", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "remove_pins",
@@ -80,15 +85,16 @@ def ensure_bpffs(path: str | os.PathLike = BPFFS_DIR) -> Path:
     remounts /sys and hides /sys/fs/bpf inside namespaces (DESIGN section 4).
     """
     path = Path(path)
-    if is_bpffs(path):
-        return path
-    path.mkdir(parents=True, exist_ok=True)
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    ret = libc.mount(b"bpf", os.fsencode(path), b"bpf", ctypes.c_ulong(0), None)
-    if ret != 0:
-        err = ctypes.get_errno()
-        if not (err == errno.EBUSY and is_bpffs(path)):
-            raise OSError(err, f"mount -t bpf bpf {path}: {os.strerror(err)}")
+    if not is_bpffs(path):
+        private_dir(path)
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        ret = libc.mount(b"bpf", os.fsencode(path), b"bpf", ctypes.c_ulong(0), None)
+        if ret != 0:
+            err = ctypes.get_errno()
+            if not (err == errno.EBUSY and is_bpffs(path)):
+                raise OSError(err, f"mount -t bpf bpf {path}: {os.strerror(err)}")
+    if path.resolve() == Path(BPFFS_DIR).resolve():
+        os.chmod(path, 0o700)  # a bpffs root is 1777: ours holds nothing for other users
     return path
 
 
@@ -336,10 +342,11 @@ class BpfDatapath:
         self._need_loaded()
         if self.pin_dir.resolve().is_relative_to(Path(BPFFS_DIR).resolve()):
             ensure_bpffs()
-        self.pin_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.pin_dir)
         for name in self.MAPS_CLASS.SPECS:
             path = self.pin_dir / name
             fd = self.bpf[name.encode()].map_fd
+            same = False
             if path.exists():
                 try:
                     old = sc.obj_get(path)
@@ -348,11 +355,14 @@ class BpfDatapath:
                     finally:
                         os.close(old)
                 except OSError:
-                    same = False
-                if same:
-                    continue
-                path.unlink()
-            sc.obj_pin(fd, path)
+                    pass
+                if not same:
+                    path.unlink()
+            if not same:
+                sc.obj_pin(fd, path)
+            # root-only, also a pin kept from before: the pin's mode is what
+            # guards BPF_OBJ_GET, i.e. reading and writing the map
+            os.chmod(path, 0o600)
         return self.pin_dir
 
     def close(self) -> None:

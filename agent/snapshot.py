@@ -4,7 +4,6 @@ never sees half a file)."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +16,7 @@ SNAPSHOT_GLOB = "agent*.json"
 def snapshot_path(prefix: str, switch: str | None = None) -> Path:
     """``/run/talb/<prefix>/agent.json`` (prefix mode) or
     ``agent-<switch>.json`` (one switch)."""
-    name = "agent.json" if switch is None else f"agent-{switch}.json"
+    name = "agent.json" if switch is None else f"agent-{paths.check_node(switch, 'switch')}.json"
     return paths.state_dir(prefix) / name
 
 
@@ -27,10 +26,8 @@ def write_snapshot(path: Path, readings: dict, info: dict, *, make_dir: bool = T
     data = {**info, "written": time.time(),
             "switches": {name: asdict(r) for name, r in sorted(readings.items())}}
     if make_dir:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+        paths.private_dir(path.parent)
+    paths.write_private(path, json.dumps(data))
 
 
 def read_snapshots(prefix: str) -> list[dict]:

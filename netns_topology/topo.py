@@ -9,6 +9,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from talb.paths import NODE_RE
+
 from .errors import TopologyError
 from .params import MAX_RATE, MIN_RATE, PARAMS, check_bool, check_int, check_keys, check_rate, check_word
 from .units import format_rate
@@ -18,8 +20,9 @@ HOST_NET = ipaddress.IPv4Network("198.18.0.0/15")
 MAC_PREFIX = "02:74:6c"  # locally administered; 0x74 0x6c = "tl"
 HOST_IFACE = "eth0"
 # Switch ports are named after their peer; 12 characters leave room for a
-# "-N" parallel-link suffix within IFNAMSIZ (15).
-_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+# "-N" parallel-link suffix within IFNAMSIZ (15). Also no '/', '..', spaces
+# or shell characters: names become namespace and pin paths.
+_NAME = NODE_RE
 _RESERVED = {"lo", "br0", HOST_IFACE}
 # HTB keeps a class's burst as a u32 count of 64 ns ticks.
 _HTB_MAX_BURST_SECONDS = (2**32 - 1) * 64e-9
@@ -93,7 +96,7 @@ def _check_ip(value) -> str:
 
 
 def _check_mac(value) -> str:
-    if not isinstance(value, str) or not re.match(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$", value.lower()):
+    if not isinstance(value, str) or not re.match(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}\Z", value.lower()):
         raise TopologyError("mac", f"must look like 02:74:6c:00:00:01, got {value!r}")
     if int(value[:2], 16) & 1:
         raise TopologyError("mac", f"must be a unicast address, got {value!r}")

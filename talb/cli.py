@@ -109,12 +109,15 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--agent/--no-agent", "with_agent", default=None,
               help="Start the PCM agent (talb agent) with the testbed; on by default with the "
                    "bpf data path. `talb agent --help` lists its options.")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+              help="Address of the agent's Prometheus /metrics endpoint (loopback unless "
+                   "told otherwise: the page describes the fabric).")
 @click.option("--metrics-port", type=int, default=9477, show_default=True,
-              help="The agent's Prometheus /metrics port (127.0.0.1).")
+              help="The agent's Prometheus /metrics port.")
 @PREFIX_OPTION
 def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_rate,
                oversubscription, queue_limit, tcp_cc, scheme, datapath, replace, with_agent,
-               metrics_port, prefix):
+               metrics_addr, metrics_port, prefix):
     """Build a fabric in network namespaces and attach the switch data path.
 
     Flags override the fields of --topology. Defaults: 2 spines, 2 leaves,
@@ -134,7 +137,7 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
                   f"{len(topo.switches)} switches, {len(topo.hosts)} hosts, datapath {datapath}")
     if with_agent is None:
         with_agent = datapath == "bpf"
-    agent = {"metrics_port": metrics_port} if with_agent else None
+    agent = {"metrics_addr": metrics_addr, "metrics_port": metrics_port} if with_agent else None
     from agent.daemon import AgentError
 
     try:

@@ -69,6 +69,11 @@ def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_
     if switch is None and (netns or pin_dir):
         raise ConfigError("--netns/--pin-dir: only with --switch (prefix mode finds every "
                           "switch from the testbed's state file)")
+    paths.check_prefix(prefix)
+    if switch is not None:  # part of pin and snapshot paths
+        paths.check_node(switch, "--switch")
+    if netns is not None:
+        paths.check_netns(netns, "--netns")
     config = AgentConfig(window_s=window_ms / 1e3, w1=w1, w2=w2, threshold=_threshold(threshold),
                          pcm_delay=pcm_delay, metrics_addr=metrics_addr, metrics_port=metrics_port,
                          log_level=log_level, read_strategy=read_strategy,

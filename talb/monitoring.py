@@ -81,7 +81,7 @@ def _alive(proc: dict) -> bool:
 
 def _spawn(name: str, argv: list[str], env: dict | None = None) -> dict:
     log = mon_dir() / f"{name}.log"
-    with open(log, "ab") as out:
+    with os.fdopen(paths.private_file(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                              start_new_session=True, env=env, cwd=mon_dir())
     return {"pid": p.pid, "start_time": _start_time(p.pid), "log": str(log), "argv": argv,
@@ -131,9 +131,7 @@ def read_state() -> dict | None:
 def _write_state(state: dict) -> None:
     clean = {**state, "processes": {k: {f: v for f, v in p.items() if not f.startswith("_")}
                                     for k, p in state["processes"].items()}}
-    tmp = state_file().with_suffix(".tmp")
-    tmp.write_text(json.dumps(clean, indent=2))
-    tmp.replace(state_file())
+    paths.write_private(state_file(), json.dumps(clean, indent=2))
 
 
 def _get(url: str, timeout: float = 1.0) -> str:
@@ -203,15 +201,13 @@ def write_targets(directory: Path | None = None) -> dict:
     """Rewrite the file_sd files (only when they change: Prometheus re-reads
     on change). Returns {job: targets}."""
     directory = directory or targets_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    paths.private_dir(directory)
     found = {AGENT_JOB: agent_targets(), RUN_JOB: run_targets()}
     for job, entries in found.items():
         path = directory / f"{job}.json"
         text = json.dumps(entries, indent=1, sort_keys=True)
         if not path.exists() or path.read_text() != text:
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
+            paths.write_private(path, text)
     return {job: [t for e in entries for t in e["targets"]] for job, entries in found.items()}
 
 
@@ -225,8 +221,8 @@ def follow_targets(interval_s: float = 1.0) -> None:
     try:
         while not stop and state_file().exists():
             write_targets()
-            watcher_file().parent.mkdir(parents=True, exist_ok=True)
-            watcher_file().touch()  # runs wait for a last scrape while this is fresh
+            paths.private_dir(watcher_file().parent)
+            watcher_file().touch(mode=0o600)  # runs wait for a last scrape while this is fresh
             time.sleep(interval_s)
     finally:
         watcher_file().unlink(missing_ok=True)
@@ -302,8 +298,9 @@ def up(*, prometheus_port: int = DEFAULT_PROMETHEUS_PORT, grafana_port: int = DE
                                ("--grafana-port", grafana_port, grafana_cmd is not None)):
         if wanted and not _port_free(port):
             raise MonitoringError(f"{what}: port {port} on 127.0.0.1 is in use; pick another")
-    mon_dir().mkdir(parents=True, exist_ok=True)
-    (mon_dir() / "prometheus.yml").write_text(json.dumps(prometheus_config(), indent=1))  # YAML ⊃ JSON
+    paths.private_dir(mon_dir())
+    paths.write_private(mon_dir() / "prometheus.yml",
+                        json.dumps(prometheus_config(), indent=1))  # YAML ⊃ JSON
     found = write_targets()
     prom_url = f"http://127.0.0.1:{prometheus_port}"
     state = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dir": str(mon_dir()),
@@ -326,7 +323,7 @@ def up(*, prometheus_port: int = DEFAULT_PROMETHEUS_PORT, grafana_port: int = DE
         _write_state(state)
         if grafana_cmd is not None:
             gdir = mon_dir() / "grafana"
-            gdir.mkdir(exist_ok=True)
+            paths.private_dir(gdir)
             procs["grafana"] = _spawn("grafana", [*grafana_cmd, "--homepath", _grafana_homepath()],
                                       env=grafana_env(prom_url, grafana_port, gdir))
             state["urls"]["grafana"] = f"http://127.0.0.1:{grafana_port}"

@@ -54,10 +54,8 @@ def read_state(prefix: str) -> dict:
 
 def _write_state(prefix: str, state: dict) -> None:
     path = paths.state_file(prefix)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(path)  # atomic: a reader never sees half a state file
+    paths.private_dir(path.parent)
+    paths.write_private(path, json.dumps(state, indent=2))  # atomic, root-only
 
 
 def load_topology_of(prefix: str):
@@ -81,6 +79,10 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     if agent is not None and datapath != "bpf":
         raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
                            "to manage (use --no-agent with --datapath bridge)")
+    if agent is not None:
+        from agent.config import AgentConfig
+
+        AgentConfig(**agent)  # a bad --metrics-addr fails before anything is built
     require_root()
     if exists(prefix):
         if not replace:

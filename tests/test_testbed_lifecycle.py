@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import time
 
 import pytest
+import yaml
 
 from conftest import new_prefix
 from helpers import free_port
@@ -104,6 +107,51 @@ def test_bad_prefix_is_refused(bcc):
     assert result.returncode == 1 and "prefix" in result.stderr
 
 
+def _made_for(bad: str, before: set[str]) -> list[str]:
+    """Namespaces and run-time entries that ``bad`` could have made (other
+    testbeds may come and go meanwhile: only names containing it count)."""
+    from pyroute2 import netns
+
+    tail = bad.rsplit("/", 1)[-1] or bad
+    names = [n for n in netns.listnetns() if tail in n]
+    names += [n for n in set(os.listdir(paths.RUN_DIR)) - before if tail in n]
+    return names + [str(p) for p in (paths.RUN_DIR / bad / "state.json",
+                                     paths.BPFFS_DIR / bad) if p.exists()]
+
+
+@pytest.mark.parametrize("bad", ["../../etc", "a;rm -rf", "$(id)", "a b", "x" * 13, "talb\n"])
+def test_hostile_prefixes_are_refused_before_anything_is_made(bcc, bad):
+    before = set(os.listdir(paths.RUN_DIR))
+    for args in (["testbed", "up", *SMALL], ["testbed", "down"], ["agent"]):
+        result = talb(*args, "--prefix", bad)
+        assert result.returncode == 1, (args, result.stdout + result.stderr)
+        assert "prefix: must be 1-12 lowercase" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert _made_for(bad, before) == []
+
+
+@pytest.mark.parametrize("bad", ["a/b", "../../etc", "h0;reboot", "$(id)", "abcdefghijklmnop"])
+def test_hostile_node_names_in_a_topology_file_are_refused(prefix, tmp_path, bad):
+    topo = tmp_path / "bad.yaml"
+    topo.write_text(yaml.safe_dump({"switches": ["s0"], "hosts": ["h0", "h1", bad],
+                                    "links": [{"between": [h, "s0"]} for h in ("h0", "h1", bad)]}))
+    result = talb("testbed", "up", "--prefix", prefix, "--topology", str(topo), "--no-agent")
+    assert result.returncode == 1
+    assert f"hosts[2].name: must be 1-12 lowercase" in result.stderr and repr(bad) in result.stderr
+    assert_nothing_left(prefix)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--switch", "../../etc"], "--switch"), (["--switch", "leaf0;id"], "--switch"),
+    (["--switch", "leaf0", "--netns", "../../proc/1/ns/net"], "--netns"),
+    (["--switch", "leaf0", "--netns", "$(id)"], "--netns"),
+])
+def test_hostile_agent_switch_and_netns_are_refused(prefix, args, option):
+    result = talb("agent", "--prefix", prefix, *args)
+    assert result.returncode == 1 and f"{option}: must be" in result.stderr, result.stderr
+    assert_nothing_left(prefix)
+
+
 def test_status_without_a_testbed_says_so(prefix):
     result = talb("testbed", "status", "--prefix", prefix)
     assert result.returncode == 1 and "no testbed" in result.stderr
@@ -181,6 +229,31 @@ def alive(pid: int, wait: float = 5.0) -> bool:
     return True
 
 
+def listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket ``pid`` listens on (/proc: its
+    socket inodes matched against its namespace's tcp and tcp6 tables)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                    continue
+                addr, port = fields[1].split(":")
+                raw = b"".join(int(addr[i:i + 8], 16).to_bytes(4, "little")
+                               for i in range(0, len(addr), 8))
+                found.add((socket.inet_ntop(family, raw), int(port, 16)))
+    return found
+
+
 def test_up_starts_the_agent_and_down_stops_it(prefix):
     import urllib.request
 
@@ -194,9 +267,76 @@ def test_up_starts_the_agent_and_down_stops_it(prefix):
     assert pid and testbed.status(prefix)["agent_pid"] == pid
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         assert b"talb_port_pcm" in resp.read()
+    assert listening(pid) == {("127.0.0.1", port)}, "the agent listens beyond loopback"
     assert talb("testbed", "down", "--prefix", prefix).returncode == 0
     assert not alive(pid), "down left the agent running"
     assert_nothing_left(prefix)
+
+
+def private_modes(root) -> dict[str, str]:
+    """Every path under ``root`` (itself too) with group or other permission bits: {path: mode}."""
+    found = {}
+    for path in (root, *root.rglob("*")):
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if mode & 0o077:
+            found[str(path)] = oct(mode)
+    return found
+
+
+def test_metrics_addr_binds_only_where_told(prefix):
+    from agent.daemon import running_pid
+
+    bad = talb("testbed", "up", "--prefix", prefix, "--metrics-addr", "0.0.0.0;id", *SMALL[:-1])
+    assert bad.returncode == 1 and "--metrics-addr" in bad.stderr, bad.stderr
+    assert_nothing_left(prefix)  # refused before anything was built
+    port = free_port()
+    up = talb("testbed", "up", "--prefix", prefix, "--metrics-addr", "127.0.0.2",
+              "--metrics-port", str(port), *SMALL[:-1])
+    assert up.returncode == 0, up.stderr + up.stdout
+    assert listening(running_pid(prefix)) == {("127.0.0.2", port)}
+
+
+def test_state_and_pins_are_root_only_whatever_the_umask(prefix):
+    """State, pid, lock, log and snapshot files, id-slot locks and pinned maps:
+    directories 0700, files 0600, under umask 0 and in a state directory left
+    world-readable by an older version."""
+    from agent.daemon import running_pid
+    from agent.snapshot import snapshot_path
+    from workload.id_slots import SlotIds, slot_dir
+
+    old = paths.state_dir(prefix)
+    old.mkdir(parents=True)
+    os.chmod(old, 0o755)
+    (old / "agent.log").write_text("an older run's log\n")
+    os.chmod(old / "agent.log", 0o644)
+    up = subprocess.run([*TALB, "testbed", "up", "--prefix", prefix, "--metrics-port", str(free_port()),
+                         *[a for a in SMALL if a != "--no-agent"]],
+                        capture_output=True, text=True, timeout=120, umask=0)
+    assert up.returncode == 0, up.stderr + up.stdout
+    assert running_pid(prefix)
+    mask = os.umask(0)
+    try:
+        ids = SlotIds(slot_dir(prefix, "h0"))  # what a tensor sender on h0 claims
+        ids.claim()
+    finally:
+        os.umask(mask)
+    try:
+        deadline = time.monotonic() + 10
+        while not snapshot_path(prefix).exists():
+            assert time.monotonic() < deadline, "the agent wrote no snapshot"
+            time.sleep(0.1)
+        state, pins = paths.state_dir(prefix), paths.pin_dir(prefix)
+        made = {p.name for p in state.rglob("*")}
+        assert {"state.json", "agent.pid", "agent.lock", "agent.start.lock", "agent.log",
+                "agent.json", "ids", "h0"} <= made, made
+        assert any(n.startswith("slot-") for n in made), made
+        assert {p.name for p in pins.rglob("*")} >= {"leaf0", "h0", "config", "flow_isn"}
+        for top in (paths.RUN_DIR, paths.BPFFS_DIR):  # their other entries are not ours to walk
+            assert not stat.S_IMODE(top.stat().st_mode) & 0o077, f"{top} is open to others"
+        assert private_modes(state) == {}
+        assert private_modes(pins) == {}
+    finally:
+        ids.release()
 
 
 def test_agent_refuses_the_bridge_datapath(prefix):

@@ -119,6 +119,36 @@ def test_bad_field_is_named(spec, message):
     assert message in str(info.value)
 
 
+#: names that would escape a path, split an argv, run in a shell or not fit IFNAMSIZ
+#: (15) as a port name with its "-N" suffix
+HOSTILE_NAMES = ["a/b", "..", "../../etc", "h0;reboot", "$(id)", "`id`", "h 0", "h0\n",
+                 "-h0", "H0", "abcdefghijklm", "x" * 16, ""]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_node_names_are_refused_naming_the_field_and_value(name):
+    spec = {"switches": ["s0"], "hosts": ["h0", "h1", {"name": name}],
+            "links": [{"between": [h, "s0"]} for h in ("h0", "h1")]}
+    with pytest.raises(TopologyError) as info:
+        topology_from_dict(spec)
+    assert str(info.value).startswith(f"hosts[2].name: must be 1-12 lowercase") \
+        and repr(name) in str(info.value)
+    with pytest.raises(TopologyError, match=r"^switches\[1\]\.name: "):
+        topology_from_dict({"switches": ["s0", name]})
+
+
+def test_port_names_fit_ifnamsiz():
+    """The longest node names and a 100th parallel link still make valid interface names."""
+    topo = Topo()
+    a, b = "a" * 12, "b" * 12
+    topo.add_switch(a)
+    topo.add_switch(b)
+    for _ in range(100):
+        topo.add_link(a, b)
+    names = [p.name for p in topo.ports(a) + topo.ports(b)]
+    assert max(map(len, names)) == 15 and all("/" not in n and " " not in n for n in names)
+
+
 def test_topology_error_is_a_value_error():
     assert issubclass(TopologyError, ValueError)
 

@@ -40,6 +40,7 @@ ids (tests use this to force collisions).
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import os
 import threading
 import time
@@ -66,10 +67,10 @@ def slot_dir(prefix: str | None, host: str | None, address: str | None = None) -
     for a host set up by hand (no testbed), ``/run/talb/ids/addr-<address>``,
     keyed by the address its tensors carry as source."""
     if prefix is not None and host is not None:
-        return paths.state_dir(prefix) / "ids" / host
+        return paths.state_dir(prefix) / "ids" / paths.check_node(host, "host")
     if address is None:
         raise ValueError("slot_dir: needs prefix and host, or the host's address")
-    return paths.RUN_DIR / "ids" / f"addr-{address}"
+    return paths.RUN_DIR / "ids" / f"addr-{ipaddress.ip_address(address)}"  # never a path
 
 
 class SlotIds:
@@ -134,7 +135,7 @@ class SlotIds:
         return self._gen
 
     def _claim(self) -> Snowflake:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        paths.private_dir(self.directory)
         deadline = time.monotonic() + self.timeout
         # Start at a pid-dependent slot so that processes starting together
         # rarely contend for the same file.
@@ -142,8 +143,7 @@ class SlotIds:
         while True:
             for k in range(self.slots):
                 n = (first + k) % self.slots
-                fd = os.open(self.directory / f"slot-{n:02d}",
-                             os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = paths.private_file(self.directory / f"slot-{n:02d}", os.O_RDWR)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

@@ -137,12 +137,11 @@ class RunMetrics:
                 if port == 0:
                     raise
         self.port = self._server.server_address[1]
-        endpoints_dir().mkdir(parents=True, exist_ok=True)
+        paths.private_dir(endpoints_dir())
         self.endpoint_file = endpoints_dir() / f"{os.getpid()}-{self.port}.json"
-        tmp = self.endpoint_file.with_name(f".{self.endpoint_file.name}.tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "target": f"{self.addr}:{self.port}",
-                                   "job": "talb-run", "labels": {"testbed": self.testbed}}))
-        tmp.replace(self.endpoint_file)
+        paths.write_private(self.endpoint_file, json.dumps({
+            "pid": os.getpid(), "target": f"{self.addr}:{self.port}",
+            "job": "talb-run", "labels": {"testbed": self.testbed}}))
         return self
 
     @property
