@@ -150,6 +150,8 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
         row.update(mechanism(res, sp))
         row["cpu_busy_mean"] = res["summary"]["cpu_guard"].get("cpu_busy_mean")
         row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
+        # testbed seconds per second of the target (FCTs are testbed wall-clock)
+        row["time_scale"] = (res.get("scaling") or {}).get("time_scale")
         row["results"] = str(path.relative_to(out))
         rows.append(row)
     return rows
@@ -197,6 +199,14 @@ def find(pts: list[dict], **match) -> dict | None:
         if all(p.get(k) == v for k, v in match.items()):
             return p
     return None
+
+
+def seed_values(rows: list[dict], metric: str, **match) -> dict:
+    """seed -> the metric of the counted run (status ok) matching ``match``
+    (None where the run has no value); CPU-bound, failed and missing runs
+    are left out, so their seeds have nothing to pair."""
+    return {r["seed"]: r.get(metric) for r in rows
+            if r["status"] == "ok" and all(r.get(k) == v for k, v in match.items())}
 
 
 def est(p: dict | None, metric: str) -> Estimate:
