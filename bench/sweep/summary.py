@@ -137,8 +137,9 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
                 kw = {**dict(zip(_GROUP, g)), "agent": "default", "load": at}
                 r = _headline_row(rows, ref, f"{what} vs {base.upper()}", f"−{paper[base]:.0%}",
                                   metric, base, kw, f"{Path(g[0]).stem}, {g[1]}, load {at:g}")
-                if r["pair"].ratio_low is not None:
-                    r["paper_effect"] = r["pair"].excludes_ratio(1 - paper[base])
+                if r["pair"].ratio_low is not None:      # the paper's numbers are at 0.8 load
+                    r["paper_effect"] = r["pair"].excludes_ratio(1 - paper[base]) \
+                        if at == PAPER_LOAD else f"- (paper's is at load {PAPER_LOAD:g})"
                 out.append({**r, "holm": True})
     for base in PAPER_BASELINES:
         for g in groups:
@@ -328,10 +329,12 @@ def _ablation_md(rows, pts) -> list[str]:
 def _fct_units(rows) -> str:
     scales = sorted({round(r["time_scale"], 1) for r in rows if r.get("time_scale")})
     s = "FCTs in ms of testbed wall-clock"
-    if scales:
-        s += (f" (time scale {', '.join(f'{x:g}' for x in scales)}: a testbed second stands for "
-              f"1/{scales[0]:g}" + ("…" if len(scales) > 1 else "") +
-              " s of the target, so divide by it for the target's time)")
+    if len(scales) == 1:
+        s += (f" (time scale {scales[0]:g}: a testbed second stands for 1/{scales[0]:g} s of "
+              "the target, so divide by it for the target's time)")
+    elif scales:
+        s += (f" (time scale {scales[0]:g} to {scales[-1]:g} by point, `time_scale` in "
+              "runs.csv: divide a testbed time by it for the target's)")
     return s + "."
 
 
