@@ -302,3 +302,39 @@ def test_point_with_every_seed_cpu_bound_says_so(tmp_path):
     assert row["ours"] == "-" and row["verdict"] == "no counted run (CPU-bound or failed)"
     pt = next(q for q in res["points"] if q["scheme"] == "talb" and q["load"] == 0.8)
     assert pt["counted"] == 0 and pt["cpu_bound"] == 2 and pt["est"]["all_fct_mean_s"].mean is None
+
+
+def _sweep(tmp_path, schemes, seeds, bound=lambda spec: False):
+    p = build_plan(None, implemented=ALL, schemes=schemes, loads=[0.8], seeds=seeds)
+    run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(
+        json.dumps(_fake_results(s, cpu_bound=bound(s)))), progress=False)
+    return finish(p, tmp_path)
+
+
+def test_headline_pairs_by_seed_and_names_the_unpaired(tmp_path):
+    res = _sweep(tmp_path, ["ecmp", "talb"], 3,
+                 bound=lambda s: s.scheme == "talb" and s.seed == 2)
+    row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT vs ECMP")
+    assert row["n"] == 2 and row["unpaired_seeds"] == [2]
+    md = (tmp_path / "summary.md").read_text()
+    assert "| 2 (seed 2 unpaired) |" in md
+    # TaLB at half ECMP's FCT at each seed: the difference is -0.09 s x (1 + 0.01 seed)
+    assert row["pair"].diff.mean == pytest.approx(-0.09 * (1.01 + 1.03) / 2)
+    assert row["paper_effect"] == "excluded (ours above)"
+
+
+def test_headline_without_talb_says_so(tmp_path):
+    res = _sweep(tmp_path, ["ecmp", "rps"], 2)
+    row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT vs ECMP")
+    assert row["verdict"] == "TaLB not run" and row["unpaired_seeds"] == [] and row["n"] == 0
+
+
+def test_bootstrap_shown_from_ten_pairs(tmp_path):
+    res = _sweep(tmp_path, ["ecmp", "talb"], 10)
+    row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT vs ECMP")
+    assert row["n"] == 10 and "(bootstrap [" in row["diff"]
+    lo, hi = row["pair"].bootstrap
+    assert row["pair"].diff.low < row["pair"].diff.mean < row["pair"].diff.high
+    assert lo <= row["pair"].diff.mean <= hi
+    md = (tmp_path / "summary.md").read_text()
+    assert "so none is shown" not in md

@@ -115,8 +115,14 @@ def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
            "ours": _ratio(pr, metric), "diff": _diff(pr, metric), "p": pr.p,
            "p_equiv": pr.p_equiv, "paper_effect": "-"}
     if pr.n == 0:
-        row["verdict"] = _missing(rows, pts, base, kw) if t.mean is None or b.mean is None \
-            else "no seed with both runs"
+        if find(pts, scheme="talb") is None:
+            row["verdict"] = "TaLB not run"
+        elif t.mean is None or b.mean is None:
+            row["verdict"] = _missing(rows, pts, base, kw)
+        else:
+            row["verdict"] = "no seed with both runs"
+        if t.mean is None or b.mean is None:     # one side has nothing: no seed to name
+            row["unpaired_seeds"] = []
     return row
 
 
@@ -461,14 +467,18 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
     if not flagged and not bad:
         L += ["None.", ""]
     L += ["## Figures", ""] + [f"![{name}]({name})" for name in manifest] + [""]
+    max_pairs = max([p["counted"] for p in pts] + [0])      # no pair has more seeds
     L += ["## Statistics", "", "Per point: mean over the seeds and a two-sided 95% confidence "
           "interval mean ± t(0.975, n−1)·s/√n (Student t, scipy). CPU-bound runs are excluded. "
           "Comparisons are paired by seed (bench/sweep/stats.py): the paired t on the per-seed "
           "differences (p, interval) and on the per-seed log-ratios (the ratio's interval); "
-          f"equivalence by TOST on the log-ratio within ±{EQUIV_MARGIN:.0%}; Holm's correction "
-          f"across each table's tests. With {BOOTSTRAP_MIN_N} or more pairs a percentile "
-          "bootstrap interval of the mean difference is shown beside the t interval as a check "
-          "(no point here has that many when none is shown). With 5 seeds a sign test could "
+          f"equivalence by TOST on the log-ratio within ±{EQUIV_MARGIN:.0%}. Holm's correction "
+          "decides the verdicts of *Paper vs ours* (across its rows but the largest speed-ups); "
+          "the tables of pairs give uncorrected verdicts and mark (†) those that survive Holm "
+          f"across the table. With {BOOTSTRAP_MIN_N} or more pairs a percentile "
+          "bootstrap interval of the mean difference is shown beside the t interval as a check"
+          + (f" (at most {max_pairs} seeds a point here, so none is shown)"
+             if max_pairs < BOOTSTRAP_MIN_N else "") + ". With 5 seeds a sign test could "
           "never reach p < 0.05 (its smallest two-sided p is 2/32 = 0.0625); the t test can, "
           "assuming roughly normal differences. Unpaired interval overlap is a plot aid only.",
           "", *_pairing_caveat(), ""]
