@@ -338,3 +338,23 @@ def test_bootstrap_shown_from_ten_pairs(tmp_path):
     assert lo <= row["pair"].diff.mean <= hi
     md = (tmp_path / "summary.md").read_text()
     assert "so none is shown" not in md
+
+
+def test_report_reads_runs_from_the_archive(tmp_path):
+    """A committed directory keeps its runs only as runs.tar.xz: the report
+    reads them from there, the same rows as from runs/."""
+    import shutil
+    import tarfile
+
+    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=2)
+    run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))),
+             progress=False)
+    direct = finish(p, tmp_path)["rows"]
+    with tarfile.open(tmp_path / "runs.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "runs", arcname="runs")
+    shutil.rmtree(tmp_path / "runs")
+    archived = finish(p, tmp_path)["rows"]
+    assert archived == direct and all(r["status"] == "ok" for r in archived)
+    shutil.rmtree(tmp_path / "runs", ignore_errors=True)
+    (tmp_path / "runs.tar.xz").unlink()
+    assert {r["status"] for r in finish(p, tmp_path)["rows"]} == {"missing"}
