@@ -2,5 +2,5 @@
 statistics, plots like the paper's figures and a summary (docs/experiments.md).
 
 plan.py (presets -> runs), runner.py (fabric reuse, clean state, resume,
-progress), stats.py (mean, 95% t interval), plots.py, summary.py.
+progress), stats.py (means, 95% t intervals, paired comparisons), plots.py, summary.py.
 """

@@ -119,39 +119,68 @@ def mechanism(results: dict, samples_per_s: float | None) -> dict:
     }
 
 
+#: the archive a committed results directory keeps its runs in (results/README.md)
+RUNS_ARCHIVE = "runs.tar.xz"
+
+
+def _archived(out: Path, keys: set[str]):
+    """(key, results) for each run of ``keys`` found in ``out``/runs.tar.xz,
+    read as a stream, one file at a time (the files are tens of MB)."""
+    import tarfile
+
+    archive = Path(out) / RUNS_ARCHIVE
+    if not keys or not archive.exists():
+        return
+    with tarfile.open(archive, "r:xz") as tar:
+        for m in tar:
+            key = Path(m.name).stem
+            if m.isfile() and Path(m.name).parent.name == "runs" and key in keys:
+                try:
+                    yield key, json.loads(tar.extractfile(m).read())
+                except json.JSONDecodeError:
+                    continue
+
+
+def _fill(row: dict, res: dict, rel: str) -> None:
+    head = res["headline"]
+    row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else "ok"
+    row["scheme_in_effect"] = head["scheme"]
+    row["commit"] = (res.get("software") or {}).get("commit")
+    for k in (*METRICS, *CENSORED, "iteration_time_s"):
+        if k in head:
+            row[k] = head[k]
+    ideal = ideal_samples_per_s(res)
+    row["ideal_samples_per_s"] = ideal
+    sp = head.get("samples_per_s")
+    row["ideal_gap"] = (1 - sp / ideal) if ideal and sp else None
+    row.update(mechanism(res, sp))
+    row["cpu_busy_mean"] = res["summary"]["cpu_guard"].get("cpu_busy_mean")
+    row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
+    # testbed seconds per second of the target (FCTs are testbed wall-clock)
+    row["time_scale"] = (res.get("scaling") or {}).get("time_scale")
+    row["results"] = rel
+
+
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
     """One row per planned run: its parameters, status (ok, cpu_bound,
-    failed, missing) and headline numbers."""
-    rows = []
+    failed, missing) and headline numbers. A run's results file is read
+    from ``out``/runs/, or, when not there, from ``out``/runs.tar.xz (a
+    committed directory: no need to unpack it to redo the report)."""
+    rows, lacking = [], {}
     for spec in plan.runs:
         path = result_path(out, spec)
         row = {"key": spec.key(), **{f: getattr(spec, f) for f in SPEC_FIELDS},
                "agent_opts": json.dumps(dict(spec.agent_opts), sort_keys=True)}
         try:
-            res = json.loads(path.read_text())
+            _fill(row, json.loads(path.read_text()), str(path.relative_to(out)))
         except (OSError, json.JSONDecodeError):
-            res = None
-        if res is None:
-            row["status"] = "failed" if failed and spec.key() in failed else "missing"
-            row["error"] = (failed or {}).get(spec.key(), {}).get("error")
-            rows.append(row)
-            continue
-        head = res["headline"]
-        row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else "ok"
-        row["scheme_in_effect"] = head["scheme"]
-        row["commit"] = (res.get("software") or {}).get("commit")
-        for k in (*METRICS, *CENSORED, "iteration_time_s"):
-            if k in head:
-                row[k] = head[k]
-        ideal = ideal_samples_per_s(res)
-        row["ideal_samples_per_s"] = ideal
-        sp = head.get("samples_per_s")
-        row["ideal_gap"] = (1 - sp / ideal) if ideal and sp else None
-        row.update(mechanism(res, sp))
-        row["cpu_busy_mean"] = res["summary"]["cpu_guard"].get("cpu_busy_mean")
-        row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
-        row["results"] = str(path.relative_to(out))
+            lacking[spec.key()] = row
         rows.append(row)
+    for key, res in _archived(out, set(lacking)):
+        _fill(lacking.pop(key), res, f"runs/{key}.json")
+    for key, row in lacking.items():
+        row["status"] = "failed" if failed and key in failed else "missing"
+        row["error"] = (failed or {}).get(key, {}).get("error")
     return rows
 
 
@@ -197,6 +226,14 @@ def find(pts: list[dict], **match) -> dict | None:
         if all(p.get(k) == v for k, v in match.items()):
             return p
     return None
+
+
+def seed_values(rows: list[dict], metric: str, **match) -> dict:
+    """seed -> the metric of the counted run (status ok) matching ``match``
+    (None where the run has no value); CPU-bound, failed and missing runs
+    are left out, so their seeds have nothing to pair."""
+    return {r["seed"]: r.get(metric) for r in rows
+            if r["status"] == "ok" and all(r.get(k) == v for k, v in match.items())}
 
 
 def est(p: dict | None, metric: str) -> Estimate:

@@ -1,37 +1,52 @@
-"""Mean and 95% confidence interval over a point's seeds (Student t).
+"""Statistics of a sweep: a point's mean and 95% interval over its seeds,
+and paired comparisons of two schemes (or settings) run on the same seeds.
 
-scipy is not in the project's environment, so the two-sided 97.5% quantile
-of Student's t is a table (df 1..30, then 40, 60, 120 and the normal limit,
-linear in 1/df between rows, as printed tables are read); values from any
-statistics table, to 3 decimals.
+A paired comparison takes one value per seed from each side, a and b, and
+tests the per-seed differences a − b (Student's paired t, scipy) and the
+per-seed log-ratios ln(a/b) (the same t on the logs; its interval, taken
+back with exp, is the ratio's). Its verdict, from the point of view of a:
+
+- *better* / *worse*: the paired t on the differences rejects "no
+  difference" at 5% (after the Holm correction across the table it belongs
+  to, when one is given);
+- *equivalent within ±M%*: not that, and the equivalence test (two one-sided
+  t tests, TOST, on the log-ratio, bounds ln(1 − M) and ln(1 + M)) rejects
+  "the ratio is outside 1 ± M" at 5%;
+- *inconclusive*: neither (too few seeds, or too noisy, to tell).
+
+With 10 or more pairs a percentile bootstrap interval of the mean
+difference is given too, as a check on the t interval (the t interval
+assumes the differences are roughly normal). Intervals of two unpaired
+estimates overlapping (``overlap``) is a plot aid only, not a verdict.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+import numpy as np
+from scipy import stats as _st
+
 CONFIDENCE = 0.95
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
-         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064,
-         25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000,
-         120: 1.980}
-_Z975 = 1.960
+ALPHA = 1 - CONFIDENCE
+#: default equivalence margin of the TOST: the ratio within 1 ± 10%
+EQUIV_MARGIN = 0.10
+#: fewest pairs for which a bootstrap interval is reported
+BOOTSTRAP_MIN_N = 10
+BOOTSTRAP_RESAMPLES = 9999
+BOOTSTRAP_SEED = 20240617
 
 
-def t_quantile(df: int) -> float:
-    """Two-sided 95% critical value of Student's t with ``df`` degrees of freedom."""
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """Two-sided critical value of Student's t with ``df`` degrees of freedom
+    (the 97.5% quantile for 95%)."""
     if not isinstance(df, int) or df < 1:
         raise ValueError(f"df: a positive integer, got {df!r}")
-    if df in _T975:
-        return _T975[df]
-    rows = sorted(_T975) + [math.inf]
-    hi = next(r for r in rows if r > df)
-    lo = max(r for r in rows if r < df)
-    t_hi = _Z975 if hi == math.inf else _T975[hi]
-    # interpolate in 1/df (exact at the rows, the normal value at df = inf)
-    x, x_lo, x_hi = 1 / df, 1 / lo, (0.0 if hi == math.inf else 1 / hi)
-    return t_hi + (_T975[lo] - t_hi) * (x - x_hi) / (x_lo - x_hi)
+    return float(_st.t.ppf(1 - (1 - confidence) / 2, df))
+
+
+def _numbers(values) -> list[float]:
+    return [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
 
 
 @dataclass(frozen=True)
@@ -57,7 +72,7 @@ class Estimate:
 def estimate(values) -> Estimate:
     """Mean and t interval of the values that are numbers (None: no value,
     e.g. a class with every tensor censored, is left out and not counted)."""
-    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    xs = _numbers(values)
     n = len(xs)
     if n == 0:
         return Estimate(0, None, None, None)
@@ -69,8 +84,138 @@ def estimate(values) -> Estimate:
 
 
 def overlap(a: Estimate, b: Estimate) -> bool | None:
-    """Do the two intervals overlap (= "no difference")? None when either
-    has no interval (fewer than two values)."""
+    """Do the two intervals overlap? A plot aid (error bars), not a verdict:
+    paired comparisons (``paired``) decide. None when either has no interval."""
     if a.half_width is None or b.half_width is None:
         return None
     return a.low <= b.high and b.low <= a.high
+
+
+def t_test(xs: list[float]) -> float | None:
+    """Two-sided p of Student's one-sample t test of mean 0 (None: n < 2)."""
+    n = len(xs)
+    if n < 2:
+        return None
+    e = estimate(xs)
+    if e.sd == 0:
+        return 1.0 if e.mean == 0 else 0.0
+    t = e.mean / (e.sd / math.sqrt(n))
+    return float(2 * _st.t.sf(abs(t), n - 1))
+
+
+def tost(xs: list[float], low: float, high: float) -> float | None:
+    """p of the two one-sided t tests (TOST) of H0: mean <= low or mean >=
+    high; small p = the mean is between the bounds (equivalence). None: n < 2."""
+    n = len(xs)
+    if n < 2:
+        return None
+    e = estimate(xs)
+    if e.sd == 0:
+        return 0.0 if low < e.mean < high else 1.0
+    se = e.sd / math.sqrt(n)
+    p_low = _st.t.sf((e.mean - low) / se, n - 1)      # H0: mean <= low
+    p_high = _st.t.cdf((e.mean - high) / se, n - 1)   # H0: mean >= high
+    return float(max(p_low, p_high))
+
+
+def bootstrap_interval(xs: list[float], confidence: float = CONFIDENCE,
+                       seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean (scipy.stats.bootstrap,
+    fixed seed so a report is reproducible); None below BOOTSTRAP_MIN_N values."""
+    if len(xs) < BOOTSTRAP_MIN_N:
+        return None
+    res = _st.bootstrap((np.asarray(xs),), np.mean, confidence_level=confidence,
+                        n_resamples=BOOTSTRAP_RESAMPLES, method="percentile",
+                        random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (family-wise error), in the input's
+    order; None entries are no test and are left out of the family."""
+    idx = sorted((i for i, p in enumerate(pvalues) if p is not None), key=lambda i: pvalues[i])
+    m = len(idx)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+@dataclass(frozen=True)
+class Paired:
+    """a against b on the same seeds."""
+    n: int                                   # pairs (seeds with a value on both sides)
+    diff: Estimate                           # of a − b per seed
+    log_ratio: Estimate                      # of ln(a/b) per seed (None when a value <= 0)
+    p: float | None                          # paired t on the differences, two-sided
+    p_equiv: float | None                    # TOST on the log-ratio, bounds ln(1 ∓ margin)
+    margin: float
+    lower_is_better: bool
+    bootstrap: tuple[float, float] | None    # of the mean difference, n >= BOOTSTRAP_MIN_N
+
+    @property
+    def ratio(self) -> float | None:
+        """Geometric mean of the per-seed ratios a/b."""
+        return None if self.log_ratio.mean is None else math.exp(self.log_ratio.mean)
+
+    @property
+    def ratio_low(self) -> float | None:
+        return None if self.log_ratio.low is None else math.exp(self.log_ratio.low)
+
+    @property
+    def ratio_high(self) -> float | None:
+        return None if self.log_ratio.high is None else math.exp(self.log_ratio.high)
+
+    def verdict(self, p: float | None = None, p_equiv: float | None = None,
+                alpha: float = ALPHA) -> str:
+        """better / worse / equivalent within ±M% / inconclusive, for a; ``p``
+        and ``p_equiv`` replace the raw p-values (e.g. Holm-adjusted ones)."""
+        p = self.p if p is None else p
+        p_equiv = self.p_equiv if p_equiv is None else p_equiv
+        if self.n < 2 or p is None:
+            return "no test (fewer than 2 pairs)"
+        if p < alpha:
+            lower = self.diff.mean < 0
+            return "better" if lower == self.lower_is_better else "worse"
+        if p_equiv is not None and p_equiv < alpha:
+            return f"equivalent within ±{self.margin:.0%}"
+        return "inconclusive"
+
+    def excludes_ratio(self, r: float) -> str | None:
+        """Is the ratio a/b = ``r`` (e.g. the paper's effect) outside our 95%
+        interval of the ratio? 'excluded (ours below)', 'excluded (ours
+        above)', 'not excluded'; None without an interval."""
+        if self.ratio_low is None:
+            return None
+        if self.ratio_high < r:
+            return "excluded (ours below)"
+        if self.ratio_low > r:
+            return "excluded (ours above)"
+        return "not excluded"
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "diff_mean": self.diff.mean, "diff_low": self.diff.low,
+                "diff_high": self.diff.high, "ratio": self.ratio, "ratio_low": self.ratio_low,
+                "ratio_high": self.ratio_high, "p": self.p, "p_equiv": self.p_equiv,
+                "margin": self.margin, "verdict": self.verdict(),
+                "boot_low": self.bootstrap[0] if self.bootstrap else None,
+                "boot_high": self.bootstrap[1] if self.bootstrap else None}
+
+
+def paired(a, b, lower_is_better: bool = True, margin: float = EQUIV_MARGIN) -> Paired:
+    """Paired comparison of a and b, aligned lists (one entry per seed);
+    a seed with no number on either side is left out."""
+    if len(a) != len(b):
+        raise ValueError("paired: a and b must be aligned, one entry per seed")
+    if not 0 < margin < 1:
+        raise ValueError(f"margin: between 0 and 1, got {margin!r}")
+    pairs = [(x, y) for x, y in zip(a, b) if _numbers([x]) and _numbers([y])]
+    d = [float(x) - float(y) for x, y in pairs]
+    logs = [math.log(float(x) / float(y)) for x, y in pairs] \
+        if pairs and all(float(x) > 0 and float(y) > 0 for x, y in pairs) else []
+    return Paired(n=len(pairs), diff=estimate(d), log_ratio=estimate(logs), p=t_test(d),
+                  p_equiv=tost(logs, math.log(1 - margin), math.log(1 + margin)),
+                  margin=margin, lower_is_better=lower_is_better,
+                  bootstrap=bootstrap_interval(d))

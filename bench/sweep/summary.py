@@ -1,5 +1,7 @@
-"""The sweep's outputs from its results directory: CSV, points, PNGs and
-summary.md with the effective parameters and the paper-vs-ours table."""
+"""The sweep's outputs from its results directory: CSV, points, PNGs,
+paired.csv (every scheme pair at every point, paired by seed) and summary.md
+with the effective parameters and the paper-vs-ours table (paired verdicts,
+bench/sweep/stats.py)."""
 from __future__ import annotations
 
 import json
@@ -9,8 +11,8 @@ from pathlib import Path
 from bench.sweep import plots
 from bench.sweep.plan import PAPER_BASELINES, Plan
 from bench.sweep.results import (MECHANISM_METRICS, OUTCOME_METRICS, SPEC_FIELDS, est, find,
-                                 load_rows, points, write_csv)
-from bench.sweep.stats import CONFIDENCE, overlap
+                                 load_rows, points, seed_values, write_csv)
+from bench.sweep.stats import BOOTSTRAP_MIN_N, CONFIDENCE, EQUIV_MARGIN, Paired, holm, paired
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
 #: against ECMP / RPS / CONGA
@@ -32,19 +34,69 @@ def _fmt(e, scale=1e3, digits=1) -> str:
     return s + (f" ± {e.half_width * scale:.{digits}f}" if e.half_width is not None else " (n=1)")
 
 
-def _verdict(talb, base, lower_is_better=True) -> str:
-    if talb.mean is None or base.mean is None:
-        return "no data"
-    ov = overlap(talb, base)
-    if ov is None:
-        return "no interval (n < 2)"
-    if ov:
-        return "no difference (CIs overlap)"
-    better = talb.mean < base.mean if lower_is_better else talb.mean > base.mean
-    return "TaLB better" if better else "TaLB worse"
+_GROUP = ("topology", "model", "arch", "target_link_bps")
+#: the headline numbers TaLB is compared on, lower is better but for the speed
+COMPARED = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
+            "samples_per_s")
 
 
-def _missing(pts, base, kw) -> str:
+def _lower_better(metric: str) -> bool:
+    return metric != "samples_per_s"
+
+
+def _unit(metric: str) -> tuple[float, str]:
+    return (1.0, "samples/s") if metric == "samples_per_s" else (1e3, "ms")
+
+
+def compare(rows: list[dict], metric: str, a: dict, b: dict) -> tuple[Paired, list]:
+    """a against b paired by seed (the counted runs matching each), and the
+    seeds one side has and the other lacks (nothing to pair)."""
+    va, vb = seed_values(rows, metric, **a), seed_values(rows, metric, **b)
+    seeds = sorted(set(va) | set(vb))
+    pr = paired([va.get(s) for s in seeds], [vb.get(s) for s in seeds],
+                lower_is_better=_lower_better(metric))
+    lone = [s for s in seeds if va.get(s) is None or vb.get(s) is None]
+    return pr, lone
+
+
+def _diff(pr: Paired, metric: str) -> str:
+    if pr.diff.mean is None:
+        return "-"
+    k, u = _unit(metric)
+    d = 0 if k == 1 else 1
+    if pr.diff.low is None:
+        return f"{pr.diff.mean * k:+.{d}f} {u} (n=1)"
+    s = f"{pr.diff.mean * k:+.{d}f} [{pr.diff.low * k:+.{d}f}, {pr.diff.high * k:+.{d}f}] {u}"
+    if pr.bootstrap:
+        s += f" (bootstrap [{pr.bootstrap[0] * k:+.{d}f}, {pr.bootstrap[1] * k:+.{d}f}])"
+    return s
+
+
+def _ratio(pr: Paired, metric: str) -> str:
+    if pr.ratio is None:
+        return "-"
+    if metric == "samples_per_s":
+        return f"{pr.ratio:.2f}×" + (f" [{pr.ratio_low:.2f}, {pr.ratio_high:.2f}]"
+                                     if pr.ratio_low is not None else "")
+    return f"{pr.ratio - 1:+.0%}" + (f" [{pr.ratio_low - 1:+.0%}, {pr.ratio_high - 1:+.0%}]"
+                                     if pr.ratio_low is not None else "")
+
+
+def _p(p) -> str:
+    return "-" if p is None else (f"{p:.3f}" if p >= 0.001 else "<0.001")
+
+
+def _word(v: str, who: str = "TaLB") -> str:
+    return f"{who} {v}" if v in ("better", "worse") else v
+
+
+def _marked(pr: Paired, p_holm, p_equiv_holm) -> str:
+    """The uncorrected verdict, † when the Holm-corrected one agrees."""
+    v = pr.verdict()
+    return v + ("†" if v not in ("inconclusive",) and pr.verdict(p_holm, p_equiv_holm) == v else "")
+
+
+def _missing(rows, pts, base, kw) -> str:
     """Why a comparison has no number."""
     if find(pts, scheme=base) is None:
         return "not run"
@@ -54,47 +106,166 @@ def _missing(pts, base, kw) -> str:
     return "no data"
 
 
-def paper_vs_ours(plan: Plan, pts: list[dict]) -> list[dict]:
-    """One row per headline number: paper's value, ours from this sweep."""
-    rows = []
+def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
+    pr, lone = compare(rows, metric, {**kw, "scheme": "talb"}, {**kw, "scheme": base})
+    t, b = est(find(pts, scheme="talb", **kw), metric), est(find(pts, scheme=base, **kw), metric)
+    k = 1 if metric == "samples_per_s" else 1e3
+    row = {"number": number, "paper": paper, "metric": metric, "pair": pr, "where": where,
+           "n": pr.n, "unpaired_seeds": lone, "talb_ms": _fmt(t, k), "base_ms": _fmt(b, k),
+           "ours": _ratio(pr, metric), "diff": _diff(pr, metric), "p": pr.p,
+           "p_equiv": pr.p_equiv, "paper_effect": "-"}
+    if pr.n == 0:
+        if find(pts, scheme="talb") is None:
+            row["verdict"] = "TaLB not run"
+        elif t.mean is None or b.mean is None:
+            row["verdict"] = _missing(rows, pts, base, kw)
+        else:
+            row["verdict"] = "no seed with both runs"
+        if t.mean is None or b.mean is None:     # one side has nothing: no seed to name
+            row["unpaired_seeds"] = []
+    return row
+
+
+def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -> list[dict]:
+    """One row per headline number: the paper's, ours paired by seed (TaLB
+    against the baseline at the same point), p-values Holm-corrected across
+    the rows in the family (``holm`` True: every row but the largest
+    speed-up, which is picked after the fact)."""
+    rows = rows or []
+    out = []
     ref = [p for p in pts if p["agent"] == "default"]
     loads = sorted({p["load"] for p in ref})
     at = PAPER_LOAD if PAPER_LOAD in loads else (loads[-1] if loads else None)
-    groups = {(p["topology"], p["model"], p["arch"], p["target_link_bps"]) for p in ref}
+    groups = sorted({tuple(p[f] for f in _GROUP) for p in ref})
     for metric, (what, paper) in PAPER_FCT.items():
         for base in PAPER_BASELINES:
-            for g in sorted(groups):
-                kw = dict(zip(("topology", "model", "arch", "target_link_bps"), g), agent="default",
-                          load=at)
-                t, b = est(find(ref, scheme="talb", **kw), metric), est(find(ref, scheme=base, **kw), metric)
-                ours = (1 - t.mean / b.mean) if t.mean is not None and b.mean else None
-                rows.append({"number": f"{what} reduction vs {base.upper()}", "paper": f"−{paper[base]:.0%}",
-                             "ours": "-" if ours is None else f"{-ours:+.0%}",
-                             "where": f"{Path(g[0]).stem}, {g[1]}, load {at:g}" if at is not None else "-",
-                             "talb_ms": _fmt(t), "base_ms": _fmt(b),
-                             "verdict": _verdict(t, b) if ours is not None else
-                             _missing(ref, base, kw)})
+            for g in groups:
+                kw = {**dict(zip(_GROUP, g)), "agent": "default", "load": at}
+                r = _headline_row(rows, ref, f"{what} vs {base.upper()}", f"−{paper[base]:.0%}",
+                                  metric, base, kw, f"{Path(g[0]).stem}, {g[1]}, load {at:g}")
+                if r["pair"].ratio_low is not None:      # the paper's numbers are at 0.8 load
+                    r["paper_effect"] = r["pair"].excludes_ratio(1 - paper[base]) \
+                        if at == PAPER_LOAD else f"- (paper's is at load {PAPER_LOAD:g})"
+                out.append({**r, "holm": True})
+    for base in PAPER_BASELINES:
+        for g in groups:
+            kw = {**dict(zip(_GROUP, g)), "agent": "default", "load": at}
+            out.append({**_headline_row(rows, ref, f"training speed vs {base.upper()}",
+                                        f"up to {PAPER_SPEEDUP}× (its best point)",
+                                        "samples_per_s", base, kw,
+                                        f"{g[1]}, {g[3] / 1e9:g}G, load {at:g}"), "holm": True})
     for base in PAPER_BASELINES:
         best = None
         for p in ref:
             if p["scheme"] != "talb":
                 continue
-            q = find(ref, **{k: p[k] for k in ("topology", "model", "arch", "target_link_bps",
-                                                "load")}, scheme=base)
-            t, b = p["est"]["samples_per_s"], est(q, "samples_per_s")
-            if t.mean and b.mean and (best is None or t.mean / b.mean > best[0]):
-                best = (t.mean / b.mean, p, t, b)
-        row = {"number": f"training speed-up vs {base.upper()} (largest)", "paper": f"up to {PAPER_SPEEDUP}×"}
+            kw = {k: p[k] for k in (*_GROUP, "load", "agent")}
+            pr, _ = compare(rows, "samples_per_s", {**kw, "scheme": "talb"}, {**kw, "scheme": base})
+            if pr.ratio and (best is None or pr.ratio > best[0]):
+                best = (pr.ratio, p, kw)
+        number = f"training speed-up vs {base.upper()} (largest over the points)"
         if best is None:
-            row.update(ours="-", where="-", talb_ms="-", base_ms="-",
-                       verdict="not run" if find(ref, scheme=base) is None else "no data")
+            out.append({"number": number, "paper": f"up to {PAPER_SPEEDUP}×", "metric":
+                        "samples_per_s", "pair": None, "where": "-", "n": 0, "unpaired_seeds": [],
+                        "talb_ms": "-", "base_ms": "-", "ours": "-", "diff": "-", "p": None,
+                        "p_equiv": None, "paper_effect": "-", "holm": False,
+                        "verdict": "not run" if find(ref, scheme=base) is None else "no data"})
+            continue
+        _, p, kw = best
+        r = _headline_row(rows, ref, number, f"up to {PAPER_SPEEDUP}×", "samples_per_s", base, kw,
+                          f"{p['model']}, {p['target_link_bps'] / 1e9:g}G, load {p['load']:g}")
+        r["paper_effect"] = r["pair"].excludes_ratio(PAPER_SPEEDUP) or "-"
+        out.append({**r, "holm": False})
+    fam = [r for r in out if r["holm"]]
+    for key in ("p", "p_equiv"):
+        for r, q in zip(fam, holm([r[key] for r in fam])):
+            r[key + "_holm"] = q
+    for r in out:
+        if "verdict" in r:
+            continue
+        if r["holm"]:
+            r["verdict"] = _word(r["pair"].verdict(r["p_holm"], r["p_equiv_holm"]))
         else:
-            r, p, t, b = best
-            row.update(ours=f"{r:.2f}×", where=f"{p['model']}, {p['target_link_bps'] / 1e9:g}G, "
-                       f"load {p['load']:g}", talb_ms=_fmt(t, 1, 1), base_ms=_fmt(b, 1, 1),
-                       verdict=_verdict(t, b, lower_is_better=False))
-        rows.append(row)
-    return rows
+            r["verdict"] = _word(r["pair"].verdict()) + " (uncorrected)"
+    return out
+
+
+def _headline_md(pvo) -> list[str]:
+    cols = ["number", "paper", "ours: TaLB/baseline − 1 [95% CI]", "TaLB − baseline [95% CI]",
+            "where", "n", "p (Holm)", "verdict", "paper's effect"]
+    body = []
+    for r in pvo:
+        p = _p(r["p"]) + (f" ({_p(r.get('p_holm'))})" if r["holm"] and r["p"] is not None else "")
+        n = f"{r['n']}" + (f" (seed {', '.join(map(str, r['unpaired_seeds']))} unpaired)"
+                           if r["unpaired_seeds"] else "")
+        body.append([r["number"], r["paper"], r["ours"], r["diff"], r["where"], n, p,
+                     r["verdict"], r["paper_effect"]])
+    return [_md_table(cols, body)]
+
+
+def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
+    """Every pair of schemes (and agent settings) at every point, on every
+    outcome metric, paired by seed: the rows of paired.csv (raw p-values)."""
+    cells: dict[tuple, set] = {}
+    for p in pts:
+        cells.setdefault(tuple(p[f] for f in (*_GROUP, "load")), set()).add((p["scheme"], p["agent"]))
+    out = []
+    for cell, members in sorted(cells.items(), key=lambda c: tuple(map(str, c[0]))):
+        kw = dict(zip((*_GROUP, "load"), cell))
+        ms = sorted(members, key=lambda m: (plots._series_order([m[0]])[0], m[1]))
+        for i, (sa, aa) in enumerate(ms):
+            for sb, ab in ms[i + 1:]:
+                for metric in OUTCOME_METRICS:
+                    pr, lone = compare(rows, metric, {**kw, "scheme": sa, "agent": aa},
+                                       {**kw, "scheme": sb, "agent": ab})
+                    out.append({**kw, "a": sa if aa == "default" else f"{sa}/{aa}",
+                                "b": sb if ab == "default" else f"{sb}/{ab}", "metric": metric,
+                                **pr.to_dict(), "unpaired_seeds": " ".join(map(str, lone))})
+    return out
+
+
+def _talb_pairs_md(rows, pts) -> list[str]:
+    """Per group and load: TaLB (default setting) against each other scheme on
+    the compared metrics; Holm across the whole table."""
+    ref = [p for p in pts if p["agent"] == "default"]
+    if not find(ref, scheme="talb"):
+        return []
+    cells = []
+    for g in sorted({tuple(p[f] for f in _GROUP) for p in ref}):
+        gkw = dict(zip(_GROUP, g))
+        for load in sorted({p["load"] for p in ref if tuple(p[f] for f in _GROUP) == g}):
+            kw = {**gkw, "load": load, "agent": "default"}
+            others = plots._series_order(sorted({p["scheme"] for p in ref
+                                                 if p["scheme"] != "talb" and
+                                                 all(p[k] == v for k, v in kw.items())}))
+            for base in others:
+                cells.append((g, load, base, [compare(rows, m, {**kw, "scheme": "talb"},
+                                                      {**kw, "scheme": base})[0] for m in COMPARED]))
+    if not cells:
+        return []
+    flat = [pr for *_, prs in cells for pr in prs]
+    ph, peh = holm([pr.p for pr in flat]), holm([pr.p_equiv for pr in flat])
+    many = len({c[0] for c in cells}) > 1
+    body, i = [], 0
+    for g, load, base, prs in cells:
+        line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G"] if many else []) + \
+            [f"{load:g}", base, str(min(pr.n for pr in prs))]
+        for m, pr in zip(COMPARED, prs):
+            line.append(f"{_diff(pr, m).rsplit(' ', 1)[0] if pr.n else '-'}; "
+                        f"{_marked(pr, ph[i], peh[i]) if pr.n >= 2 else '-'}")
+            i += 1
+        body.append(line)
+    cols = (["group"] if many else []) + ["load", "vs", "n"] + \
+        ["short AFCT ms", "short p99 ms", "long AFCT ms", "all AFCT ms", "samples/s"]
+    return ["## Paired comparisons: TaLB against each scheme", "",
+            "TaLB − the scheme per seed, mean and 95% paired-t interval (ms of testbed "
+            "wall-clock for FCTs, samples/s at target scale for the speed), then the verdict "
+            f"for TaLB: better, worse, equivalent within ±{EQUIV_MARGIN:.0%} (TOST on the "
+            "log-ratio), or inconclusive, each test at 5% **uncorrected** (with "
+            f"{len(flat)} tests, about {0.05 * len(flat):.0f} better/worse verdicts are expected "
+            "by chance alone when nothing differs); † marks a verdict that stands after Holm's "
+            "correction across every cell of this table. Every scheme pair at every point, on "
+            "every outcome, with raw p-values: `paired.csv`.", "", _md_table(cols, body), ""]
 
 
 def _points_table(pts, metrics) -> str:
@@ -120,29 +291,64 @@ def _md_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def _ablation_md(pts) -> list[str]:
+def _ablation_md(rows, pts) -> list[str]:
     """Setting x load: TaLB's FCTs under each agent setting, against the
-    default setting's (CI overlap = no difference) and ECMP's."""
+    default setting's and ECMP's, paired by seed (Holm across the table)."""
     L = ["## Ablation: agent settings", "",
          "TaLB under each named agent setting (bench/sweep/plan.py AGENT_SETTINGS); "
-         "`paper` is the paper's literal reading. Verdicts against `default` from the 95% "
-         "intervals.", ""]
-    rows = []
+         "`paper` is the paper's literal reading. Short-tensor AFCT against the `default` "
+         "setting and against ECMP paired by seed: the setting − the other, mean and 95% "
+         "paired-t interval in ms (testbed wall-clock), and the verdict for the setting, "
+         "each test at 5% uncorrected; † marks a verdict that stands after Holm's correction "
+         "across both columns of this table.", ""]
+    m = "short_fct_mean_s"
+    cells = []
     for load in sorted({p["load"] for p in pts}):
-        dflt = find(pts, scheme="talb", agent="default", load=load)
-        ecmp = find(pts, scheme="ecmp", load=load)
         for p in sorted((p for p in pts if p["scheme"] == "talb" and p["load"] == load),
                         key=lambda p: p["agent"]):
-            rows.append([f"{load:g}", p["agent"], p["counted"],
-                         _fmt(p["est"]["short_fct_mean_s"]), _fmt(p["est"]["short_fct_p99_s"]),
-                         _fmt(p["est"]["all_fct_mean_s"]),
-                         "-" if p["agent"] == "default" else
-                         _verdict(p["est"]["short_fct_mean_s"], est(dflt, "short_fct_mean_s"))
-                         .replace("TaLB", "setting"),
-                         _verdict(p["est"]["short_fct_mean_s"], est(ecmp, "short_fct_mean_s"))])
+            kw = {k: p[k] for k in (*_GROUP, "load")}
+            me = {**kw, "scheme": "talb", "agent": p["agent"]}
+            vs_d = None if p["agent"] == "default" else \
+                compare(rows, m, me, {**kw, "scheme": "talb", "agent": "default"})[0]
+            vs_e = compare(rows, m, me, {**kw, "scheme": "ecmp"})[0] \
+                if find(pts, scheme="ecmp", load=load) else None
+            cells.append((load, p, vs_d, vs_e))
+    prs = [pr for *_, d, e in cells for pr in (d, e) if pr is not None]
+    ph = dict(zip(map(id, prs), holm([pr.p for pr in prs])))
+    peh = dict(zip(map(id, prs), holm([pr.p_equiv for pr in prs])))
+
+    def cell(pr):
+        if pr is None:
+            return "-"
+        if pr.n < 2:
+            return "no test (fewer than 2 pairs)"
+        return f"{_diff(pr, m).rsplit(' ', 1)[0]}; {_marked(pr, ph[id(pr)], peh[id(pr)])}"
+
+    body = [[f"{load:g}", p["agent"], p["counted"], _fmt(p["est"]["short_fct_mean_s"]),
+             _fmt(p["est"]["short_fct_p99_s"]), _fmt(p["est"]["all_fct_mean_s"]), cell(d), cell(e)]
+            for load, p, d, e in cells]
     L += [_md_table(["load", "setting", "n", "short AFCT ms", "short p99 ms", "all AFCT ms",
-                     "short AFCT vs default", "short AFCT vs ECMP"], rows), ""]
+                     "short AFCT vs default", "short AFCT vs ECMP"], body), ""]
     return L
+
+
+def _fct_units(rows) -> str:
+    scales = sorted({round(r["time_scale"], 1) for r in rows if r.get("time_scale")})
+    s = "FCTs in ms of testbed wall-clock"
+    if len(scales) == 1:
+        s += (f" (time scale {scales[0]:g}: a testbed second stands for 1/{scales[0]:g} s of "
+              "the target, so divide by it for the target's time)")
+    elif scales:
+        s += (f" (time scale {scales[0]:g} to {scales[-1]:g} by point, `time_scale` in "
+              "runs.csv: divide a testbed time by it for the target's)")
+    return s + "."
+
+
+def _pairing_caveat() -> list[str]:
+    return ["**Pairing caveat.** The schemes' runs at one seed share the seed's background "
+            "plan, but each run's training starts at a different offset into it and the runs "
+            "differ in length, so the pairs see similar, not identical, background: pairing is "
+            "by seed but imperfect (it removes less of the seed-to-seed noise than it could)."]
 
 
 def _machine() -> dict:
@@ -164,7 +370,8 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
         [{**{k: v for k, v in p.items() if k != "est"},
           "est": {m: e.to_dict() for m, e in p["est"].items()}} for p in pts], indent=1))
     manifest = plots.render(plan.figure, pts, out, plan.description.split(":")[0])
-    pvo = paper_vs_ours(plan, pts)
+    pvo = paper_vs_ours(plan, pts, rows)
+    write_csv(paired_table(rows, pts), out / "paired.csv")
     md = _summary_md(plan, out, rows, pts, pvo, manifest, wall_s)
     (out / "summary.md").write_text(md)
     return {"rows": rows, "points": pts, "paper_vs_ours": pvo, "plots": manifest}
@@ -200,22 +407,34 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
     if plan.changes:
         L += ["Changed to fit this machine:", ""] + [f"- {c}" for c in plan.changes] + [""]
     L += ["## Paper vs ours", "",
-          f"Ours: TaLB against the baseline at the same point of this sweep (mean over seeds; "
-          f"reduction = 1 − TaLB/baseline, shown negative when TaLB is lower). Verdict from the "
-          f"{CONFIDENCE:.0%} intervals (Student t over the seeds): overlapping intervals are "
-          f"**no difference**. The paper's FCT numbers come from its 100G simulation "
-          f"(sec. V-B), its speed-up from its testbed (sec. IV-B).", "",
-          _md_table(["number", "paper", "ours", "where", "TaLB", "baseline", "verdict"],
-                    [[r["number"], r["paper"], r["ours"], r["where"], r["talb_ms"], r["base_ms"],
-                      r["verdict"]] for r in pvo]),
-          "", "FCTs in ms, speeds in samples/s at target scale; ± is the 95% half-width.", ""]
+          "Ours: TaLB against the baseline at the same point of this sweep, **paired by seed** "
+          "(each seed's TaLB run against the same seed's baseline run): the ratio TaLB/baseline "
+          "(geometric mean of the per-seed ratios, 95% interval from the paired t on the "
+          "log-ratios; shown as a change, negative when TaLB is lower) and the difference "
+          "TaLB − baseline (mean of the per-seed differences, 95% paired-t interval). p: the "
+          "paired t on the differences, then Holm-corrected across the rows of this table "
+          "but the largest speed-ups (picked after the fact, so uncorrected and only "
+          "indicative). Verdict for TaLB: **better** or **worse** (Holm p < 0.05), "
+          f"**equivalent within ±{EQUIV_MARGIN:.0%}** (not that, and the equivalence test — two "
+          f"one-sided t tests on the log-ratio, ratio within 1 ± {EQUIV_MARGIN:.0%}, Holm p < "
+          "0.05), else **inconclusive**. *Paper's effect*: whether the paper's ratio (e.g. "
+          "−68% → 0.32) lies outside our 95% interval of the ratio (*excluded*: our data "
+          "rule it out). The paper's FCT numbers come from its 100G simulation (sec. V-B), "
+          "its speed-up from its testbed (sec. IV-B).", "",
+          *_headline_md(pvo), "",
+          _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
+          "run on both sides.", "", *_pairing_caveat(), ""]
+    L += _talb_pairs_md(rows, pts)
     if plan.figure == "ablation":
-        L += _ablation_md(pts)
+        L += _ablation_md(rows, pts)
     analysis = out / ANALYSIS_FILE
     if analysis.exists():      # hand-written findings, kept when the report is redone
         L += ["## Analysis: why ours differ from the paper's", "",
               f"(from `{ANALYSIS_FILE}` in this directory)", "", analysis.read_text().strip(), ""]
-    L += ["## Points", "", "Mean ± 95% half-width over the counted seeds (n); FCT in ms.", ""]
+    L += ["## Points", "", "Mean ± 95% half-width over the counted seeds (n); FCT in ms of "
+          "testbed wall-clock (see *Paper vs ours*). The intervals draw the plots' error bars; "
+          "whether two schemes differ is the paired comparisons' call, not whether these "
+          "overlap.", ""]
     L += [_points_table(pts, OUTCOME_METRICS), "", "`ideal gap` in % (1 − samples/s over the "
           "compute-bound speed); censored tensors (sent, never received) are counted in "
           "runs.csv, never given an FCT.", ""]
@@ -248,8 +467,19 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
     if not flagged and not bad:
         L += ["None.", ""]
     L += ["## Figures", ""] + [f"![{name}]({name})" for name in manifest] + [""]
+    max_pairs = max([p["counted"] for p in pts] + [0])      # no pair has more seeds
     L += ["## Statistics", "", "Per point: mean over the seeds and a two-sided 95% confidence "
-          "interval mean ± t(0.975, n−1)·s/√n (Student t; quantiles from a table, "
-          "bench/sweep/stats.py, as scipy is not installed). CPU-bound runs are excluded. "
-          "Two schemes whose intervals overlap are reported as no difference.", ""]
+          "interval mean ± t(0.975, n−1)·s/√n (Student t, scipy). CPU-bound runs are excluded. "
+          "Comparisons are paired by seed (bench/sweep/stats.py): the paired t on the per-seed "
+          "differences (p, interval) and on the per-seed log-ratios (the ratio's interval); "
+          f"equivalence by TOST on the log-ratio within ±{EQUIV_MARGIN:.0%}. Holm's correction "
+          "decides the verdicts of *Paper vs ours* (across its rows but the largest speed-ups); "
+          "the tables of pairs give uncorrected verdicts and mark (†) those that survive Holm "
+          f"across the table. With {BOOTSTRAP_MIN_N} or more pairs a percentile "
+          "bootstrap interval of the mean difference is shown beside the t interval as a check"
+          + (f" (at most {max_pairs} seeds a point here, so none is shown)"
+             if max_pairs < BOOTSTRAP_MIN_N else "") + ". With 5 seeds a sign test could "
+          "never reach p < 0.05 (its smallest two-sided p is 2/32 = 0.0625); the t test can, "
+          "assuming roughly normal differences. Unpaired interval overlap is a plot aid only.",
+          "", *_pairing_caveat(), ""]
     return "\n".join(L)

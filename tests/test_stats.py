@@ -1,0 +1,170 @@
+"""bench/sweep/stats.py: t quantiles, paired comparisons (t, log-ratio, TOST,
+bootstrap), Holm, and the paper-effect flag, against values checked by hand
+or published with the data."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bench.sweep.stats import (bootstrap_interval, estimate, holm, paired, t_quantile, t_test,
+                               tost)
+
+# Student's sleep data (Cushny & Peebles 1905; R's `sleep`): extra hours of sleep of the
+# same 10 patients under two drugs. R's documented paired test,
+# t.test(extra ~ group, data = sleep, paired = TRUE):
+# t = -4.0621, df = 9, p-value = 0.002833, 95% CI -2.4598858 -0.7001142, mean -1.58
+SLEEP_1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+SLEEP_2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+
+
+def test_t_quantiles_from_scipy_match_printed_tables():
+    # any printed t table, two-sided 95%
+    for df, t in ((1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042), (120, 1.980)):
+        assert t_quantile(df) == pytest.approx(t, abs=5e-4)
+    assert t_quantile(10 ** 6) == pytest.approx(1.960, abs=5e-4)
+    assert t_quantile(4, 0.90) == pytest.approx(2.132, abs=5e-4)
+    with pytest.raises(ValueError, match="df"):
+        t_quantile(0)
+
+
+def test_paired_t_on_the_sleep_data_matches_r():
+    pr = paired(SLEEP_1, SLEEP_2)
+    assert pr.n == 10
+    assert pr.diff.mean == pytest.approx(-1.58)
+    assert (pr.diff.low, pr.diff.high) == pytest.approx((-2.4598858, -0.7001142), abs=1e-6)
+    assert pr.p == pytest.approx(0.002833, abs=5e-7)
+    # t itself: -1.58 / (s / sqrt(10)) = -4.0621
+    assert pr.diff.mean / (pr.diff.sd / math.sqrt(10)) == pytest.approx(-4.0621, abs=1e-4)
+    # values <= 0 have no log-ratio: no ratio, no equivalence test
+    assert pr.ratio is None and pr.p_equiv is None
+    assert pr.verdict() == "better"          # a lower, lower is better
+
+
+def test_paired_t_by_hand():
+    # differences 1..5: mean 3, s = sqrt(2.5), t = 3 / (sqrt(2.5)/sqrt(5)) = 4.2426, df 4;
+    # two-sided p = 0.01324 (t table: between 0.01 (4.604) and 0.02 (3.747))
+    b = [10.0, 20.0, 30.0, 40.0, 50.0]
+    a = [x + d for x, d in zip(b, [1, 2, 3, 4, 5])]
+    pr = paired(a, b)
+    assert pr.diff.mean == pytest.approx(3.0)
+    assert pr.diff.half_width == pytest.approx(2.776 * math.sqrt(2.5) / math.sqrt(5), abs=1e-3)
+    assert pr.p == pytest.approx(0.01324, abs=5e-5)
+    assert t_test([1, 2, 3, 4, 5]) == pytest.approx(pr.p)
+    assert pr.verdict() == "worse" and paired(a, b, lower_is_better=False).verdict() == "better"
+    # the ratio from the logs: geometric mean of 11/10, 22/20, ... = 1.1 exactly
+    assert pr.ratio == pytest.approx(1.1)
+    assert pr.bootstrap is None              # fewer than 10 pairs
+
+
+def test_pairs_are_by_seed_and_missing_values_drop_the_seed():
+    a = [1.0, None, 3.0, 4.0]
+    b = [2.0, 5.0, float("nan"), 5.0]
+    pr = paired(a, b)
+    assert pr.n == 2 and pr.diff.mean == pytest.approx(-1.0)
+    assert paired([1.0], [2.0]).verdict() == "no test (fewer than 2 pairs)"
+    with pytest.raises(ValueError, match="aligned"):
+        paired([1.0], [1.0, 2.0])
+
+
+def test_equivalence_verdict_on_constructed_data():
+    b = [100.0, 80.0, 120.0, 90.0, 110.0]
+    # clearly equivalent: every ratio within 1 +- 1%
+    same = paired([x * r for x, r in zip(b, [1.01, 0.99, 1.00, 1.005, 0.995])], b)
+    assert same.p > 0.05 and same.p_equiv < 0.05
+    assert same.verdict() == "equivalent within ±10%"
+    # clearly different: TaLB at half the baseline's FCT
+    half = paired([x * r for x, r in zip(b, [0.50, 0.52, 0.49, 0.51, 0.50])], b)
+    assert half.verdict() == "better" and half.ratio == pytest.approx(0.504, abs=0.01)
+    # too noisy: ratios from 0.5 to 2, centred on 1 -> neither test says anything
+    noisy = paired([x * r for x, r in zip(b, [0.5, 2.0, 1.0, 0.6, 1.7])], b)
+    assert noisy.p > 0.05 and noisy.p_equiv > 0.05 and noisy.verdict() == "inconclusive"
+    # the margin is the caller's: +-0.5% is too tight for the first set's +-1% ratios
+    a = [x * r for x, r in zip(b, [1.01, 0.99, 1.00, 1.005, 0.995])]
+    assert paired(a, b, margin=0.005).verdict() == "inconclusive"
+
+
+def test_tost_is_the_90_percent_interval_inside_the_bounds():
+    xs = [0.01, -0.02, 0.03, 0.00, 0.015]
+    e90_low = estimate(xs).mean - t_quantile(4, 0.90) * estimate(xs).sd / math.sqrt(5)
+    e90_high = estimate(xs).mean + t_quantile(4, 0.90) * estimate(xs).sd / math.sqrt(5)
+    lo, hi = math.log(0.9), math.log(1.1)
+    assert (tost(xs, lo, hi) < 0.05) == (lo < e90_low and e90_high < hi)
+    # at the bound exactly: p = 0.05 on that side
+    assert tost(xs, e90_low, 1.0) == pytest.approx(0.05)
+    assert tost([0.0, 0.0], -0.1, 0.1) == 0.0 and tost([0.2, 0.2], -0.1, 0.1) == 1.0
+
+
+def test_holm_on_a_known_example():
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; step-down keeps
+    # the running maximum: 0.02, 0.03, 0.06, 0.06 (by hand)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # no test (None) is no member of the family; capped at 1
+    assert holm([0.5, None, 0.4]) == [pytest.approx(0.8), None, pytest.approx(0.8)]
+    assert holm([0.9, 0.8]) == [1.0, 1.0]
+    assert holm([]) == []
+
+
+def test_holm_changes_the_verdict():
+    b = [10.0, 20.0, 30.0, 40.0, 50.0]
+    pr = paired([x + d for x, d in zip(b, [1, 2, 3, 4, 5])], b)     # p = 0.013
+    assert pr.verdict() == "worse"
+    assert pr.verdict(p=holm([pr.p] + [0.5] * 14)[0]) == "inconclusive"
+
+
+def test_paper_effect_excluded_flag():
+    b = [100.0, 80.0, 120.0, 90.0, 110.0]
+    near_one = paired([x * r for x, r in zip(b, [1.05, 0.95, 1.10, 0.98, 1.02])], b)
+    assert near_one.ratio_low < 1 < near_one.ratio_high
+    # the paper's -68% (ratio 0.32) is far below our interval: excluded
+    assert near_one.excludes_ratio(0.32) == "excluded (ours above)"
+    assert near_one.excludes_ratio(1.0) == "not excluded"
+    assert near_one.excludes_ratio(2.37) == "excluded (ours below)"
+    noisy = paired([x * r for x, r in zip(b, [0.3, 2.0, 1.0, 0.4, 1.7])], b)
+    assert noisy.excludes_ratio(0.32) == "not excluded"
+    assert paired([1.0], [2.0]).excludes_ratio(0.5) is None
+
+
+def test_bootstrap_agrees_with_t_from_ten_pairs():
+    # sleep data (n = 10): the percentile bootstrap interval is close to R's t interval
+    pr = paired(SLEEP_1, SLEEP_2)
+    lo, hi = pr.bootstrap
+    assert lo == pytest.approx(-2.46, abs=0.3) and hi == pytest.approx(-0.70, abs=0.3)
+    # 40 normal differences: within a tenth of the t interval's half-width on each side
+    xs = list(np.random.default_rng(1).normal(5.0, 2.0, 40))
+    e = estimate(xs)
+    blo, bhi = bootstrap_interval(xs)
+    assert abs(blo - e.low) < 0.1 * e.half_width and abs(bhi - e.high) < 0.1 * e.half_width
+    assert bootstrap_interval(xs[:9]) is None
+    assert bootstrap_interval(xs) == bootstrap_interval(xs)        # fixed seed
+
+
+def test_committed_fig10_paired_numbers():
+    """The paired re-analysis of results/fig10 at load 0.8 (TaLB − baseline,
+    paired t, df 4), as a reviewer computed it from runs.csv."""
+    import csv
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "results" / "fig10" / "runs.csv"
+    rows = [r for r in csv.DictReader(open(path, newline=""))
+            if r["status"] == "ok" and float(r["load"]) == 0.8]
+
+    def by_seed(scheme, metric):
+        return {int(r["seed"]): float(r[metric]) for r in rows if r["scheme"] == scheme}
+
+    def pair(base, metric, k):
+        t, b = by_seed("talb", metric), by_seed(base, metric)
+        seeds = sorted(t)
+        assert seeds == sorted(b) == [1, 2, 3, 4, 5]
+        pr = paired([t[s] for s in seeds], [b[s] for s in seeds],
+                    lower_is_better=metric != "samples_per_s")
+        return round(pr.diff.mean * k, 1), round(pr.diff.low * k, 1), round(pr.diff.high * k, 1), pr
+
+    assert pair("ecmp", "short_fct_mean_s", 1e3)[:3] == (10.1, -10.8, 30.9)
+    assert pair("rps", "short_fct_mean_s", 1e3)[:3] == (18.1, -2.7, 39.0)
+    assert pair("conga", "short_fct_mean_s", 1e3)[:3] == (4.0, -42.5, 50.5)
+    *rps, pr_rps = pair("rps", "samples_per_s", 1)
+    *conga, pr_conga = pair("conga", "samples_per_s", 1)
+    assert [round(x) for x in rps] == [60, 16, 105] and [round(x) for x in conga] == [76, 24, 129]
+    assert pr_rps.verdict() == "better" and pr_conga.verdict() == "better"    # uncorrected
