@@ -550,10 +550,12 @@ def tensor_occupancy(maps: SwitchMaps) -> int:
 def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
                   now_ns: int | None = None) -> int:
     """Remove tensor entries idle for more than ``idle_s`` (None: twice the
-    configured tensor_idle_us) -- tensors whose last packets never came, so
-    that the data path would only notice them on a hit that never happens.
+    configured tensor_idle_us for live entries, once for done ones) --
+    tensors whose last packets never came, so that the data path would
+    only notice them on a hit that never happens, and completed ones, whose
+    room new tensors need (the map never evicts: schemes/talb.h).
 
-    Why twice: user space cannot take part in the data path's atomic
+    Why twice for live entries: user space cannot take part in the data path's atomic
     retire (schemes/talb.h talb_retire), so it keeps well clear of entries
     the data path may still touch. The data path forgets an entry idle for
     tensor_idle_us by itself on its next packet; the sweeper only takes
@@ -569,12 +571,16 @@ def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
     Completed (done) entries are removed too, without accounting: they
     are no longer counted as live. Returns the number removed."""
     if idle_s is None:
-        idle_s = 2 * read_config(maps)["tensor_idle_us"] / 1e6
+        done_s = read_config(maps)["tensor_idle_us"] / 1e6
+        live_s = 2 * done_s
+    else:
+        done_s = live_s = idle_s
     now = _monotonic_ns() if now_ns is None else now_ns
     removed: dict[int, dict[int, int]] = {}
     total = removed_all = 0
     for key, e in list(maps.tensors.items()):
-        if now - e.last_seen_ns <= idle_s * 1e9:
+        limit_s = done_s if e.flags & TALB_TENSOR_DONE else live_s
+        if now - e.last_seen_ns <= limit_s * 1e9:
             continue
         if maps.tensors.delete(key):
             removed_all += 1

@@ -675,7 +675,7 @@ MAP_SPECS = MappingProxyType({
     "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),
     "config": (ctypes.c_uint32, TalbConfig, sc.BPF_MAP_TYPE_ARRAY),
     "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
-    "tensors": (TensorKey, TensorEntry, sc.BPF_MAP_TYPE_LRU_HASH),
+    "tensors": (TensorKey, TensorEntry, sc.BPF_MAP_TYPE_HASH),
     "group_state": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),

@@ -19,13 +19,14 @@
 #define TALB_MAX_GROUPS         1024    /* groups: distinct port sets        */
 #define TALB_NR_LAYERS          256     /* tensor_layer is a u8 on the wire  */
 /* Tensor table (Table I of the paper). The occupancy limit (config
- * tensor_limit, default TALB_MAX_TENSORS) stays at half the LRU map's
- * size, so that the kernel's LRU never has to evict a live entry (an
- * eviction would leave that tensor's layer counted as live): a full table
- * is the data path's decision (fallback scheme), never the map's. */
+ * tensor_limit, default TALB_MAX_TENSORS) on live entries stays at half
+ * the map's size; done entries (kept for late retransmissions) use the
+ * other half. A full table is the data path's decision (fallback scheme),
+ * never an eviction: the map is a plain hash (maps.h). */
 #define TALB_MAX_TENSORS        8192
 #define TALB_TENSOR_MAP_SIZE    (2 * TALB_MAX_TENSORS)
 #define TALB_SCHED_MAX          64      /* smooth-WRR schedule slots/group   */
+#define TALB_EEXIST             17      /* a map insert's -errno: key exists */
 #define TALB_COUNT_LIVE         0       /* tensor_count[]: data path's count */
 #define TALB_COUNT_SWEPT        1       /* tensor_count[]: user space's      */
 #define TALB_TENSOR_DONE        (1U << 0)  /* tensor_entry.flags: completed, kept

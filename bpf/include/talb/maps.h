@@ -33,10 +33,12 @@ TALB_MAP("array", __u32, struct talb_config, config, 1);
 TALB_MAP("percpu_array", __u32, __u64, counters, TALB_NR_COUNTERS);
 
 /* ---- TaLB (schemes/talb.h) ---- */
-/* (source address, tensor_id) -> live tensor (Table I). LRU only as a
- * safety net: the data path stops inserting at config tensor_limit (<= half
- * the size). */
-TALB_MAP("lru_hash", struct tensor_key, struct tensor_entry, tensors, TALB_TENSOR_MAP_SIZE);
+/* (source address, tensor_id) -> tensor (Table I). A plain hash, never an
+ * LRU: the kernel must not evict a live entry (its tensor would split, and
+ * its live count would leak). Live entries stop at config tensor_limit
+ * (<= half the size); done ones use the rest, and when it is full a new
+ * tensor takes the fallback (CNT_TALB_TABLE_FULL). */
+TALB_MAP("hash", struct tensor_key, struct tensor_entry, tensors, TALB_TENSOR_MAP_SIZE);
 /* group id -> WRR cursor and live-layer counts (data path, atomic adds) */
 TALB_MAP("array", __u32, struct group_state, group_state, TALB_MAX_GROUPS);
 /* group id -> entries removed by user space (sweep_tensors; user space

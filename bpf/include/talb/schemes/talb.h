@@ -352,7 +352,7 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 	__u32 n = g->n_ports, idx = 0, limit, layer = p->layer;
 	__u32 decide = 1, insert = 0;
 	__u64 idle_ns;
-	int i;
+	int i, ret;
 
 	if (!(p->flags & TALB_PKT_TAGGED)) {
 		talb_count(CNT_TALB_FALLBACK);
@@ -429,11 +429,19 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 		 * meanwhile (a later packet of it met midway, or its first
 		 * packet sent again) wins, and this packet follows it. */
 		talb_other_cpu(&key);
-		if (tensors.insert(&key, &fresh) == 0) {
+		ret = tensors.insert(&key, &fresh);
+		if (ret == 0) {
 			talb_account(gid, p->layer, 1);
 			talb_count(CNT_TALB_INSERTED);
-		} else {
+		} else if (ret == -TALB_EEXIST) {
 			idx = talb_join(&key, g, idx, n);
+		} else {
+			/* No room: done entries fill the map's other half.
+			 * The fallback, as for a full table, so that the
+			 * tensor's later packets (unknown: the fallback too)
+			 * take the same path. */
+			talb_count(CNT_TALB_TABLE_FULL);
+			return TALB_USE_FALLBACK;
 		}
 	}
 	return idx;
