@@ -104,13 +104,19 @@ def alone(request):
     """Wait (bounded) for a mostly idle machine; added to every test marked
     ``alone`` after its other fixtures, so the sample sees what the test
     itself started (a fabric, an agent) and nothing of its own work yet."""
-    ok, waited, seen = wait_until_alone()
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
+    def say(msg: str) -> None:  # shown at once, not in the test's captured output
+        with capture.global_and_fixture_disabled():
+            print(msg, flush=True)
+
+    ok, waited, seen = wait_until_alone(say=say)
     if not ok:
         skip_or_fail(f"needs the machine alone: the CPUs stayed busy for {waited:.0f} s "
                      f"(samples {', '.join(f'{s:.0%}' for s in seen[-5:])}; this test "
                      f"runs at <= {ALONE_BUSY_MAX:.0%}, see ALONE_BUSY_MAX in tests/conftest.py)")
     if waited >= ALONE_SAMPLE_S * 1.5:
-        print(f"\n[alone] waited {waited:.0f} s for the machine (last sample {seen[-1]:.0%} busy)")
+        say(f"\n[alone] waited {waited:.0f} s for the machine (last sample {seen[-1]:.0%} busy)")
 
 
 def pytest_collection_modifyitems(config, items):
