@@ -250,6 +250,7 @@ def test_scheme_switch_under_running_transfers(fabric):
 
 
 @pytest.mark.bench
+@pytest.mark.alone  # docs/schemes.md quotes these numbers: measured on an idle machine
 def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
     """DRILL's per-port queue estimate next to the real qdisc backlog of
     leaf0's uplinks, sampled together every 10 ms under 8 flows: h0 -> h2
