@@ -105,9 +105,10 @@ def host_ip(topo, name):
     return next(h.ip for h in topo.hosts if h.name == name)
 
 
-def scrape(port) -> dict:
+def scrape(port, timeout: float = 5) -> dict:
     """{(name, frozenset(labels)): value} of one /metrics page."""
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                  timeout=timeout).read().decode()
     return {(s.name, frozenset(s.labels.items())): s.value
             for fam in text_string_to_metric_families(body) for s in fam.samples}
 
@@ -191,11 +192,12 @@ def flows(prefix, topo, src, dst, wants, duration):
 #: read per ~20 ms, about 2 s of the agent's 5 ms windows
 HALF_RATE_READS = 100
 #: fewest reads (and /metrics scrapes) a judgement stands on when the machine
-#: is too busy for HALF_RATE_READS (and 10 scrapes) in the 4.5 s the reads
+#: is too busy for HALF_RATE_READS (and 10 scrapes) in the 6.5 s the reads
 #: may take: spread over those seconds, 20 reads are 20 windows apart from
 #: each other. Measured with another test run and two busy loops beside it:
-#: 40 reads when the scrapes ran between them, 213 beside them; a scrape of
-#: the CPU-starved agent took ~0.9 s (5 in 4.5 s).
+#: 40 reads in 4.5 s when the scrapes ran between them, 213 beside them; a
+#: scrape of the CPU-starved agent took ~0.9 s (5 in 4.5 s), with three
+#: busy loops one took over 5 s.
 HALF_RATE_MIN_READS = 20
 HALF_RATE_MIN_SCRAPES = 3
 
@@ -231,7 +233,7 @@ def test_half_rate_uplink_has_the_highest_pcm_and_the_lowest_weight(fabric, agen
     Judged on many windows, never one: once all 4 flows send and are past
     slow start, leaf0's group is read every ~20 ms, and /metrics scraped
     meanwhile every 0.2 s (a scrape shows one window), until the last
-    HALF_RATE_READS reads agree (_half_rate_verdict), for at most 4.5 s,
+    HALF_RATE_READS reads agree (_half_rate_verdict), for at most 6.5 s,
     all while the flows run; the last (up to) 10 scrapes taken meanwhile
     must show the same on average and in at least 70% of them."""
     prefix, topo = fabric
@@ -243,15 +245,15 @@ def test_half_rate_uplink_has_the_highest_pcm_and_the_lowest_weight(fabric, agen
     def scraper():  # beside the reads: a scrape waits for the agent, busy or not
         while not stop.is_set():
             try:
-                pages.append(scrape(agent["port"]))
-            except OSError as exc:
+                pages.append(scrape(agent["port"], timeout=10))
+            except OSError as exc:  # a CPU-starved agent answered late: counted, not judged
                 scrape_errors.append(exc)
             stop.wait(0.2)
 
-    with flows(prefix, topo, "h0", "h2", [0, 1, 0, 1], duration=8) as results, \
+    with flows(prefix, topo, "h0", "h2", [0, 1, 0, 1], duration=10) as results, \
             SwitchMaps(paths.pin_dir(prefix, "leaf0")) as leaf0:
         time.sleep(1.0)  # every flow past slow start
-        deadline = time.monotonic() + 4.5
+        deadline = time.monotonic() + 6.5
         scraping = threading.Thread(target=scraper)
         scraping.start()
         try:
@@ -272,11 +274,12 @@ def test_half_rate_uplink_has_the_highest_pcm_and_the_lowest_weight(fabric, agen
         finally:
             stop.set()
             scraping.join()
-    assert len(results) == 4 and not scrape_errors, (results, scrape_errors)
-    print(f"\n{verdict[1]} (after {len(samples)} reads and {len(seen)} scrapes in all)")
+    assert len(results) == 4, results
+    print(f"\n{verdict[1]} (after {len(samples)} reads and {len(seen)} scrapes in all; "
+          f"scrapes failed: {scrape_errors})")
     assert ran_throughout, "a flow ended before the reads did: they judged no load"
     assert len(samples) >= HALF_RATE_MIN_READS and len(seen) >= HALF_RATE_MIN_SCRAPES, \
-        f"only {len(samples)} reads and {len(seen)} scrapes while the flows ran"
+        f"only {len(samples)} reads and {len(seen)} scrapes while the flows ran ({scrape_errors})"
     assert verdict[0], (verdict[1], samples[-HALF_RATE_READS:])
     # the same picture on /metrics
     pages = seen[-10:]
