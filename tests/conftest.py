@@ -12,12 +12,18 @@
   left nothing behind drops its record.
 * Under CI=true a test that would be skipped for lack of root or a kernel
   feature fails instead: a CI run that skips the namespace tests is a failed run.
+* A test marked ``alone`` needs the machine (nearly) to itself: before it
+  runs, the ``alone`` fixture waits, bounded, until the CPUs are mostly
+  idle (:data:`ALONE_BUSY_MAX`). Never idle: it fails under CI, skips
+  locally. Most live tests need no such thing: they judge averages over
+  many windows with margins that hold on a busy 2-CPU machine.
 """
 from __future__ import annotations
 
 import itertools
 import os
 import string
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +39,90 @@ def skip_or_fail(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"required for CI but unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+# --- tests that need the machine alone --------------------------------------------------
+#: An ``alone`` test starts once the whole machine's CPU time over one sample
+#: of /proc/stat was at most this share busy (every CPU counted: 0.25 of a
+#: 2-CPU machine is half of one CPU). An idle fabric and its agent (5 ms
+#: windows: ~7% of one core) stay well under it; one other busy process
+#: (50%) or a parallel test run does not. TALB_ALONE_BUSY_MAX overrides it.
+ALONE_BUSY_MAX = float(os.environ.get("TALB_ALONE_BUSY_MAX", "0.25"))
+#: How long an ``alone`` test waits for the machine before it gives up, s
+#: (TALB_ALONE_WAIT_S overrides it).
+ALONE_WAIT_S = float(os.environ.get("TALB_ALONE_WAIT_S", "120"))
+#: One sample of /proc/stat spans this long, s.
+ALONE_SAMPLE_S = 1.0
+
+
+def cpu_jiffies(stat_text: str | None = None) -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat's
+    ``cpu`` line: idle and iowait are not busy; guest time is already in
+    user and nice, so it is not added again."""
+    if stat_text is None:
+        with open("/proc/stat") as f:
+            stat_text = f.readline()
+    fields = stat_text.split("\n", 1)[0].split()
+    if not fields or fields[0] != "cpu":
+        raise ValueError(f"not /proc/stat's cpu line: {stat_text[:80]!r}")
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    total = sum(ticks)
+    return total - ticks[3] - ticks[4], total
+
+
+def cpu_busy_share(sample_s: float = ALONE_SAMPLE_S) -> float:
+    """The share of all CPUs' time spent busy over the next ``sample_s``."""
+    b0, t0 = cpu_jiffies()
+    time.sleep(sample_s)
+    b1, t1 = cpu_jiffies()
+    return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def wait_until_alone(limit_s: float = ALONE_WAIT_S, busy_max: float = ALONE_BUSY_MAX,
+                     sample=cpu_busy_share, clock=time.monotonic, say=print
+                     ) -> tuple[bool, float, list[float]]:
+    """Sample the CPUs until one sample is at most ``busy_max`` busy or
+    ``limit_s`` passed: (idle seen, seconds waited, the samples)."""
+    start = clock()
+    seen: list[float] = []
+    told = False
+    while True:
+        seen.append(sample())
+        waited = clock() - start
+        if seen[-1] <= busy_max:
+            return True, waited, seen
+        if waited >= limit_s:
+            return False, waited, seen
+        if not told:
+            say(f"\n[alone] the CPUs are {seen[-1]:.0%} busy (this test runs at "
+                f"<= {busy_max:.0%}): waiting up to {limit_s:.0f} s for the machine")
+            told = True
+
+
+@pytest.fixture
+def alone(request):
+    """Wait (bounded) for a mostly idle machine; added to every test marked
+    ``alone`` after its other fixtures, so the sample sees what the test
+    itself started (a fabric, an agent) and nothing of its own work yet."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
+    def say(msg: str) -> None:  # shown at once, not in the test's captured output
+        with capture.global_and_fixture_disabled():
+            print(msg, flush=True)
+
+    ok, waited, seen = wait_until_alone(say=say)
+    if not ok:
+        skip_or_fail(f"needs the machine alone: the CPUs stayed busy for {waited:.0f} s "
+                     f"(samples {', '.join(f'{s:.0%}' for s in seen[-5:])}; this test "
+                     f"runs at <= {ALONE_BUSY_MAX:.0%}, see ALONE_BUSY_MAX in tests/conftest.py)")
+    if waited >= ALONE_SAMPLE_S * 1.5:
+        say(f"\n[alone] waited {waited:.0f} s for the machine (last sample {seen[-1]:.0%} busy)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("alone") and "alone" not in item.fixturenames:
+            item.fixturenames.append("alone")
 
 
 # --- the registry of prefixes tests made -----------------------------------------------

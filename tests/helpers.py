@@ -3,6 +3,9 @@
 * :func:`run_in`, :func:`socket_in`: a command, a socket in a namespace.
 * :func:`ping`: ICMP echoes from a namespace (no ping binary needed).
 * :func:`free_port`: a free TCP port on loopback (metrics, Prometheus).
+* :func:`wait_for_streams`: until iperf3 clients in a namespace are sending
+  (their connections established), so a test judges traffic that runs
+  rather than assuming it started within a fixed sleep.
 * :func:`loaded_switch` and :class:`ProgTestSwitch`: the switch program
   loaded (not attached) in a namespace of veth ports, packets run through it
   with ``BPF_PROG_TEST_RUN`` (test_bpf_datapath.py, test_talb_switch.py).
@@ -68,6 +71,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def tcp_established(ns: str) -> list[tuple[int, int]]:
+    """(local port, remote port) of every established IPv4 TCP connection in
+    namespace ``ns`` (its /proc/net/tcp, state 01)."""
+    conns = []
+    for line in run_in(ns, "cat", "/proc/net/tcp").stdout.splitlines()[1:]:
+        f = line.split()
+        if len(f) > 3 and f[3] == "01":
+            conns.append((int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16)))
+    return conns
+
+
+def wait_for_streams(ns: str, streams: dict[int, int], timeout: float = 15.0) -> float:
+    """Until the iperf3 clients in ``ns`` all send: for each server port,
+    its control connection and ``streams[port]`` data streams established
+    (an iperf3 client sends as soon as its streams connect). Seconds waited;
+    the test fails after ``timeout``. On a busy machine a client can start
+    seconds late (its server not listening yet, a retry), so a fixed sleep
+    is no proof that traffic runs."""
+    start = time.monotonic()
+    while True:
+        conns = tcp_established(ns)
+        short = {port: n for port, n in streams.items()
+                 if sum(1 for _, remote in conns if remote == port) < 1 + n}
+        if not short:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            import pytest
+
+            pytest.fail(f"iperf3 clients in {ns} not all sending after {timeout:g} s: server "
+                        f"ports {sorted(short)} lack streams (established: {conns})")
+        time.sleep(0.05)
 
 
 @contextmanager

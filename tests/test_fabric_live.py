@@ -11,6 +11,7 @@ import pytest
 
 from agent.qdisc_stats import QdiscReader
 from conftest import new_prefix
+from helpers import wait_for_streams
 from netns_topology import LeafSpine
 from talb import paths, testbed
 from talb.demo import GOODPUT_PER_RATE, uplink_tx
@@ -49,14 +50,28 @@ def test_every_host_reaches_every_other_host(fabric):
 
 
 def test_tcp_across_leaves_runs_at_the_link_rate(fabric):
-    """HTB holds the configured 100 Mbit/s within ±10% (TCP goodput 1448/1514 of it)."""
+    """HTB holds the configured 100 Mbit/s within ±10% (TCP goodput 1448/1514 of it).
+
+    No run may exceed the rate: a shaper lets through what it is set to and
+    no more, however busy the machine. A run below it may be a sender that
+    waited for the CPU on a busy 2-CPU machine, so up to 3 runs of 4 s are
+    made until one is within the band; a rate set wrong misses it in all 3."""
     prefix, topo = fabric
     src, dst = host(topo, "h0"), host(topo, "h3")
     assert src.leaf != dst.leaf
-    result = run_iperf3(ns(prefix, "h0"), ns(prefix, "h3"), dst.ip, duration=4)
     expected = RATE * GOODPUT_PER_RATE
-    assert abs(result.received_bps - expected) <= 0.10 * expected, (
-        f"goodput {result.received_bps / 1e6:.1f} Mbit/s, expected {expected / 1e6:.1f} ±10%")
+    runs = []
+    for _attempt in range(3):
+        result = run_iperf3(ns(prefix, "h0"), ns(prefix, "h3"), dst.ip, duration=4)
+        runs.append(result.received_bps / 1e6)
+        assert result.received_bps <= 1.10 * expected, (
+            f"goodput {result.received_bps / 1e6:.1f} Mbit/s above {expected / 1e6:.1f} +10%")
+        if abs(result.received_bps - expected) <= 0.10 * expected:
+            break
+    print(f"\ngoodput per run: {', '.join(f'{r:.1f}' for r in runs)} Mbit/s "
+          f"(expected {expected / 1e6:.1f})")
+    assert abs(max(runs) * 1e6 - expected) <= 0.10 * expected, (
+        f"goodput {runs} Mbit/s in {len(runs)} runs, expected {expected / 1e6:.1f} ±10%")
 
 
 def test_parallel_flows_use_both_uplinks(fabric):
@@ -106,9 +121,13 @@ def test_competing_flows_build_a_standing_queue(fabric):
         start = reader.read("h3")
         for t in threads:
             t.start()
-        time.sleep(2.0)  # both flows past slow start
+        # both flows sending (a client can start late on a busy machine), then
+        # past slow start; each runs 5 s from its start
+        wait_for_streams(ns(prefix, "h0"), {5301: 1})
+        wait_for_streams(ns(prefix, "h2"), {5302: 1})
+        time.sleep(1.5)
         deadline = time.monotonic() + 2.5
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and all(t.is_alive() for t in threads):
             samples.append(reader.read("h3").backlog_bytes)
             time.sleep(0.02)
         for t in threads:
@@ -116,6 +135,7 @@ def test_competing_flows_build_a_standing_queue(fabric):
         end = reader.read("h3")
     assert not errors, errors
     drops = end.drops - start.drops
+    assert len(samples) >= 50, f"only {len(samples)} samples while both flows ran"
     median = statistics.median(samples)
     assert median >= 0.4 * limit, (
         f"median backlog {median:.0f} B of a {limit} B queue (max {max(samples)}), drops {drops}")

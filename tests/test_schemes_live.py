@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import new_prefix
+from helpers import wait_for_streams
 from netns_topology import LeafSpine, load_topology
 from talb import paths, testbed
 from talb.demo import uplink_tx
@@ -80,9 +81,12 @@ def one_flow_uplinks(prefix, topo, duration=2.0, parallel=1):
     return {p: after[p] - before[p] for p in after}
 
 
-def two_senders_uplinks(prefix, topo, duration=3.0):
+def two_senders_uplinks(prefix, topo, duration=5.0, measure=2.5):
     """Bytes on each of leaf0's uplinks while h0 sends to h2 and h1 to h3,
-    4 flows each."""
+    4 flows each: counted over ``measure`` s once both senders' streams are
+    established and past slow start, so the two overlap for the whole count
+    (on a busy machine one client can start seconds after the other, and a
+    sender alone is not the load the caller judges)."""
     errors = []
 
     def transfer(src, dst, port):
@@ -92,15 +96,23 @@ def two_senders_uplinks(prefix, topo, duration=3.0):
         except BaseException as exc:
             errors.append(exc)
 
-    before = uplink_tx(prefix, "leaf0")
     threads = [threading.Thread(target=transfer, args=a) for a in (("h0", "h2", 5331),
                                                                   ("h1", "h3", 5332))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        wait_for_streams(ns(prefix, "h0"), {5331: 4})
+        wait_for_streams(ns(prefix, "h1"), {5332: 4})
+        time.sleep(0.5)
+        before = uplink_tx(prefix, "leaf0")
+        time.sleep(measure)
+        after = uplink_tx(prefix, "leaf0")
+        overlapped = all(t.is_alive() for t in threads)
+    finally:
+        for t in threads:
+            t.join()
     assert not errors, errors
-    after = uplink_tx(prefix, "leaf0")
+    assert overlapped, "a sender ended before the count did: the two did not overlap"
     return {p: after[p] - before[p] for p in after}
 
 
@@ -132,6 +144,10 @@ def test_scheme_carries_every_byte_and_shows_its_signature(fabric, scheme):
         # fabric, draining slower, less than half
         delta = two_senders_uplinks(prefix, topo)
         total = sum(delta.values())
+        print(f"\n    [{name}] DRILL, h0 -> h2 and h1 -> h3 (4 flows each): leaf0 uplink "
+              f"bytes {delta}, spine1 share {delta['spine1'] / total:.0%}")
+        # 2.5 s of 150-200 Mbit/s offered to the uplinks: 47-62 MB; 20 MB is
+        # what a badly starved sender pair still moves
         assert total > 20_000_000, delta
         assert all(v > 0.15 * total for v in delta.values()), (scheme, delta)
         if name == "asymmetric":
@@ -212,7 +228,13 @@ def test_scheme_switch_under_running_transfers(fabric):
             ("talb", {"fallback": "letflow"}), ("talb", {"fallback": "drill"}),
             ("talb", {"fallback": "rps"}), ("talb", {"fallback": "ecmp"}), ("ecmp", {})]
     switched = 0
-    time.sleep(1.0)
+    try:  # the 8 streams run (for 6 s from here), then switching starts
+        wait_for_streams(ns(prefix, "h0"), {5311: 8})
+    except BaseException:
+        t.join()
+        raise
+    started = time.monotonic()
+    time.sleep(0.5)
     for scheme, params in plan * 2:
         if not t.is_alive():
             break
@@ -220,6 +242,7 @@ def test_scheme_switch_under_running_transfers(fabric):
         switched += 1
         time.sleep(0.25)
     t.join()
+    print(f"\n    [{name}] {switched} scheme switches in {time.monotonic() - started:.1f} s of transfer")
     assert not errors, errors
     assert switched >= len(plan), f"only {switched} switches happened during the transfer"
     (r,) = results
@@ -227,6 +250,7 @@ def test_scheme_switch_under_running_transfers(fabric):
 
 
 @pytest.mark.bench
+@pytest.mark.alone  # docs/schemes.md quotes these numbers: measured on an idle machine
 def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
     """DRILL's per-port queue estimate next to the real qdisc backlog of
     leaf0's uplinks, sampled together every 10 ms under 8 flows: h0 -> h2

@@ -7,9 +7,12 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from conftest import new_prefix
+
+pytestmark = pytest.mark.live  # builds a fabric and runs traffic: `-m live` selects it
 
 
 def test_quick_ci_preset_end_to_end(root, tmp_path):

@@ -774,6 +774,7 @@ def test_model_matches_data_path_decision_for_decision(sw):
 
 # --- cost ----------------------------------------------------------------------------------------
 @pytest.mark.bench
+@pytest.mark.alone  # ns per packet: another process on the CPU is in the number
 def test_cost_per_packet_hit_new_tensor_ecmp(sw, capsys):
     """ns/packet through BPF_PROG_TEST_RUN (numbers, loosely bounded)."""
     repeat = 20000
