@@ -19,7 +19,7 @@ DEFAULT_KINDS = tuple(KINDS)
 ARCHS = ("ps", "allreduce")
 #: the per-kind parameters the matrix runs (the kinds' defaults otherwise)
 PARAMS = {"uplink-down": "leaf=leaf0,spine=spine1", "spine-down": "spine=spine0",
-          "scheme": "to=ecmp", "table-full": "limit=1", "forged-options": "rate=500"}
+          "scheme": "to=ecmp", "table-full": "limit=16,rate=500", "forged-options": "rate=500"}
 
 
 def spec_of(kind: str, at_s: float, for_s: float) -> str:

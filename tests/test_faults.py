@@ -14,6 +14,7 @@ def test_parse_fills_defaults_and_units():
     assert f.params == {"for": 0.5, "leaf": "leaf1", "spine": None}
     assert parse_fault("scheme@1.5").params == {"for": 1.0, "to": "ecmp"}
     assert parse_fault("table-full@3s:limit=4").params["limit"] == 4
+    assert parse_fault("table-full@3s").params == {"for": 1.0, "limit": 16, "rate": 500}
     assert parse_fault("none@2s").for_s == 0.0
     assert set(KINDS) == {"none", "uplink-down", "spine-down", "agent-kill", "scheme",
                           "table-full", "forged-options"}

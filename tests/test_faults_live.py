@@ -56,6 +56,10 @@ def _links_up(prefix, switch) -> dict[str, bool]:
             for line in out.splitlines() if "@" in line}
 
 
+def _as_list(v):
+    return v if isinstance(v, list) else [v]
+
+
 def _host_processes(prefix) -> dict:
     out = {}
     for h in testbed.load_topology_of(prefix).hosts:
@@ -71,7 +75,7 @@ CASES = [
     ("spine-down", "allreduce", "for=1s,spine=spine0"),
     ("agent-kill", "ps", "for=1s"),
     ("scheme", "allreduce", "to=ecmp,for=1s"),
-    ("table-full", "ps", "limit=1,for=1s"),
+    ("table-full", "ps", "limit=16,rate=500,for=1s"),
     ("forged-options", "allreduce", "rate=500,for=1s"),
 ]
 
@@ -124,6 +128,7 @@ def test_fault_mid_training(fabric, tmp_path, kind, arch, params):
         assert running_pid(fabric) == f["undo"]["started_pid"] != agent_before
     if kind == "table-full":
         assert counters.get("talb_table_full", 0) > 0, counters   # new tensors fell back
+        assert sum(s["packets"] for s in _as_list(f["undo"]["sent"])) > 0
         assert set(f["apply"]["before"].values()) == {config_before["leaf0"]["tensor_limit"]}
     if kind == "scheme":
         assert set(f["apply"]["before"].values()) == {"talb"}

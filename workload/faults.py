@@ -11,8 +11,12 @@
   spine-down      every port of a spine down, then up (``spine``: spine0)
   agent-kill      the PCM agent SIGKILLed, started again after ``for`` with its settings
   scheme          every switch switched to scheme ``to`` (ecmp), back after ``for``
-  table-full      the TaLB tensor table's limit set to ``limit`` (1) live entries, so
-                  that it is full at once: new tensors must take the fallback scheme
+  table-full      every switch's TaLB tensor table limited to ``limit`` (16) live
+                  entries and filled past it: from a host the run does not use on
+                  each leaf, ``rate`` (500) packets/s of valid-looking new tensors
+                  that never finish (each holds an entry until it idles out, 1 s),
+                  so that the run's new tensors find the table full and must take
+                  the fallback scheme
   forged-options  a host (``from``: a host the run does not use) sends ``rate``
                   (500) packets/s with forged and malformed TaLB options to
                   ``to`` (a host of the run on another leaf), spoofing the run's
@@ -47,7 +51,7 @@ KINDS: dict[str, dict[str, object]] = {   # kind -> {key: default}; None: chosen
     "spine-down": {"for": DEFAULT_FOR_S, "spine": None},
     "agent-kill": {"for": DEFAULT_FOR_S},
     "scheme": {"for": DEFAULT_FOR_S, "to": "ecmp"},
-    "table-full": {"for": DEFAULT_FOR_S, "limit": 1},
+    "table-full": {"for": DEFAULT_FOR_S, "limit": 16, "rate": 500},
     "forged-options": {"for": DEFAULT_FOR_S, "from": None, "to": None, "rate": 500},
 }
 #: switch counters (agent.maps COUNTER_NAMES) a fault report keeps: drops,
@@ -206,6 +210,39 @@ class _AgentKill:
         return {"started_pid": pid, "start_s": time.monotonic() - t}
 
 
+class _Together:
+    """Several actions as one: applied in order, undone in reverse."""
+
+    def __init__(self, actions: list):
+        self.actions = actions
+        self._done: list = []
+
+    def apply(self) -> dict:
+        out = {}
+        for a in self.actions:
+            self._done.append(a)
+            for k, v in a.apply().items():
+                out[k] = v if k not in out else [*_as_list(out[k]), *_as_list(v)]
+        return out
+
+    def restore(self) -> dict:
+        out, errors = {}, []
+        for a in reversed(self._done):
+            try:
+                for k, v in a.restore().items():
+                    out[k] = v if k not in out else [*_as_list(out[k]), *_as_list(v)]
+            except Exception as exc:   # noqa: BLE001 - undo the others first
+                errors.append(f"{type(exc).__name__}: {exc}")
+        self._done = []
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        return out
+
+
+def _as_list(v):
+    return v if isinstance(v, list) else [v]
+
+
 class _EachSwitch:
     """A change of every switch's config, and its undoing."""
 
@@ -252,16 +289,17 @@ class _EachSwitch:
 class _Forger:
     """workload/forge.py in a host's namespace, ended (SIGTERM) at restore."""
 
-    def __init__(self, prefix: str, topo, used: list, params: dict, seed: int):
+    def __init__(self, prefix: str, topo, used: list, params: dict, seed: int,
+                 only: str | None = None):
         hosts = {h.name: h for h in topo.hosts}
         used_names = [h.name for h in used]
-        src = params["from"] or next((h for h in hosts if h not in used_names), None)
+        src = params.get("from") or next((h for h in hosts if h not in used_names), None)
         if src is None:
             raise ValueError("--fault forged-options: every host runs a node; name a sender "
                              "with from=HOST")
         if src not in hosts:
             raise ValueError(f"--fault from={src}: no such host (hosts: {', '.join(hosts)})")
-        dst = params["to"] or next((h.name for h in used if h.leaf != hosts[src].leaf),
+        dst = params.get("to") or next((h.name for h in used if h.leaf != hosts[src].leaf),
                                    used_names[0] if used_names else None)
         if dst not in hosts or dst == src:
             raise ValueError(f"--fault to={dst}: a host other than from={src} "
@@ -271,6 +309,8 @@ class _Forger:
         self.argv = [sys.executable, "-m", "workload.forge", "--dst", hosts[dst].ip,
                      "--rate", str(params["rate"]), "--seed", str(seed),
                      "--spoof", ",".join(h.ip for h in used if h.name != dst)]
+        if only:
+            self.argv += ["--only", only]
         self.proc = None
 
     def apply(self) -> dict:
@@ -327,10 +367,29 @@ def _action(spec: FaultSpec, prefix: str, topo, used: list, seed: int):
     if spec.kind == "scheme":
         return _EachSwitch(prefix, topo, "scheme", p["to"])
     if spec.kind == "table-full":
-        return _EachSwitch(prefix, topo, "tensor_limit", p["limit"])
+        return _Together([_EachSwitch(prefix, topo, "tensor_limit", p["limit"]),
+                          *_fillers(prefix, topo, used, p["rate"], seed)])
     if spec.kind == "forged-options":
         return _Forger(prefix, topo, used, p, seed)
     raise AssertionError(spec.kind)
+
+
+def _fillers(prefix: str, topo, used: list, rate: int, seed: int) -> list:
+    """A table filler from a host the run does not use on each leaf that
+    has one, to a host on another leaf (across the leaf's uplink group)."""
+    used_names = {h.name for h in used}
+    out = []
+    for leaf in [s.name for s in topo.switches if s.role == "leaf"]:
+        src = next((h for h in topo.hosts if h.leaf == leaf and h.name not in used_names), None)
+        dst = next((h for h in topo.hosts if h.leaf != leaf), None)
+        if src is not None and dst is not None:
+            out.append(_Forger(prefix, topo, used, {"from": src.name, "to": dst.name,
+                                                    "rate": rate}, seed + len(out),
+                               only="new-unfinished"))
+    if not out:
+        raise ValueError("--fault table-full: every host runs a node; the tables are filled "
+                         "from hosts the run does not use")
+    return out
 
 
 def read_switch_counters(prefix: str, topo) -> dict[str, dict[str, int]]:

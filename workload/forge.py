@@ -21,6 +21,10 @@ workload's IPOption_TaLB, then a fresh random tensor id patched in per packet):
   truncated        IHL of 24 bytes: the option cut after 4 bytes
   not-first        a NOP before the option
 
+``--only new-unfinished`` sends live-looking new tensors only: every one
+takes a tensor-table entry on the sender's leaf until it idles out
+(the table-full fault fills the tables this way).
+
 Runs until SIGTERM/SIGINT (or ``--duration``), then prints one JSON line:
 ``{"packets": N, "by_kind": {...}, "errors": N}``.
 """
@@ -84,12 +88,18 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spoof", default="", help="source addresses to forge, comma-separated")
     ap.add_argument("--duration", type=float, help="seconds [until SIGTERM]")
+    ap.add_argument("--only", help="send only these kinds, comma-separated (new-unfinished: "
+                                   "fill the tensor tables) [all]")
     args = ap.parse_args(argv)
     stop = []
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.append(1))
     rng = random.Random(args.seed)
     pool = templates(args.dst, [x for x in args.spoof.split(",") if x])
+    if args.only:
+        pool = [p for p in pool if p[0] in args.only.split(",")]
+        if not pool:
+            ap.error(f"--only: no such kind in {args.only!r}")
     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     counts: dict[str, int] = {}
     errors = sent = 0

@@ -23,7 +23,8 @@ FCTs comes and goes with the heavy-tailed background flows (an undisturbed
 run has tensors at several times its pre-fault p99), while the median moves
 when the fabric as a whole is slower or stalled. The tail is reported
 beside it: ``slow`` (tensors after the fault over 2x their class's pre-fault
-p99) and ``worst_slowdown``. A tensor never delivered makes the recovery
+p99), ``last_slow_s`` (the last of them completed this long after the
+fault) and ``worst_slowdown`` (the largest FCT over its class's p99). A tensor never delivered makes the recovery
 infinite (None). ``after_restore_s`` is the part after the fault was
 undone. ``--fault none@AT`` gives the same numbers for an undisturbed run:
 the noise floor.
@@ -76,6 +77,9 @@ def recovery(tensors: list[dict], t_fault_ns: int, t_restore_ns: int | None = No
     out["lost"] = lost
     out["slow"] = sum(1 for t in done if t["fct_s"] > (1 + tolerance) *
                       p99.get((t["kind"], t["layer"]), p99_all))
+    slow_done = [t["t_done_ns"] for t in done if t["fct_s"] > (1 + tolerance) *
+                 p99.get((t["kind"], t["layer"]), p99_all)]
+    out["last_slow_s"] = (max(slow_done) - t_fault_ns) / 1e9 if slow_done else 0.0
     out["worst_slowdown"] = max((t["fct_s"] / p99.get((t["kind"], t["layer"]), p99_all)
                                  for t in done), default=None)
     if lost:
