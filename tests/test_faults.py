@@ -107,3 +107,18 @@ def test_references_are_per_kind_and_layer():
 def test_no_reference_no_number():
     r = recovery(_steady(4000), 0)
     assert r["recovery_s"] is None and "before the fault" in r["reason"]
+
+
+def test_names_are_checked_against_the_topology():
+    from netns_topology import load_topology
+    from talb import paths
+    from workload.faults import check_names
+
+    topo = load_topology(paths.REPO_ROOT / "topologies" / "talb.yaml")
+    check_names(parse_fault("uplink-down@1s:leaf=leaf1,spine=spine1"), topo)
+    with pytest.raises(ValueError, match=r"--fault spine=spine7: no such spine \(spines: spine0, spine1\)"):
+        check_names(parse_fault("spine-down@1s:spine=spine7"), topo)
+    with pytest.raises(ValueError, match=r"--fault leaf=spine0: no such leaf"):
+        check_names(parse_fault("uplink-down@1s:leaf=spine0"), topo)
+    with pytest.raises(ValueError, match=r"--fault from=h9: no such host"):
+        check_names(parse_fault("forged-options@1s:from=h9"), topo)

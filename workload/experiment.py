@@ -465,6 +465,10 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
             raise ValueError(f"--topology: no such file {str(topo_file)!r}")
         topo = load_topology(topo_file)
         place(topo, cfg.arch, cfg.workers, cfg.servers)   # enough hosts? before building
+        if cfg.fault:
+            from workload.faults import check_names, parse_fault
+
+            check_names(parse_fault(cfg.fault), topo)
         say(f"building testbed '{cfg.prefix}' from {topo_file}")
         # The agent's /metrics on a free port: another testbed's agent may hold the default.
         testbed.up(topo, cfg.prefix, agent={"metrics_port": _free_port()})

@@ -374,6 +374,22 @@ def _action(spec: FaultSpec, prefix: str, topo, used: list, seed: int):
     raise AssertionError(spec.kind)
 
 
+def check_names(spec: FaultSpec, topo) -> None:
+    """The switches and hosts ``spec`` names exist in ``topo`` (before a
+    run builds its fabric); ValueError naming the key and value."""
+    roles = {s.name: s.role for s in topo.switches}
+    hosts = [h.name for h in topo.hosts]
+    for key, role in (("leaf", "leaf"), ("spine", "spine")):
+        name = spec.params.get(key)
+        if name and roles.get(name) != role:
+            known = ", ".join(n for n, r in roles.items() if r == role)
+            raise ValueError(f"--fault {key}={name}: no such {role} ({role}s: {known})")
+    for key in ("from", "to"):
+        name = spec.params.get(key)
+        if name and name not in hosts:
+            raise ValueError(f"--fault {key}={name}: no such host (hosts: {', '.join(hosts)})")
+
+
 def _fillers(prefix: str, topo, used: list, rate: int, seed: int) -> list:
     """A table filler from a host the run does not use on each leaf that
     has one, to a host on another leaf (across the leaf's uplink group)."""
