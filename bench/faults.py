@@ -48,7 +48,8 @@ def row_of(kind: str, arch: str, spec: str, r: dict, cmd: str) -> dict:
     return {"fault": kind, "spec": spec, "pattern": arch, "recovery_s": rec.get("recovery_s"),
             "after_restore_s": rec.get("after_restore_s"),
             "degraded_windows": rec.get("degraded_windows"), "slow": rec.get("slow"),
-            "after": rec.get("after"), "worst_slowdown": rec.get("worst_slowdown"),
+            "after": rec.get("after"), "last_slow_s": rec.get("last_slow_s"),
+            "worst_slowdown": rec.get("worst_slowdown"),
             "verified": f["verified"], "tensors": f["tensors"],
             "checksum_failed": f["checksum_failed"], "not_delivered": f["not_delivered"],
             "retrans": r["summary"]["tcp"]["total"]["retrans_segs"],
@@ -127,7 +128,7 @@ NOTE_COUNTERS = ("pass_egress_down", "pass_no_route", "clone_fail", "talb_rerout
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| fault | pattern | recovery (after undo) | degraded windows | slow tensors | "
+    head = ("| fault | pattern | recovery (after undo) | degraded windows | slow tensors (last) | "
             "worst slowdown | tensors verified | SHA failed / lost | TCP retrans | queue drops "
             "| switch counters since the fault |\n|" + "---|" * 11 + "\n")
     lines = []
@@ -141,7 +142,8 @@ def table(rows: list[dict]) -> str:
         worst = "-" if r["worst_slowdown"] is None else f"{r['worst_slowdown']:.1f}x"
         lines.append(
             f"| {r['fault']} | {r['pattern']} | {_s(r['recovery_s'])} ({_s(r['after_restore_s'])})"
-            f" | {r['degraded_windows']} | {r['slow']} of {r['after']} | {worst} | "
+            f" | {r['degraded_windows']} | {r['slow']} of {r['after']}"
+            + (f" ({_s(r.get('last_slow_s'))})" if r["slow"] else "") + f" | {worst} | "
             f"{r['verified']} of {r['tensors']} | {r['checksum_failed']} / {r['not_delivered']} | "
             f"{r['retrans']} | {r['queue_drops']} | {notes} |")
     cmds = "\n".join(f"    {r['command']}" for r in rows)

@@ -208,12 +208,15 @@ def print_fault(f: dict) -> None:
                   f"delivered" + ("" if ok else " [bold red](data lost)[/]"))
     rec = f["recovery"] or {}
     if rec.get("recovery_s") is not None:
-        console.print(f"    recovery {rec['recovery_s'] * 1e3:.0f} ms"
-                      + (f" ({rec['after_restore_s'] * 1e3:.0f} ms after it was undone)"
+        console.print(f"    recovery {rec['recovery_s']:.2f} s"
+                      + (f" ({rec['after_restore_s']:.2f} s after it was undone)"
                          if rec.get("after_restore_s") is not None else "")
-                      + f": {rec['slow']} of {rec['after']} tensors after the fault slower than "
-                      f"{1 + rec['tolerance']:g}x their pre-fault p99 (worst "
-                      f"{rec['worst_slowdown'] or 0:.1f}x)")
+                      + f": {rec['degraded_windows']} windows of {rec['window_s']:g} s whose median "
+                      f"tensor took over {1 + rec['tolerance']:g}x its pre-fault FCT")
+        console.print(f"    tail: {rec['slow']} of {rec['after']} tensors after the fault over "
+                      f"{1 + rec['tolerance']:g}x their pre-fault p99"
+                      + (f", the last {rec['last_slow_s']:.2f} s after it" if rec['slow'] else "")
+                      + f"; worst {rec['worst_slowdown'] or 0:.1f}x")
     else:
         console.print(f"    recovery not measured: {rec.get('reason', '-')}")
     if f.get("counters"):
