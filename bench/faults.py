@@ -34,7 +34,10 @@ def command(opts: dict, arch: str, spec: str) -> str:
             "--workers", str(opts["workers"][arch])]
     if arch == "ps":
         argv += ["--servers", str(opts["servers"])]
-    argv += ["--load", f"{opts['load']:g}", "--seed", str(opts["seed"]),
+    argv += ["--load", f"{opts['load']:g}"]
+    if opts.get("background_size_scale"):
+        argv += ["--background-size-scale", f"{opts['background_size_scale']:g}"]
+    argv += ["--seed", str(opts["seed"]),
              "--iterations", str(opts["iterations"]), "--fault", spec]
     if opts.get("topology"):
         argv += ["--topology", str(opts["topology"])]
@@ -62,13 +65,15 @@ def row_of(kind: str, arch: str, spec: str, r: dict, cmd: str) -> dict:
 
 def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=ARCHS,
                workers: dict | None = None, servers: int = 1, iterations: int = 12,
-               load: float = 0.2, seed: int = 1, at_s: float = 3.0, for_s: float = 1.0,
+               load: float = 0.2, background_size_scale: float | None = 0.1, seed: int = 1,
+               at_s: float = 3.0, for_s: float = 1.0,
                topology: str | None = None, prefix: str = "tfaults", say=print) -> list[dict]:
     from talb import testbed
     from workload.experiment import RunConfig, RunError, run
 
     opts = {"model": model, "workers": workers or {"ps": 2, "allreduce": 3}, "servers": servers,
-            "iterations": iterations, "load": load, "seed": seed, "topology": topology}
+            "iterations": iterations, "load": load, "seed": seed, "topology": topology,
+            "background_size_scale": background_size_scale}
     specs = [(k, a, spec_of(k, at_s, for_s)) for a in archs for k in kinds]
     for _, _, spec in specs:
         parse_fault(spec)                          # every spec checked before anything runs
@@ -95,7 +100,8 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
                 say(f"[{i}/{len(specs)}] {arch} {spec}: running")
                 cfg = RunConfig(model=model, arch=arch, workers=opts["workers"][arch],
                                 servers=servers if arch == "ps" else 1, load=load, seed=seed,
-                                iterations=iterations, prefix=prefix, out=str(path), fault=spec)
+                                iterations=iterations, prefix=prefix, out=str(path), fault=spec,
+                                background_size_scale=background_size_scale)
                 try:
                     r = run(cfg, say=lambda m: say(f"    {m}"))
                 except (RunError, ValueError) as exc:
@@ -128,20 +134,20 @@ NOTE_COUNTERS = ("pass_egress_down", "pass_no_route", "clone_fail", "talb_rerout
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| fault | pattern | recovery (after undo) | degraded windows | slow tensors (last) | "
+    head = ("| fault | pattern | CPU-bound | recovery (after undo) | degraded windows | slow tensors (last) | "
             "worst slowdown | tensors verified | SHA failed / lost | TCP retrans | queue drops "
-            "| switch counters since the fault |\n|" + "---|" * 11 + "\n")
+            "| switch counters since the fault |\n|" + "---|" * 12 + "\n")
     lines = []
     for r in rows:
         if r.get("error") and "verified" not in r:
             lines.append(f"| {r['fault']} | {r['pattern']} | run failed: {r['error']} |"
-                         + " |" * 8)
+                         + " |" * 9)
             continue
         c = r["counters"]
         notes = ", ".join(f"{k} {c[k]}" for k in NOTE_COUNTERS if c.get(k)) or "-"
         worst = "-" if r["worst_slowdown"] is None else f"{r['worst_slowdown']:.1f}x"
         lines.append(
-            f"| {r['fault']} | {r['pattern']} | {_s(r['recovery_s'])} ({_s(r['after_restore_s'])})"
+            f"| {r['fault']} | {r['pattern']} | {'yes' if r['cpu_bound'] else 'no'} | {_s(r['recovery_s'])} ({_s(r['after_restore_s'])})"
             f" | {r['degraded_windows']} | {r['slow']} of {r['after']}"
             + (f" ({_s(r.get('last_slow_s'))})" if r["slow"] else "") + f" | {worst} | "
             f"{r['verified']} of {r['tensors']} | {r['checksum_failed']} / {r['not_delivered']} | "

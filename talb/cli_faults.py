@@ -51,6 +51,9 @@ def _kinds():
 @click.option("--iterations", type=click.IntRange(2, 10_000), default=12, show_default=True)
 @click.option("--load", type=click.FloatRange(0, 1, max_open=True), default=0.2, show_default=True,
               help="Background load.")
+@click.option("--background-size-scale", type=click.FloatRange(0, 1, min_open=True), default=0.1,
+              show_default=True, help="Background flow sizes x this (docs/workload.md): the "
+              "tensors' byte scale (0.01 at 10G) makes ~600 small flows/s, CPU-bound here.")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--at", "at_s", default="3s", show_default=True, callback=_seconds,
               help="When each fault is injected, after the nodes start.")
@@ -61,7 +64,8 @@ def _kinds():
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Results directory [results/faults-<UTC time>]; an existing one resumes.")
 @click.option("--prefix", default="tfaults", show_default=True, help="Prefix of the fabric.")
-def bench_faults(kinds, archs, model, ps_workers, allreduce_workers, iterations, load, seed,
+def bench_faults(kinds, archs, model, ps_workers, allreduce_workers, iterations, load,
+                 background_size_scale, seed,
                  at_s, for_s, topology, out_dir, prefix):
     """Every fault kind under PS and ring all-reduce training with background
     flows: one `talb run --fault` each on one fabric; writes faults.md (the
@@ -78,7 +82,8 @@ def bench_faults(kinds, archs, model, ps_workers, allreduce_workers, iterations,
                   f"{load:g}, fault at {at_s:g} s for {for_s:g} s; results in {out}")
     rows = run_matrix(out, model=model, kinds=kinds, archs=archs,
                       workers={"ps": ps_workers, "allreduce": allreduce_workers},
-                      iterations=iterations, load=load, seed=seed, at_s=at_s, for_s=for_s,
+                      iterations=iterations, load=load,
+                      background_size_scale=background_size_scale, seed=seed, at_s=at_s, for_s=for_s,
                       topology=topology, prefix=prefix, say=console.print)
     failed = [r for r in rows if r.get("error")]
     console.print(f"  {len(rows) - len(failed)} runs, {len(failed)} failed; table: {out / 'faults.md'}")
