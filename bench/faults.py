@@ -79,14 +79,19 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
         parse_fault(spec)                          # every spec checked before anything runs
     out.mkdir(parents=True, exist_ok=True)
     built = False
-    if not testbed.exists(prefix):
+
+    def fabric() -> None:
+        """Built at the first run that needs it (a finished matrix only rewrites its table)."""
+        nonlocal built
+        if built or testbed.exists(prefix):
+            return
         from netns_topology import load_topology
         from workload.experiment import DEFAULT_TOPOLOGY, _free_port
 
         say(f"building testbed '{prefix}' from {topology or DEFAULT_TOPOLOGY}")
+        built = True
         testbed.up(load_topology(topology or DEFAULT_TOPOLOGY), prefix,
                    agent={"metrics_port": _free_port()})
-        built = True
     rows = []
     try:
         for i, (kind, arch, spec) in enumerate(specs, 1):
@@ -98,6 +103,7 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
                 r["path"] = str(path)
             else:
                 say(f"[{i}/{len(specs)}] {arch} {spec}: running")
+                fabric()
                 cfg = RunConfig(model=model, arch=arch, workers=opts["workers"][arch],
                                 servers=servers if arch == "ps" else 1, load=load, seed=seed,
                                 iterations=iterations, prefix=prefix, out=str(path), fault=spec,
