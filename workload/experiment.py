@@ -528,6 +528,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         host_ports = {(h.leaf, p.name): p.rate_bps for h in used
                       for p in topo.ports(h.leaf) if p.peer == h.name}
         counters_before = ports.read() if ports else None
+        if injector is not None:
+            injector.prepare()
         queues_before = measure.read_port_queues(cfg.prefix, topo)
         t0 = time.monotonic()
         deadline = t0 + cfg.timeout_s

@@ -225,6 +225,16 @@ class _Together:
                 out[k] = v if k not in out else [*_as_list(out[k]), *_as_list(v)]
         return out
 
+    def prepare(self) -> None:
+        for a in self.actions:
+            if hasattr(a, "prepare"):
+                a.prepare()
+
+    def discard(self) -> None:
+        for a in self.actions:
+            if hasattr(a, "discard"):
+                a.discard()
+
     def restore(self) -> dict:
         out, errors = {}, []
         for a in reversed(self._done):
@@ -313,11 +323,31 @@ class _Forger:
             self.argv += ["--only", only]
         self.proc = None
 
-    def apply(self) -> dict:
+    def prepare(self) -> None:
+        """Start the sender ahead of the fault (Python and scapy take ~1 s to
+        start here): it gets ready and waits for a line on stdin."""
         from workload.netexec import ns_popen
 
-        self.proc = ns_popen(self.netns, self.argv, cwd=str(paths.REPO_ROOT))
+        self.proc = ns_popen(self.netns, [*self.argv, "--wait-stdin"], cwd=str(paths.REPO_ROOT),
+                             stdin=subprocess.PIPE)
+        line = self.proc.stdout.readline()
+        if '"ready"' not in line:
+            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            raise RuntimeError(f"forged-options: the sender did not get ready: {err.strip()[-300:]}")
+
+    def apply(self) -> dict:
+        if self.proc is None:
+            self.prepare()
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
         return {"from": self.src, "to": self.dst, "pid": self.proc.pid}
+
+    def discard(self) -> None:
+        """End a sender that was prepared and never released."""
+        from workload.netexec import stop
+
+        if self.proc is not None and self.proc.poll() is None:
+            stop(self.proc)
 
     def restore(self) -> dict:
         from workload.netexec import finish, stop
@@ -452,6 +482,12 @@ class FaultInjector:
         self._thread: threading.Thread | None = None
         self._counters0 = None
 
+    def prepare(self) -> None:
+        """Before the run's nodes start: what takes time to get ready (the
+        forged-options sender) is started and left waiting."""
+        if hasattr(self.action, "prepare"):
+            self.action.prepare()
+
     def start(self, t_start_ns: int) -> None:
         self.record["t_start_ns"] = t_start_ns
         self._thread = threading.Thread(target=self._run, daemon=True, name="fault")
@@ -510,6 +546,8 @@ class FaultInjector:
         if self._applied:
             self.record["cut_short"] = True   # the run ended before for_s was over
         self._restore()
+        if hasattr(self.action, "discard"):
+            self.action.discard()
         if self._counters0 is not None:
             try:
                 self.record["counters"] = counter_delta(

@@ -36,6 +36,7 @@ import random
 import signal
 import socket
 import struct
+import sys
 import time
 
 DPORT = 9
@@ -88,6 +89,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spoof", default="", help="source addresses to forge, comma-separated")
     ap.add_argument("--duration", type=float, help="seconds [until SIGTERM]")
+    ap.add_argument("--wait-stdin", action="store_true",
+                    help="get ready (imports, templates, socket), print {\"ready\": true}, "
+                         "then start at the first line on stdin")
     ap.add_argument("--only", help="send only these kinds, comma-separated (new-unfinished: "
                                    "fill the tensor tables) [all]")
     args = ap.parse_args(argv)
@@ -103,6 +107,10 @@ def main(argv=None) -> int:
     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     counts: dict[str, int] = {}
     errors = sent = 0
+    if args.wait_stdin:
+        print(json.dumps({"ready": True}), flush=True)
+        if not sys.stdin.readline():
+            return 0          # stdin closed: never started
     t0 = time.monotonic()
     end = t0 + args.duration if args.duration else None
     while not stop and (end is None or time.monotonic() < end):
