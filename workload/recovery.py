@@ -13,7 +13,9 @@ command runs); times are CLOCK_MONOTONIC, the clock of the tensors' records.
   sent later), binned by its completion time into windows of ``WINDOW_S``
   from t_f on. A window is *degraded* when the median slowdown of the
   tensors completing in it exceeds ``1 + TOLERANCE``, or when nothing
-  completes in it while a tensor is in flight throughout (a stall).
+  completes in it while a tensor is in flight throughout (a stall). The
+  window of the run's last completion, cut short by the end of the run, is
+  left out.
 * **Recovery time = end of the last degraded window - t_f** (0 when no
   window is degraded): from the fault to the first moment after which the
   typical tensor again completes within 2x its pre-fault FCT.
@@ -39,11 +41,9 @@ TOLERANCE = 1.0
 WINDOW_S = 0.5
 MIN_CLASS_SAMPLES = 5
 
-
 def _p99(values: list[float]) -> float:
     s = sorted(values)
     return s[max(0, math.ceil(0.99 * len(s)) - 1)]
-
 
 def _references(before: list[dict], stat) -> tuple[float, dict]:
     overall = stat([t["fct_s"] for t in before])
@@ -51,7 +51,6 @@ def _references(before: list[dict], stat) -> tuple[float, dict]:
     for t in before:
         by_class[(t["kind"], t["layer"])].append(t["fct_s"])
     return overall, {k: stat(v) for k, v in by_class.items() if len(v) >= MIN_CLASS_SAMPLES}
-
 
 def recovery(tensors: list[dict], t_fault_ns: int, t_restore_ns: int | None = None,
              tolerance: float = TOLERANCE, window_s: float = WINDOW_S) -> dict:
@@ -90,9 +89,11 @@ def recovery(tensors: list[dict], t_fault_ns: int, t_restore_ns: int | None = No
     for t in done:
         bins[(t["t_done_ns"] - t_fault_ns) // w_ns].append(
             t["fct_s"] / med.get((t["kind"], t["layer"]), med_all))
+    # The window of the run's last completion is cut short by the end of the
+    # run and holds the stragglers of the last iteration: left out.
     last_bin = max(bins, default=-1)
     degraded = []
-    for b in range(last_bin + 1):
+    for b in range(last_bin):
         lo, hi = t_fault_ns + b * w_ns, t_fault_ns + (b + 1) * w_ns
         if b in bins:
             if statistics.median(bins[b]) > 1 + tolerance:
