@@ -8,6 +8,7 @@
     talb run --model M --arch ps ...   one training experiment: PS or all-reduce, results JSON
     talb bench --preset fig10          the paper's experiments: sweeps, CIs, plots, summary
     talb bench datapath                data-path benchmarks
+    talb bench faults                  faults under training: recovery time, delivery
     talb monitoring up|down|status     Prometheus (+ Grafana) for the testbeds and runs
     talb report RESULTS                a finished run's key panels as PNG
 """
@@ -517,6 +518,8 @@ def bench_datapath(repeat, duration, json_out):
         console.print(f"results written to {json_out}")
 
 
+from talb import cli_faults  # noqa: E402
+cli_faults.register(bench_group)
 from talb import cli_agent  # noqa: E402
 cli_agent.register(main)
 from talb import cli_run  # noqa: E402

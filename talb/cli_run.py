@@ -89,6 +89,12 @@ def _models() -> list[str]:
               help="Seconds before the run is abandoned.")
 @click.option("--prefix", default=paths.DEFAULT_PREFIX, show_default=True,
               help="Testbed prefix to run on (or to build).")
+@click.option("--fault", metavar="KIND@AT[:K=V,...]",
+              help="Inject a fault AT seconds after the nodes start and undo it after for=: "
+                   "uplink-down (leaf=, spine=), spine-down (spine=), agent-kill, scheme (to=), "
+                   "table-full (limit=), forged-options (from=, to=, rate=), none (a control); "
+                   "e.g. uplink-down@2s:for=1s. Reports recovery time and delivery "
+                   "(docs/faults.md).")
 def run_cmd(**opts):
     """Run one distributed-training experiment on the fabric and write its results.
 
@@ -99,6 +105,7 @@ def run_cmd(**opts):
     parameter and every tensor. Example:
 
         sudo talb run --scheme talb --model vgg19 --arch ps --workers 4 --load 0 --seed 1
+        sudo talb run --model threelayer --arch ps --workers 3 --fault spine-down@3s:for=1s
     """
     from workload.experiment import RunConfig, RunError, run
 
@@ -177,7 +184,44 @@ def print_summary(r: dict) -> None:
     bad = s["tensors"]["corrupted"]
     if bad:
         console.print(f"  [bold red]{bad} tensors failed their checksum[/]")
+    if r.get("fault"):
+        print_fault(r["fault"])
     console.print(f"  results: {r['path']}")
+
+
+def print_fault(f: dict) -> None:
+    """The fault's line: what was done when, delivery, recovery (docs/faults.md)."""
+    if not f["injected"]:
+        console.print(f"  [bold red]fault {f['spec']} never injected:[/] the run ended first")
+        return
+    t0 = f["t_start_ns"]
+    when = f"at {(f['t_inject_ns'] - t0) / 1e9:.2f} s"
+    if f["t_restore_ns"]:
+        when += f", undone at {(f['t_restore_ns'] - t0) / 1e9:.2f} s" + \
+            (" (the run ended first)" if f.get("cut_short") else "")
+    console.print(f"  [bold]fault[/] {f['spec']} {when}")
+    if f["error"]:
+        console.print(f"    [bold red]{f['error']}[/]")
+    ok = not f["checksum_failed"] and not f["not_delivered"]
+    console.print(f"    delivery: {f['verified']} of {f['tensors']} tensors verified (SHA-256), "
+                  f"{f['checksum_failed']} failed their checksum, {f['not_delivered']} not "
+                  f"delivered" + ("" if ok else " [bold red](data lost)[/]"))
+    rec = f["recovery"] or {}
+    if rec.get("recovery_s") is not None:
+        console.print(f"    recovery {rec['recovery_s']:.2f} s"
+                      + (f" ({rec['after_restore_s']:.2f} s after it was undone)"
+                         if rec.get("after_restore_s") is not None else "")
+                      + f": {rec['degraded_windows']} windows of {rec['window_s']:g} s whose median "
+                      f"tensor took over {1 + rec['tolerance']:g}x its pre-fault FCT")
+        console.print(f"    tail: {rec['slow']} of {rec['after']} tensors after the fault over "
+                      f"{1 + rec['tolerance']:g}x their pre-fault p99"
+                      + (f", the last {rec['last_slow_s']:.2f} s after it" if rec['slow'] else "")
+                      + f"; worst {rec['worst_slowdown'] or 0:.1f}x")
+    else:
+        console.print(f"    recovery not measured: {rec.get('reason', '-')}")
+    if f.get("counters"):
+        console.print("    switch counters since the fault: "
+                      + ", ".join(f"{k} {v}" for k, v in sorted(f["counters"].items())))
 
 
 def register(group: click.Group) -> None:

@@ -84,6 +84,8 @@ class RunConfig:
     # target's proportions). Set it where that scale makes flows of a few
     # hundred bytes and thousands of connections a second (docs/workload.md).
     background_size_scale: float | None = None
+    # A fault injected mid-run, KIND@AT[:key=value,...] (workload/faults.py); None: none.
+    fault: str | None = None
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -134,6 +136,10 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
           cfg.background_s, "a positive number of seconds")
     _need(cfg.background_size_scale is None or 0 < cfg.background_size_scale <= 1,
           "--background-size-scale", cfg.background_size_scale, "a factor in (0, 1]")
+    if cfg.fault is not None:
+        from workload.faults import parse_fault
+
+        parse_fault(cfg.fault)
 
 
 # --- the pieces ------------------------------------------------------------------------
@@ -459,6 +465,10 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
             raise ValueError(f"--topology: no such file {str(topo_file)!r}")
         topo = load_topology(topo_file)
         place(topo, cfg.arch, cfg.workers, cfg.servers)   # enough hosts? before building
+        if cfg.fault:
+            from workload.faults import check_names, parse_fault
+
+            check_names(parse_fault(cfg.fault), topo)
         say(f"building testbed '{cfg.prefix}' from {topo_file}")
         # The agent's /metrics on a free port: another testbed's agent may hold the default.
         testbed.up(topo, cfg.prefix, agent={"metrics_port": _free_port()})
@@ -498,6 +508,12 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     plan_path.write_text(json.dumps(plan))
     os.chmod(run_dir, 0o755)
     ports = bg = background = None
+    injector = fault = None
+    if cfg.fault:   # checked against the fabric before anything starts
+        from workload import faults
+
+        injector = faults.FaultInjector(faults.parse_fault(cfg.fault), cfg.prefix, topo, used,
+                                        seed=cfg.seed, say=say)
     nodes = _Nodes()
     # Monitoring hook (issue 12): the run's live /metrics, fed the node records as they arrive.
     live = run_metrics.LiveRun.start(cfg, profile, scaling, _target_bytes_fn(cfg, parts, cfg.workers),
@@ -512,6 +528,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         host_ports = {(h.leaf, p.name): p.rate_bps for h in used
                       for p in topo.ports(h.leaf) if p.peer == h.name}
         counters_before = ports.read() if ports else None
+        if injector is not None:
+            injector.prepare()
         queues_before = measure.read_port_queues(cfg.prefix, topo)
         t0 = time.monotonic()
         deadline = t0 + cfg.timeout_s
@@ -533,6 +551,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                     nodes.start(f"n{i}", paths.netns_name(cfg.prefix, node_hosts[i].name),
                                 [*NODE, str(plan_path), role, str(rank)])
             say(f"{len(node_roles)} nodes running")
+            if injector is not None:
+                injector.start(time.monotonic_ns())
             if on_nodes:
                 on_nodes({name: p.pid for name, p in nodes.procs})
             while not nodes.all_done():
@@ -571,6 +591,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         nodes.write_log(log)
         raise RunError(f"{exc} (every node's error output: {log})") from None
     finally:
+        if injector is not None:   # first: no link left down, no agent left dead
+            fault = injector.close()
         live.close()
         nodes.kill_all()
         if bg is not None:            # a failed run: every background process ends too
@@ -584,6 +606,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                        duration, tcp_before, tcp_after, counters_before, counters_after, topo,
                        sampler.samples, have_links, background,
                        queues=(queues_before, queues_after))
+    if fault is not None:
+        results["fault"] = faults.report(fault, results["tensors"])
     path = _results_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

@@ -1,0 +1,124 @@
+"""Fault specs (`talb run --fault`) and the recovery measure, without a fabric."""
+from __future__ import annotations
+
+import pytest
+
+from workload.faults import KINDS, counter_delta, parse_fault
+from workload.forge import templates
+from workload.recovery import recovery
+
+
+def test_parse_fills_defaults_and_units():
+    f = parse_fault("uplink-down@2s:for=500ms,leaf=leaf1")
+    assert (f.kind, f.at_s, f.for_s) == ("uplink-down", 2.0, 0.5)
+    assert f.params == {"for": 0.5, "leaf": "leaf1", "spine": None}
+    assert parse_fault("scheme@1.5").params == {"for": 1.0, "to": "ecmp"}
+    assert parse_fault("table-full@3s:limit=4").params["limit"] == 4
+    assert parse_fault("table-full@3s").params == {"for": 1.0, "limit": 16, "rate": 500}
+    assert parse_fault("none@2s").for_s == 0.0
+    assert set(KINDS) == {"none", "uplink-down", "spine-down", "agent-kill", "scheme",
+                          "table-full", "forged-options"}
+
+
+@pytest.mark.parametrize("text, words", [
+    ("bogus@2s", ["unknown kind 'bogus'", "uplink-down"]),
+    ("uplink-down", ["when?", "KIND@AT"]),
+    ("uplink-down@soon", ["AT must be a time", "'soon'"]),
+    ("uplink-down@2s:for=0", ["for must be > 0"]),
+    ("uplink-down@2s:rate=5", ["uplink-down takes for, leaf, spine", "rate=5"]),
+    ("scheme@2s:to=nope", ["to=nope", "unknown scheme"]),
+    ("table-full@2s:limit=0", ["limit must be >= 1"]),
+    ("table-full@2s:limit=x", ["limit must be an integer", "'x'"]),
+    ("agent-kill@2s:for", ["expected key=value", "'for'"]),
+])
+def test_parse_errors_name_the_value(text, words):
+    with pytest.raises(ValueError) as exc:
+        parse_fault(text)
+    assert str(exc.value).startswith("--fault:")
+    for w in words:
+        assert w in str(exc.value)
+
+
+def test_counter_delta_sums_what_moved():
+    before = {"a": {"x": 1, "y": 5}, "b": {"x": 0, "y": 0}}
+    after = {"a": {"x": 3, "y": 5}, "b": {"x": 1, "y": 0}}
+    assert counter_delta(before, after) == {"x": 3}
+
+
+def test_forged_templates_carry_the_option_where_the_kind_says():
+    kinds = {k for k, _, _ in templates("198.18.1.2", ["198.18.0.2"])}
+    assert {"new-unfinished", "spoofed", "bad-version", "bad-length", "truncated",
+            "not-first", "zero-len", "midstream", "last", "idx-past-len"} == kinds
+
+
+# --- recovery ---------------------------------------------------------------------------
+MS = 1_000_000
+
+
+def _t(i, start_ms, fct_ms, kind="push", layer=0, warmup=False, censored=False):
+    return {"key": f"k{i}", "kind": kind, "layer": layer, "warmup": warmup, "censored": censored,
+            "t_start_ns": start_ms * MS, "t_done_ns": None if censored else (start_ms + fct_ms) * MS,
+            "fct_s": None if censored else fct_ms / 1e3}
+
+
+def _steady(until_ms, fct_ms=10, every_ms=20, start=0):
+    return [_t(i, s, fct_ms) for i, s in enumerate(range(start, until_ms, every_ms))]
+
+
+def test_undisturbed_run_recovers_at_once():
+    r = recovery(_steady(4000), 2000 * MS, 3000 * MS)
+    assert r["recovery_s"] == 0.0 and r["after_restore_s"] == 0.0 and r["degraded_windows"] == 0
+    assert r["before"] == 100 and r["slow"] == 0 and r["worst_slowdown"] == pytest.approx(1.0)
+
+
+def test_slow_period_ends_the_recovery_at_its_last_degraded_window():
+    ts = _steady(2000) + [_t(1000 + i, s, 50) for i, s in enumerate(range(2000, 3000, 20))] + \
+        _steady(5000, start=3000)
+    r = recovery(ts, 2000 * MS, 2500 * MS)
+    # tensors completing in [2.05, 3.03] s are 5x slower: the windows [2.0, 2.5) and
+    # [2.5, 3.0) are degraded; in [3.0, 3.5) two slow ones among 25 at speed are not
+    assert r["recovery_s"] == pytest.approx(1.0) and r["degraded_windows"] == 2
+    assert r["after_restore_s"] == pytest.approx(0.5)
+    assert r["slow"] == 50 and r["worst_slowdown"] == pytest.approx(5.0)
+
+
+def test_a_stall_is_degraded_even_with_nothing_completing():
+    ts = _steady(2000) + [_t(999, 1990, 1200)] + _steady(5000, start=3300)
+    r = recovery(ts, 2000 * MS)
+    # nothing completes in [2.0, 3.0) while k999 is in flight: two stalled windows; it
+    # completes at 3.19 s among tensors at speed (the median decides: not degraded)
+    assert r["recovery_s"] == pytest.approx(1.0) and r["degraded_windows"] == 2
+
+
+def test_a_lost_tensor_means_no_recovery():
+    ts = _steady(4000) + [_t(999, 2100, 0, censored=True)]
+    r = recovery(ts, 2000 * MS)
+    assert r["recovery_s"] is None and r["lost"] == 1 and "never delivered" in r["reason"]
+
+
+def test_references_are_per_kind_and_layer():
+    # pulls take 10x as long as pushes; after the fault both keep their speed
+    ts = [_t(i, s, 10) for i, s in enumerate(range(0, 4000, 20))] + \
+        [_t(500 + i, s, 100, kind="pull") for i, s in enumerate(range(0, 4000, 20))]
+    r = recovery(ts, 2000 * MS)
+    assert r["recovery_s"] == 0.0 and r["slow"] == 0
+
+
+def test_no_reference_no_number():
+    r = recovery(_steady(4000), 0)
+    assert r["recovery_s"] is None and "before the fault" in r["reason"]
+
+
+def test_names_are_checked_against_the_topology():
+    from netns_topology import load_topology
+    from talb import paths
+    from workload.faults import check_names
+
+    topo = load_topology(paths.REPO_ROOT / "topologies" / "talb.yaml")
+    check_names(parse_fault("uplink-down@1s:leaf=leaf1,spine=spine1"), topo)
+    with pytest.raises(ValueError, match=r"--fault spine=spine7: no such spine \(spines: spine0, spine1\)"):
+        check_names(parse_fault("spine-down@1s:spine=spine7"), topo)
+    with pytest.raises(ValueError, match=r"--fault leaf=spine0: no such leaf"):
+        check_names(parse_fault("uplink-down@1s:leaf=spine0"), topo)
+    with pytest.raises(ValueError, match=r"--fault from=h9: no such host"):
+        check_names(parse_fault("forged-options@1s:from=h9"), topo)

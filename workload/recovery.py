@@ -1,0 +1,108 @@
+"""Recovery time of a training run from a fault (docs/faults.md).
+
+Definition. t_f is the moment the fault is injected (just before its
+command runs); times are CLOCK_MONOTONIC, the clock of the tensors' records.
+
+* Reference: the tensors of measured iterations (warm-up excluded)
+  delivered before t_f. Each (kind, layer) class -- push, pull, reduce,
+  gather of one layer: messages of one size -- gives a reference FCT, its
+  median (the median of every tensor before the fault when the class has
+  fewer than ``MIN_CLASS_SAMPLES``). A tensor's *slowdown* is its FCT over
+  its class's reference.
+* After the fault: every tensor not delivered at t_f (in flight then or
+  sent later), binned by its completion time into windows of ``WINDOW_S``
+  from t_f on. A window is *degraded* when the median slowdown of the
+  tensors completing in it exceeds ``1 + TOLERANCE``, or when nothing
+  completes in it while a tensor is in flight throughout (a stall). The
+  window of the run's last completion, cut short by the end of the run, is
+  left out.
+* **Recovery time = end of the last degraded window - t_f** (0 when no
+  window is degraded): from the fault to the first moment after which the
+  typical tensor again completes within 2x its pre-fault FCT.
+
+The median, not the tail, decides: with background load the tail of the
+FCTs comes and goes with the heavy-tailed background flows (an undisturbed
+run has tensors at several times its pre-fault p99), while the median moves
+when the fabric as a whole is slower or stalled. The tail is reported
+beside it: ``slow`` (tensors after the fault over 2x their class's pre-fault
+p99), ``last_slow_s`` (the last of them completed this long after the
+fault) and ``worst_slowdown`` (the largest FCT over its class's p99). A tensor never delivered makes the recovery
+infinite (None). ``after_restore_s`` is the part after the fault was
+undone. ``--fault none@AT`` gives the same numbers for an undisturbed run:
+the noise floor.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+TOLERANCE = 1.0
+WINDOW_S = 0.5
+MIN_CLASS_SAMPLES = 5
+
+def _p99(values: list[float]) -> float:
+    s = sorted(values)
+    return s[max(0, math.ceil(0.99 * len(s)) - 1)]
+
+def _references(before: list[dict], stat) -> tuple[float, dict]:
+    overall = stat([t["fct_s"] for t in before])
+    by_class = defaultdict(list)
+    for t in before:
+        by_class[(t["kind"], t["layer"])].append(t["fct_s"])
+    return overall, {k: stat(v) for k, v in by_class.items() if len(v) >= MIN_CLASS_SAMPLES}
+
+def recovery(tensors: list[dict], t_fault_ns: int, t_restore_ns: int | None = None,
+             tolerance: float = TOLERANCE, window_s: float = WINDOW_S) -> dict:
+    """The recovery from a fault at ``t_fault_ns`` of a run's tensor records
+    (workload/measure.join_tensors: kind, layer, warmup, censored,
+    t_start_ns, t_done_ns, fct_s)."""
+    before = [t for t in tensors if not t["warmup"] and not t["censored"]
+              and t["t_done_ns"] < t_fault_ns]
+    after = [t for t in tensors if t["censored"] or t["t_done_ns"] >= t_fault_ns]
+    out = {"tolerance": tolerance, "window_s": window_s, "before": len(before),
+           "after": len(after), "degraded_windows": None, "slow": None, "lost": None,
+           "recovery_s": None, "after_restore_s": None, "worst_slowdown": None,
+           "reference_median_s": None}
+    if not before:
+        out["reason"] = "no measured tensor was delivered before the fault"
+        return out
+    med_all, med = _references(before, statistics.median)
+    p99_all, p99 = _references(before, _p99)
+    out["reference_median_s"] = med_all
+    out["reference_p99_s"] = p99_all
+    lost = sum(1 for t in after if t["censored"])
+    done = [t for t in after if not t["censored"]]
+    out["lost"] = lost
+    out["slow"] = sum(1 for t in done if t["fct_s"] > (1 + tolerance) *
+                      p99.get((t["kind"], t["layer"]), p99_all))
+    slow_done = [t["t_done_ns"] for t in done if t["fct_s"] > (1 + tolerance) *
+                 p99.get((t["kind"], t["layer"]), p99_all)]
+    out["last_slow_s"] = (max(slow_done) - t_fault_ns) / 1e9 if slow_done else 0.0
+    out["worst_slowdown"] = max((t["fct_s"] / p99.get((t["kind"], t["layer"]), p99_all)
+                                 for t in done), default=None)
+    if lost:
+        out["reason"] = f"{lost} tensors after the fault were never delivered"
+        return out
+    w_ns = int(window_s * 1e9)
+    bins = defaultdict(list)
+    for t in done:
+        bins[(t["t_done_ns"] - t_fault_ns) // w_ns].append(
+            t["fct_s"] / med.get((t["kind"], t["layer"]), med_all))
+    # The window of the run's last completion is cut short by the end of the
+    # run and holds the stragglers of the last iteration: left out.
+    last_bin = max(bins, default=-1)
+    degraded = []
+    for b in range(last_bin):
+        lo, hi = t_fault_ns + b * w_ns, t_fault_ns + (b + 1) * w_ns
+        if b in bins:
+            if statistics.median(bins[b]) > 1 + tolerance:
+                degraded.append(b)
+        elif any(t["t_start_ns"] <= lo and t["t_done_ns"] >= hi for t in done):
+            degraded.append(b)       # a stall: in flight, nothing delivered
+    out["degraded_windows"] = len(degraded)
+    end = t_fault_ns + (degraded[-1] + 1) * w_ns if degraded else None
+    out["recovery_s"] = 0.0 if end is None else (end - t_fault_ns) / 1e9
+    if t_restore_ns is not None:
+        out["after_restore_s"] = 0.0 if end is None else max(0.0, (end - t_restore_ns) / 1e9)
+    return out
