@@ -31,7 +31,7 @@ _letters = itertools.count()
 def pytest_addoption(parser):
     parser.addoption("--fuzz-frames", type=int, default=None, metavar="N",
                      help="frames per program for tests/test_fuzz.py "
-                          "(default: $TALB_FUZZ_FRAMES or 15000)")
+                          "(default: $TALB_FUZZ_FRAMES or 100000)")
 
 
 def skip_or_fail(reason: str) -> None:
