@@ -547,7 +547,6 @@ def rejected_frames(rng: random.Random) -> list:
 
 
 # --- host frames and model --------------------------------------------------------------
-HostKey = tuple          # (saddr bytes, daddr bytes, sport, dport)
 
 
 @dataclass

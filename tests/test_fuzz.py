@@ -69,7 +69,6 @@ from collections import Counter
 import pytest
 
 import fuzzframes as F
-from conftest import skip_or_fail
 from helpers import ProgTestSwitch, loaded_switch
 
 pytestmark = pytest.mark.bpf
