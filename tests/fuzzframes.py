@@ -687,14 +687,14 @@ class HostFrames:
                 rings[key] = ring
             if i <= 4 or i == 6:
                 isns[key] = (isn, r.randrange(2))
-            self.plan[key] = (isn, base, start)
+            self.plan[key] = (isn, base, start, [d for d in ring if d[0] != d[1]])
         state.rings = {k: list(v) for k, v in rings.items()}
         state.isn = dict(isns)
         return rings, isns
 
     def _seq(self, key):
         r = self.rng
-        isn, base, end = self.plan[key]
+        isn, base, end, descs = self.plan[key]
         c = r.random()
         if c < 0.8:
             off = r.randint(base, max(base, end - 1))
@@ -704,14 +704,35 @@ class HostFrames:
             off = end + r.randrange(100)
         return (isn + 1 + off) & 0xFFFFFFFF
 
+    def _aligned(self, key):
+        """A segment as TCP sends a tensor: at a multiple of the MSS inside a
+        descriptor, ending at the next multiple or exactly at the tensor's
+        end (LAST), sometimes one byte short of it or past it."""
+        r = self.rng
+        isn, _, _, descs = self.plan[key]
+        start, end, _, _, mss, _ = r.choice(descs)
+        size = (end - start) & 0xFFFFFFFF
+        step = min(mss or 1448, 1400)
+        k = r.choice((0, r.randrange(max(1, -(-size // step))), max(0, (size - 1) // step)))
+        off = k * step
+        n = min(step, size - off) if off < size else 1
+        n = max(1, n + r.choice((0, 0, 0, -1, 1)))
+        return (isn + 1 + start + off) & 0xFFFFFFFF, n
+
     def _seg(self, key=None, flags=TCP_ACK | TCP_PSH, payload=None, options=b"", **ip):
         r = self.rng
         key = key or r.choice(self.flows)
         s, d, sp, dp = key
+        seq = None
         if payload is None:
-            payload = r.randbytes(r.choice((1, 10, 100, 1448, r.randint(1, 1500))))
+            if self.plan[key][3] and r.random() < 0.5:
+                seq, n = self._aligned(key)
+            else:
+                n = r.choice((1, 10, 100, 1448, r.randint(1, 1500)))
+            payload = r.randbytes(n)
         topts = b"\x01\x01\x08\x0a" + r.randbytes(8) if r.random() < 0.5 else b""
-        return eth(ETH_P_IP, ipv4(s, d, 6, tcp(sp, dp, self._seq(key), r.getrandbits(32),
+        seq = self._seq(key) if seq is None else seq
+        return eth(ETH_P_IP, ipv4(s, d, 6, tcp(sp, dp, seq, r.getrandbits(32),
                                                flags, payload, topts), options,
                                   ident=r.getrandbits(16), **ip))
 
