@@ -34,6 +34,12 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _letters = itertools.count()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-frames", type=int, default=None, metavar="N",
+                     help="frames per program for tests/test_fuzz.py "
+                          "(default: $TALB_FUZZ_FRAMES or 100000)")
+
+
 def skip_or_fail(reason: str) -> None:
     """Skip locally; fail under CI, where a skipped namespace test is a failed run."""
     if IN_CI:
