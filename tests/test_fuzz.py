@@ -48,9 +48,9 @@ must come out exactly as the model says -- byte-identical when untagged,
 must equal the model's, per batch.
 
 A bug the tensor-state property led to has a test of its own
-(test_remembered_done_entries_do_not_evict_live_tensors, xfail until
-fixed): done entries are not held to tensor_limit, and once they fill the
-LRU map the kernel evicts live entries, whose counts then leak.
+(test_remembered_done_entries_do_not_evict_live_tensors): done entries are
+not held to tensor_limit, and once they filled the table -- then an LRU
+map -- the kernel evicted live entries, whose counts leaked.
 
 Frames the kernel refuses to test-run (shorter than 14 bytes, longer than
 a page allows: 0- and 1-byte frames, 9000-byte jumbo frames) are checked
@@ -851,17 +851,15 @@ def test_generated_frames_read_the_same_in_scapy():
 
 
 # --- found by the fuzzer ---------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="known bug: done tensor entries are not held to "
-                   "tensor_limit; once they fill the LRU map the kernel evicts live entries "
-                   "and their live counts leak (bpf/include/talb/schemes/talb.h)")
 def test_remembered_done_entries_do_not_evict_live_tensors(fsw):
     """Done entries (completed tensors, and unknown tensors met midway:
-    talb_remember_midstream) are not held to tensor_limit, so enough of
-    them within the idle timeout fill the LRU map and the kernel evicts
-    the least recently used entries -- live ones included. An evicted live
-    entry is never accounted for: tensor_count and group_state.live keep
-    counting it for ever (the table looks fuller, CASE 1 sees a layer that
-    is gone). 64 live tensors, then 2 x TALB_TENSOR_MAP_SIZE packets of
+    talb_remember_midstream) are not held to tensor_limit. When the table
+    was an LRU map, enough of them within the idle timeout filled it and
+    the kernel evicted the least recently used entries -- live ones
+    included, never accounted for: tensor_count and group_state.live
+    counted them for ever. The table is a plain hash now: done entries stop
+    at the map's size, live ones stay, and a new tensor with no room takes
+    the fallback. 64 live tensors, then 2 x TALB_TENSOR_MAP_SIZE packets of
     unknown tensors met midway (pkt_idx 1)."""
     from pyroute2 import netns
 
@@ -884,6 +882,13 @@ def test_remembered_done_entries_do_not_evict_live_tensors(fsw):
         assert control.tensor_occupancy(sw.maps) == 64
         for tid in range(1000, 1000 + 2 * CONST["TALB_TENSOR_MAP_SIZE"]):
             sw.runner.run(tagged(tid, 1), sw.ifindex["p6"])
+        control.set_talb_config(sw.maps, tensor_limit=128)
+        before = control.read_counters(sw.maps)["talb_table_full"]
+        # a new tensor finds the map full of done entries: the fallback, not a drop
+        assert sw.runner.run(tagged(99, 0), sw.ifindex["p6"])[0] == TC_ACT_REDIRECT
+        assert control.read_counters(sw.maps)["talb_table_full"] == before + 1
     finally:
         netns.popns()
     check_tensor_state(sw, "talb", "after 64 live tensors and a map's worth of done entries")
+    assert control.tensor_occupancy(sw.maps) == 64
+    assert len(control.read_tensor_table(sw.maps)) == 64
