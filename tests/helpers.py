@@ -179,3 +179,18 @@ class ProgTestSwitch:
 
     def port_of(self, ifindex: int) -> str:
         return next(n for n in self.port_names if self.ifindex[n] == ifindex)
+
+
+def processes_in_hosts(prefix: str) -> dict[str, list[str]]:
+    """{host namespace: pids} of every host of testbed ``prefix`` that runs
+    anything (after a run: what it left behind)."""
+    from talb import paths, testbed
+
+    out = {}
+    for h in testbed.load_topology_of(prefix).hosts:
+        ns = paths.netns_name(prefix, h.name)
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True).stdout.split()
+        if pids:
+            out[ns] = pids
+    return out

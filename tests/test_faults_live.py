@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from conftest import new_prefix
-from helpers import free_port
+from helpers import free_port, processes_in_hosts
 from netns_topology import load_topology
 from talb import paths, testbed
 from tiny_model import tiny_profile
@@ -58,16 +58,6 @@ def _links_up(prefix, switch) -> dict[str, bool]:
 
 def _as_list(v):
     return v if isinstance(v, list) else [v]
-
-
-def _host_processes(prefix) -> dict:
-    out = {}
-    for h in testbed.load_topology_of(prefix).hosts:
-        ns = paths.netns_name(prefix, h.name)
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-        if pids:
-            out[ns] = pids
-    return out
 
 
 CASES = [
@@ -137,4 +127,4 @@ def test_fault_mid_training(fabric, tmp_path, kind, arch, params):
         assert sent["packets"] > 0 and sent["errors"] == 0, sent
         assert counters.get("opt_bad_version", 0) > 0 and counters.get("opt_tagged", 0) > 0
     assert _switches(fabric, read_config) == config_before
-    assert not _host_processes(fabric), "a node, background or forging process left running"
+    assert not processes_in_hosts(fabric), "a node, background or forging process left running"

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import new_prefix
 from netns_topology import load_topology
-from talb import paths, send, testbed
+from talb import send, testbed
 from test_talb_live import TOPOLOGY, _spine_captures, _spines_of
 
 pytestmark = pytest.mark.live

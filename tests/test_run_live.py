@@ -14,7 +14,7 @@ import signal
 import pytest
 
 from conftest import new_prefix
-from helpers import free_port
+from helpers import free_port, processes_in_hosts
 from netns_topology import load_topology
 from talb import paths, testbed
 from tiny_model import tiny_profile
@@ -168,19 +168,6 @@ def test_ring_allreduce_run(fabric, tmp_path):
     assert kinds == {"reduce", "gather"}
 
 
-def _processes_in_hosts(prefix) -> dict:
-    """{host namespace: pids} of every host that runs anything."""
-    import subprocess
-
-    out = {}
-    for h in testbed.load_topology_of(prefix).hosts:
-        ns = paths.netns_name(prefix, h.name)
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-        if pids:
-            out[ns] = pids
-    return out
-
-
 def test_run_with_background_load(fabric, tmp_path):
     """Load 0.2 of web-search flows from the workers during training: the
     flows are recorded, training still delivers every byte, nothing stays."""
@@ -210,7 +197,7 @@ def test_run_with_background_load(fabric, tmp_path):
     if r["load"]["background_covered"]:
         # background ends with training, not at its planned end: the rest never starts
         assert bg["not_started"] > 0, bg
-    assert not _processes_in_hosts(fabric)
+    assert not processes_in_hosts(fabric)
 
 
 def test_a_failed_worker_ends_the_run_and_leaves_nothing(fabric, tmp_path):
@@ -232,7 +219,7 @@ def test_a_failed_worker_ends_the_run_and_leaves_nothing(fabric, tmp_path):
     assert len(node_pids) == 4
     alive = [p for p in node_pids if os.path.exists(f"/proc/{p}")]
     assert not alive, f"processes left running: {alive}"
-    assert not _processes_in_hosts(fabric), "background or node processes left in the hosts"
+    assert not processes_in_hosts(fabric), "background or node processes left in the hosts"
     assert not (tmp_path / "fail.json").exists()
     assert "nodes.log" in str(exc.value)
 
@@ -280,7 +267,7 @@ def test_nodes_die_with_a_killed_run(fabric, tmp_path):
     while any(map(running, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids if running(p)]
-    assert not _processes_in_hosts(fabric)
+    assert not processes_in_hosts(fabric)
 
 
 def test_three_layer_model_run(fabric, tmp_path):
