@@ -136,7 +136,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, target_ra
                   f"excluded; {len((report or {}).get('failed') or {})} failed")
     for r in res["paper_vs_ours"]:
         if r["ours"] != "-":
-            console.print(f"  {r['number']}: paper {r['paper']}, ours {r['ours']} ({r['verdict']})")
+            console.print(f"  {r['number']}: paper {r['paper']}, ours {r['ours']}: {r['verdict']}")
     console.print(f"  summary: {out / 'summary.md'}")
 
 
