@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -26,7 +25,6 @@ def test_python_never_hands_a_string_to_a_shell():
     assert offenders == []
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
 @pytest.mark.parametrize("target, option, var", [
     ("testbed-down", "--prefix", "PREFIX"), ("status", "--prefix", "PREFIX"),
     ("testbed", "--topology", "TOPOLOGY"), ("monitoring", "--prometheus-port", "PROMETHEUS_PORT"),
