@@ -63,9 +63,10 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
     from agent import bpf_syscall as sc
     from agent import control
     from agent.loader import SwitchDatapath
+    from netns_topology import create_namespace
 
     ns = f"tb{os.getpid()}-bench"
-    netns.create(ns)
+    create_namespace(ns)
     progs = []
     try:
         ifindex = {}

@@ -15,6 +15,7 @@ from talb.paths import check_prefix, netns_name
 
 from . import qdisc
 from .errors import BuildError, TopologyError
+from .namespace import create_namespace
 from .teardown import namespaces, teardown
 from .topo import Topo
 
@@ -91,7 +92,7 @@ class _Build:
     def namespaces(self) -> None:
         for i, node in enumerate(self.nodes, 1):
             self._at("namespaces", node)
-            netns.create(self.ns(node))
+            create_namespace(self.ns(node))
             # flags=0: never (re)create a namespace implicitly
             self.ipr[node] = IPRoute(netns=self.ns(node), flags=0)
             self.ipr[node].link("set", ifname="lo", state="up")

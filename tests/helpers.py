@@ -115,10 +115,11 @@ def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), **lin
     from pyroute2 import IPRoute, netns
 
     from agent.loader import SwitchDatapath
+    from netns_topology import create_namespace
 
     name = f"{new_prefix()}-{suffix}"
     try:
-        netns.create(name)
+        create_namespace(name)
     except Exception as exc:
         skip_or_fail(f"cannot create network namespace: {exc}")
     dp = None

@@ -419,13 +419,14 @@ class Pair:
         self.extra_bpf = []
 
     def build(self):
-        from pyroute2 import IPRoute, netns
+        from pyroute2 import IPRoute
 
         from agent.host_loader import HostDatapath
         from agent.loader import ensure_bpffs
+        from netns_topology import create_namespace
 
         for ns in self.ns.values():
-            netns.create(ns)
+            create_namespace(ns)
             run_in(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
                   "net.ipv6.conf.default.disable_ipv6=1", "net.ipv4.tcp_congestion_control=cubic")
         with IPRoute(netns=self.ns["h1"], flags=0) as ipr:

@@ -78,10 +78,12 @@ class Topo:
         self.procs: list[subprocess.Popen] = []
 
     def build(self):
-        from pyroute2 import IPRoute, netns
+        from pyroute2 import IPRoute
+
+        from netns_topology import create_namespace
 
         for ns in (self.h1, self.sw, self.h2):
-            netns.create(ns)
+            create_namespace(ns)
             run_in(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
                   "net.ipv6.conf.default.disable_ipv6=1")
         with IPRoute(netns=self.sw) as ipr:

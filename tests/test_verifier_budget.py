@@ -37,10 +37,11 @@ def programs(bcc):
 
     from agent.host_loader import HostDatapath
     from agent.loader import SwitchDatapath
+    from netns_topology import create_namespace
 
     name = f"{new_prefix()}-vb"
     try:
-        netns.create(name)
+        create_namespace(name)
     except Exception as exc:
         skip_or_fail(f"cannot create network namespace: {exc}")
     try:
