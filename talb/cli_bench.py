@@ -74,6 +74,14 @@ def sweep_options(f):
         click.option("--models", callback=_list(str), help="Model profiles, e.g. vgg19,resnet50."),
         click.option("--archs", callback=_list(str), help="ps, allreduce."),
         click.option("--seeds", callback=_seeds, help="Seeds: a count (5 = 1..5) or a list."),
+        click.option("--seed-cap", type=int, help="Seed rule: the most seeds a headline point "
+                     "runs [10]. The presets fig9/10/11 and fig10-fifo run --seeds (a count) "
+                     "everywhere, then one more seed at a time at their headline points until "
+                     "the paired 95% interval of TaLB/baseline is narrower than --seed-width "
+                     "for every paper baseline, or this many seeds have run."),
+        click.option("--seed-width", type=float, help="Seed rule: the width of the ratio's "
+                     "interval to reach [0.2: the ±10% equivalence band]."),
+        click.option("--fixed-seeds", is_flag=True, help="No seed rule: exactly --seeds."),
         click.option("--target-rates", callback=_rates, help="Target link rates, e.g. 10gbit,100gbit."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (bench/sweep/plan.py AGENT_SETTINGS)."),
@@ -97,11 +105,12 @@ def sweep_options(f):
     return f
 
 
-def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, target_rates, agents,
-          workers, servers, iterations, skip_missing, out_dir, sweep_prefix, dry_run,
-          report_only) -> None:
+def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
+          fixed_seeds, target_rates, agents, workers, servers, iterations, skip_missing, out_dir,
+          sweep_prefix, dry_run, report_only) -> None:
+    from bench.sweep import seeds as seedrule
     from bench.sweep.plan import PlanError, build_plan
-    from bench.sweep.runner import is_done, run_plan
+    from bench.sweep.runner import is_done, run_sweep
     from bench.sweep.summary import finish
     from talb import paths
 
@@ -109,13 +118,20 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, target_ra
         plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
                           target_rates=target_rates, agents=agents, workers=workers,
-                          servers=servers, iterations=iterations)
+                          servers=servers, iterations=iterations, seed_cap=seed_cap,
+                          seed_width=seed_width, fixed_seeds=fixed_seeds)
     except PlanError as exc:
         raise ValueError(str(exc)) from None
     out = Path(out_dir) if out_dir else paths.REPO_ROOT / "results" / \
         f"bench-{preset or 'sweep'}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    plan = seedrule.with_recorded(plan, out)       # seeds an earlier invocation added
     console.print(f"[bold]{plan.name}[/]: {plan.description}")
     console.print(f"  {len(plan.runs)} runs; schemes {plan.counts('scheme')}; results in {out}")
+    rule = plan.seed_rule
+    if rule:
+        console.print(f"  seed rule: {rule.first} seeds everywhere, then up to {rule.cap} at the "
+                      f"headline points until TaLB/baseline ({rule.metric}) has a 95% interval "
+                      f"narrower than {rule.width:g}")
     if plan.skipped_schemes:
         console.print(f"  [yellow]skipped (not implemented yet):[/] {', '.join(plan.skipped_schemes)}")
     if dry_run:
@@ -129,7 +145,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, target_ra
 
         testbed.require_root()
         sigterm_unwinds()
-        report = run_plan(plan, out, prefix=sweep_prefix, console=console)
+        plan, report = run_sweep(plan, out, prefix=sweep_prefix, console=console)
     res = finish(plan, out, report, wall_s=time.monotonic() - t0 if report else None)
     flagged = sum(r["status"] == "cpu_bound" for r in res["rows"])
     console.print(f"  done in {(time.monotonic() - t0) / 60:.1f} min; {flagged} CPU-bound runs "

@@ -2,6 +2,7 @@
 and the outputs (CSV, plots, summary) from results files (bench/sweep)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -358,3 +359,124 @@ def test_report_reads_runs_from_the_archive(tmp_path):
     shutil.rmtree(tmp_path / "runs", ignore_errors=True)
     (tmp_path / "runs.tar.xz").unlink()
     assert {r["status"] for r in finish(p, tmp_path)["rows"]} == {"missing"}
+
+
+# --- seeds chosen by the interval they reach (bench/sweep/seeds.py) ------------------------
+def test_presets_carry_a_seed_rule_and_previews_do_not():
+    fig10 = build_plan("fig10", implemented=ALL).seed_rule
+    assert (fig10.first, fig10.cap, fig10.width, fig10.metric, fig10.loads) == \
+        (5, 10, 0.2, "short_fct_mean_s", (0.8,))
+    assert {b for _, b in fig10.pairs} == {"ecmp", "rps", "conga"}
+    assert build_plan("fig9", implemented=ALL).seed_rule.metric == "samples_per_s"
+    assert build_plan("quick", implemented=ALL).seed_rule is None
+    assert build_plan("fig10", implemented=ALL, seeds=[1, 2, 3]).seed_rule is None
+    assert build_plan("fig10", implemented=ALL, fixed_seeds=True).seed_rule is None
+    assert build_plan("fig10", implemented=ALL, seeds=3, seed_cap=12).seed_rule.cap == 12
+    # without TaLB, or with no pair of the rule's schemes, there is nothing to watch
+    assert build_plan("fig10", implemented=ALL, schemes=["ecmp", "rps"]).seed_rule is None
+
+
+@pytest.mark.parametrize("kw, flag", [
+    (dict(preset="quick", seed_cap=12), "--seed-cap: the preset has no seed rule"),
+    (dict(preset="fig10", seeds=[1, 2], seed_width=0.1), "--seed-width: --seeds lists"),
+    (dict(preset="fig10", seeds=6, seed_cap=4), r"--seed-cap: at least --seeds \(6\), got 4"),
+    (dict(preset="fig10", seed_width=0.0), "--seed-width: a width"),
+    (dict(preset="fig10", seed_cap=0), "--seed-cap: at least 1, got 0"),
+])
+def test_seed_rule_options_refused_with_the_flag_named(kw, flag):
+    preset = kw.pop("preset")
+    with pytest.raises(PlanError, match=flag):
+        build_plan(preset, implemented=ALL, **kw)
+
+
+def _noisy(noise_of):
+    """A fake run whose short AFCT is TaLB's half of ECMP's times (1 + noise_of(seed))."""
+    def run(spec, path):
+        res = _fake_results(spec)
+        if spec.scheme == "talb":
+            res["headline"]["short_fct_mean_s"] *= 1 + noise_of(spec.seed)
+        res["summary"]["tensors"] = {"by_class": {"short": {"n": 400}}, "trailing": {"n": 40}}
+        res["training_s"] = 4.0
+        path.write_text(json.dumps(res))
+    return run
+
+
+def _rule_sweep(tmp_path, noise_of, **kw):
+    from bench.sweep.runner import run_sweep
+
+    p = build_plan("quick", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.2, 0.8],
+                   seeds=3, fixed_seeds=False)
+    rule = planmod.SeedRule(first=3, cap=kw.get("cap", 6), width=0.2, pairs=(("talb", "ecmp"),),
+                            loads=(0.8,))
+    p = dataclasses.replace(p, seed_rule=rule)
+    return run_sweep(p, tmp_path, run_fn=_noisy(noise_of), progress=False)
+
+
+def test_seed_rule_stops_at_once_when_the_interval_is_narrow(tmp_path):
+    plan, rep = _rule_sweep(tmp_path, lambda seed: 0.0)     # the same ratio at every seed
+    assert rep["done"] == 2 * 2 * 3 and len(plan.runs) == 12
+    rec = json.loads((tmp_path / "seeds.json").read_text())
+    (pt,) = rec["points"]
+    assert pt["status"] == "narrow" and pt["seeds"] == [1, 2, 3] and rec["extra_runs"] == []
+    assert pt["pairs"][0]["ratio"] == pytest.approx(0.5)
+
+
+def test_seed_rule_adds_seeds_at_the_headline_point_only_up_to_the_cap(tmp_path):
+    # TaLB's ratio swings ±30% from seed to seed: the interval never gets under 0.2
+    plan, rep = _rule_sweep(tmp_path, lambda seed: 0.3 * (-1) ** seed, cap=6)
+    added = [r for r in plan.runs if r.seed > 3]
+    assert {r.load for r in added} == {0.8} and {r.seed for r in added} == {4, 5, 6}
+    assert {r.scheme for r in added} == {"ecmp", "talb"} and len(added) == 6
+    assert rep["done"] == 12 + 6
+    (pt,) = json.loads((tmp_path / "seeds.json").read_text())["points"]
+    assert pt["status"] == "cap" and pt["seeds"] == [1, 2, 3, 4, 5, 6]
+    assert pt["pairs"][0]["width"] > 0.2
+
+
+def test_seed_rule_stops_when_more_seeds_narrow_the_interval(tmp_path):
+    # wild for the first 3 seeds, then steady: a few more seeds bring the width under 0.2
+    plan, _ = _rule_sweep(tmp_path, lambda seed: [0.0, 0.12, -0.12, 0.1][seed - 1]
+                          if seed <= 4 else 0.0, cap=12)
+    (pt,) = json.loads((tmp_path / "seeds.json").read_text())["points"]
+    assert pt["status"] == "narrow" and 3 < len(pt["seeds"]) < 12
+    assert pt["pairs"][0]["width"] < 0.2
+
+
+def test_resumed_and_reported_sweeps_keep_the_added_seeds(tmp_path):
+    from bench.sweep import seeds
+    from bench.sweep.runner import run_sweep
+
+    plan, _ = _rule_sweep(tmp_path, lambda seed: 0.3 * (-1) ** seed, cap=5)
+    bare = dataclasses.replace(plan, runs=[r for r in plan.runs if r.seed <= 3])
+    again = seeds.with_recorded(bare, tmp_path)
+    assert [r.key() for r in again.runs] == [r.key() for r in plan.runs]
+    calls = []
+    run_sweep(again, tmp_path, run_fn=lambda s, q: calls.append(s), progress=False)
+    assert calls == [], "a resumed sweep re-runs nothing it has"
+    finish(again, tmp_path)
+    md = (tmp_path / "summary.md").read_text()
+    assert "## Seeds" in md and "cap (5) reached, still wider" in md
+    # 400 short tensors of ~0.09-0.18 s: one 200 ms RTO moves a mean by at most 0.2/(400 x 0.09)
+    assert "could move a run's `short_fct_mean_s` by at most" in md
+    assert "no run over 5%" in md
+
+
+def test_rto_weight_on_known_numbers():
+    from bench.sweep.seeds import rto_weight
+
+    row = {"short_fct_mean_s": 0.05, "short_count": 40, "samples_per_s": 100.0, "training_s": 2.0}
+    assert rto_weight(row, "short_fct_mean_s") == pytest.approx(0.2 / (40 * 0.05))   # 10%
+    assert rto_weight(row, "samples_per_s") == pytest.approx(0.1)
+    assert rto_weight({"short_fct_mean_s": 0.05}, "short_fct_mean_s") is None
+
+
+def test_cli_states_the_seed_rule_and_refuses_it_where_it_cannot_apply(tmp_path):
+    from talb.cli import main
+
+    r = CliRunner().invoke(main, ["bench", "--preset", "fig10", "--seed-cap", "12", "--dry-run",
+                                  "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "seed rule: 5 seeds everywhere, then up to 12 at the headline points" in r.output
+    r = CliRunner().invoke(main, ["bench", "--preset", "quick", "--seed-cap", "12", "--dry-run",
+                                  "--out", str(tmp_path)])
+    assert r.exit_code == 1 and "--seed-cap: the preset has no seed rule" in r.output

@@ -40,6 +40,34 @@ class PlanError(ValueError):
     """A bad preset or sweep option; the message names it."""
 
 
+#: The seed cap of the presets' seed rule (issue 17: at least 10).
+SEED_CAP = 10
+#: The width the main comparison's 95% interval of the ratio (TaLB/baseline)
+#: must get under: 0.20 = the width of the ±10% equivalence band
+#: (stats.EQUIV_MARGIN), the narrowest band a verdict of "equivalent" needs.
+SEED_WIDTH = 0.20
+
+
+@dataclass(frozen=True)
+class SeedRule:
+    """How many seeds the headline points run (bench/sweep/seeds.py): every
+    point runs ``first`` seeds; a headline point (``loads``; None: every
+    load) then gets one more seed at a time, every scheme, until the paired
+    95% interval of the ratio a/b of ``metric`` is narrower than ``width``
+    for every pair in ``pairs``, or ``cap`` seeds have run there."""
+    first: int
+    cap: int = SEED_CAP
+    width: float = SEED_WIDTH
+    metric: str = "short_fct_mean_s"
+    pairs: tuple = tuple(("talb", b) for b in PAPER_BASELINES)
+    loads: tuple | None = (0.8,)
+
+    def to_dict(self) -> dict:
+        return {"first": self.first, "cap": self.cap, "width": self.width, "metric": self.metric,
+                "pairs": [list(p) for p in self.pairs],
+                "loads": None if self.loads is None else list(self.loads)}
+
+
 @dataclass(frozen=True)
 class RunSpec:
     topology: str            # path relative to the repository (or absolute)
@@ -89,6 +117,7 @@ class Plan:
     keeps: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
     skipped_schemes: list[str] = field(default_factory=list)
+    seed_rule: SeedRule | None = None  # None: the seeds listed, no more
 
     def counts(self, attr: str) -> dict:
         out: dict = {}
@@ -100,6 +129,7 @@ class Plan:
         return {"name": self.name, "description": self.description, "figure": self.figure,
                 "keeps": self.keeps, "changes": self.changes,
                 "skipped_schemes": self.skipped_schemes,
+                "seed_rule": self.seed_rule.to_dict() if self.seed_rule else None,
                 "runs": [{"key": r.key(), **r.params()} for r in self.runs]}
 
 
@@ -109,6 +139,8 @@ _FIG10 = dict(
     topologies=["topologies/fig10.yaml"], schemes=list(ALL_SCHEMES), loads=[0.2, 0.4, 0.6, 0.8],
     models=["threelayer"], archs=["ps"], seeds=5, target_rates=[100e9], agents=["default"],
     workers=4, servers=1, scaling="both", iterations=4, warmup=1, figure="fct_vs_load",
+    # the paper's headline: short-tensor AFCT at load 0.8, TaLB against each baseline
+    seed_rule=dict(metric="short_fct_mean_s", loads=(0.8,)),
 )
 _SIM_KEEPS = [
     "leaf-spine, 4:1 oversubscription (paper: 48 x 100G hosts over 12 x 100G uplinks per leaf)",
@@ -141,6 +173,7 @@ PRESETS: dict[str, dict] = {
         models=["alexnet", "resnet50", "vgg19"], archs=["ps"], seeds=5,
         target_rates=[10e9, 25e9, 50e9, 100e9], agents=["default"], workers=8, servers=2,
         scaling="fit", iterations=4, warmup=1, figure="speed_vs_rate",
+        seed_rule=dict(metric="samples_per_s", loads=None),   # every (model, rate) point
         description="Fig. 9: training speed (samples/s) of AlexNet, ResNet50, VGG19 under "
                     "PS + ByteScheduler vs target link rate",
         keeps=["the testbed's shape: leaf-spine, 4 racks x 4 hosts, 2 spines, 2:1 "
@@ -180,15 +213,15 @@ PRESETS: dict[str, dict] = {
                            "one 160 KB FIFO per port instead of 4 WFQ bands x 40 KB: the "
                            "same total buffer, no tensor priority in the queues (the "
                            "paper's baselines' switches)", "loads 0.2 and 0.8 only"]),
-    "quick": dict(_FIG10, loads=[0.2, 0.8], seeds=3, iterations=3,
+    "quick": dict(_FIG10, loads=[0.2, 0.8], seeds=3, iterations=3, seed_rule=None,
                   description="quick look: fig10's setup at loads 0.2 and 0.8, 3 seeds "
                               "(under 15 minutes here)",
                   keeps=_SIM_KEEPS, changes=_SIM_CHANGES + ["2 loads, 3 seeds, 3 iterations"]),
-    "quick-ci": dict(_FIG10, loads=[0.2, 0.8], seeds=2, iterations=2,
+    "quick-ci": dict(_FIG10, loads=[0.2, 0.8], seeds=2, iterations=2, seed_rule=None,
                      description="CI-sized quick: fig10's setup at loads 0.2 and 0.8, 2 seeds, "
                                  "2 iterations (a minute or two per scheme pair)",
                      keeps=_SIM_KEEPS, changes=_SIM_CHANGES + ["2 loads, 2 seeds, 2 iterations"]),
-    "ablation": dict(_FIG10, schemes=["talb"], loads=[0.5, 0.8],
+    "ablation": dict(_FIG10, schemes=["talb"], loads=[0.5, 0.8], seed_rule=None,
                      agents=["default", "paper", "w1-0", "measured", "w1-0-measured",
                              "window-2ms", "window-20ms", "s-0.5", "s-0.8"],
                      reference="ecmp", figure="ablation",
@@ -233,11 +266,15 @@ def known_schemes() -> tuple:
 
 
 def build_plan(preset: str | None = None, *, skip_missing: bool = False,
-               implemented: frozenset | None = None, **overrides) -> Plan:
+               implemented: frozenset | None = None, seed_cap: int | None = None,
+               seed_width: float | None = None, fixed_seeds: bool = False, **overrides) -> Plan:
     """The runs of ``preset`` (or of the quick preset's setup when None: a
     free sweep), with any of SWEEP_FIELDS overridden (None = keep).
     Schemes the data path does not implement: PlanError naming them, or,
-    with ``skip_missing``, left out and listed in ``Plan.skipped_schemes``."""
+    with ``skip_missing``, left out and listed in ``Plan.skipped_schemes``.
+    The preset's seed rule (SeedRule; ``seeds`` a count is its first
+    seeds, ``seed_cap``/``seed_width`` change it) unless ``fixed_seeds`` or
+    ``seeds`` is a list."""
     if preset is not None and preset not in PRESETS:
         raise PlanError(f"--preset: one of {', '.join(PRESETS)}, got {preset!r}")
     base = dict(PRESETS[preset or "quick"])
@@ -281,6 +318,7 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
     if base["warmup"] >= base["iterations"]:
         raise PlanError(f"--warmup: below --iterations ({base['iterations']}), got {base['warmup']}")
 
+    rule = _seed_rule(base, seeds, schemes, seed_cap, seed_width, fixed_seeds)
     topologies = [_topology_path(t) for t in base["topologies"]]
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
@@ -297,7 +335,39 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
             runs.append(_spec(base, topo, reference, model, arch, load, seed, rate, "default"))
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
                 keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
-                skipped_schemes=missing)
+                skipped_schemes=missing, seed_rule=rule)
+
+
+def _seed_rule(base: dict, seeds, schemes: list[str], cap: int | None, width: float | None,
+               fixed: bool) -> SeedRule | None:
+    """The preset's SeedRule with the command line's changes, or None."""
+    spec = base.get("seed_rule")
+    if cap is not None and cap < 1:
+        raise PlanError(f"--seed-cap: at least 1, got {cap!r}")
+    if width is not None and not 0 < width < 2:
+        raise PlanError(f"--seed-width: a width of the ratio's interval in (0, 2), e.g. 0.2 "
+                        f"for ±10%, got {width!r}")
+    asked = cap is not None or width is not None
+    why = ("the preset has no seed rule (its seeds are fixed)" if spec is None else
+           "--fixed-seeds turns the seed rule off" if fixed else
+           "--seeds lists the seeds" if not isinstance(seeds, int) else None)
+    if why:
+        if asked:
+            raise PlanError(f"--seed-{'cap' if cap is not None else 'width'}: {why}")
+        return None
+    pairs = tuple((a, b) for a, b in spec.get("pairs", SeedRule.pairs) if a in schemes and b in schemes)
+    if not pairs:
+        if asked:
+            raise PlanError("--seed-cap/--seed-width: the seed rule compares "
+                            f"{', '.join('/'.join(p) for p in spec.get('pairs', SeedRule.pairs))} "
+                            f"and --schemes leaves none of these pairs ({', '.join(schemes)})")
+        return None
+    cap = max(SEED_CAP, seeds) if cap is None else cap
+    if cap < seeds:
+        raise PlanError(f"--seed-cap: at least --seeds ({seeds}), got {cap}")
+    return SeedRule(first=seeds, cap=cap, width=SEED_WIDTH if width is None else width,
+                    metric=spec.get("metric", SeedRule.metric), pairs=pairs,
+                    loads=spec.get("loads", SeedRule.loads))
 
 
 def _spec(base, topo, scheme, model, arch, load, seed, rate, agent) -> RunSpec:

@@ -26,7 +26,7 @@ CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censore
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
                "background_size_scale", "agent")
-_POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
+POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
 
 
 def _compute_s(model: dict) -> float:
@@ -154,6 +154,13 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     sp = head.get("samples_per_s")
     row["ideal_gap"] = (1 - sp / ideal) if ideal and sp else None
     row.update(mechanism(res, sp))
+    # how many tensors each class mean is over, and the measured span: how far
+    # one RTO could move them (bench/sweep/seeds.py rto_weight)
+    summ = res["summary"].get("tensors") or {}
+    for cls, block in [*(summ.get("by_class") or {}).items(), ("trailing", summ.get("trailing"))]:
+        if block:
+            row[f"{cls}_count"] = block.get("n")
+    row["training_s"] = res.get("training_s")
     row["cpu_busy_mean"] = res["summary"]["cpu_guard"].get("cpu_busy_mean")
     row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
     # testbed seconds per second of the target (FCTs are testbed wall-clock)
@@ -198,7 +205,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 def point_key(spec_or_row) -> tuple:
     get = (lambda f: getattr(spec_or_row, f)) if isinstance(spec_or_row, RunSpec) \
         else spec_or_row.__getitem__
-    return tuple(get(f) for f in _POINT_FIELDS)
+    return tuple(get(f) for f in POINT_FIELDS)
 
 
 def points(rows: list[dict]) -> list[dict]:
@@ -210,7 +217,7 @@ def points(rows: list[dict]) -> list[dict]:
     out = []
     for key, rs in by.items():
         ok = [r for r in rs if r["status"] == "ok"]
-        p = dict(zip(_POINT_FIELDS, key))
+        p = dict(zip(POINT_FIELDS, key))
         p["runs"] = len(rs)
         p["counted"] = len(ok)
         p["cpu_bound"] = sum(r["status"] == "cpu_bound" for r in rs)

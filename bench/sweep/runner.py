@@ -123,7 +123,8 @@ def run_plan(plan: Plan, out: Path, *, run_fn: RunFn | None = None, fabric=None,
     """Run every unfinished run of ``plan`` into ``out``; returns
     ``{"done": n, "skipped": n (already there), "failed": {key: error}}``.
     A failed run is recorded and the sweep goes on; Ctrl-C stops it (the
-    fabric is removed, finished runs stay)."""
+    fabric is removed, finished runs stay). A ``fabric`` given is the
+    caller's to close; one made here is closed here."""
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
@@ -138,6 +139,7 @@ def run_plan(plan: Plan, out: Path, *, run_fn: RunFn | None = None, fabric=None,
     skipped = len(plan.runs) - len(todo)
     if skipped:
         console.print(f"  [dim]•[/] resuming: {skipped} of {len(plan.runs)} runs already in {out}")
+    own_fabric = fabric is None
     if fabric is None:
         fabric = _NoFabric() if run_fn is not None else \
             Fabric(prefix, say=lambda m: console.print(f"  [dim]•[/] {m}"))
@@ -176,9 +178,51 @@ def run_plan(plan: Plan, out: Path, *, run_fn: RunFn | None = None, fabric=None,
                     failed_path.write_text(json.dumps(failed, indent=1))
                 bar.advance(task)
     finally:
-        fabric.close()
+        if own_fabric:
+            fabric.close()
     if failed:
         failed_path.write_text(json.dumps(failed, indent=1))
     else:
         failed_path.unlink(missing_ok=True)
     return {"done": done, "skipped": skipped, "failed": failed}
+
+
+def run_sweep(plan: Plan, out: Path, *, run_fn: RunFn | None = None, prefix: str = "tbench",
+              console=None, progress: bool = True) -> tuple[Plan, dict]:
+    """Run ``plan``, then, under its seed rule (bench/sweep/seeds.py), one
+    more seed at a time at the headline points whose main comparison is
+    still wider than the rule's width, until none is or the cap is reached.
+    One fabric throughout. Returns the plan as run (with the added seeds)
+    and the report of run_plan, summed over the rounds."""
+    from rich.console import Console
+
+    from bench.sweep import seeds
+    from bench.sweep.results import load_rows
+
+    console = console or Console(highlight=False, soft_wrap=True)
+    plan = seeds.with_recorded(plan, out)
+    fabric = _NoFabric() if run_fn is not None else \
+        Fabric(prefix, say=lambda m: console.print(f"  [dim]•[/] {m}"))
+    total = {"done": 0, "skipped": 0, "failed": {}}
+    try:
+        while True:
+            rep = run_plan(plan, out, run_fn=run_fn, fabric=fabric, prefix=prefix,
+                           console=console, progress=progress)
+            total["done"] += rep["done"]
+            total["skipped"] = total["skipped"] or rep["skipped"]   # later rounds: this round's runs
+            total["failed"] = rep["failed"]
+            if plan.seed_rule is None:
+                return plan, total
+            decisions = seeds.decide(plan, load_rows(plan, out, rep["failed"]))
+            wider = seeds.extend(plan, decisions)
+            seeds.write_record(out, wider, decisions)
+            more = [d for d in decisions if d["status"] == "more"]
+            if not more or len(wider.runs) == len(plan.runs):
+                return plan, total
+            rule = plan.seed_rule
+            console.print(f"  [dim]•[/] seed rule: {len(more)} headline point(s) still wider than "
+                          f"{rule.width:g} ({rule.metric}); adding seed {max(more[0]['seeds']) + 1} "
+                          f"of at most {rule.cap}")
+            plan = wider
+    finally:
+        fabric.close()

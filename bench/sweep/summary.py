@@ -344,6 +344,68 @@ def _fct_units(rows) -> str:
     return s + "."
 
 
+def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
+    """How many seeds the headline points ran, and why; how far one RTO reaches."""
+    from bench.sweep import seeds
+
+    rule = plan.seed_rule
+    L = ["## Seeds", ""]
+    n_seeds = sorted({r.seed for r in plan.runs})
+    if rule is None:
+        return L + [f"Fixed: seeds {', '.join(map(str, n_seeds))} at every point (this sweep has "
+                    "no seed rule: a preview preset, a list given with --seeds, or "
+                    "--fixed-seeds).", ""] + _rto_md(rows, "short_fct_mean_s")
+    L += [f"Seed rule: {rule.first} seeds at every point; then at the headline points "
+          f"(load {', '.join(f'{x:g}' for x in sorted(seeds.headline_loads(rule, plan)))}) one "
+          f"more seed at a time, every scheme, until the paired 95% interval of the ratio "
+          f"{' / '.join(f'{a}/{b}' for a, b in rule.pairs[:1])} (and every other pair: "
+          f"{', '.join(f'{a}/{b}' for a, b in rule.pairs[1:]) or 'none'}) of `{rule.metric}` is "
+          f"narrower than {rule.width:g} (the width of the ±{rule.width / 2:.0%} equivalence "
+          f"band), or {rule.cap} seeds have run there.", ""]
+    decisions = seeds.decide(plan, rows)
+    body = []
+    for d in decisions:
+        where = ", ".join(f"{k} {v}" for k, v in d["point"].items()
+                          if k in ("topology", "model", "load", "target_link_bps", "agent")
+                          and v not in (None, "default"))
+        widths = "; ".join(f"{p['a']}/{p['b']} {_interval(p)}" for p in d["pairs"])
+        why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
+               "more": "more seeds wanted: the sweep stopped before the rule was done (or ran before it existed)"}[d["status"]]
+        body.append([where, str(len(d["seeds"])), widths, why])
+    L += [_md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
+                    body) if body else "No headline point has runs yet.", ""]
+    return L + _rto_md(rows, rule.metric)
+
+
+def _interval(p: dict) -> str:
+    if p["width"] is None:
+        return f"n {p['n']}: no interval"
+    return f"{p['ratio']:.3f} [{p['ratio_low']:.3f}, {p['ratio_high']:.3f}] ({p['width']:.3f})"
+
+
+def _rto_md(rows: list[dict], metric: str) -> list[str]:
+    from bench.sweep.seeds import RTO_WEIGHT_MAX, rto_weight
+
+    weights = [(rto_weight(r, metric), r) for r in rows if r["status"] == "ok"]
+    weights = [(w, r) for w, r in weights if w is not None]
+    if not weights:
+        return [f"One RTO: not known for these runs (their results lack the tensor counts of "
+                f"`{metric}`).", ""]
+    heavy = [(w, r) for w, r in weights if w > RTO_WEIGHT_MAX]
+    heavy_at = ", ".join(sorted({f"{r['scheme']} load {r['load']:g}" for _, r in heavy}))
+    worst = max(weights, key=lambda wr: wr[0])
+    L = [f"One RTO (Linux's minimum, 200 ms) could move a run's `{metric}` by at most "
+         f"{worst[0]:.1%} (largest over the {len(weights)} counted runs: {worst[1]['scheme']} "
+         f"load {worst[1]['load']:g} seed {worst[1]['seed']}): "
+         + (f"no run over {RTO_WEIGHT_MAX:.0%}, so no single timeout decides a seed."
+            if not heavy else
+            f"{len(heavy)} runs over {RTO_WEIGHT_MAX:.0%}, where one timeout could decide the "
+            f"seed: {heavy_at}.")
+         + " (For a mean FCT: 200 ms over the class's tensors × their mean; for a speed: "
+         "200 ms over the measured training time; bench/sweep/seeds.py.)", ""]
+    return L
+
+
 def _pairing_caveat() -> list[str]:
     return ["**Pairing caveat.** The schemes' runs at one seed share the seed's background "
             "plan, but each run's training starts at a different offset into it and the runs "
@@ -424,6 +486,7 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
           *_headline_md(pvo), "",
           _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
           "run on both sides.", "", *_pairing_caveat(), ""]
+    L += _seeds_md(plan, rows)
     L += _talb_pairs_md(rows, pts)
     if plan.figure == "ablation":
         L += _ablation_md(rows, pts)
