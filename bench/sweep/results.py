@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from bench.sweep.plan import Plan, RunSpec
-from bench.sweep.runner import result_path
+from bench.sweep.layout import result_path
 from bench.sweep.stats import Estimate, estimate
 
 #: the numbers a point reports: outcomes (headline fields of the results file,

@@ -18,21 +18,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from bench.sweep.layout import is_done, result_path
 from bench.sweep.plan import Plan, RunSpec
 
 RunFn = Callable[[RunSpec, Path], None]   # must leave the results JSON at the path
 
 
-def result_path(out: Path, spec: RunSpec) -> Path:
-    return Path(out) / "runs" / f"{spec.key()}.json"
-
-
-def is_done(out: Path, spec: RunSpec) -> bool:
-    path = result_path(out, spec)
-    try:
-        return isinstance(json.loads(path.read_text()), dict)
-    except (OSError, json.JSONDecodeError):
-        return False
 
 
 class Fabric:

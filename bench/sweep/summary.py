@@ -12,7 +12,7 @@ from bench.sweep import plots
 from bench.sweep.plan import PAPER_BASELINES, Plan
 from bench.sweep.results import (MECHANISM_METRICS, OUTCOME_METRICS, SPEC_FIELDS, est, find,
                                  load_rows, points, seed_values, write_csv)
-from bench.sweep.stats import BOOTSTRAP_MIN_N, CONFIDENCE, EQUIV_MARGIN, Paired, holm, paired
+from bench.sweep.stats import BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
 #: against ECMP / RPS / CONGA
