@@ -7,8 +7,15 @@
 
 The data path picks band b by setting skb->priority to classid 1:(0x10+b);
 anything else lands in band 0. The bfifo backlog is the switch port's queue.
+
+Queueing (docs/experiments.md, "Queueing"): a running fabric's switch ports
+can be switched between the topology's queue (``bands``) and one FIFO per
+port holding the same bytes (``fifo``: one band of limit x bands) and back,
+by :func:`set_switch_queues`. Hosts keep the topology's queue either way.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
 
@@ -21,6 +28,10 @@ plugins.setdefault("bfifo", sched_pfifo)
 ROOT = 0x10000  # 1:
 PARENT_CLASS = 0x10001  # 1:1
 FIRST_BAND = 0x10  # band b is class 1:(0x10+b) with a bfifo (0x10+b):
+TC_H_ROOT = 0xFFFFFFFF
+#: how a fabric's switch ports queue: the topology's queue (its priority
+#: bands), or one FIFO per port with the same total bytes
+QUEUEINGS = ("bands", "fifo")
 
 
 def band_classid(band: int) -> int:
@@ -47,3 +58,50 @@ def apply(ipr, index: int, rate_bps: int, mtu: int, queue: Queue) -> None:
                rate=max(1, rate * weight // total), ceil=rate,
                quantum=(queue.quantum or frame) * weight // lightest, **common)
         ipr.tc("add", "bfifo", index, band_qdisc_handle(band), parent=band_classid(band), limit=queue.limit)
+
+
+def fifo_of(queue: Queue) -> Queue:
+    """One FIFO holding what the bands hold together: a single band of
+    ``limit`` x (number of bands) bytes, the same burst, cburst and quantum.
+    A queue with one band is its own FIFO."""
+    return dataclasses.replace(queue, limit=queue.limit * len(queue.bands), bands=(1,))
+
+
+def queue_for(queue: Queue, queueing: str) -> Queue:
+    """The switch ports' queue under ``queueing`` (QUEUEINGS) for a topology's ``queue``."""
+    if queueing not in QUEUEINGS:
+        raise ValueError(f"queueing: one of {', '.join(QUEUEINGS)}, got {queueing!r}")
+    return queue if queueing == "bands" else fifo_of(queue)
+
+
+def reinstall(ipr, index: int, rate_bps: int, mtu: int, queue: Queue) -> None:
+    """Replace interface ``index``'s root qdisc tree by :func:`apply`'s for
+    ``queue`` (the clsact qdisc, where the data path's programs hang, is not
+    the root and stays). Packets queued in the old tree are dropped: call it
+    on an idle port."""
+    try:
+        ipr.tc("del", index=index, handle=ROOT, parent=TC_H_ROOT)
+    except Exception as exc:  # noqa: BLE001 - only "no root qdisc to delete" is fine
+        if getattr(exc, "code", None) not in (2, 22):       # ENOENT, EINVAL: none there
+            raise
+    apply(ipr, index, rate_bps, mtu, queue)
+
+
+def set_switch_queues(topo, prefix: str, queue: Queue) -> int:
+    """Reinstall every switch port of testbed ``prefix`` (built from
+    ``topo``) with ``queue``, at each port's link rate; hosts' ports are
+    left alone. Returns the number of ports done."""
+    from pyroute2 import IPRoute
+
+    from talb.paths import netns_name
+
+    done = 0
+    for sw in topo.switches:
+        with IPRoute(netns=netns_name(prefix, sw.name), flags=0) as ipr:
+            for port in topo.ports(sw.name):
+                found = ipr.link_lookup(ifname=port.name)
+                if not found:
+                    raise LookupError(f"no interface {port.name} in {netns_name(prefix, sw.name)}")
+                reinstall(ipr, found[0], port.rate_bps, topo.switch_mtu, queue)
+                done += 1
+    return done

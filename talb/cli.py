@@ -212,7 +212,9 @@ def _print_status(st: dict) -> None:
 
     agent = f"agent pid {st['agent_pid']}" if st.get("agent_pid") else "no agent"
     console.print(f"testbed [cyan]{st['prefix']}[/] is [bold]{st['status']}[/], "
-                  f"datapath {st['datapath']}, {agent}, created {st['created']}")
+                  f"datapath {st['datapath']}, {agent}, created {st['created']}"
+                  + (f", switch ports queueing {st['queueing']}" if st.get("queueing", "bands") != "bands"
+                     else ""))
     if st["missing_namespaces"]:
         console.print(f"[yellow]missing namespaces:[/] {', '.join(st['missing_namespaces'])} "
                       f"(`talb testbed down --prefix {st['prefix']}` cleans up)")

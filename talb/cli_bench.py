@@ -56,6 +56,23 @@ def _seeds(ctx, param, value):
     return n
 
 
+def _queueing(ctx, param, value):
+    """``bands,fifo`` (every scheme under each) or ``talb=bands,*=fifo`` (per
+    scheme, ``*`` the rest); checked by the plan (bench/sweep/plan.py)."""
+    if value is None:
+        return None
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    if not items:
+        raise click.BadParameter("a comma-separated list, got nothing")
+    if not any("=" in x for x in items):
+        return items
+    out: dict = {}
+    for x in items:
+        scheme, _, mode = x.rpartition("=")
+        out.setdefault(scheme.strip() or "*", []).append(mode.strip())
+    return out
+
+
 def _presets():
     from bench.sweep.plan import PRESETS
 
@@ -83,6 +100,12 @@ def sweep_options(f):
                      "interval to reach [0.2: the ±10% equivalence band]."),
         click.option("--fixed-seeds", is_flag=True, help="No seed rule: exactly --seeds."),
         click.option("--target-rates", callback=_rates, help="Target link rates, e.g. 10gbit,100gbit."),
+        click.option("--queueing", callback=_queueing, metavar="LIST",
+                     help="How the switch ports queue, per run: bands (the topology's queue, its "
+                          "priority bands), fifo (one FIFO per port, the same bytes); a list runs "
+                          "every scheme under each (bands,fifo), SCHEME=Q names one scheme's "
+                          "(talb=bands,*=fifo: TaLB with bands, the rest FIFO) [bands; "
+                          "fig10-factorial: bands,fifo; fig10-paper: talb=bands,*=fifo]."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (bench/sweep/plan.py AGENT_SETTINGS)."),
         click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
@@ -106,8 +129,8 @@ def sweep_options(f):
 
 
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
-          fixed_seeds, target_rates, agents, workers, servers, iterations, skip_missing, out_dir,
-          sweep_prefix, dry_run, report_only) -> None:
+          fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
+          out_dir, sweep_prefix, dry_run, report_only) -> None:
     from bench.sweep import seeds as seedrule
     from bench.sweep.plan import PlanError, build_plan
     from bench.sweep.runner import is_done, run_sweep
@@ -117,7 +140,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     try:
         plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
-                          target_rates=target_rates, agents=agents, workers=workers,
+                          target_rates=target_rates, queueing=queueing, agents=agents, workers=workers,
                           servers=servers, iterations=iterations, seed_cap=seed_cap,
                           seed_width=seed_width, fixed_seeds=fixed_seeds)
     except PlanError as exc:
@@ -126,7 +149,10 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
         f"bench-{preset or 'sweep'}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     plan = seedrule.with_recorded(plan, out)       # seeds an earlier invocation added
     console.print(f"[bold]{plan.name}[/]: {plan.description}")
-    console.print(f"  {len(plan.runs)} runs; schemes {plan.counts('scheme')}; results in {out}")
+    queueings = plan.counts("queueing")
+    console.print(f"  {len(plan.runs)} runs; schemes {plan.counts('scheme')}"
+                  + (f"; queueing {queueings}" if set(queueings) != {"bands"} else "")
+                  + f"; results in {out}")
     rule = plan.seed_rule
     if rule:
         console.print(f"  seed rule: {rule.first} seeds everywhere, then up to {rule.cap} at the "

@@ -59,6 +59,11 @@ def _models() -> list[str]:
 @click.option("--background-size-scale", type=click.FloatRange(0, 1, min_open=True),
               help="Multiply background flow sizes by this [the tensors' byte scale]. Larger "
                    "flows, fewer connections a second at the same load (docs/workload.md).")
+@click.option("--queueing", metavar="bands|fifo",
+              help="How the switch ports queue for the run: bands (the topology's queue, its "
+                   "priority bands) or fifo (one FIFO per port holding the same bytes); put back "
+                   "afterwards on a testbed that was up [as the fabric is now] "
+                   "(docs/experiments.md, Queueing).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--iterations", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Training iterations, warm-up included.")
@@ -138,7 +143,8 @@ def print_summary(r: dict) -> None:
     schemes = {c["scheme"] for c in r["fabric"]["switch_config"].values()} or {"(kernel bridge)"}
     console.print(f"[bold]{cfg['model']}[/] {cfg['arch']} x{cfg['workers']}"
                   + (f":{cfg['servers']}" if cfg["arch"] == "ps" else "")
-                  + f", scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}")
+                  + f", scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}"
+                  + f", queueing {(r['fabric'].get('queueing') or {}).get('mode', 'bands')}")
     console.print(f"  scaling {sc['mode']}: target {sc['target_link_bps'] / 1e9:g} Gbit/s -> testbed "
                   f"{sc['testbed_link_bps'] / 1e6:g} Mbit/s, bytes x{sc['byte_scale']:.4g}, "
                   f"time x{sc['time_scale']:.4g}; model {r['model']['target_bytes']:,} B at target, "

@@ -64,6 +64,61 @@ def load_topology_of(prefix: str):
     return topology_from_dict(read_state(prefix)["topology"])
 
 
+def queueing_of(prefix: str, state: dict | None = None) -> dict:
+    """How the switch ports of testbed ``prefix`` queue now:
+    ``{"mode": "bands" | "fifo", "switch_queue": ..., "topology_queue": ...}``
+    (queues in the topology file's form). A testbed nobody switched queues
+    as its topology says (``bands``)."""
+    from netns_topology import topology_from_dict
+
+    state = state or read_state(prefix)
+    if state.get("queueing"):
+        return dict(state["queueing"])
+    queue = topology_from_dict(state["topology"]).queue.to_dict()
+    return {"mode": "bands", "switch_queue": queue, "topology_queue": queue}
+
+
+def set_queueing(prefix: str, queueing: str) -> dict:
+    """Switch every switch port of the running testbed to ``queueing``:
+    ``bands`` (the topology's queue) or ``fifo`` (one FIFO per port holding
+    the same bytes; netns_topology/qdisc.py). Hosts' ports, the data path's
+    band marks and the agent's view of the ports stay as the topology says
+    (docs/experiments.md, "Queueing"). Nothing is done when the ports
+    already queue so; the ports must be idle (queued packets are dropped).
+    Recorded in the state file (:func:`queueing_of`); returns the record."""
+    from netns_topology import qdisc, topology_from_dict
+
+    if queueing not in qdisc.QUEUEINGS:
+        raise TestbedError(f"queueing: one of {', '.join(qdisc.QUEUEINGS)}, got {queueing!r}")
+    require_root()
+    state = read_state(prefix)
+    now = queueing_of(prefix, state)
+    if now["mode"] == queueing:
+        return now
+    if state.get("status") != "up":
+        raise TestbedError(f"queueing: testbed '{prefix}' is {state.get('status')}, not up")
+    topo = topology_from_dict(state["topology"])
+    if not topo.shaping:
+        raise TestbedError(f"queueing: testbed '{prefix}' has no port queues (shaping: false)")
+    queue = qdisc.queue_for(topo.queue, queueing)
+    try:
+        qdisc.set_switch_queues(topo, prefix, queue)
+    except BaseException:
+        try:        # as it was: a port left without its queue would not shape its link
+            qdisc.set_switch_queues(topo, prefix, qdisc.queue_for(topo.queue, now["mode"]))
+        except Exception:  # noqa: BLE001 - the first failure is the one to report
+            pass
+        raise
+    record = {"mode": queueing, "switch_queue": queue.to_dict(),
+              "topology_queue": topo.queue.to_dict()}
+    if queueing == "bands":
+        state.pop("queueing", None)
+    else:
+        state["queueing"] = record
+    _write_state(prefix, state)
+    return record
+
+
 def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
        replace: bool = False, agent: dict | None = None, progress: Progress = _quiet) -> dict:
     """Build `topo` under `prefix` and attach the data path; returns the state.
@@ -183,7 +238,7 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
     from agent.daemon import running_pid
 
     return {"prefix": prefix, "status": state["status"], "datapath": state.get("datapath"),
-            "agent_pid": running_pid(prefix),
+            "agent_pid": running_pid(prefix), "queueing": queueing_of(prefix, state)["mode"],
             "created": state.get("created"), "build_seconds": state.get("build_seconds"),
             "hosts": hosts, "switches": switches, "missing_namespaces": missing}
 

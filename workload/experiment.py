@@ -86,6 +86,10 @@ class RunConfig:
     background_size_scale: float | None = None
     # A fault injected mid-run, KIND@AT[:key=value,...] (workload/faults.py); None: none.
     fault: str | None = None
+    # How the switch ports queue for the run: "bands" (the topology's queue),
+    # "fifo" (one FIFO per port, the same bytes); None: as the fabric is now.
+    # Set before the run and put back after it on a testbed the run did not build.
+    queueing: str | None = None
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -136,6 +140,10 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
           cfg.background_s, "a positive number of seconds")
     _need(cfg.background_size_scale is None or 0 < cfg.background_size_scale <= 1,
           "--background-size-scale", cfg.background_size_scale, "a factor in (0, 1]")
+    from netns_topology.qdisc import QUEUEINGS
+
+    _need(cfg.queueing is None or cfg.queueing in QUEUEINGS, "--queueing", cfg.queueing,
+          f"one of {', '.join(QUEUEINGS)}")
     if cfg.fault is not None:
         from workload.faults import parse_fault
 
@@ -200,6 +208,8 @@ def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
     """Set the scheme on every switch (when asked) and read back what is in effect."""
     state = testbed.read_state(prefix)
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
+           # the switch ports' queues in effect (the topology's, or a FIFO: testbed.set_queueing)
+           "queueing": testbed.queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            "switch_config": {}, "agent": None}
     if state.get("datapath") != "bpf":
@@ -473,9 +483,18 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
         # The agent's /metrics on a free port: another testbed's agent may hold the default.
         testbed.up(topo, cfg.prefix, agent={"metrics_port": _free_port()})
         built = True
+    before = None
     try:
+        if cfg.queueing is not None:
+            before = testbed.queueing_of(cfg.prefix)["mode"]
+            if before != cfg.queueing:
+                say(f"switch ports: {cfg.queueing} queueing (was {before})")
+            testbed.set_queueing(cfg.prefix, cfg.queueing)
         return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
     finally:
+        if before is not None and before != cfg.queueing and not built:
+            say(f"switch ports: back to {before} queueing")
+            testbed.set_queueing(cfg.prefix, before)
         if built:
             say(f"removing testbed '{cfg.prefix}'")
             testbed.down(cfg.prefix)
@@ -620,7 +639,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
 def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
     """One flat row of the numbers a sweep compares (issue 11's CSV)."""
     schemes = sorted({c["scheme"] for c in fabric["switch_config"].values()})
-    row = {"scheme": ",".join(schemes) or "bridge", "model": cfg.model, "arch": cfg.arch,
+    row = {"scheme": ",".join(schemes) or "bridge", "queueing": fabric["queueing"]["mode"],
+           "model": cfg.model, "arch": cfg.arch,
            "workers": cfg.workers, "servers": cfg.servers if cfg.arch == "ps" else 0,
            "load": cfg.load, "seed": cfg.seed, "samples_per_s": speed["samples_per_s"],
            "iteration_time_s": speed["iteration_time_s"], "cpu_bound": guard["flagged"]}

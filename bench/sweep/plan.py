@@ -86,6 +86,7 @@ class RunSpec:
     agent: str = "default"
     agent_opts: tuple = ()   # sorted (name, value) pairs of AgentConfig fields
     background_size_scale: float | None = None   # None: the tensors' byte scale
+    queueing: str = "bands"  # the switch ports' queues: the topology's, or one FIFO per port
 
     def params(self) -> dict:
         d = asdict(self)
@@ -94,6 +95,8 @@ class RunSpec:
         # (and results files) stay the runs' identity.
         if d["background_size_scale"] is None:
             del d["background_size_scale"]
+        if d["queueing"] == "bands":      # every run before issue 18 queued as its topology
+            del d["queueing"]
         return d
 
     def key(self) -> str:
@@ -104,8 +107,20 @@ class RunSpec:
     def label(self) -> str:
         topo = self.topology.rsplit("/", 1)[-1].removesuffix(".yaml")
         agent = "" if self.agent == "default" else f" agent={self.agent}"
-        return (f"{topo} {self.model} {self.arch} {self.scheme} load {self.load:g} "
-                f"{self.target_link_bps / 1e9:g}G seed {self.seed}{agent}")
+        return (f"{topo} {self.model} {self.arch} {arm(self.scheme, self.queueing)} load "
+                f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}")
+
+
+def arm(scheme: str, queueing: str = "bands") -> str:
+    """A scheme under a queueing, as seed-rule pairs, tables and plots name
+    it: ``ecmp`` (the topology's queues, its priority bands), ``ecmp/fifo``."""
+    return scheme if queueing == "bands" else f"{scheme}/{queueing}"
+
+
+def arm_parts(name: str) -> tuple[str, str]:
+    """``ecmp/fifo`` -> ("ecmp", "fifo"); ``ecmp`` -> ("ecmp", "bands")."""
+    scheme, _, queueing = name.partition("/")
+    return scheme, queueing or "bands"
 
 
 @dataclass
@@ -228,11 +243,38 @@ PRESETS: dict[str, dict] = {
                      description="agent defaults: window, W1/W2, delay model, threshold S on "
                                  "fig10's setup at loads 0.5 and 0.8 (TaLB; ECMP as reference)",
                      keeps=_SIM_KEEPS, changes=_SIM_CHANGES),
+    # Issue 18: queueing as an axis of its own (docs/experiments.md, "Queueing").
+    "fig10-factorial": dict(
+        _FIG10, schemes=[*PAPER_BASELINES, "talb"], loads=[0.5, 0.8], queueing=["bands", "fifo"],
+        figure="fct_vs_load",
+        seed_rule=dict(metric="short_fct_mean_s", loads=(0.5, 0.8),
+                       pairs=tuple((arm("talb", q), arm(b, q)) for q in ("bands", "fifo")
+                                   for b in PAPER_BASELINES)),
+        description="routing x queueing: TaLB and the paper's baselines (ECMP, RPS, CONGA), "
+                    "each with the priority bands and with one FIFO per switch port, loads 0.5 "
+                    "and 0.8; TaLB's gain decomposed into queueing, routing and their interaction",
+        keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+            "every scheme under both queueings: fig10's 4 WFQ bands x 40 KB per switch port, "
+            "and one 160 KB FIFO per switch port (the same bytes), switched on the one fabric "
+            "between runs; hosts keep fig10's queue, the agent and the band marks stay as "
+            "fig10's", "schemes: TaLB and the paper's baselines; loads 0.5 and 0.8 only"]),
+    "fig10-paper": dict(
+        _FIG10, schemes=[*PAPER_BASELINES, "talb"], queueing={"talb": ["bands"], "*": ["fifo"]},
+        seed_rule=dict(metric="short_fct_mean_s", loads=(0.8,),
+                       pairs=tuple(("talb", arm(b, "fifo")) for b in PAPER_BASELINES)),
+        description="Fig. 10 in the paper's configuration: TaLB with its WFQ priority bands "
+                    "(sec. III), ECMP, RPS and CONGA on one FIFO per switch port",
+        keeps=_SIM_KEEPS + ["WFQ by tensor priority in TaLB's switches only (sec. III), plain "
+                            "queues for the baselines"],
+        changes=_SIM_CHANGES + [
+            "the baselines' switch ports: one 160 KB FIFO (fig10's 4 bands x 40 KB, the same "
+            "bytes); TaLB's: fig10's bands. This comparison mixes routing and queueing "
+            "(fig10-factorial separates them)", "schemes: TaLB and the paper's baselines"]),
 }
 
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
-                "background_size_scale")
+                "background_size_scale", "queueing")
 
 
 def _topology_path(t: str) -> str:
@@ -318,7 +360,9 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
     if base["warmup"] >= base["iterations"]:
         raise PlanError(f"--warmup: below --iterations ({base['iterations']}), got {base['warmup']}")
 
-    rule = _seed_rule(base, seeds, schemes, seed_cap, seed_width, fixed_seeds)
+    queueings = _queueings(base.get("queueing"), schemes)
+    arms = [arm(s, q) for s in schemes for q in queueings[s]]
+    rule = _seed_rule(base, seeds, arms, seed_cap, seed_width, fixed_seeds)
     topologies = [_topology_path(t) for t in base["topologies"]]
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
@@ -329,8 +373,11 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
         for agent in base["agents"]:
-            for scheme in schemes:
-                runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate, agent))
+            for q in _QUEUEING_ORDER:
+                for scheme in schemes:
+                    if q in queueings[scheme]:
+                        runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate,
+                                          agent, q))
         if reference:                                   # the reference: once per point
             runs.append(_spec(base, topo, reference, model, arch, load, seed, rate, "default"))
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
@@ -338,9 +385,38 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
                 skipped_schemes=missing, seed_rule=rule)
 
 
-def _seed_rule(base: dict, seeds, schemes: list[str], cap: int | None, width: float | None,
+_QUEUEING_ORDER = ("bands", "fifo")     # netns_topology/qdisc.py QUEUEINGS
+
+
+def _queueings(value, schemes: list[str]) -> dict[str, list[str]]:
+    """Each scheme's queueings from a preset's or --queueing's value: None
+    (the topology's: bands), a list for every scheme, or a mapping of
+    scheme (or ``*``, the rest) to a list."""
+    if value is None:
+        value = ["bands"]
+    if isinstance(value, str):
+        value = [value]
+    spec = ({k: [v] if isinstance(v, str) else list(v) for k, v in value.items()}
+            if isinstance(value, dict) else {"*": list(value)})
+    known = known_schemes()
+    for k, modes in spec.items():
+        if k != "*" and k not in known:
+            raise PlanError(f"--queueing: unknown scheme {k!r} in {k}=... (known: "
+                            f"{', '.join(known)}, or * for the rest)")
+        if not modes:
+            raise PlanError(f"--queueing: no queueing given for {k}")
+        for m in modes:
+            if m not in _QUEUEING_ORDER:
+                raise PlanError(f"--queueing: one of {', '.join(_QUEUEING_ORDER)} (for every "
+                                f"scheme, or SCHEME=QUEUEING), got {m!r}")
+    default = spec.get("*", ["bands"])
+    return {s: [q for q in _QUEUEING_ORDER if q in spec.get(s, default)] for s in schemes}
+
+
+def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float | None,
                fixed: bool) -> SeedRule | None:
-    """The preset's SeedRule with the command line's changes, or None."""
+    """The preset's SeedRule with the command line's changes, or None.
+    ``arms``: the sweep's schemes under their queueings (:func:`arm`)."""
     spec = base.get("seed_rule")
     if cap is not None and cap < 1:
         raise PlanError(f"--seed-cap: at least 1, got {cap!r}")
@@ -355,12 +431,12 @@ def _seed_rule(base: dict, seeds, schemes: list[str], cap: int | None, width: fl
         if asked:
             raise PlanError(f"--seed-{'cap' if cap is not None else 'width'}: {why}")
         return None
-    pairs = tuple((a, b) for a, b in spec.get("pairs", SeedRule.pairs) if a in schemes and b in schemes)
+    pairs = tuple((a, b) for a, b in spec.get("pairs", SeedRule.pairs) if a in arms and b in arms)
     if not pairs:
         if asked:
             raise PlanError("--seed-cap/--seed-width: the seed rule compares "
-                            f"{', '.join('/'.join(p) for p in spec.get('pairs', SeedRule.pairs))} "
-                            f"and --schemes leaves none of these pairs ({', '.join(schemes)})")
+                            f"{', '.join(' vs '.join(p) for p in spec.get('pairs', SeedRule.pairs))} "
+                            f"and --schemes leaves none of these pairs ({', '.join(arms)})")
         return None
     cap = max(SEED_CAP, seeds) if cap is None else cap
     if cap < seeds:
@@ -370,11 +446,11 @@ def _seed_rule(base: dict, seeds, schemes: list[str], cap: int | None, width: fl
                     loads=spec.get("loads", SeedRule.loads))
 
 
-def _spec(base, topo, scheme, model, arch, load, seed, rate, agent) -> RunSpec:
+def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands") -> RunSpec:
     servers = base["servers"] if arch == "ps" else 1
     return RunSpec(topology=topo, scheme=scheme, model=model, arch=arch, workers=base["workers"],
                    servers=servers, load=float(load), seed=int(seed), target_link_bps=float(rate),
                    scaling_mode=base["scaling"], iterations=base["iterations"],
                    warmup=base["warmup"], agent=agent,
-                   background_size_scale=base.get("background_size_scale"),
+                   background_size_scale=base.get("background_size_scale"), queueing=queueing,
                    agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))

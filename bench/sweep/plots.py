@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.sweep.plan import arm  # noqa: E402
 from bench.sweep.results import est  # noqa: E402
 
 MS = 1e3
@@ -37,7 +38,11 @@ def _group(pts, keys):
 
 
 def _series_order(names):
-    return sorted(names, key=lambda s: (SCHEME_ORDER.index(s) if s in SCHEME_ORDER else 99, str(s)))
+    """Schemes in the paper's order; an arm (``ecmp/fifo``, plan.arm) after its scheme."""
+    def key(s):
+        scheme = str(s).split("/")[0]
+        return (SCHEME_ORDER.index(scheme) if scheme in SCHEME_ORDER else 99, str(s))
+    return sorted(names, key=key)
 
 
 def _panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1.0,
@@ -137,7 +142,7 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
         if kind == "ablation":
             series = lambda p: p["agent"] if p["scheme"] == "talb" else f"{p['scheme']} (reference)"  # noqa: E731
         else:
-            series = lambda p: p["scheme"]  # noqa: E731
+            series = lambda p: arm(p["scheme"], p["queueing"])  # noqa: E731
         for gkey, gpts in _group(pts, keys).items():
             fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
             for i, (ax, (metric, ptitle, scale, unit)) in enumerate(zip(axes[0], panels)):
@@ -154,7 +159,7 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
             fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
             for ax, model in zip(axes[0], models):
                 _panel(ax, [p for p in gpts if p["model"] == model], x="target_link_bps",
-                       series=lambda p: p["scheme"], metric="samples_per_s", scale=1,
+                       series=lambda p: arm(p["scheme"], p["queueing"]), metric="samples_per_s", scale=1,
                        title=model, ylabel="samples/s (target scale)",
                        xlabel="target link rate (Gbit/s)", xscale=1e-9)
                 _bounds(ax, [p for p in gpts if p["model"] == model], "target_link_bps", 1e-9)

@@ -25,7 +25,7 @@ CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censore
 #: the parameters that tell runs apart (a point: all of them but the seed)
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
-               "background_size_scale", "agent")
+               "background_size_scale", "agent", "queueing")
 POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
 
 
@@ -145,6 +145,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     head = res["headline"]
     row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else "ok"
     row["scheme_in_effect"] = head["scheme"]
+    row["queueing_in_effect"] = ((res.get("fabric") or {}).get("queueing") or {}).get("mode", "bands")
     row["commit"] = (res.get("software") or {}).get("commit")
     for k in (*METRICS, *CENSORED, "iteration_time_s"):
         if k in head:

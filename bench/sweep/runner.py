@@ -66,6 +66,7 @@ class Fabric:
         from workload.experiment import _free_port
 
         stop_background(self.prefix)          # its PCM history belongs to the last run
+        testbed.set_queueing(self.prefix, spec.queueing)   # switch ports idle: nothing queued
         for sw in testbed.load_topology_of(self.prefix).switches:
             with SwitchMaps(paths.pin_dir(self.prefix, sw.name)) as maps:
                 set_scheme(maps, spec.scheme)
@@ -91,7 +92,8 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       iterations=spec.iterations, warmup=spec.warmup,
                       target_link_bps=spec.target_link_bps, scaling_mode=spec.scaling_mode,
                       background_cdf=spec.background_cdf,
-                      background_size_scale=spec.background_size_scale, prefix=prefix, out=str(path),
+                      background_size_scale=spec.background_size_scale, queueing=spec.queueing,
+                      prefix=prefix, out=str(path),
                       timeout_s=timeout_s))
     return run_one
 

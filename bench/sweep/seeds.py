@@ -20,7 +20,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from bench.sweep.plan import Plan, RunSpec, SeedRule
+from bench.sweep.plan import Plan, RunSpec, SeedRule, arm
 from bench.sweep.results import POINT_FIELDS, TCP_RTO_MIN_S, point_key
 from bench.sweep.stats import paired
 
@@ -44,9 +44,11 @@ def headline_loads(rule: SeedRule, plan: Plan) -> set[float]:
 
 
 def _point(spec_or_row) -> tuple:
-    """A point without its scheme: the schemes at one seed of it are compared."""
+    """A point without its scheme and queueing: the arms (plan.arm) at one
+    seed of it are compared."""
     d = dict(zip(POINT_FIELDS, point_key(spec_or_row)))
     d.pop("scheme")
+    d.pop("queueing")
     return tuple(sorted(d.items(), key=lambda kv: kv[0]))
 
 
@@ -68,8 +70,10 @@ def decide(plan: Plan, rows: list[dict]) -> list[dict]:
         seeds = sorted({r["seed"] for r in rs})
         pairs = []
         for a, b in rule.pairs:
-            va = {r["seed"]: r.get(rule.metric) for r in rs if r["scheme"] == a and r["status"] == "ok"}
-            vb = {r["seed"]: r.get(rule.metric) for r in rs if r["scheme"] == b and r["status"] == "ok"}
+            va = {r["seed"]: r.get(rule.metric) for r in rs
+                  if arm(r["scheme"], r["queueing"]) == a and r["status"] == "ok"}
+            vb = {r["seed"]: r.get(rule.metric) for r in rs
+                  if arm(r["scheme"], r["queueing"]) == b and r["status"] == "ok"}
             both = sorted(set(va) | set(vb))
             pr = paired([va.get(s) for s in both], [vb.get(s) for s in both],
                         lower_is_better=_lower_is_better(rule.metric))

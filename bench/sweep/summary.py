@@ -4,12 +4,14 @@ with the effective parameters and the paper-vs-ours table (paired verdicts,
 bench/sweep/stats.py)."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 
 from bench.sweep import plots
-from bench.sweep.plan import PAPER_BASELINES, Plan
+from bench.sweep.plan import PAPER_BASELINES, Plan, arm
 from bench.sweep.results import (MECHANISM_METRICS, OUTCOME_METRICS, SPEC_FIELDS, est, find,
                                  load_rows, points, seed_values, write_csv)
 from bench.sweep.stats import BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
@@ -96,19 +98,54 @@ def _marked(pr: Paired, p_holm, p_equiv_holm) -> str:
     return v + ("†" if v not in ("inconclusive",) and pr.verdict(p_holm, p_equiv_holm) == v else "")
 
 
-def _missing(rows, pts, base, kw) -> str:
+def paper_sides(pts: list[dict], base: str) -> tuple[dict, dict]:
+    """How TaLB and ``base`` queue in the paper's comparison, as far as the
+    sweep has it: TaLB with its priority bands, the baseline with FIFOs
+    (sec. III: WFQ is part of TaLB's switch, the baselines have none) when
+    the sweep ran them so (fig10-paper, fig10-factorial); otherwise each
+    as it ran, like for like where both ran alike (every sweep before
+    issue 18: bands). Returns the match of each side (scheme, queueing)."""
+    def ran(scheme):
+        return {p["queueing"] for p in pts if p["scheme"] == scheme}
+    qt = "bands" if "bands" in ran("talb") or not ran("talb") else min(ran("talb"))
+    qb = ran(base)
+    qb = ("fifo" if qt == "bands" and "fifo" in qb else qt if qt in qb or not qb else min(qb))
+    return {"scheme": "talb", "queueing": qt}, {"scheme": base, "queueing": qb}
+
+
+def _sides_note(ta: dict, ba: dict) -> str:
+    """The queueing of each side, when it is not the topology's for both."""
+    if ta["queueing"] == ba["queueing"] == "bands":
+        return ""
+    return f"; TaLB {ta['queueing']}, {ba['scheme'].upper()} {ba['queueing']}"
+
+
+def _sides_md(pvo: list[dict]) -> str:
+    """A sentence on the queueing of the compared sides, where it is not the topology's for both."""
+    if not any("; TaLB " in r["where"] for r in pvo):
+        return ""
+    return (" *Where* names each side's queueing (`bands`: the topology's priority bands; "
+            "`fifo`: one FIFO per switch port, the same bytes): TaLB with bands against a "
+            "baseline with FIFOs is the paper's comparison (sec. III makes WFQ part of TaLB's "
+            "switch), and it mixes routing and queueing; *Routing × queueing* separates them "
+            "where the sweep ran both.")
+
+
+def _missing(rows, pts, base, kw, ta=None, ba=None) -> str:
     """Why a comparison has no number."""
     if find(pts, scheme=base) is None:
         return "not run"
-    here = [find(pts, scheme=s, **kw) for s in ("talb", base)]
+    here = [find(pts, **kw, **side) for side in (ta or {"scheme": "talb"}, ba or {"scheme": base})]
     if any(p is not None and p["counted"] == 0 and p["runs"] for p in here):
         return "no counted run (CPU-bound or failed)"
     return "no data"
 
 
 def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
-    pr, lone = compare(rows, metric, {**kw, "scheme": "talb"}, {**kw, "scheme": base})
-    t, b = est(find(pts, scheme="talb", **kw), metric), est(find(pts, scheme=base, **kw), metric)
+    ta, ba = paper_sides(pts, base)
+    where += _sides_note(ta, ba)
+    pr, lone = compare(rows, metric, {**kw, **ta}, {**kw, **ba})
+    t, b = est(find(pts, **kw, **ta), metric), est(find(pts, **kw, **ba), metric)
     k = 1 if metric == "samples_per_s" else 1e3
     row = {"number": number, "paper": paper, "metric": metric, "pair": pr, "where": where,
            "n": pr.n, "unpaired_seeds": lone, "talb_ms": _fmt(t, k), "base_ms": _fmt(b, k),
@@ -118,7 +155,7 @@ def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
         if find(pts, scheme="talb") is None:
             row["verdict"] = "TaLB not run"
         elif t.mean is None or b.mean is None:
-            row["verdict"] = _missing(rows, pts, base, kw)
+            row["verdict"] = _missing(rows, pts, base, kw, ta, ba)
         else:
             row["verdict"] = "no seed with both runs"
         if t.mean is None or b.mean is None:     # one side has nothing: no seed to name
@@ -156,11 +193,12 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
                                         f"{g[1]}, {g[3] / 1e9:g}G, load {at:g}"), "holm": True})
     for base in PAPER_BASELINES:
         best = None
+        ta, ba = paper_sides(ref, base)
         for p in ref:
-            if p["scheme"] != "talb":
+            if p["scheme"] != "talb" or p["queueing"] != ta["queueing"]:
                 continue
             kw = {k: p[k] for k in (*_GROUP, "load", "agent")}
-            pr, _ = compare(rows, "samples_per_s", {**kw, "scheme": "talb"}, {**kw, "scheme": base})
+            pr, _ = compare(rows, "samples_per_s", {**kw, **ta}, {**kw, **ba})
             if pr.ratio and (best is None or pr.ratio > best[0]):
                 best = (pr.ratio, p, kw)
         number = f"training speed-up vs {base.upper()} (largest over the points)"
@@ -208,20 +246,179 @@ def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
     outcome metric, paired by seed: the rows of paired.csv (raw p-values)."""
     cells: dict[tuple, set] = {}
     for p in pts:
-        cells.setdefault(tuple(p[f] for f in (*_GROUP, "load")), set()).add((p["scheme"], p["agent"]))
+        cells.setdefault(tuple(p[f] for f in (*_GROUP, "load")), set()).add(
+            (p["scheme"], p["queueing"], p["agent"]))
     out = []
+
+    def name(s, q, a):
+        return arm(s, q) if a == "default" else f"{arm(s, q)}/{a}"
     for cell, members in sorted(cells.items(), key=lambda c: tuple(map(str, c[0]))):
         kw = dict(zip((*_GROUP, "load"), cell))
-        ms = sorted(members, key=lambda m: (plots._series_order([m[0]])[0], m[1]))
-        for i, (sa, aa) in enumerate(ms):
-            for sb, ab in ms[i + 1:]:
+        ms = sorted(members, key=lambda m: (plots._series_order([m[0]])[0], m[1], m[2]))
+        for i, (sa, qa, aa) in enumerate(ms):
+            for sb, qb, ab in ms[i + 1:]:
                 for metric in OUTCOME_METRICS:
-                    pr, lone = compare(rows, metric, {**kw, "scheme": sa, "agent": aa},
-                                       {**kw, "scheme": sb, "agent": ab})
-                    out.append({**kw, "a": sa if aa == "default" else f"{sa}/{aa}",
-                                "b": sb if ab == "default" else f"{sb}/{ab}", "metric": metric,
+                    pr, lone = compare(rows, metric, {**kw, "scheme": sa, "queueing": qa, "agent": aa},
+                                       {**kw, "scheme": sb, "queueing": qb, "agent": ab})
+                    out.append({**kw, "a": name(sa, qa, aa), "b": name(sb, qb, ab), "metric": metric,
                                 **pr.to_dict(), "unpaired_seeds": " ".join(map(str, lone))})
     return out
+
+
+# --- routing x queueing (issue 18) ----------------------------------------------------------
+#: the decomposition's rows: key -> (what, the sides a and b as the verdict names them);
+#: {B} is the baseline. T/X: TaLB/the baseline; B/F: the priority bands/one FIFO per port.
+EFFECTS = {
+    "gain": ("TaLB's gain, the paper's comparison: (T,B) − (X,F)", ("TaLB+bands", "{B}+FIFO")),
+    "routing_fifo": ("routing, under FIFO: (T,F) − (X,F)", ("TaLB", "{B}")),
+    "queueing_base": ("queueing, for {B}: (X,B) − (X,F)", ("bands", "FIFO")),
+    "interaction": ("interaction: ((T,B) − (T,F)) − ((X,B) − (X,F))", ("TaLB", "{B}")),
+    "routing_bands": ("routing, under bands: (T,B) − (X,B)", ("TaLB", "{B}")),
+    "queueing_talb": ("queueing, for TaLB: (T,B) − (T,F)", ("bands", "FIFO")),
+}
+#: the metrics summary.md decomposes (factorial.csv has every COMPARED metric)
+FACTORIAL_MD_METRICS = ("short_fct_mean_s", "samples_per_s")
+
+
+def _number(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def _on(va: dict, vb: dict, seeds: list, lower: bool) -> Paired:
+    return paired([va[s] for s in seeds], [vb[s] for s in seeds], lower_is_better=lower)
+
+
+def interaction(tb: dict, tf: dict, xb: dict, xf: dict, seeds: list, lower: bool) -> Paired:
+    """Per seed ((T,B) − (T,F)) − ((X,B) − (X,F)): its mean, 95% paired-t
+    interval and p (the paired t of TaLB's queueing effect against the
+    baseline's); its ratio (T,B)/(T,F) over (X,B)/(X,F), the interval of
+    that ratio and the equivalence test (TOST within ±10%) from the same t
+    on the per-seed log-ratios."""
+    add = paired([tb[s] - tf[s] for s in seeds], [xb[s] - xf[s] for s in seeds],
+                 lower_is_better=lower)
+    if all(tf[s] and xf[s] for s in seeds):
+        mul = paired([tb[s] / tf[s] for s in seeds], [xb[s] / xf[s] for s in seeds],
+                     lower_is_better=lower)
+        add = dataclasses.replace(add, log_ratio=mul.log_ratio, p_equiv=mul.p_equiv)
+    return add
+
+
+def factorial_table(rows: list[dict], pts: list[dict]) -> list[dict]:
+    """Where TaLB and a baseline each ran under both queueings at a point
+    (fig10-factorial): per metric, the decomposition of EFFECTS, paired by
+    seed. A baseline's rows use the seeds where all four cells have a
+    counted run, so that gain = routing under FIFO + queueing for the
+    baseline + interaction holds seed by seed, and in the means; TaLB's
+    queueing effect uses every seed with both of TaLB's runs. p-values
+    Holm-corrected per metric across the table's rows; verdicts from them."""
+    ref = [p for p in pts if p["agent"] == "default"]
+    out = []
+    for g in sorted({tuple(p[f] for f in _GROUP) for p in ref}):
+        for load in sorted({p["load"] for p in ref if tuple(p[f] for f in _GROUP) == g}):
+            kw = {**dict(zip(_GROUP, g)), "load": load, "agent": "default"}
+            ran = {(p["scheme"], p["queueing"]) for p in ref if all(p[k] == v for k, v in kw.items())}
+            bases = [b for b in plots._series_order(sorted({s for s, _ in ran} - {"talb"}))
+                     if {(b, "bands"), (b, "fifo")} <= ran]
+            if not {("talb", "bands"), ("talb", "fifo")} <= ran or not bases:
+                continue
+            for metric in COMPARED:
+                lower = _lower_better(metric)
+                v = {(s, q): {k: x for k, x in seed_values(rows, metric, **kw, scheme=s,
+                                                           queueing=q).items() if _number(x)}
+                     for s in ("talb", *bases) for q in ("bands", "fifo")}
+                tb, tf = v["talb", "bands"], v["talb", "fifo"]
+
+                def row(base, effect, pr, seeds):
+                    return {**kw, "metric": metric, "baseline": base, "effect": effect, "pair": pr,
+                            "n": pr.n, "seeds": seeds}
+                both = sorted(set(tb) & set(tf))
+                out.append(row(None, "queueing_talb", _on(tb, tf, both, lower), both))
+                for b in bases:
+                    xb, xf = v[b, "bands"], v[b, "fifo"]
+                    four = sorted(set(both) & set(xb) & set(xf))
+                    out += [row(b, "gain", _on(tb, xf, four, lower), four),
+                            row(b, "routing_fifo", _on(tf, xf, four, lower), four),
+                            row(b, "queueing_base", _on(xb, xf, four, lower), four),
+                            row(b, "interaction", interaction(tb, tf, xb, xf, four, lower), four),
+                            row(b, "routing_bands", _on(tb, xb, four, lower), four)]
+    for metric in COMPARED:
+        fam = [r for r in out if r["metric"] == metric]
+        for key in ("p", "p_equiv"):
+            for r, q in zip(fam, holm([getattr(r["pair"], key) for r in fam])):
+                r[key + "_holm"] = q
+    for r in out:
+        r["verdict"] = _effect_verdict(r)
+    return out
+
+
+def _effect_verdict(r: dict) -> str:
+    base = (r["baseline"] or "").upper()
+    v = r["pair"].verdict(r["p_holm"], r["p_equiv_holm"])
+    a, b = (x.format(B=base) for x in EFFECTS[r["effect"]][1])
+    if r["effect"] == "interaction":
+        return {"better": f"bands favour {a}", "worse": f"bands favour {b}"}.get(
+            v, "no interaction (within ±10%)" if v.startswith("equivalent") else v)
+    return {"better": f"{a} better", "worse": f"{b} better"}.get(v, v)
+
+
+def factorial_csv_rows(table: list[dict]) -> list[dict]:
+    out = []
+    for r in table:
+        d = r["pair"].to_dict()
+        d.pop("verdict")
+        out.append({**{k: r[k] for k in (*_GROUP, "load", "metric", "baseline", "effect", "n")},
+                    "seeds": " ".join(map(str, r["seeds"])), **d, "p_holm": r["p_holm"],
+                    "p_equiv_holm": r["p_equiv_holm"], "verdict": r["verdict"]})
+    return out
+
+
+def _factorial_md(table: list[dict]) -> list[str]:
+    if not table:
+        return []
+    many = len({tuple(r[f] for f in _GROUP) for r in table}) > 1
+    L = ["## Routing × queueing: where TaLB's gain comes from", "",
+         "Each seed's runs of TaLB (T) and a baseline (X), each with the priority bands (B) and "
+         "with one FIFO per switch port (F), give per seed TaLB's gain in the paper's comparison, "
+         "(T,B) − (X,F), and its parts: **routing** under FIFO (T,F) − (X,F), **queueing** for "
+         "the baseline (X,B) − (X,F), and their **interaction** ((T,B) − (T,F)) − ((X,B) − "
+         "(X,F)). The three add up to the gain seed by seed, so their means do too: a "
+         "baseline's rows use the seeds where all four runs were counted. Also shown: routing "
+         "under bands (= routing under FIFO + interaction) and queueing for TaLB (= queueing "
+         "for the baseline + interaction; over every seed with both of TaLB's runs). Each: the "
+         "mean per-seed difference and its 95% paired-t interval; the ratio (geometric mean of "
+         "the per-seed ratios − 1; for the interaction (T,B)/(T,F) over (X,B)/(X,F)) and its "
+         "interval; p of the paired t, Holm-corrected across the rows of the metric's table; "
+         "the verdict from the corrected p-values: the better side, or equivalent within "
+         f"±{EQUIV_MARGIN:.0%} (TOST on the log-ratio), else inconclusive; for the interaction, "
+         "whether the bands favour TaLB or the baseline (the difference ≠ 0), or no interaction "
+         f"(the ratio of ratios within 1 ± {EQUIV_MARGIN:.0%}). Every compared metric: "
+         "`factorial.csv`.", ""]
+    for metric in FACTORIAL_MD_METRICS:
+        fam = [r for r in table if r["metric"] == metric]
+        if not fam:
+            continue
+        k, u = _unit(metric)
+        L += [f"### {dict(_METRIC_NAMES).get(metric, metric)} ({u})", ""]
+        body = []
+        for r in fam:
+            pr = r["pair"]
+            grp = [f"{Path(r['topology']).stem}, {r['model']}, {r['target_link_bps'] / 1e9:g}G"] \
+                if many else []
+            body.append(grp + [f"{r['load']:g}", (r["baseline"] or "-").upper(),
+                               EFFECTS[r["effect"]][0].format(B=(r["baseline"] or "").upper()),
+                               str(pr.n), _diff(pr, metric).rsplit(" ", 1)[0] if pr.n else "-",
+                               _ratio(pr, metric),
+                               _p(pr.p) + (f" ({_p(r['p_holm'])})" if pr.p is not None else ""),
+                               r["verdict"]])
+        L += [_md_table((["group"] if many else []) + ["load", "vs", "effect", "n",
+                                                       "mean [95% CI]", "ratio [95% CI]",
+                                                       "p (Holm)", "verdict"], body), ""]
+    return L
+
+
+_METRIC_NAMES = (("short_fct_mean_s", "short-tensor AFCT"), ("short_fct_p99_s", "short-tensor p99"),
+                 ("long_fct_mean_s", "long-tensor AFCT"), ("all_fct_mean_s", "overall AFCT"),
+                 ("samples_per_s", "training speed"))
 
 
 def _talb_pairs_md(rows, pts) -> list[str]:
@@ -235,28 +432,36 @@ def _talb_pairs_md(rows, pts) -> list[str]:
         gkw = dict(zip(_GROUP, g))
         for load in sorted({p["load"] for p in ref if tuple(p[f] for f in _GROUP) == g}):
             kw = {**gkw, "load": load, "agent": "default"}
-            others = plots._series_order(sorted({p["scheme"] for p in ref
-                                                 if p["scheme"] != "talb" and
-                                                 all(p[k] == v for k, v in kw.items())}))
-            for base in others:
-                cells.append((g, load, base, [compare(rows, m, {**kw, "scheme": "talb"},
-                                                      {**kw, "scheme": base})[0] for m in COMPARED]))
+            here = [p for p in ref if all(p[k] == v for k, v in kw.items())]
+            ran = {}
+            for p in here:
+                ran.setdefault(p["scheme"], set()).add(p["queueing"])
+            # TaLB under each queueing against each scheme under the same one, or,
+            # where a scheme never ran under it, under its own (fig10-paper)
+            for qt in sorted(ran.get("talb", ()), key=("bands", "fifo").index):
+                for base in plots._series_order(sorted(set(ran) - {"talb"})):
+                    for qb in (sorted(ran[base]) if qt not in ran[base] else [qt]):
+                        cells.append((g, load, qt, arm(base, qb), [
+                            compare(rows, m, {**kw, "scheme": "talb", "queueing": qt},
+                                    {**kw, "scheme": base, "queueing": qb})[0] for m in COMPARED]))
     if not cells:
         return []
     flat = [pr for *_, prs in cells for pr in prs]
     ph, peh = holm([pr.p for pr in flat]), holm([pr.p_equiv for pr in flat])
     many = len({c[0] for c in cells}) > 1
+    queueings = any(c[2] != "bands" or "/" in c[3] for c in cells)
     body, i = [], 0
-    for g, load, base, prs in cells:
+    for g, load, qt, base, prs in cells:
         line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G"] if many else []) + \
-            [f"{load:g}", base, str(min(pr.n for pr in prs))]
+            [f"{load:g}"] + ([arm("talb", qt)] if queueings else []) + \
+            [base, str(min(pr.n for pr in prs))]
         for m, pr in zip(COMPARED, prs):
             line.append(f"{_diff(pr, m).rsplit(' ', 1)[0] if pr.n else '-'}; "
                         f"{_marked(pr, ph[i], peh[i]) if pr.n >= 2 else '-'}")
             i += 1
         body.append(line)
-    cols = (["group"] if many else []) + ["load", "vs", "n"] + \
-        ["short AFCT ms", "short p99 ms", "long AFCT ms", "all AFCT ms", "samples/s"]
+    cols = (["group"] if many else []) + ["load"] + (["TaLB"] if queueings else []) + \
+        ["vs", "n"] + ["short AFCT ms", "short p99 ms", "long AFCT ms", "all AFCT ms", "samples/s"]
     return ["## Paired comparisons: TaLB against each scheme", "",
             "TaLB − the scheme per seed, mean and 95% paired-t interval (ms of testbed "
             "wall-clock for FCTs, samples/s at target scale for the speed), then the verdict "
@@ -265,7 +470,11 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             f"{len(flat)} tests, about {0.05 * len(flat):.0f} better/worse verdicts are expected "
             "by chance alone when nothing differs); † marks a verdict that stands after Holm's "
             "correction across every cell of this table. Every scheme pair at every point, on "
-            "every outcome, with raw p-values: `paired.csv`.", "", _md_table(cols, body), ""]
+            "every outcome, with raw p-values: `paired.csv`."
+            + (" `/fifo`: the switch ports queued in one FIFO each instead of the topology's "
+               "priority bands; TaLB is compared with each scheme under the same queueing, or, "
+               "where the scheme never ran under it, under the scheme's own." if queueings else ""),
+            "", _md_table(cols, body), ""]
 
 
 def _points_table(pts, metrics) -> str:
@@ -274,12 +483,14 @@ def _points_table(pts, metrics) -> str:
          .replace("_pct", "").replace("_", " ") for m in metrics]
     prow = []
     for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
-                                        p["load"], plots._series_order([p["scheme"]])[0])):
+                                        p["load"], plots._series_order([p["scheme"]])[0],
+                                        p["queueing"])):
         vals = []
         for m in metrics:
             scale = 1e3 if "fct" in m or m.endswith("_mean_s") else (100 if m.endswith("_gap") else 1)
             vals.append(_fmt(p["est"][m], scale, 2 if m == "uplink_spread" else 1))
-        prow.append([Path(p["topology"]).stem, p["model"], p["scheme"], p["agent"], f"{p['load']:g}",
+        prow.append([Path(p["topology"]).stem, p["model"], arm(p["scheme"], p["queueing"]),
+                     p["agent"], f"{p['load']:g}",
                      f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
                      p["cpu_bound"] + p["failed"], *vals])
     return _md_table(cols, prow)
@@ -358,8 +569,8 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     L += [f"Seed rule: {rule.first} seeds at every point; then at the headline points "
           f"(load {', '.join(f'{x:g}' for x in sorted(seeds.headline_loads(rule, plan)))}) one "
           f"more seed at a time, every scheme, until the paired 95% interval of the ratio "
-          f"{' / '.join(f'{a}/{b}' for a, b in rule.pairs[:1])} (and every other pair: "
-          f"{', '.join(f'{a}/{b}' for a, b in rule.pairs[1:]) or 'none'}) of `{rule.metric}` is "
+          f"{' / '.join(_ratio_name(a, b) for a, b in rule.pairs[:1])} (and every other pair: "
+          f"{', '.join(_ratio_name(a, b) for a, b in rule.pairs[1:]) or 'none'}) of `{rule.metric}` is "
           f"narrower than {rule.width:g} (the width of the ±{rule.width / 2:.0%} equivalence "
           f"band), or {rule.cap} seeds have run there.", ""]
     decisions = seeds.decide(plan, rows)
@@ -368,13 +579,18 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
         where = ", ".join(f"{k} {v}" for k, v in d["point"].items()
                           if k in ("topology", "model", "load", "target_link_bps", "agent")
                           and v not in (None, "default"))
-        widths = "; ".join(f"{p['a']}/{p['b']} {_interval(p)}" for p in d["pairs"])
+        widths = "; ".join(f"{_ratio_name(p['a'], p['b'])} {_interval(p)}" for p in d["pairs"])
         why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
                "more": "more seeds wanted: the sweep stopped before the rule was done (or ran before it existed)"}[d["status"]]
         body.append([where, str(len(d["seeds"])), widths, why])
     L += [_md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
                     body) if body else "No headline point has runs yet.", ""]
     return L + _rto_md(rows, rule.metric)
+
+
+def _ratio_name(a: str, b: str) -> str:
+    """a/b, an arm with a queueing in parentheses: (talb/fifo)/(ecmp/fifo)."""
+    return "/".join(f"({x})" if "/" in x else x for x in (a, b))
 
 
 def _interval(p: dict) -> str:
@@ -434,9 +650,13 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
     manifest = plots.render(plan.figure, pts, out, plan.description.split(":")[0])
     pvo = paper_vs_ours(plan, pts, rows)
     write_csv(paired_table(rows, pts), out / "paired.csv")
+    factorial = factorial_table(rows, pts)
+    if factorial:
+        write_csv(factorial_csv_rows(factorial), out / "factorial.csv")
     md = _summary_md(plan, out, rows, pts, pvo, manifest, wall_s)
     (out / "summary.md").write_text(md)
-    return {"rows": rows, "points": pts, "paper_vs_ours": pvo, "plots": manifest}
+    return {"rows": rows, "points": pts, "paper_vs_ours": pvo, "plots": manifest,
+            "factorial": factorial}
 
 
 def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
@@ -485,7 +705,8 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
           "its speed-up from its testbed (sec. IV-B).", "",
           *_headline_md(pvo), "",
           _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
-          "run on both sides.", "", *_pairing_caveat(), ""]
+          "run on both sides." + _sides_md(pvo), "", *_pairing_caveat(), ""]
+    L += _factorial_md(factorial_table(rows, pts))
     L += _seeds_md(plan, rows)
     L += _talb_pairs_md(rows, pts)
     if plan.figure == "ablation":
