@@ -88,6 +88,68 @@ def test_cli_refuses_bad_options_before_touching_anything(root):
     assert not paths.state_dir(prefix).exists()
 
 
+def _free_run(n: int) -> int:
+    """The first of ``n`` consecutive loopback ports that are free now."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - n)
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def test_default_metrics_port_taken_serves_on_the_next_free_one(monkeypatch):
+    """No --metrics-port: the default, else the next free port of a bounded
+    range (a second testbed's agent needs no flag); all taken, or an explicit
+    port taken: an error naming --metrics-port and the value."""
+    import socket
+    import urllib.request
+
+    from agent import config as agent_config
+    from agent.daemon import AgentError, config_argv, serve_metrics
+
+    base = _free_run(3)
+    monkeypatch.setattr(agent_config, "DEFAULT_METRICS_PORT", base)
+    monkeypatch.setattr(agent_config, "METRICS_PORT_TRIES", 3)
+    assert list(AgentConfig().metrics_ports()) == [base, base + 1, base + 2]
+    assert list(AgentConfig(metrics_port=base).metrics_ports()) == [base]
+    assert "--metrics-port" not in config_argv(AgentConfig())   # the detached agent chooses too
+    argv = config_argv(AgentConfig(metrics_port=base))
+    assert argv[argv.index("--metrics-port") + 1] == str(base)
+    held, served = socket.socket(), []
+    try:
+        held.bind(("127.0.0.1", base))
+        held.listen()
+        for want in (base + 1, base + 2):
+            m = AgentMetrics()
+            served.append(m)
+            assert serve_metrics(m, AgentConfig()) == want
+            with urllib.request.urlopen(f"http://127.0.0.1:{want}/metrics", timeout=5) as r:
+                assert r.status == 200
+        with pytest.raises(AgentError, match=f"^--metrics-port: ports {base}-{base + 2} on "
+                                             f"127.0.0.1 are all in use"):
+            serve_metrics(AgentMetrics(), AgentConfig())
+        with pytest.raises(AgentError, match=f"^--metrics-port: cannot serve on "
+                                             f"127.0.0.1:{base}: Address already in use"):
+            serve_metrics(AgentMetrics(), AgentConfig(metrics_port=base))
+    finally:
+        held.close()
+        for m in served:
+            m.close()
+
+
 # --- the loop's schedule -----------------------------------------------------------------
 class _Observer:
     def __init__(self):
