@@ -26,7 +26,8 @@ help:
 	@echo "  sudo make monitoring-down  stop what 'monitoring' started"
 	@echo "  sudo make test          run the test suite (what CI runs)"
 	@echo "  sudo make bench         benchmarks: data path (BPF vs empty, BPF vs bridge), agent loop, TaLB/host tagging cost"
-	@echo "  sudo make setup         install packages, kernel headers and the venv (done by the others)"
+	@echo "  sudo make setup         install packages, kernel headers, the venv and 'talb' on sudo's PATH (done by the others)"
+	@echo "  sudo make clean         stop the testbed and monitoring, remove the venv and our /usr/local/bin/talb"
 	@echo Variables: PREFIX=$(call shq,$(PREFIX)) "TOPOLOGY=<file.yaml> PYTEST_ARGS=..." \
 		PROMETHEUS_PORT=$(call shq,$(PROMETHEUS_PORT)) GRAFANA_PORT=$(call shq,$(GRAFANA_PORT))
 
@@ -60,4 +61,5 @@ bench: setup
 clean:
 	-@[ -x $(TALB) ] && $(TALB) monitoring down || true
 	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(call shq,$(PREFIX)) || true
+	-@VENV=$(call shq,$(VENV)) bash scripts/talb-link.sh remove
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
