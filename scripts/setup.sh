@@ -69,5 +69,6 @@ fi
     || die "the venv cannot import its dependencies; remove $VENV and run again"
 
 # --- `sudo talb`: a link on sudo's secure_path (never replaces another talb) ----
-VENV="$VENV" bash "$REPO/scripts/talb-link.sh" install
+VENV="$VENV" bash "$REPO/scripts/talb-link.sh" install \
+    || printf 'setup: note: talb is not linked onto sudo'"'"'s PATH (above); use sudo %s/bin/talb\n' "$VENV" >&2
 say "set-up complete"
