@@ -9,13 +9,14 @@ TOPOLOGY ?=
 PYTEST_ARGS ?=
 PROMETHEUS_PORT ?= 9090
 GRAFANA_PORT ?= 3000
+GRAFANA_DEB ?=
 
 # One shell word whatever the value (PREFIX='a;rm -rf x' stays one argument,
 # which talb then refuses): single quotes, each ' inside as '\''.
 shq = '$(subst ','\'',$(1))'
 TOPO_ARG := $(if $(TOPOLOGY),--topology $(call shq,$(TOPOLOGY)),)
 
-.PHONY: help setup testbed testbed-down status monitoring monitoring-down test bench clean
+.PHONY: help setup testbed testbed-down status monitoring monitoring-down grafana test bench clean
 
 help:
 	@echo "talb — tensor-aware load balancing testbed"
@@ -24,9 +25,11 @@ help:
 	@echo "  sudo make status        show the running testbed"
 	@echo "  sudo make monitoring    Prometheus (+ Grafana if installed) for every testbed and run; prints the URLs"
 	@echo "  sudo make monitoring-down  stop what 'monitoring' started"
+	@echo "  sudo make grafana       install Grafana from its APT repository (or GRAFANA_DEB=file.deb) for 'monitoring'"
 	@echo "  sudo make test          run the test suite (what CI runs)"
 	@echo "  sudo make bench         benchmarks: data path (BPF vs empty, BPF vs bridge), agent loop, TaLB/host tagging cost"
-	@echo "  sudo make setup         install packages, kernel headers and the venv (done by the others)"
+	@echo "  sudo make setup         install packages, kernel headers, the venv and 'talb' on sudo's PATH (done by the others)"
+	@echo "  sudo make clean         stop the testbed and monitoring, remove the venv and our /usr/local/bin/talb"
 	@echo Variables: PREFIX=$(call shq,$(PREFIX)) "TOPOLOGY=<file.yaml> PYTEST_ARGS=..." \
 		PROMETHEUS_PORT=$(call shq,$(PROMETHEUS_PORT)) GRAFANA_PORT=$(call shq,$(GRAFANA_PORT))
 
@@ -49,6 +52,10 @@ monitoring: setup
 monitoring-down: setup
 	$(TALB) monitoring down
 
+# Grafana's own APT repository (not in Debian); says what to do where it is unreachable.
+grafana:
+	@GRAFANA_DEB=$(call shq,$(GRAFANA_DEB)) bash scripts/grafana.sh
+
 test: setup
 	$(PYTEST) $(PYTEST_ARGS)
 
@@ -60,4 +67,5 @@ bench: setup
 clean:
 	-@[ -x $(TALB) ] && $(TALB) monitoring down || true
 	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(call shq,$(PREFIX)) || true
+	-@VENV=$(call shq,$(VENV)) bash scripts/talb-link.sh remove
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

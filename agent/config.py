@@ -24,6 +24,11 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 #: window at 100 Mbit/s (a shorter window mostly measures packet noise).
 DEFAULT_WINDOW_S = 0.005
 DEFAULT_METRICS_PORT = 9477
+#: With no --metrics-port, the agent serves on the first free port of
+#: DEFAULT_METRICS_PORT .. DEFAULT_METRICS_PORT + METRICS_PORT_TRIES - 1 (a
+#: second testbed's agent needs no flag of its own); an explicit port that
+#: is taken is an error.
+METRICS_PORT_TRIES = 20
 
 
 class ConfigError(ValueError):
@@ -41,7 +46,8 @@ class AgentConfig:
     threshold: float | str | None = None
     pcm_delay: str = "model"                 # --pcm-delay: model (M/D/1) | measured (qdisc)
     metrics_addr: str = "127.0.0.1"          # --metrics-addr
-    metrics_port: int = DEFAULT_METRICS_PORT  # --metrics-port
+    # --metrics-port; None: DEFAULT_METRICS_PORT or the next free one (metrics_ports())
+    metrics_port: int | None = None
     log_level: str = "info"                  # --log-level
     read_strategy: str = "auto"              # --read-strategy: port_stats reads
     stats_interval_s: float = 0.1            # --stats-interval-ms: counters, qdiscs (model mode)
@@ -71,8 +77,9 @@ class AgentConfig:
             ipaddress.ip_address(self.metrics_addr)
         except ValueError:
             raise ConfigError(f"--metrics-addr: not an IP address: {self.metrics_addr!r}") from None
-        if isinstance(self.metrics_port, bool) or not isinstance(self.metrics_port, int) \
-                or not 1 <= self.metrics_port <= 65535:
+        if self.metrics_port is not None and (
+                isinstance(self.metrics_port, bool) or not isinstance(self.metrics_port, int)
+                or not 1 <= self.metrics_port <= 65535):
             raise ConfigError(f"--metrics-port: 1..65535, got {self.metrics_port!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"--log-level: one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
@@ -80,6 +87,13 @@ class AgentConfig:
             raise ConfigError(f"--read-strategy: one of {', '.join(STRATEGIES)}, "
                               f"got {self.read_strategy!r}")
         number("stats_interval_s", "--stats-interval-ms", self.window_s, 60.0, 1e3)
+
+    def metrics_ports(self) -> range:
+        """The ports to try for /metrics, in order: the one given, or the
+        default and the next ones (METRICS_PORT_TRIES in all)."""
+        if self.metrics_port is not None:
+            return range(self.metrics_port, self.metrics_port + 1)
+        return range(DEFAULT_METRICS_PORT, DEFAULT_METRICS_PORT + METRICS_PORT_TRIES)
 
     @property
     def logging_level(self) -> int:

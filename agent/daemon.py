@@ -17,7 +17,9 @@ its process is a ``talb agent`` of that prefix (its command line).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
+import json
 import logging
 import os
 import signal
@@ -28,10 +30,10 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
-from agent.config import AgentConfig, ConfigError
+from agent.config import DEFAULT_METRICS_PORT, AgentConfig, ConfigError
 from agent.loop import Agent
 from agent.metrics import AgentMetrics
 from agent.snapshot import snapshot_path, write_snapshot
@@ -40,7 +42,8 @@ from talb import paths
 log = logging.getLogger("talb.agent")
 
 __all__ = ["AgentError", "start_background", "stop_background", "running_pid", "pid_file",
-           "log_file", "lock_file", "served_prefix", "run", "build", "config_argv"]
+           "log_file", "lock_file", "served_prefix", "run", "build", "config_argv",
+           "metrics_endpoint", "serve_metrics"]
 
 
 class AgentError(RuntimeError):
@@ -196,6 +199,31 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
         raise
 
 
+# --- /metrics ---------------------------------------------------------------------------
+def _hostport(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def serve_metrics(metrics: AgentMetrics, config: AgentConfig) -> int:
+    """Serve ``metrics`` on ``config.metrics_addr`` at the first port of
+    ``config.metrics_ports()`` that is free; returns it. AgentError naming
+    the flag and value when none is (an explicit --metrics-port taken, or
+    every port of the default range)."""
+    ports = config.metrics_ports()
+    for port in ports:
+        try:
+            metrics.serve(config.metrics_addr, port)
+            return port
+        except OSError as exc:
+            if config.metrics_port is None and exc.errno == errno.EADDRINUSE:
+                continue
+            flag = "--metrics-addr" if exc.errno == errno.EADDRNOTAVAIL else "--metrics-port"
+            raise AgentError(f"{flag}: cannot serve on {_hostport(config.metrics_addr, port)}: "
+                             f"{exc.strerror or exc}") from None
+    raise AgentError(f"--metrics-port: ports {ports[0]}-{ports[-1]} on {config.metrics_addr} are "
+                     f"all in use; give a free one with --metrics-port")
+
+
 # --- foreground -------------------------------------------------------------------------
 def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str | None = None,
         netns: str | None = None, pin_dir: str | None = None) -> int:
@@ -222,18 +250,20 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
         agent.observer = metrics
         # One window before serving: the first page already has every series.
         agent.step(agent.clock())
-        try:
-            metrics.serve(config.metrics_addr, config.metrics_port)
-        except OSError as exc:
-            raise AgentError(f"--metrics-port: cannot serve on {config.metrics_addr}:"
-                             f"{config.metrics_port}: {exc.strerror or exc}") from None
+        port = serve_metrics(metrics, config)
+        if config.metrics_port is None:
+            if port != DEFAULT_METRICS_PORT:
+                log.warning("metrics port %d on %s is in use (another testbed's agent?): "
+                            "serving on %d", DEFAULT_METRICS_PORT, config.metrics_addr, port)
+            # recorded as served: a restart from the snapshot's settings keeps the endpoint
+            config = replace(config, metrics_port=port)
         log.info("agent for %s: %d switches, window %.1f ms, PCM delay %s, counters read %s, "
-                 "metrics on http://%s:%d/metrics", switch or f"testbed {prefix}",
+                 "metrics on http://%s/metrics", switch or f"testbed {prefix}",
                  len(agent.monitors), config.window_s * 1e3, config.pcm_delay,
-                 next(iter(agent.monitors.values())).read_strategy, config.metrics_addr,
-                 config.metrics_port)
+                 next(iter(agent.monitors.values())).read_strategy,
+                 _hostport(config.metrics_addr, port))
         info = {"pid": os.getpid(), "prefix": prefix, "switch": switch,
-                "metrics": f"{config.metrics_addr}:{config.metrics_port}",
+                "metrics": f"{config.metrics_addr}:{port}",
                 "config": config.to_dict()}
         alive_path = paths.state_file(prefix) if switch is None else \
             Path(pin_dir or paths.pin_dir(prefix, switch))
@@ -249,6 +279,7 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
                 log.info("%s is gone (testbed removed): exiting", alive_path)
                 stop.set()
 
+        tick()  # at once: the snapshot says which port was taken (start_background reads it)
         agent.run(stop, tick)
         log.info("stopped after %d windows (%d slow, %d missed)", metrics.counts["windows"],
                  metrics.counts["slow"], metrics.counts["missed"])
@@ -276,7 +307,8 @@ def config_argv(config: AgentConfig) -> list[str]:
     """``talb agent`` options that reproduce ``config``."""
     argv = ["--window-ms", f"{config.window_s * 1e3:g}", "--w1", f"{config.w1:g}",
             "--w2", f"{config.w2:g}", "--pcm-delay", config.pcm_delay,
-            "--metrics-addr", config.metrics_addr, "--metrics-port", str(config.metrics_port),
+            "--metrics-addr", config.metrics_addr,
+            *(["--metrics-port", str(config.metrics_port)] if config.metrics_port is not None else []),
             "--log-level", config.log_level, "--read-strategy", config.read_strategy,
             "--stats-interval-ms", f"{config.stats_interval_s * 1e3:g}"]
     if config.threshold == "max":
@@ -330,6 +362,36 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
     return pid
 
 
+def _metrics_url(prefix: str, config: AgentConfig, pid: int) -> str | None:
+    """Where agent ``pid`` serves /metrics: the port given, or the one its
+    snapshot (written as soon as it serves) names; None: not known yet."""
+    port = config.metrics_port
+    if port is None:
+        snap = _snapshot_of(prefix, pid)
+        if snap is None:
+            return None
+        port = int(snap["metrics"].rsplit(":", 1)[1])
+    host = "127.0.0.1" if config.metrics_addr in ("0.0.0.0", "::") else config.metrics_addr
+    return f"http://{host if ':' not in host else f'[{host}]'}:{port}/metrics"
+
+
+def _snapshot_of(prefix: str, pid: int) -> dict | None:
+    """The prefix-mode snapshot if agent ``pid`` wrote it."""
+    try:
+        snap = json.loads(snapshot_path(prefix).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return snap if snap.get("pid") == pid and snap.get("metrics") else None
+
+
+def metrics_endpoint(prefix: str) -> str | None:
+    """``addr:port`` of the /metrics of the agent running for ``prefix``
+    (from its snapshot), or None: no agent, or none that has served yet."""
+    pid = running_pid(prefix)
+    snap = _snapshot_of(prefix, pid) if pid is not None else None
+    return snap["metrics"] if snap else None
+
+
 def _spawn(prefix: str, config: AgentConfig, timeout: float) -> int:
     """Start the agent process and wait until its /metrics answers."""
     logf = log_file(prefix)
@@ -338,10 +400,9 @@ def _spawn(prefix: str, config: AgentConfig, timeout: float) -> int:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=paths.REPO_ROOT)
     _children[proc.pid] = proc
-    host = "127.0.0.1" if config.metrics_addr in ("0.0.0.0", "::") else config.metrics_addr
-    url = f"http://{host if ':' not in host else f'[{host}]'}:{config.metrics_port}/metrics"
     deadline = time.monotonic() + timeout
-    while not _endpoint_answers(url, proc.pid):
+    while (url := _metrics_url(prefix, config, proc.pid)) is None \
+            or not _endpoint_answers(url, proc.pid):
         if proc.poll() is not None or time.monotonic() > deadline:
             if proc.poll() is None:
                 _terminate(proc.pid, prefix)

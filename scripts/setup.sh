@@ -5,7 +5,9 @@
 #   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
 #     kernel ships none (DESIGN §9: bcc compiles against them);
 #   * a venv made from /usr/bin/python3 --system-site-packages (so that
-#     `import bcc` works) with the project installed in it.
+#     `import bcc` works) with the project installed in it;
+#   * /usr/local/bin/talb -> the venv's talb, so that `sudo talb` works
+#     (scripts/talb-link.sh; a `talb` that is not ours is left alone).
 # Each step is skipped when already done, so a second run takes a second.
 set -euo pipefail
 
@@ -65,4 +67,8 @@ fi
 
 "$VENV/bin/python" -c "import bcc, pyroute2, scapy, yaml, prometheus_client" \
     || die "the venv cannot import its dependencies; remove $VENV and run again"
+
+# --- `sudo talb`: a link on sudo's secure_path (never replaces another talb) ----
+VENV="$VENV" bash "$REPO/scripts/talb-link.sh" install \
+    || printf 'setup: note: talb is not linked onto sudo'"'"'s PATH (above); use sudo %s/bin/talb\n' "$VENV" >&2
 say "set-up complete"

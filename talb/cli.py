@@ -113,8 +113,10 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True,
               help="Address of the agent's Prometheus /metrics endpoint (loopback unless "
                    "told otherwise: the page describes the fabric).")
-@click.option("--metrics-port", type=int, default=9477, show_default=True,
-              help="The agent's Prometheus /metrics port.")
+@click.option("--metrics-port", type=int, default=None,
+              help="The agent's Prometheus /metrics port [default: 9477, or the next free "
+                   "one up to 9496 when another testbed's agent has it; given: that port or "
+                   "an error].")
 @PREFIX_OPTION
 def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_rate,
                oversubscription, queue_limit, tcp_cc, scheme, datapath, replace, with_agent,
@@ -145,8 +147,9 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
         state = testbed.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
                            progress=_progress)
     except AgentError as exc:
-        hint = (f"; another testbed's agent may hold the port: give this one its own "
-                f"--metrics-port, or --no-agent" if "in use" in str(exc) else "")
+        hint = (f"; another testbed's agent may hold it: pick another --metrics-port, leave "
+                f"it out (the default takes the next free port), or --no-agent"
+                if "in use" in str(exc) else "")
         raise testbed.TestbedError(f"{exc}{hint}") from None
     console.print(f"[green]up[/] in {state['build_seconds']} s")
     _print_status(testbed.status(prefix))
@@ -211,6 +214,8 @@ def _print_status(st: dict) -> None:
     from netns_topology.units import format_rate
 
     agent = f"agent pid {st['agent_pid']}" if st.get("agent_pid") else "no agent"
+    if st.get("agent_metrics"):
+        agent += f" (metrics http://{st['agent_metrics']}/metrics)"
     console.print(f"testbed [cyan]{st['prefix']}[/] is [bold]{st['status']}[/], "
                   f"datapath {st['datapath']}, {agent}, created {st['created']}"
                   + (f", switch ports queueing {st['queueing']}" if st.get("queueing", "bands") != "bands"

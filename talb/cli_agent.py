@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from agent.config import (DEFAULT_METRICS_PORT, DEFAULT_WINDOW_S, LOG_LEVELS, PCM_DELAY_MODES,
-                          AgentConfig, ConfigError)
+from agent.config import (DEFAULT_METRICS_PORT, DEFAULT_WINDOW_S, LOG_LEVELS,
+                          METRICS_PORT_TRIES, PCM_DELAY_MODES, AgentConfig, ConfigError)
 from agent.statsread import STRATEGIES
 from talb import paths, testbed
 
@@ -49,8 +49,10 @@ def _threshold(value: str | None) -> float | str | None:
               help="Queueing delay in the PCM: M/D/1 model (Eq. 3/4) or measured qdisc backlog.")
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True,
               help="Address of the Prometheus /metrics endpoint.")
-@click.option("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, show_default=True,
-              help="Port of the Prometheus /metrics endpoint.")
+@click.option("--metrics-port", type=int, default=None,
+              help=f"Port of the Prometheus /metrics endpoint [default: {DEFAULT_METRICS_PORT}, "
+                   f"or the next free one up to {DEFAULT_METRICS_PORT + METRICS_PORT_TRIES - 1}; "
+                   f"given: that port or an error].")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @click.option("--read-strategy", type=click.Choice(STRATEGIES), default="auto", show_default=True,
               help="Per-CPU counter reads: one BPF_MAP_LOOKUP_BATCH, or a lookup per port.")

@@ -331,9 +331,12 @@ def up(*, prometheus_port: int = DEFAULT_PROMETHEUS_PORT, grafana_port: int = DE
             _wait_ready(f"{state['urls']['grafana']}/api/health", procs["grafana"], "Grafana", 60)
             progress(f"Grafana {state['urls']['grafana']} (pid {procs['grafana']['pid']}), "
                      f"dashboards in folder 'talb'")
+        elif grafana:
+            progress("Grafana is not installed: Prometheus only, its UI at the URL above "
+                     "(`sudo make grafana` installs Grafana from its APT repository, or says "
+                     "what to do where that is out of reach)")
         else:
-            progress("Grafana is not installed: Prometheus only (README, \"Dashboards while a "
-                     "run goes on\", says how to install it)")
+            progress("Grafana not started (--no-grafana): Prometheus only")
     except BaseException:
         down()
         raise

@@ -169,10 +169,18 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
         state.pop("pid")
         _write_state(prefix, state)  # the agent reads the topology from it
         if agent is not None:
-            from agent.daemon import start_background
+            from agent.config import DEFAULT_METRICS_PORT
+            from agent.daemon import metrics_endpoint, start_background
 
             pid = start_background(prefix, **agent)
-            progress(f"agent running (pid {pid}), log {paths.state_dir(prefix) / 'agent.log'}")
+            where = metrics_endpoint(prefix)
+            taken = ""
+            if agent.get("metrics_port") is None and where \
+                    and not where.endswith(f":{DEFAULT_METRICS_PORT}"):
+                taken = f" ({DEFAULT_METRICS_PORT} is in use: another testbed's agent?)"
+            served = f"metrics http://{where}/metrics{taken}, " if where else ""
+            progress(f"agent running (pid {pid}), {served}"
+                     f"log {paths.state_dir(prefix) / 'agent.log'}")
     except BaseException as exc:
         progress(f"failed ({type(exc).__name__}: {exc}); removing what was built")
         down(prefix)
@@ -235,10 +243,11 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
                          "counters": counters.get("counters", {})})
     expected = {h["namespace"] for h in hosts} | {s["namespace"] for s in switches}
     missing = sorted(expected - present)
-    from agent.daemon import running_pid
+    from agent.daemon import metrics_endpoint, running_pid
 
     return {"prefix": prefix, "status": state["status"], "datapath": state.get("datapath"),
-            "agent_pid": running_pid(prefix), "queueing": queueing_of(prefix, state)["mode"],
+            "agent_pid": running_pid(prefix), "agent_metrics": metrics_endpoint(prefix),
+            "queueing": queueing_of(prefix, state)["mode"],
             "created": state.get("created"), "build_seconds": state.get("build_seconds"),
             "hosts": hosts, "switches": switches, "missing_namespaces": missing}
 

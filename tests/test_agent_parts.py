@@ -88,6 +88,68 @@ def test_cli_refuses_bad_options_before_touching_anything(root):
     assert not paths.state_dir(prefix).exists()
 
 
+def _free_run(n: int) -> int:
+    """The first of ``n`` consecutive loopback ports that are free now."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - n)
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def test_default_metrics_port_taken_serves_on_the_next_free_one(monkeypatch):
+    """No --metrics-port: the default, else the next free port of a bounded
+    range (a second testbed's agent needs no flag); all taken, or an explicit
+    port taken: an error naming --metrics-port and the value."""
+    import socket
+    import urllib.request
+
+    from agent import config as agent_config
+    from agent.daemon import AgentError, config_argv, serve_metrics
+
+    base = _free_run(3)
+    monkeypatch.setattr(agent_config, "DEFAULT_METRICS_PORT", base)
+    monkeypatch.setattr(agent_config, "METRICS_PORT_TRIES", 3)
+    assert list(AgentConfig().metrics_ports()) == [base, base + 1, base + 2]
+    assert list(AgentConfig(metrics_port=base).metrics_ports()) == [base]
+    assert "--metrics-port" not in config_argv(AgentConfig())   # the detached agent chooses too
+    argv = config_argv(AgentConfig(metrics_port=base))
+    assert argv[argv.index("--metrics-port") + 1] == str(base)
+    held, served = socket.socket(), []
+    try:
+        held.bind(("127.0.0.1", base))
+        held.listen()
+        for want in (base + 1, base + 2):
+            m = AgentMetrics()
+            served.append(m)
+            assert serve_metrics(m, AgentConfig()) == want
+            with urllib.request.urlopen(f"http://127.0.0.1:{want}/metrics", timeout=5) as r:
+                assert r.status == 200
+        with pytest.raises(AgentError, match=f"^--metrics-port: ports {base}-{base + 2} on "
+                                             f"127.0.0.1 are all in use"):
+            serve_metrics(AgentMetrics(), AgentConfig())
+        with pytest.raises(AgentError, match=f"^--metrics-port: cannot serve on "
+                                             f"127.0.0.1:{base}: Address already in use"):
+            serve_metrics(AgentMetrics(), AgentConfig(metrics_port=base))
+    finally:
+        held.close()
+        for m in served:
+            m.close()
+
+
 # --- the loop's schedule -----------------------------------------------------------------
 class _Observer:
     def __init__(self):
@@ -648,7 +710,7 @@ def test_top_once_renders_a_snapshot(tmp_path):
     reading = SwitchReading("leaf0", 1.0, 0.005, ports,
                             (GroupReading(2, "spine0+spine1", ("spine0", "spine1"), (0.0, 1.0),
                                           (1.0, 0.0)),), {}, "talb", 4)
-    env = {**os.environ, "TALB_RUN_DIR": str(tmp_path), "COLUMNS": "160"}
+    env = {**os.environ, "TALB_RUN_DIR": str(tmp_path), "COLUMNS": "80"}
     code = ("from agent.snapshot import write_snapshot, snapshot_path; import pickle, sys; "
             "write_snapshot(snapshot_path('x1'), pickle.load(sys.stdin.buffer), "
             "{'pid': 1, 'prefix': 'x1', 'switch': None, 'metrics': '127.0.0.1:9477', "
@@ -665,8 +727,79 @@ def test_top_once_renders_a_snapshot(tmp_path):
     assert "leaf0" in text and "scheme talb" in text and "tensors 4" in text
     assert "spine1" in text and "down" in text and "1.000" in text and "75000" in text
     assert "stale" not in text
+    assert max(map(len, text.splitlines())) <= 80, text
     snap["written"] -= 60  # an agent that stopped writing a minute ago
     (tmp_path / "x1" / "agent.json").write_text(json.dumps(snap))
     out = subprocess.run([*TALB, "top", "--prefix", "x1", "--once"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert "stale" in out.stdout
+
+
+def _fabric_snapshot(written: float) -> dict:
+    """An agent's snapshot of a 4x4 leaf-spine fabric with the longest names
+    talb allows (12-character nodes; a port is its peer's name, "-N" for a
+    parallel link: 15 characters, IFNAMSIZ): 8 ports per leaf, 4 per spine."""
+    from dataclasses import asdict
+
+    from agent.switch import GroupReading, PortReading, SwitchReading
+
+    leaves = [f"rack12leaf0{i}" for i in range(4)]
+    spines = [f"rack12spine{i}" for i in range(4)]
+    switches = {}
+    for sw in leaves + spines:
+        if sw in leaves:
+            names = [f"{sw[:-2]}h{i:02d}{sw[-1]}x" for i in range(4)] + [f"{s}-{k}" for s, k in
+                                                                        zip(spines, (1, 2, 3, 4))]
+        else:
+            names = [f"{leaf}-1" for leaf in leaves]
+        ports = tuple(PortReading(n, "fabric", 100_000_000, i != 2, 10**12 + i, 10**9, 0.873 + i / 1000,
+                                  0.0123 + i * 1e-4, 1.2345 + i, 1_499_876 + i, 3)
+                      for i, n in enumerate(names))
+        up = names[-4:]
+        group = GroupReading(7, "+".join(up), tuple(up), (0.125, 1.0, 0.5, 0.75),
+                             (0.375, 0.0, 0.25, 0.375))
+        switches[sw] = asdict(SwitchReading(sw, 1.0, 0.005, ports, (group,), {}, "talb", 4096))
+    return {"pid": 4194304, "prefix": "exp12longabc", "switch": None, "written": written,
+            "metrics": "127.0.0.1:9496", "config": {"window_s": 0.005, "pcm_delay": "measured"},
+            "loop": {"windows": 123456789, "slow": 12345, "missed": 6789}, "switches": switches}
+
+
+def test_top_fits_80_columns():
+    """`talb top` on an 80-column terminal: no line is longer, every port's
+    full name and every number a reader looks for is there (nothing cut to
+    '…'), for a 4x4 fabric with the longest names allowed."""
+    from rich.console import Console
+
+    from agent.top import _fit, render_snapshots
+
+    snap = _fabric_snapshot(written=1000.0)
+    for now, stale in ((1000.5, False), (1100.0, True)):
+        console = Console(width=80, record=True, highlight=False, color_system=None)
+        console.print(render_snapshots([snap], "exp12longabc", now=now))
+        text = console.export_text()
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= 80, "\n".join(l for l in lines if len(l) > 80)
+        assert "…" not in text, text
+        assert ("stale" in text) == stale
+        assert "agent pid 4194304" in text and "http://127.0.0.1:9496/metrics" in text
+        assert "windows 123456789 (slow 12345, missed 6789)" in text
+        for name, sw in snap["switches"].items():
+            assert f"{name}  scheme talb  tensors 4096" in text
+            for i, port in enumerate(sw["ports"]):
+                row = next(l for l in lines if l.startswith(port["name"] + " "))
+                cells = row.split()
+                assert port["name"] == cells[0] and len(port["name"]) <= 15
+                assert ("up" if port["up"] else "down") in cells
+                assert f"{87.3 + i / 10:.0f}%" in row                 # utilisation
+                assert f"{12.3 + i / 10:.2f}" in cells                # E[W] ms (model)
+                assert f"{1234.5 + i * 1000:.0f}" in cells            # qdisc ms (measured)
+                assert str(1_499_876 + i) in cells                    # backlog bytes
+            for port, pcm, weight in zip(sw["groups"][0]["ports"], sw["groups"][0]["pcm"],
+                                         sw["groups"][0]["weights"]):
+                row = next(l for l in lines if l.startswith(port + " ")).split()
+                assert row[-2:] == [f"{pcm:.3f}", f"{weight:.3f}"]
+        header = next(l for l in lines if l.lstrip().startswith("port"))
+        for col in ("link", "utilisation", "PCM", "weight"):
+            assert col in header
+    # a longer name (a future attach of foreign interfaces) is cut in the middle
+    assert _fit("enp0s31f6-uplink-a") == "enp0s31…plink-a" and len(_fit("x" * 40)) == 15

@@ -273,6 +273,61 @@ def test_up_starts_the_agent_and_down_stops_it(prefix):
     assert_nothing_left(prefix)
 
 
+def test_second_testbed_agent_takes_the_next_free_metrics_port(prefix):
+    """Two testbeds up at once, neither given --metrics-port: the second's
+    agent finds the first's port taken and serves on the next free one,
+    says which, and `status`, the monitoring targets and a run's recorded
+    agent settings name it. An explicit --metrics-port that is taken stays
+    an error naming the flag and the value, and builds nothing."""
+    import re
+    import urllib.request
+
+    from agent.config import DEFAULT_METRICS_PORT, METRICS_PORT_TRIES
+    from agent.daemon import log_file, running_pid
+    from talb import monitoring
+    from workload.experiment import _agent_settings
+
+    second, third = new_prefix(), new_prefix()   # `prefix`'s fixture takes the first down
+    agent_args = [a for a in SMALL if a != "--no-agent"]
+    served = {}
+    try:
+        for p in (prefix, second):
+            up = talb("testbed", "up", "--prefix", p, *agent_args)
+            assert up.returncode == 0, up.stderr + up.stdout
+            m = re.search(r"metrics http://127\.0\.0\.1:(\d+)/metrics", up.stdout)
+            assert m, up.stdout
+            served[p] = port = int(m[1])
+            assert DEFAULT_METRICS_PORT <= port < DEFAULT_METRICS_PORT + METRICS_PORT_TRIES
+            if port != DEFAULT_METRICS_PORT:  # the default was taken: it says so, and where
+                assert f"({DEFAULT_METRICS_PORT} is in use" in up.stdout, up.stdout
+                assert (f"metrics port {DEFAULT_METRICS_PORT} on 127.0.0.1 is in use" in
+                        log_file(p).read_text())
+        assert served[prefix] != served[second]
+        for p, port in served.items():
+            pid = running_pid(p)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                assert f'pid="{pid}"'.encode() in resp.read()   # its own agent answers
+            assert listening(pid) == {("127.0.0.1", port)}
+            st = talb("testbed", "status", "--prefix", p, "--json")
+            assert json.loads(st.stdout)["agent_metrics"] == f"127.0.0.1:{port}", st.stdout
+            st = talb("testbed", "status", "--prefix", p)
+            assert f"agent pid {pid} (metrics http://127.0.0.1:{port}/metrics)" in st.stdout
+            targets = {e["labels"]["testbed"]: e["targets"] for e in monitoring.agent_targets()}
+            assert targets[p] == [f"127.0.0.1:{port}"]
+            recorded = _agent_settings(p)   # what `talb run` writes into its results
+            assert recorded["metrics"] == f"127.0.0.1:{port}"
+            assert recorded["config"]["metrics_port"] == port
+        taken = served[second]
+        bad = talb("testbed", "up", "--prefix", third, "--metrics-port", str(taken), *agent_args)
+        assert bad.returncode == 1, bad.stdout
+        assert f"--metrics-port: cannot serve on 127.0.0.1:{taken}: Address already in use" \
+            in " ".join(bad.stderr.split()), bad.stderr
+        assert_nothing_left(third)
+    finally:
+        for p in (second, third):
+            testbed.down(p)
+
+
 def private_modes(root) -> dict[str, str]:
     """Every path under ``root`` (itself too) with group or other permission bits: {path: mode}."""
     found = {}
