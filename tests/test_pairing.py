@@ -135,3 +135,140 @@ def test_plan_digest_names_the_plan():
     assert plan_digest(plan_flows(HOSTS, seed=4, **kw)) != plan_digest(a)
     longer = plan_flows(HOSTS, seed=3, **{**kw, "duration_s": 6.0})
     assert longer[:len(a)] == a and plan_digest(longer) != plan_digest(a)
+
+
+# --- the summary's check -----------------------------------------------------------------
+from bench.sweep import pairing as pc            # noqa: E402
+from bench.sweep.results import CELL_FIELDS     # noqa: E402
+
+MB = 1_000_000
+
+
+def _row(scheme, seed, *, load=0.8, offset_ms=1.0, plan="p", delivered=20 * MB, status="ok",
+         agent="default", recorded=True, covered=True, done=100):
+    cell = {f: None for f in CELL_FIELDS} | {"topology": "topologies/fig10.yaml", "load": load,
+                                              "model": "threelayer"}
+    if not recorded:
+        return {**cell, "scheme": scheme, "agent": agent, "seed": seed, "status": status,
+                **{f: None for f in pc.FIELDS}, "pairing_recorded": False}
+    return {**cell, "scheme": scheme, "agent": agent, "seed": seed, "status": status,
+            "pairing_recorded": True, "start_offset_s": offset_ms / 1e3,
+            "bg_plan": plan and plan + "0" * 15, "bg_planned_flows": 100 if plan else None,
+            "bg_planned_bytes": 20 * MB if plan else None, "bg_started": 100 if plan else None,
+            "bg_done": done if plan else None, "bg_censored": 100 - done if plan else None,
+            "bg_delivered_bytes": delivered if plan else None, "bg_covered": covered if plan else None,
+            "bg_start_lag_max_s": 0.004 if plan else None}
+
+
+def test_pairing_check_on_constructed_rows():
+    rows = [
+        # seed 1: paired (offsets 0.8 ms apart, every byte delivered)
+        _row("ecmp", 1, offset_ms=1.0), _row("talb", 1, offset_ms=1.8), _row("rps", 1),
+        # seed 2: TaLB started training 12 ms later into the plan
+        _row("ecmp", 2), _row("talb", 2, offset_ms=13.0),
+        # seed 3: one run delivered 5% less background (flows censored)
+        _row("ecmp", 3), _row("talb", 3, delivered=19 * MB, done=97),
+        # seed 4: different plans
+        _row("ecmp", 4, plan="a"), _row("talb", 4, plan="b"),
+        # seed 5: CPU-bound TaLB run: not counted, so nothing to pair with ECMP
+        _row("ecmp", 5), _row("talb", 5, offset_ms=40.0, status="cpu_bound"),
+        # seed 6: within the tolerances (0.5% fewer bytes, 4 ms); TaLB outlasted the plan
+        _row("ecmp", 6), _row("talb", 6, delivered=int(19.9 * MB), offset_ms=5.0, covered=False),
+    ]
+    groups = pc.check(rows, CELL_FIELDS)
+    by = {g["seed"]: g for g in groups}
+    assert sorted(by) == [1, 2, 3, 4, 6]
+    assert by[1]["status"] == "held" and by[1]["runs"] == ["ecmp", "rps", "talb"]
+    assert by[1]["offset_spread_s"] == pytest.approx(0.0008)
+    assert by[2]["status"] == "not held" and "offsets 12.0 ms apart" in by[2]["problems"][0]
+    assert by[3]["status"] == "not held" and by[3]["delivered_spread"] == pytest.approx(0.05)
+    assert by[4]["problems"] == ["background plans differ"]
+    assert by[6]["status"] == "held" and by[6]["uncovered"] == ["talb"]
+    line = pc.verdict_line(groups)
+    assert line.startswith("**Pairing did not hold** at 3 of 5 seeds checked")
+    assert "seed 2: training-start offsets 12.0 ms apart (ecmp 1.0, talb 13.0 ms)" in line
+    assert "seed 3: background bytes delivered 5.0% apart (talb 19.00, ecmp 20.00 MB)" in line
+    assert "seed 4: background plans differ" in line and "seed 6" not in line.split(".")[0]
+    assert "In 1 run(s) training outlasted the background plan" in line
+    md = "\n".join(pc.markdown(groups))
+    assert "## Pairing" in md and "| load 0.8, seed 1 | 3 | 100 flows, 20.00 MB | 100 | 100 | 20.00 | 1.0–1.8 | 4 | held |" in md
+    assert "| load 0.8, seed 3 | 2 | 100 flows, 20.00 MB | 100 | ecmp 100, talb 97 | ecmp 20.00, talb 19.00 |" in md
+
+
+def test_pairing_held_everywhere_and_agents_pair_too():
+    rows = [_row(s, seed, load=load, agent=a) for load in (0.2, 0.8) for seed in (1, 2)
+            for s, a in (("ecmp", "default"), ("talb", "default"), ("talb", "w1-0"))]
+    groups = pc.check(rows, CELL_FIELDS)
+    assert len(groups) == 4 and all(g["status"] == "held" for g in groups)
+    assert groups[0]["runs"] == ["ecmp", "talb", "talb/w1-0"]
+    assert pc.verdict_line(groups) == (
+        "**Pairing held** at every seed of every point (4 checked: identical background plans, "
+        "background bytes delivered within 1%, training-start offsets within 5 ms).")
+    assert "| load 0.2, seed 1 | 3 |" in "\n".join(pc.markdown(groups))
+    # queueing arms of one seed share its plan too (the factorial decomposition pairs them)
+    fifo = [{**_row("ecmp", 1), "queueing": "fifo"}, {**_row("ecmp", 1), "queueing": "bands"},
+            {**_row("talb", 1, offset_ms=9.0), "queueing": "fifo"}]
+    (g,) = pc.check(fifo, CELL_FIELDS)
+    assert g["runs"] == ["ecmp", "ecmp/fifo", "talb/fifo"] and g["status"] == "not held"
+
+
+def test_pairing_without_background_checks_the_offsets():
+    rows = [_row("ecmp", 1, load=0.0, plan=None), _row("talb", 1, load=0.0, plan=None, offset_ms=9)]
+    (g,) = pc.check(rows, CELL_FIELDS)
+    assert g["background"] is False and g["status"] == "not held"
+    assert "| load 0, seed 1 | 2 | none | - | - | - | 1.0–9.0 | - | **not held**" in \
+        "\n".join(pc.markdown([g]))
+
+
+def test_pairing_not_recorded_in_old_runs():
+    old = [_row("ecmp", 1, recorded=False), _row("talb", 1, recorded=False)]
+    groups = pc.check(old, CELL_FIELDS)
+    assert groups[0]["status"] == "not recorded"
+    assert pc.verdict_line(groups).startswith("**Pairing not recorded.**")
+    assert pc.markdown(groups)[2].startswith("**Pairing not recorded.**")
+    assert len(pc.markdown(groups)) == 4                        # no table of nothing
+    mixed = pc.check(old + [_row("ecmp", 2), _row("talb", 2)], CELL_FIELDS)
+    line = pc.verdict_line(mixed)
+    assert line.startswith("**Pairing held** at every seed where it was recorded (1: ")
+    assert "Not recorded at 1 (runs from before pairing was recorded: load 0.8, seed 1)" in line
+    assert pc.verdict_line([]).startswith("**Pairing**: no seed")
+
+
+def test_pairing_fields_of_a_results_file():
+    assert pc.fields({"headline": {}}) == {f: None for f in pc.FIELDS} | {"pairing_recorded": False}
+    res = {"pairing": {"start_offset_s": 0.0012, "background": {
+        "plan_sha256": "ab" * 32, "planned_flows": 5, "planned_bytes": 1000, "started": 5,
+        "done": 4, "censored": 1, "delivered_bytes": 900, "covered": True,
+        "start_lag_max_s": 0.002}}}
+    f = pc.fields(res)
+    assert f["pairing_recorded"] and f["start_offset_s"] == 0.0012 and f["bg_plan"] == "ab" * 8
+    assert (f["bg_done"], f["bg_censored"], f["bg_delivered_bytes"], f["bg_covered"],
+            f["bg_start_lag_max_s"]) == (4, 1, 900, True, 0.002)
+    assert pc.fields({"pairing": {"start_offset_s": 0.001, "background": None}})["bg_plan"] is None
+
+
+def test_sweep_summary_shows_the_pairing(tmp_path):
+    """Results files with a pairing record: runs.csv has the columns and
+    summary.md the verdict and the table."""
+    from bench.sweep.plan import ALL_SCHEMES, build_plan
+    from bench.sweep.runner import run_plan
+    from bench.sweep.summary import finish
+    from test_sweep import _fake_results
+
+    def fake(spec, path):
+        res = _fake_results(spec)
+        res["pairing"] = {"start_offset_s": 0.001 + 0.0001 * len(spec.scheme), "background": {
+            "plan_sha256": f"{spec.seed:064x}", "planned_flows": 50 * spec.seed,
+            "planned_bytes": 10 * MB, "started": 50 * spec.seed, "done": 50 * spec.seed,
+            "censored": 0, "delivered_bytes": 10 * MB, "covered": True}}
+        path.write_text(json.dumps(res))
+
+    p = build_plan(None, implemented=frozenset(ALL_SCHEMES), schemes=["ecmp", "talb"],
+                   loads=[0.8], seeds=2)
+    run_plan(p, tmp_path, run_fn=fake, progress=False)
+    res = finish(p, tmp_path)
+    md = (tmp_path / "summary.md").read_text()
+    assert md.count("**Pairing held** at every seed of every point (2 checked") == 3
+    assert "## Pairing" in md and "| load 0.8, seed 2 | 2 | 100 flows, 10.00 MB | 100 | 100 |" in md
+    assert all(r["pairing_recorded"] and r["bg_plan"] for r in res["rows"])
+    assert "start_offset_s" in (tmp_path / "runs.csv").read_text().splitlines()[0]
