@@ -55,7 +55,8 @@ def _models() -> list[str]:
 @click.option("--background-cdf", type=click.Choice(["websearch", "datamining"]), default="websearch",
               show_default=True, help="Flow sizes of the background load.")
 @click.option("--background-duration", "background_s", type=click.FloatRange(0, min_open=True),
-              help="Seconds of background flows to plan [4x an estimate of the run + 10 s].")
+              help="Seconds of background flows to plan [2x an estimate of training + 3 s]; "
+                   "the run waits for the plan to end (docs/experiments.md, \"Pairing\").")
 @click.option("--background-size-scale", type=click.FloatRange(0, 1, min_open=True),
               help="Multiply background flow sizes by this [the tensors' byte scale]. Larger "
                    "flows, fewer connections a second at the same load (docs/workload.md).")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import hashlib
 import json
 import math
 import os
@@ -218,6 +219,14 @@ def arrival_rate(load: float, capacity_bps: float, cdf: FlowSizeCDF) -> float:
     return load * capacity_bps / (8.0 * cdf.mean())
 
 
+def plan_digest(plan: Sequence[PlannedFlow]) -> str:
+    """SHA-256 of a plan's flows (id, source, destination, size, start offset
+    in ns): runs with equal digests were offered the same background."""
+    blob = json.dumps([[f.flow_id, f.src, f.dst, f.size_bytes, round(f.start_s * 1e9)]
+                       for f in plan], separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 # --- records ---------------------------------------------------------------------------
 @dataclass
 class FlowRecord:
@@ -333,6 +342,7 @@ class BackgroundLoad:
             "senders": sorted({f.src for f in self.plan}) if senders is None else list(senders),
             "port": port, "planned_flows": len(self.plan),
             "planned_bytes": sum(f.size_bytes for f in self.plan),
+            "plan_sha256": plan_digest(self.plan),
         }
         self._own_dir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="talb-bg-"))
@@ -342,47 +352,82 @@ class BackgroundLoad:
         self.result: BackgroundResult | None = None
 
     # -- processes ---------------------------------------------------------------------
-    def _spawn(self, host: BgHost, role: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, host: BgHost, role: str, argv: list[str], **kw) -> subprocess.Popen:
         out = open(self.workdir / f"{role}-{host.name}.jsonl", "w")
         err = open(self.workdir / f"{role}-{host.name}.err", "w")
         try:
             return ns_popen(host.netns, [*APP, role, *argv], stdout=out, stderr=err,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kw)
         finally:
             out.close()
             err.close()
 
-    def _wait_ready(self, name: str, proc: subprocess.Popen, deadline: float) -> None:
-        path = self.workdir / f"sink-{name}.jsonl"
+    def _wait_ready(self, role: str, name: str, proc: subprocess.Popen, deadline: float) -> None:
+        path = self.workdir / f"{role}-{name}.jsonl"
         while not any("ready" in r for r in _json_lines(path)):
             if proc.poll() is not None:
-                err = (self.workdir / f"sink-{name}.err").read_text().strip()
-                raise BackgroundError(f"background sink in {name} exited {proc.returncode}: {err[-400:]}")
+                err = (self.workdir / f"{role}-{name}.err").read_text().strip()
+                raise BackgroundError(f"background {role} in {name} exited {proc.returncode}: "
+                                      f"{err[-400:]}")
             if time.monotonic() > deadline:
-                raise BackgroundError(f"background sink in {name} not listening after 15 s")
+                raise BackgroundError(f"background {role} in {name} not ready after 15 s")
             time.sleep(0.05)
 
-    def start(self) -> "BackgroundLoad":
-        if self.t0_ns is not None:
+    def prepare(self) -> "BackgroundLoad":
+        """Start every process; the sources load their schedules (offsets
+        from t0) and wait for :meth:`go` to give them t0."""
+        if self._sinks or self._sources:
             raise BackgroundError("background load already started")
         try:
             for name in sorted({f.dst for f in self.plan}):
                 self._sinks[name] = self._spawn(self.hosts[name], "sink", ["--port", str(self.port)])
             deadline = time.monotonic() + 15
             for name, proc in self._sinks.items():
-                self._wait_ready(name, proc, deadline)
-            self.t0_ns = time.monotonic_ns() + int(self.start_delay_s * 1e9)
+                self._wait_ready("sink", name, proc, deadline)
             for name in sorted({f.src for f in self.plan}):
                 schedule = [{"flow": f.flow_id, "dst_ip": f.dst_ip, "port": self.port,
-                             "size": f.size_bytes, "start_ns": self.t0_ns + int(f.start_s * 1e9)}
+                             "size": f.size_bytes, "offset_ns": int(f.start_s * 1e9)}
                             for f in self.plan if f.src == name]
                 path = self.workdir / f"schedule-{name}.json"
                 path.write_text(json.dumps(schedule))
-                self._sources[name] = self._spawn(self.hosts[name], "source", ["--schedule", str(path)])
+                self._sources[name] = self._spawn(self.hosts[name], "source",
+                                                  ["--schedule", str(path)], stdin=subprocess.PIPE)
         except BaseException:
             self._end_all()
             raise
         return self
+
+    def wait_ready(self, timeout_s: float = 15.0) -> None:
+        """Until every source has loaded its schedule (after :meth:`prepare`)."""
+        deadline = time.monotonic() + timeout_s
+        for name, proc in self._sources.items():
+            self._wait_ready("source", name, proc, deadline)
+
+    def go(self, t0_ns: int) -> "BackgroundLoad":
+        """Once every source is ready: flow i starts at ``t0_ns`` + its planned
+        offset (CLOCK_MONOTONIC). ``t0_ns`` should lie a little ahead (the
+        sources start a flow late, never early)."""
+        if self.t0_ns is not None:
+            raise BackgroundError("background load already started")
+        try:
+            self.wait_ready()
+            self.t0_ns = t0_ns
+            for proc in self._sources.values():
+                proc.stdin.write(f"go {t0_ns}\n")
+                proc.stdin.close()
+        except BaseException:
+            self._end_all()
+            raise
+        return self
+
+    def start(self) -> "BackgroundLoad":
+        """:meth:`prepare`, then :meth:`go` ``start_delay_s`` from now."""
+        self.prepare()
+        try:
+            return self.go(time.monotonic_ns() + int(self.start_delay_s * 1e9))
+        except BaseException:
+            self._end_all()
+            raise
 
     def _end_all(self) -> None:
         for proc in [*self._sources.values(), *self._sinks.values()]:
@@ -413,7 +458,8 @@ class BackgroundLoad:
             err = self.workdir / f"{role}-{name}.err"
             tail = err.read_text().strip()[-300:] if err.exists() else ""
             problems.append(f"{what} exited {code}: {tail}")
-        self.result = BackgroundResult(self._collect(), {**self.params, "problems": problems})
+        self.result = BackgroundResult(self._collect(), {**self.params, "problems": problems,
+                                                         "t0_ns": self.t0_ns, "drain_s": drain})
         return self.result
 
     def running(self) -> list[int]:
@@ -503,11 +549,11 @@ async def _sink(port: int) -> None:
         await server.serve_forever()
 
 
-async def _source(schedule: list[dict]) -> None:
+async def _source(schedule: list[dict], t0_ns: int) -> None:
     payload = bytes(CHUNK)
 
     async def one(f: dict) -> None:
-        delay = (f["start_ns"] - time.monotonic_ns()) / 1e9
+        delay = (t0_ns + f["offset_ns"] - time.monotonic_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
         t_start = time.monotonic_ns()
@@ -545,7 +591,14 @@ def main(argv: Iterable[str] | None = None) -> int:
     if args.role == "sink":
         asyncio.run(_sink(args.port))
     else:
-        asyncio.run(_source(json.loads(Path(args.schedule).read_text())))
+        schedule = json.loads(Path(args.schedule).read_text())
+        _emit({"ready": len(schedule)})
+        line = sys.stdin.readline()       # "go T0_NS": the flows' time origin (BackgroundLoad.go)
+        word, _, value = line.strip().partition(" ")
+        if word != "go" or not value.isdigit():
+            sys.stderr.write(f"source: expected 'go T0_NS' on stdin, got {line!r}\n")
+            return 2
+        asyncio.run(_source(schedule, int(value)))
     return 0
 
 

@@ -49,6 +49,9 @@ SCALING_MODES = ("bytes", "time", "both", "fit")
 #: attempt, ~1000/s of 430 B flows, was CPU-bound): above it, a warning
 #: names --background-size-scale.
 MAX_BACKGROUND_FLOWS_PER_S = 200
+#: How far ahead of "now" the run puts its start instant once every node is
+#: connected: time to hand "go T" to every node and background source.
+GO_LEAD_S = 0.25
 
 
 class RunError(RuntimeError):
@@ -284,7 +287,8 @@ class _Nodes:
         self.stderr: dict[str, list[str]] = {}
 
     def start(self, name: str, netns: str, argv: list[str]) -> subprocess.Popen:
-        proc = ns_popen(netns, argv, cwd=str(paths.REPO_ROOT), preexec_fn=_die_with_parent)
+        proc = ns_popen(netns, argv, cwd=str(paths.REPO_ROOT), preexec_fn=_die_with_parent,
+                        stdin=subprocess.PIPE)
         self.procs.append((name, proc))
         self.stderr[name] = []
         for target in (self._read_out, self._read_err):
@@ -305,6 +309,17 @@ class _Nodes:
     def _read_err(self, name, proc):
         for line in proc.stderr:
             self.stderr[name].append(line.rstrip())
+
+    def go(self, t0_ns: int) -> None:
+        """Every node's start barrier (patterns/common.py wait_for_go): the
+        run's start instant on its stdin. A node already gone is left to
+        :meth:`failed`."""
+        for _, p in self.procs:
+            try:
+                p.stdin.write(f"go {t0_ns}\n")
+                p.stdin.close()
+            except OSError:
+                pass
 
     def failed(self) -> tuple[str, subprocess.Popen] | None:
         return next(((n, p) for n, p in self.procs if p.poll() not in (None, 0)), None)
@@ -358,40 +373,62 @@ def _error_tail(nodes: _Nodes, name: str) -> str:
     return head or (lines[-1] if lines else "no error output")
 
 
-def _wait_ready(nodes: _Nodes, names: set, deadline: float, on_event) -> None:
+def _wait_ready(nodes: _Nodes, names: set, deadline: float, on_event, ev: str = "ready") -> None:
+    """Until every node of ``names`` said ``ev``: "ready" (listening) or
+    "set" (connected to its peers, waiting for the start instant)."""
     ready = set()
     while ready != names:
-        nodes.drain()
-        ready = {f"n{e['node']}" for e in nodes.events if e.get("ev") == "ready"} & names
+        nodes.drain(on_event)
+        ready = {f"n{e['node']}" for e in nodes.events if e.get("ev") == ev} & names
         bad = nodes.failed()
         if bad:
             raise RunError(f"node {bad[0]} failed while starting (exit {bad[1].returncode}): "
                            f"{_error_tail(nodes, bad[0])}")
         if time.monotonic() > deadline:
-            raise RunError(f"nodes {', '.join(sorted(names - ready))} did not start listening")
+            what = "start listening" if ev == "ready" else "connect to their peers"
+            raise RunError(f"nodes {', '.join(sorted(names - ready))} did not {what}")
         time.sleep(0.02)
 
 
-def background_duration_s(cfg: RunConfig, plan: dict, link_bps: float) -> float:
-    """How long to plan background flows for when not given: four times an
-    estimate of the training run (per iteration, the larger of the compute
-    time and one worker's bytes at its link rate; ring all-reduce sends
-    2(N-1)/N of the model, PS pushes and pulls it once each way) plus 10 s
-    of start-up (runs on this machine take 2-3 times the estimate). Flows
-    planned past the end of training never start (``not_started``);
-    training that outlasts the plan runs its tail without background, and
-    the results say so (``load.background_covered``)."""
+def training_estimate_s(cfg: RunConfig, plan: dict, link_bps: float) -> float:
+    """A lower bound of the training time: per iteration the larger of the
+    compute time and the busiest host link's training bytes at its rate
+    (PS: every worker's pushes into the servers' links, the incast; ring
+    all-reduce: 2(N-1)/N of the model out of every worker)."""
     compute = sum(layer["fwd_s"] + layer["bwd_s"] for layer in plan["layers"])
     model = sum(p[5] for p in plan["partitions"])
-    per_worker = model * (2 * (cfg.workers - 1) / cfg.workers if cfg.arch == "allreduce" else 1)
-    per_iteration = max(compute, 8 * per_worker / link_bps)
-    return min(cfg.timeout_s, 4 * cfg.iterations * per_iteration + 10)
+    busiest = model * (2 * (cfg.workers - 1) / cfg.workers if cfg.arch == "allreduce"
+                       else cfg.workers / cfg.servers)
+    return cfg.iterations * max(compute, 8 * busiest / link_bps)
 
 
-def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, link_bps: float,
-                      say=lambda _m: None):
+def background_duration_s(cfg: RunConfig, plan: dict, link_bps: float) -> float:
+    """How long to plan background flows for when not given: twice the
+    training estimate plus 3 s. It depends on the point only (model,
+    pattern, fabric, iterations), never on the scheme, and every run waits
+    for its plan to finish (docs/experiments.md, "Pairing"). On the
+    committed sweeps (issue 17) training took 1.3-2.9 times the estimate
+    on the symmetric fabrics (fig10, ablation: at most 5.2 s against a
+    plan of 6.6 s), at most 2.0 times on fig4 (38 s against 41.8 s), up to
+    4.8 times on fig11's asymmetric fabric (11 of its 120 runs would
+    outlast the plan) and 8.5 times on FIFO queues at load 0.8. Training
+    that outlasts the plan runs its tail without background, and the
+    results say so (``load.background_covered``)."""
+    return min(cfg.timeout_s, 2 * training_estimate_s(cfg, plan, link_bps) + 3)
+
+
+def background_drain_s(duration_s: float) -> float:
+    """How long after its planned end a run waits for background flows still
+    open (then censored): as long as the plan, the same for every scheme.
+    The wait ends early once every flow is over."""
+    return duration_s
+
+
+def _prepare_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, link_bps: float,
+                        say=lambda _m: None):
     """Background flows from the workers (as the paper) to hosts on other leaves,
-    sizes scaled like the tensors (or by ``background_size_scale``); None at load 0."""
+    sizes scaled like the tensors (or by ``background_size_scale``); None at load 0.
+    Its processes are started and wait for the run's start instant (``go``)."""
     if cfg.load == 0:
         return None
     from workload.background import BackgroundLoad, fabric_hosts, uplink_capacity_bps
@@ -407,7 +444,7 @@ def _start_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, li
             f"on average: over the {MAX_BACKGROUND_FLOWS_PER_S}/s the hosts open without saturating "
             f"the CPUs; --background-size-scale makes flows larger and fewer at the same load")
     try:
-        return bg.start()
+        return bg.prepare()
     except BaseException:
         bg.close()
         raise
@@ -418,9 +455,60 @@ def _stop_now(bg):
     ``stop()`` waits for the sources until t0 + duration + drain_s, so a
     drain of (now - planned end), negative while flows are still planned,
     makes that moment now. Flows under way are censored, later ones never
-    start."""
+    start. Only for a failed run: a run that succeeds waits for its plan."""
+    if bg.t0_ns is None:            # never given its start instant: nothing started
+        return bg.stop(drain_s=0)
     planned_end_ns = bg.t0_ns + int(bg.duration_s * 1e9)
     return bg.stop(drain_s=(time.monotonic_ns() - planned_end_ns) / 1e9)
+
+
+def pairing_record(events: list[dict], t0_ns: int, background: dict | None,
+                   training_end_ns: int, end_ns: int) -> dict:
+    """What makes runs of one seed comparable, relative to the run's start
+    instant t0 (docs/experiments.md, "Pairing"): when training started
+    (``start_offset_s``: the first tensor admitted − t0; the same for every
+    scheme within a few ms), how punctually the nodes woke, and how much of
+    the background plan the run saw."""
+    def rel(t_ns):
+        return None if t_ns is None else (t_ns - t0_ns) / 1e9
+
+    admits = [e["t_admit_ns"] for e in events if e.get("ev") == "tx" and e.get("t_admit_ns")]
+    sends = [e["t_ns"] for e in events if e.get("ev") == "tx"]
+    rx = [e["t_ns"] for e in events if e.get("ev") == "rx"]
+    goes = [e for e in events if e.get("ev") == "go"]
+    last_rx = max(rx) if rx else training_end_ns
+    out = {
+        "t0_ns": t0_ns, "go_lead_s": GO_LEAD_S,
+        "start_offset_s": rel(min(admits)) if admits else None,
+        "first_send_offset_s": rel(min(sends)) if sends else None,
+        "nodes_go": len(goes),
+        # the earliest a node had its "go" before t0 (negative: after it) and the
+        # latest one woke after t0
+        "go_received_ahead_min_s": min((t0_ns - e["t_recv_ns"]) / 1e9 for e in goes)
+        if goes else None,
+        "go_woke_late_max_s": max(rel(e["t_ns"]) for e in goes) if goes else None,
+        "training_end_s": rel(last_rx), "nodes_done_s": rel(training_end_ns), "end_s": rel(end_ns),
+        "background": None,
+    }
+    if background is not None:
+        p, flows = background["params"], background["flows"]
+        started = [f for f in flows if f["start_ns"] is not None]
+        ends = [f["end_ns"] for f in flows if f["end_ns"] is not None]
+        out["background"] = {
+            "plan_sha256": p.get("plan_sha256"), "planned_s": p["duration_s"],
+            "drain_s": p.get("drain_s"), "planned_flows": p["planned_flows"],
+            "planned_bytes": p["planned_bytes"],
+            "t0_offset_s": rel(p["t0_ns"]) if p.get("t0_ns") is not None else None,
+            "started": len(started),
+            **{k: sum(f["status"] == k for f in flows)
+               for k in ("done", "censored", "failed", "not_started")},
+            "delivered_bytes": sum(f["received_bytes"] for f in flows),
+            "start_lag_max_s": max(((f["start_ns"] - f["planned_start_ns"]) / 1e9 for f in started),
+                                   default=None),
+            "last_done_s": rel(max(ends)) if ends else None,
+            "covered": rel(last_rx) <= p["duration_s"],
+        }
+    return out
 
 
 def _outstanding(events: list[dict]) -> str:
@@ -552,12 +640,10 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         queues_before = measure.read_port_queues(cfg.prefix, topo)
         t0 = time.monotonic()
         deadline = t0 + cfg.timeout_s
-        bg = _start_background(cfg, topo, hosts, scaling, plan, link_bps, say)
+        bg = _prepare_background(cfg, topo, hosts, scaling, plan, link_bps, say)
         if bg is not None:
             say(f"background load {cfg.load:g}: {bg.params['planned_flows']} {cfg.background_cdf} "
                 f"flows planned over {bg.duration_s:.1f} s")
-            # the flows start start_delay_s after start(): training starts with them
-            time.sleep(max(0.0, (bg.t0_ns - time.monotonic_ns()) / 1e9))
         with measure.Sampler(ports, host_ports) as sampler:
             servers = [(i, r) for i, r in enumerate(node_roles) if r[0] == "server"]
             for i, (role, rank) in servers:   # servers listen before workers connect
@@ -574,6 +660,18 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                 injector.start(time.monotonic_ns())
             if on_nodes:
                 on_nodes({name: p.pid for name, p in nodes.procs})
+            # Pairing (docs/experiments.md): every node connects first; then one
+            # start instant, a little ahead, is the background's t0 and the
+            # moment every worker starts training, so every scheme at a seed
+            # sees the same background flows at the same times into training.
+            _wait_ready(nodes, {name for name, _ in nodes.procs},
+                        min(deadline, time.monotonic() + 60), on_event, ev="set")
+            if bg is not None:
+                bg.wait_ready()
+            start_ns = time.monotonic_ns() + int(GO_LEAD_S * 1e9)
+            if bg is not None:
+                bg.go(start_ns)
+            nodes.go(start_ns)
             while not nodes.all_done():
                 nodes.drain(on_event)
                 bad = nodes.failed()
@@ -591,11 +689,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                 t.join(timeout=10)
             nodes.drain(on_event)
         duration = time.monotonic() - t0
-        if bg is not None:
-            background = _stop_now(bg).to_dict()   # unfinished flows: censored
-            background["params"]["training_s"] = duration
-            bg.close()
-            bg = None
+        training_end_ns = time.monotonic_ns()
+        # the training's counters, before the background's rest runs alone
         counters_after = ports.read() if ports else None
         queues_after = queues_before and measure.read_port_queues(cfg.prefix, topo)
         tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
@@ -603,6 +698,18 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         fabric["agent"] = _agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
         live.finish(tcp_before, tcp_after, ports and measure.uplink_spread(
             topo, counters_before, counters_after, duration))
+        if bg is not None:
+            # never cut at training's end: the whole plan, the same for every scheme
+            # (flows still open at the planned end + the drain are censored)
+            left = (bg.t0_ns - time.monotonic_ns()) / 1e9 + bg.duration_s
+            if left > 0:
+                say(f"training done; the background's plan runs {left:.1f} s more")
+            background = bg.stop(drain_s=background_drain_s(bg.duration_s)).to_dict()
+            background["params"]["training_s"] = duration
+            bg.close()
+            bg = None
+        pairing = pairing_record(nodes.events, start_ns, background, training_end_ns,
+                                 time.monotonic_ns())
     except RunError as exc:
         nodes.kill_all()
         log = _results_path(cfg).with_suffix(".nodes.log")
@@ -624,7 +731,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     results = _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, nodes.events,
                        duration, tcp_before, tcp_after, counters_before, counters_after, topo,
                        sampler.samples, have_links, background,
-                       queues=(queues_before, queues_after))
+                       queues=(queues_before, queues_after), pairing=pairing)
     if fault is not None:
         results["fault"] = faults.report(fault, results["tensors"])
     path = _results_path(cfg)
@@ -662,7 +769,7 @@ def _target_bytes_fn(cfg, parts, n_workers):
 
 def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events, duration,
              tcp_before, tcp_after, c_before, c_after, topo, samples, have_links,
-             background, queues=(None, None)) -> dict:
+             background, queues=(None, None), pairing=None) -> dict:
     n = cfg.workers
     tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup)
     iterations = measure.iteration_records(events, n, cfg.warmup)
@@ -694,11 +801,12 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
                       "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
         "placement": {k: [h.name for h in v] for k, v in hosts.items()},
         "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
-                 "background_covered": (background["params"]["duration_s"] >= duration)
-                 if background else None,
+                 "background_covered": pairing["background"]["covered"]
+                 if background and pairing else None,
                  "background": background},
         "duration_s": duration,               # nodes started to nodes done
         "training_s": training_s,             # first tensor sent to last received
+        "pairing": pairing,                   # the start instant and what each run saw of the plan
         "summary": {
             "tensors": summary_tensors,
             "layers": measure.layer_records(events, cfg.warmup),

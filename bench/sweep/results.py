@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+from bench.sweep import pairing
 from bench.sweep.plan import Plan, RunSpec
 from bench.sweep.layout import result_path
 from bench.sweep.stats import Estimate, estimate
@@ -27,6 +28,9 @@ SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "loa
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
                "background_size_scale", "agent", "queueing")
 POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
+#: a cell: the runs that share a seed's background plan, and are paired by seed
+#: (schemes, agent settings and queueing arms)
+CELL_FIELDS = tuple(f for f in SPEC_FIELDS if f not in ("scheme", "agent", "queueing", "seed"))
 
 
 def _compute_s(model: dict) -> float:
@@ -166,6 +170,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
     # testbed seconds per second of the target (FCTs are testbed wall-clock)
     row["time_scale"] = (res.get("scaling") or {}).get("time_scale")
+    row.update(pairing.fields(res))      # what the run saw of its seed's background
     row["results"] = rel
 
 

@@ -10,10 +10,10 @@ import math
 import time
 from pathlib import Path
 
-from bench.sweep import plots
+from bench.sweep import pairing, plots
 from bench.sweep.plan import PAPER_BASELINES, Plan, arm
-from bench.sweep.results import (MECHANISM_METRICS, OUTCOME_METRICS, SPEC_FIELDS, est, find,
-                                 load_rows, points, seed_values, write_csv)
+from bench.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_METRICS, SPEC_FIELDS, est,
+                                 find, load_rows, points, seed_values, write_csv)
 from bench.sweep.stats import BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
@@ -622,13 +622,6 @@ def _rto_md(rows: list[dict], metric: str) -> list[str]:
     return L
 
 
-def _pairing_caveat() -> list[str]:
-    return ["**Pairing caveat.** The schemes' runs at one seed share the seed's background "
-            "plan, but each run's training starts at a different offset into it and the runs "
-            "differ in length, so the pairs see similar, not identical, background: pairing is "
-            "by seed but imperfect (it removes less of the seed-to-seed noise than it could)."]
-
-
 def _machine() -> dict:
     from workload.experiment import software_versions
 
@@ -653,13 +646,14 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
     factorial = factorial_table(rows, pts)
     if factorial:
         write_csv(factorial_csv_rows(factorial), out / "factorial.csv")
-    md = _summary_md(plan, out, rows, pts, pvo, manifest, wall_s)
+    pairs = pairing.check(rows, CELL_FIELDS)
+    md = _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs)
     (out / "summary.md").write_text(md)
     return {"rows": rows, "points": pts, "paper_vs_ours": pvo, "plots": manifest,
-            "factorial": factorial}
+            "factorial": factorial, "pairing": pairs}
 
 
-def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
+def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
     sw = _machine()
     st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}
     first = plan.runs[0] if plan.runs else None
@@ -705,10 +699,11 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
           "its speed-up from its testbed (sec. IV-B).", "",
           *_headline_md(pvo), "",
           _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
-          "run on both sides." + _sides_md(pvo), "", *_pairing_caveat(), ""]
+          "run on both sides." + _sides_md(pvo), "", pairing.verdict_line(pairs), ""]
     L += _factorial_md(factorial_table(rows, pts))
     L += _seeds_md(plan, rows)
     L += _talb_pairs_md(rows, pts)
+    L += pairing.markdown(pairs)
     if plan.figure == "ablation":
         L += _ablation_md(rows, pts)
     analysis = out / ANALYSIS_FILE
@@ -765,5 +760,5 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s) -> str:
              if max_pairs < BOOTSTRAP_MIN_N else "") + ". With 5 seeds a sign test could "
           "never reach p < 0.05 (its smallest two-sided p is 2/32 = 0.0625); the t test can, "
           "assuming roughly normal differences. Unpaired interval overlap is a plot aid only.",
-          "", *_pairing_caveat(), ""]
+          "", pairing.verdict_line(pairs), ""]
     return "\n".join(L)

@@ -29,7 +29,7 @@ import socket
 import time
 
 from workload.patterns.common import (
-    WorkerLoop, accept, connect, emit, recv_message, send_message, thread)
+    WorkerLoop, accept, connect, emit, recv_message, send_message, thread, wait_for_go)
 from workload.scheduler import Partition
 
 ROLES = ("worker",)
@@ -141,6 +141,7 @@ def _worker(plan: dict, rank: int) -> None:
         raise RuntimeError(f"worker {rank}: expected node {pred} as predecessor, got {peer}")
     tx = TensorSender(out)
     expected = plan["iterations"] * len(loop.parts) * steps(n)
+    wait_for_go(rank)              # training starts at the run's start instant
 
     def reader() -> None:
         for _ in range(expected):

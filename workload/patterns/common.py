@@ -9,6 +9,10 @@ the machine, so a sender's and a receiver's stamps compare directly.
 
 Records:
   {"ev": "ready", "node": n}                          listening
+  {"ev": "set", "node": n, "t_ns"}                    connected to every peer; waits for "go"
+  {"ev": "go", "node": n, "t0_ns", "t_recv_ns", "t_ns"}
+                                                      the run's start instant t0 came (on stdin
+                                                      at t_recv_ns); the node goes on at t_ns
   {"ev": "tx", "k": key, "kind", "src", "dst", "it", "pid", "step", "layer",
    "bytes", "tensor_id", "t_ns", "t_admit_ns"}        about to hand a message to the socket
                                                       (t_admit_ns: when the scheduler let it start)
@@ -178,6 +182,28 @@ def accept(srv: socket.socket) -> tuple[socket.socket, int]:
     if hello is None or HELLO.unpack(hello)[0] != MAGIC:
         raise RuntimeError("a peer connected without saying who it is")
     return conn, HELLO.unpack(hello)[1]
+
+
+def wait_for_go(node: int, stream=None) -> int:
+    """The run's start barrier (workload/experiment.py): say this node is
+    connected to all its peers, block on stdin for the run's start instant
+    (a line ``go T_NS``, CLOCK_MONOTONIC: one clock for every namespace),
+    sleep until then, and return it. Every worker of a run starts training
+    at that one instant, and the background load's flows are planned from
+    it, so every scheme at a seed sees the same flows at the same times
+    relative to the start of training. A blocking read and one sleep: no
+    polling."""
+    emit({"ev": "set", "node": node, "t_ns": time.monotonic_ns()})
+    line = (stream or sys.stdin).readline()
+    t_recv = time.monotonic_ns()
+    word, _, value = line.strip().partition(" ")
+    if word != "go" or not value.isdigit():
+        raise RuntimeError(f"node {node}: expected 'go T_NS' on stdin, got "
+                           f"{line!r}{' (EOF: the run ended first)' if not line else ''}")
+    t0 = int(value)
+    time.sleep(max(0, t0 - time.monotonic_ns()) / 1e9)
+    emit({"ev": "go", "node": node, "t0_ns": t0, "t_recv_ns": t_recv, "t_ns": time.monotonic_ns()})
+    return t0
 
 
 def partitions_of(plan: dict) -> list[Partition]:

@@ -27,7 +27,8 @@ import threading
 from collections import defaultdict
 
 from workload.patterns.common import (
-    WorkerLoop, accept, connect, emit, partitions_of, recv_message, send_ack, send_message, thread)
+    WorkerLoop, accept, connect, emit, partitions_of, recv_message, send_ack, send_message, thread,
+    wait_for_go)
 from workload.scheduler import Partition
 
 ROLES = ("worker", "server")
@@ -84,6 +85,7 @@ def _server(plan: dict, rank: int) -> None:
         for _ in range(n_workers):
             conn, peer = accept(srv)
             conns[peer] = conn
+    wait_for_go(me)
     lock = threading.Condition()
     copies: dict[tuple[int, int], int] = defaultdict(int)
     queues: dict[int, list] = {w: [] for w in conns}
@@ -132,6 +134,7 @@ def _worker(plan: dict, rank: int) -> None:
     owner = shard(loop.parts, len(plan["servers"]))
     socks = [connect(s["ip"], s["port"], rank) for s in plan["servers"]]
     senders = [TensorSender(s) for s in socks]
+    wait_for_go(rank)              # training starts at the run's start instant
 
     def reader(s: int, sock: socket.socket) -> None:
         expected = plan["iterations"] * sum(1 for o in owner.values() if o == s)
