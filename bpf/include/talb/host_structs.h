@@ -47,4 +47,16 @@ struct host_ring {
 	struct host_desc desc[HOST_RING_SLOTS];
 };
 
+/* tensor_wire value: when the host's tagged packets of one tensor passed
+ * TC egress (bpf_ktime_get_ns, CLOCK_MONOTONIC: the clock of the
+ * workload's time.monotonic_ns stamps). TC egress runs before the host's
+ * own qdisc: these are the times a packet was handed to the host's NIC
+ * queue (docs/workload.md, "Measurement"). */
+struct host_wire {
+	__u64 first_ns;         /* the tensor's first tagged packet */
+	__u64 last_ns;          /* its latest one (retransmissions included) */
+	__u32 packets;          /* tagged packets, retransmissions included */
+	__u32 flags;            /* HOST_WIRE_F_LAST */
+};
+
 #endif /* TALB_HOST_STRUCTS_H */

@@ -7,6 +7,8 @@
  *   host_find_desc()   stream offset -> the descriptor owning it
  *   host_build_l3()    base IPv4 header + descriptor -> the 32-byte header
  *                      to write back (IHL 8, total length + 12, checksum)
+ *   host_note_wire()   a tagged packet passes: its tensor's egress times
+ *                      (tensor_wire)
  *
  * Needs talb/host_maps.h included before it.
  */
@@ -124,6 +126,34 @@ static __always_inline void host_build_l3(union host_l3 *out,
 	out->h.opt.pkt_idx = bpf_htons((__u16)idx);
 	out->h.ip.check = host_csum_fold(bpf_csum_diff(NULL, 0, out->words,
 						       sizeof(out->words), 0));
+}
+
+/* A packet of tensor `tensor_id` (host byte order) leaves tagged now,
+ * `opt_flags` its option's flags byte. The tensor's first packet starts its
+ * tensor_wire entry, and so does the first one after HOST_WIRE_STALE_NS of
+ * silence (the entry is an earlier tensor that had the same id); every
+ * later one moves last_ns and counts. Plain stores: the packets of one
+ * tensor are sent under one socket's lock (talb/host_maps.h). */
+static __always_inline void host_note_wire(__u32 tensor_id, __u8 opt_flags)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 last = (opt_flags & TALB_IPOPT_F_LAST) ? HOST_WIRE_F_LAST : 0;
+	struct host_wire fresh = {};
+	struct host_wire *w;
+
+	w = tensor_wire.lookup(&tensor_id);
+	if (w && (__s64)(now - w->last_ns) >= 0 &&
+	    now - w->last_ns <= HOST_WIRE_STALE_NS) {
+		w->last_ns = now;
+		w->packets += 1;
+		w->flags |= last;
+		return;
+	}
+	fresh.first_ns = now;
+	fresh.last_ns = now;
+	fresh.packets = 1;
+	fresh.flags = last;
+	tensor_wire.update(&tensor_id, &fresh);
 }
 
 #endif /* TALB_HOST_TAG_H */
