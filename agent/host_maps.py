@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover
 __all__ = [
     "HOST_CONSTANTS_H", "HOST_CONST", "HOST_RING_SLOTS", "HOST_ISN_ACTIVE",
     "HOST_COUNTER_NAMES", "FlowKey", "HostIsn", "HostDesc", "HostRing", "HostWire",
-    "HOST_MAX_WIRE_TENSORS", "HOST_WIRE_STALE_NS", "HOST_WIRE_F_LAST",
+    "HOST_MAX_WIRE_TENSORS", "HOST_WIRE_STALE_NS",
     "HOST_MAP_SPECS", "HostMaps",
 ]
 
@@ -45,7 +45,6 @@ HOST_MAX_TAGGED_FLOWS = _c("HOST_MAX_TAGGED_FLOWS")
 HOST_MAX_FLOWS = _c("HOST_MAX_FLOWS")
 HOST_MAX_WIRE_TENSORS = _c("HOST_MAX_WIRE_TENSORS")
 HOST_WIRE_STALE_NS = _c("HOST_WIRE_STALE_NS")
-HOST_WIRE_F_LAST = _c("HOST_WIRE_F_LAST")
 HOST_ISN_ACTIVE = _c("HOST_ISN_ACTIVE")
 HOST_OPT_VERSION = _c("HOST_OPT_VERSION")
 HOST_OPT_F_LAST = _c("HOST_OPT_F_LAST")
@@ -114,25 +113,26 @@ class HostRing(ctypes.Structure):
 
 class HostWire(ctypes.Structure):
     """When one tensor's tagged packets passed the host's TC egress
-    (CLOCK_MONOTONIC ns, the clock of ``time.monotonic_ns``): first, latest
-    (retransmissions included), how many, and whether the packet with its
-    last byte was among them (``flags & HOST_WIRE_F_LAST``)."""
+    (CLOCK_MONOTONIC ns, the clock of ``time.monotonic_ns``): its first
+    packet, the first pass of the packet with its last byte (0 until then),
+    its latest packet (retransmissions included), and how many passed."""
 
     _fields_ = [
         ("first_ns", ctypes.c_uint64),
         ("last_ns", ctypes.c_uint64),
+        ("latest_ns", ctypes.c_uint64),
         ("packets", ctypes.c_uint32),
-        ("flags", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
     ]
 
     @property
     def last_seen(self) -> bool:
         """The packet carrying the tensor's last byte went out."""
-        return bool(self.flags & HOST_WIRE_F_LAST)
+        return self.last_ns != 0
 
 
 assert ctypes.sizeof(FlowKey) == 12 and ctypes.sizeof(HostDesc) == 20
-assert ctypes.sizeof(HostWire) == 24
+assert ctypes.sizeof(HostWire) == 32
 
 
 # --- one host --------------------------------------------------------------------

@@ -15,9 +15,10 @@
  * checksum). The TaLB option is therefore always the first and only
  * option of a tagged packet (packets that had options are not tagged).
  *
- * Every tagged packet also stamps its tensor's entry in tensor_wire (first
- * and latest time at TC egress, packets: host_note_wire), which `talb run`
- * reads for the tensors' network FCT (docs/workload.md, "Measurement").
+ * Every tagged packet also stamps its tensor's entry in tensor_wire (its
+ * first packet, the first pass of its LAST packet and its latest packet at
+ * TC egress, packets: host_note_wire), which `talb run` reads for the
+ * tensors' network FCT (docs/workload.md, "Measurement").
  *
  * Verdicts: TC_ACT_OK, except TC_ACT_SHOT when the header store fails after
  * the room was opened (the packet would leave with 12 garbage bytes; TCP

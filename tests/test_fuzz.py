@@ -792,7 +792,9 @@ def test_host_tagger_fuzz(host_dp, tally, request):
             if (maps.flow_rings.get(fk) is None) != (key not in state.rings):
                 pytest.fail(f"flow_rings of {key}: present != model ({where})", pytrace=False)
         # every tagged packet stamped its tensor's egress entry, and nothing else did
-        got_wire = {tid: (w.packets, w.last_seen, w.first_ns <= w.last_ns)
+        got_wire = {tid: (w.packets, w.last_seen,
+                          w.first_ns <= w.latest_ns and (not w.last_ns or
+                                                         w.first_ns <= w.last_ns <= w.latest_ns))
                     for tid, w in maps.tensor_wire.items()}
         want_wire = {tid: (n, last, True) for tid, (n, last) in state.wire.items()}
         if got_wire != want_wire:

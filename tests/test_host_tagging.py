@@ -277,36 +277,38 @@ def test_tag_matches_reference_anywhere_in_the_stream(host, isn, sizes, base, ms
 
 def _wire(host, tid):
     w = host.maps.tensor_wire.get(tid)
-    return None if w is None else (w.first_ns, w.last_ns, w.packets, w.last_seen)
+    return None if w is None else (w.first_ns, w.last_ns, w.latest_ns, w.packets)
 
 
 def test_tagged_packets_stamp_their_tensors_egress_times(host):
     """tensor_wire: the first tagged packet of a tensor starts its entry
-    (first = last = now), each later one moves last and counts, the LAST
-    packet sets the flag, a retransmission counts and moves last again;
-    each tensor has its own entry. Times are CLOCK_MONOTONIC, the clock of
-    time.monotonic_ns()."""
+    (first = latest = now), each later one moves latest and counts, the
+    first pass of the LAST packet sets last, a retransmission (of the LAST
+    packet too) counts and moves latest only; each tensor has its own entry.
+    Times are CLOCK_MONOTONIC, the clock of time.monotonic_ns()."""
     host.set_isn(1000)
     host.set_ring({5: A, 17: B})
     a_id, b_id = A[2], B[2]
     t0 = time.monotonic_ns()
     host.run(frame(seq=1001, payload=b"a" * MSS))                  # A pkt 0
     t1 = time.monotonic_ns()
-    first, last, packets, last_seen = _wire(host, a_id)
-    assert t0 <= first == last <= t1 and (packets, last_seen) == (1, False)
+    first, last, latest, packets = _wire(host, a_id)
+    assert t0 <= first == latest <= t1 and (last, packets) == (0, 1)
     assert _wire(host, b_id) is None
     host.run(frame(seq=1001 + MSS, payload=b"a" * MSS))            # A pkt 1
     host.run(frame(seq=1001 + 2 * MSS, payload=b"a" * (3000 - 2 * MSS)))   # A pkt 2, LAST
     t2 = time.monotonic_ns()
-    f2, l2, packets, last_seen = _wire(host, a_id)
-    assert f2 == first and t1 <= l2 <= t2 and (packets, last_seen) == (3, True)
+    f2, l2, latest2, packets = _wire(host, a_id)
+    assert f2 == first and t1 <= l2 == latest2 <= t2 and packets == 3
     host.run(frame(seq=1001, payload=b"a" * MSS))                  # A pkt 0 again: retransmitted
-    f3, l3, packets, last_seen = _wire(host, a_id)
-    assert f3 == first and l3 >= l2 and (packets, last_seen) == (4, True)
+    host.run(frame(seq=1001 + 2 * MSS, payload=b"a" * (3000 - 2 * MSS)))   # LAST again (a probe)
+    f3, l3, latest3, packets = _wire(host, a_id)
+    assert (f3, l3) == (first, l2) and latest3 >= latest2 and packets == 5
     host.run(frame(seq=1001 + 3000, payload=b"b" * 100))           # B: one packet, LAST
-    bf, bl, bp, bls = _wire(host, b_id)
-    assert bf == bl >= l3 and (bp, bls) == (1, True)
-    assert host.counters() == {"tagged": 5}
+    bf, bl, blatest, bp = _wire(host, b_id)
+    assert bf == bl == blatest >= latest3 and bp == 1
+    assert host.counters() == {"tagged": 6}
+    assert host.maps.tensor_wire[a_id].last_seen and host.maps.tensor_wire[b_id].last_seen
 
 
 def test_untagged_packets_stamp_nothing(host):
@@ -323,28 +325,28 @@ def test_a_stale_entry_of_the_same_id_starts_afresh(host):
     idle longer than HOST_WIRE_STALE_NS belongs to an earlier tensor and is
     replaced, not continued; one idle for less is continued (a retransmission
     after a long RTO backoff)."""
-    from agent.host_maps import HOST_WIRE_F_LAST, HOST_WIRE_STALE_NS, HostWire
+    from agent.host_maps import HOST_WIRE_STALE_NS, HostWire
 
     host.set_isn(1000)
     host.set_ring({0: A})
     now = time.monotonic_ns()
     ancient = now - HOST_WIRE_STALE_NS - 10**9
-    host.maps.tensor_wire[A[2]] = HostWire(ancient - 5, ancient, 9, HOST_WIRE_F_LAST)
+    host.maps.tensor_wire[A[2]] = HostWire(ancient - 5, ancient, ancient, 9)
     host.run(frame(seq=1001 + MSS, payload=b"a" * MSS))
-    first, last, packets, last_seen = _wire(host, A[2])
-    assert now <= first == last and (packets, last_seen) == (1, False)
+    first, last, latest, packets = _wire(host, A[2])
+    assert now <= first == latest and (last, packets) == (0, 1)
     # idle for a minute only: the same tensor still
     recent = time.monotonic_ns() - 60 * 10**9
-    host.maps.tensor_wire[A[2]] = HostWire(recent - 5, recent, 9, 0)
+    host.maps.tensor_wire[A[2]] = HostWire(recent - 5, 0, recent, 9)
     host.run(frame(seq=1001 + 2 * MSS, payload=b"a" * (3000 - 2 * MSS)))
-    first, last, packets, last_seen = _wire(host, A[2])
-    assert first == recent - 5 and last > recent and (packets, last_seen) == (10, True)
+    first, last, latest, packets = _wire(host, A[2])
+    assert first == recent - 5 and last == latest > recent and packets == 10
     # an entry stamped in the future (not this clock's) is not continued either
-    host.maps.tensor_wire[A[2]] = HostWire(2**63, 2**63, 3, 0)
+    host.maps.tensor_wire[A[2]] = HostWire(2**63, 2**63, 2**63, 3)
     t = time.monotonic_ns()
     host.run(frame(seq=1001, payload=b"a" * MSS))
-    first, last, packets, _ = _wire(host, A[2])
-    assert t <= first == last < 2**63 and packets == 1
+    first, last, latest, packets = _wire(host, A[2])
+    assert t <= first == latest < 2**63 and (last, packets) == (0, 1)
 
 
 def test_wire_times_reads_only_the_ids_asked_for(host):
@@ -1115,7 +1117,7 @@ def test_testbed_up_attaches_the_host_program_everywhere(bcc):
             ns = paths.netns_name(prefix, h.name)
             assert egress_filter(ns, h.iface)["name"].startswith("talb_host_tc")
             assert sorted(p.name for p in paths.pin_dir(prefix, h.name).iterdir()) == \
-                ["counters", "flow_isn", "flow_rings"]
+                ["counters", "flow_isn", "flow_rings", "tensor_wire"]
         h0, h1 = topo.hosts
         rx = Receiver(paths.netns_name(prefix, h1.name), h1.ip)
         # a process started with `ip netns exec` finds its host's pins itself

@@ -95,8 +95,9 @@ def _txw(k, t_admit, t_start, t_kernel, dst=9, layer=0, src=0, tid=None):
             "t_kernel_ns": t_kernel, "tensor_id": tid if tid is not None else hash(k) & 0xFFFFFFFF}
 
 
-def _wire(first, last, packets=3, last_seen=True):
-    return {"first_ns": first, "last_ns": last, "packets": packets, "last_seen": last_seen}
+def _wire(first, last, packets=3, last_seen=True, latest=None):
+    return {"first_ns": first, "last_ns": last if last_seen else 0,
+            "latest_ns": latest if latest is not None else last, "packets": packets}
 
 
 def test_each_fct_definition_from_its_own_stamps():
@@ -104,11 +105,12 @@ def test_each_fct_definition_from_its_own_stamps():
     the wire 10 ms, last 14 ms, delivered 15 ms: FCT 14 ms (hand-off), network
     FCT 5 ms, send-buffer wait 8 ms, scheduler wait 2 ms."""
     events = [_txw("a", 0, 1 * MS, 2 * MS), {"ev": "rx", "k": "a", "ok": True, "t_ns": 15 * MS}]
-    wire = {(0, events[0]["tensor_id"]): _wire(10 * MS, 14 * MS)}
+    wire = {(0, events[0]["tensor_id"]): _wire(10 * MS, 14 * MS, latest=16 * MS)}
     (t,) = measure.join_tensors(events, lambda tx: 50_000, warmup=0, wire=wire)
     assert (t["t_admit_ns"], t["t_start_ns"], t["t_kernel_ns"], t["t_wire_first_ns"],
             t["t_wire_last_ns"], t["t_delivered_ns"]) == (0, MS, 2 * MS, 10 * MS, 14 * MS, 15 * MS)
     assert t["t_done_ns"] == t["t_delivered_ns"] and t["wire_packets"] == 3
+    assert t["t_wire_latest_ns"] == 16 * MS      # a probe after delivery: only here
     assert t["fct_s"] == pytest.approx(0.014) and t["netfct_s"] == pytest.approx(0.005)
     assert t["sendbuf_wait_s"] == pytest.approx(0.008) and t["sched_wait_s"] == pytest.approx(0.002)
     b = measure.tensor_summary([t])["by_class"]["short"]

@@ -753,7 +753,7 @@ WIRE_POINT = ("the sending host's TC egress (bpf/host_tc.c, map tensor_wire): be
 
 def read_wire_times(prefix: str, node_hosts: list, events: list[dict]) -> tuple[dict, dict]:
     """Every sent tensor's entry in its sending host's ``tensor_wire`` map:
-    ({(node, tensor_id): {first_ns, last_ns, packets, last_seen}}, what was
+    ({(node, tensor_id): {first_ns, last_ns, latest_ns, packets}}, what was
     read: entries found per host and the hosts whose map could not be read,
     with why). One lookup per tensor; ids are unique per host."""
     from agent.host_maps import HostMaps
@@ -777,7 +777,7 @@ def read_wire_times(prefix: str, node_hosts: list, events: list[dict]) -> tuple[
             w = got.get(tid)
             if w is not None:
                 wire[(node, tid)] = {"first_ns": w.first_ns, "last_ns": w.last_ns,
-                                     "packets": w.packets, "last_seen": w.last_seen}
+                                     "latest_ns": w.latest_ns, "packets": w.packets}
         found[host] = len(got)
     return wire, {"point": WIRE_POINT, "entries": found, "errors": errors}
 

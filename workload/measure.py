@@ -106,8 +106,9 @@ def wire_entry(tx: dict, entry: dict | None) -> dict | None:
     """The host program's entry for the tensor of ``tx`` if it is this
     tensor's: its first packet passed egress no earlier than its first byte
     went to the kernel (an earlier one is another tensor that had the same id,
-    ids coming back after ~17.5 min). ``entry``: {first_ns, last_ns, packets,
-    last_seen} (agent.host_maps.HostWire as a dict)."""
+    ids coming back after ~17.5 min). ``entry``: {first_ns, last_ns (0: the
+    last byte never went out), latest_ns, packets} (agent.host_maps.HostWire
+    as a dict)."""
     if entry is None:
         return None
     since = tx.get("t_kernel_ns") or tx["t_ns"]
@@ -119,8 +120,8 @@ def join_tensors(events: list[dict], target_bytes_of, warmup: int,
                  wire: dict | None = None) -> list[dict]:
     """One record per message sent (tx), with its receipt (rx) if any.
     ``target_bytes_of(tx)`` gives a message's size at target scale.
-    ``wire``: {(sending node, tensor_id): {first_ns, last_ns, packets,
-    last_seen}} read from the sending hosts' ``tensor_wire`` maps (None: no
+    ``wire``: {(sending node, tensor_id): {first_ns, last_ns, latest_ns,
+    packets}} read from the sending hosts' ``tensor_wire`` maps (None: no
     wire times, every tensor's are missing)."""
     rx = {e["k"]: e for e in events if e["ev"] == "rx"}
     wire = wire or {}
@@ -134,14 +135,14 @@ def join_tensors(events: list[dict], target_bytes_of, warmup: int,
         kernel = e.get("t_kernel_ns")
         w = wire_entry(e, wire.get((e["src"], e["tensor_id"])))
         first = w["first_ns"] if w else None
-        # the latest packet is the last byte's only once the packet with it went out
-        last = w["last_ns"] if w and w["last_seen"] else None
+        last = (w["last_ns"] or None) if w else None      # 0: the last byte never went out
         out.append({
             "key": e["k"], "kind": e["kind"], "src": e["src"], "dst": e["dst"],
             "iteration": e["it"], "partition": e["pid"], "step": e["step"], "layer": e["layer"],
             "bytes": e["bytes"], "target_bytes": target, "class": size_class(target),
             "tensor_id": e["tensor_id"], "t_admit_ns": e.get("t_admit_ns"), "t_start_ns": e["t_ns"],
             "t_kernel_ns": kernel, "t_wire_first_ns": first, "t_wire_last_ns": last,
+            "t_wire_latest_ns": w["latest_ns"] if w else None,
             "wire_packets": w["packets"] if w else None,
             "t_done_ns": done, "t_delivered_ns": done,
             "fct_s": _span_s(e["t_ns"], done),

@@ -21,7 +21,7 @@
 /* tensor_wire (LRU): tensors whose egress times the host keeps. A `talb run`
  * reads them when its nodes are done; its busiest host sends a few thousand
  * tensors (fig4: 7,875), and the oldest entries (earlier runs) go first.
- * ~80 bytes an entry in the kernel: ~5 MB per host. */
+ * ~90 bytes an entry in the kernel: ~6 MB per host. */
 #define HOST_MAX_WIRE_TENSORS   65536
 
 /* ---- tensor_wire: when a tensor's packets pass TC egress --------------
@@ -30,8 +30,6 @@
  * its next packet starts the entry afresh. Far above any gap inside one
  * tensor (TCP's longest RTO backoff is 120 s), far below the id's period. */
 #define HOST_WIRE_STALE_NS      (300ULL * 1000 * 1000 * 1000)   /* 300 s */
-/* struct host_wire.flags */
-#define HOST_WIRE_F_LAST        (1U << 0)   /* the packet with the tensor's last byte went out */
 
 /* ---- flow_isn value flags (struct host_isn.flags) ---------------------- */
 /* The ISN came from our own SYN (active open, connect()). Linux counts the

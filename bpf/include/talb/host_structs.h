@@ -54,9 +54,11 @@ struct host_ring {
  * queue (docs/workload.md, "Measurement"). */
 struct host_wire {
 	__u64 first_ns;         /* the tensor's first tagged packet */
-	__u64 last_ns;          /* its latest one (retransmissions included) */
+	__u64 last_ns;          /* the first time the packet with its last byte
+				   (LAST) passed; 0 until it has */
+	__u64 latest_ns;        /* its latest packet, retransmissions included */
 	__u32 packets;          /* tagged packets, retransmissions included */
-	__u32 flags;            /* HOST_WIRE_F_LAST */
+	__u32 reserved;         /* 0 */
 };
 
 #endif /* TALB_HOST_STRUCTS_H */

@@ -132,27 +132,30 @@ static __always_inline void host_build_l3(union host_l3 *out,
  * `opt_flags` its option's flags byte. The tensor's first packet starts its
  * tensor_wire entry, and so does the first one after HOST_WIRE_STALE_NS of
  * silence (the entry is an earlier tensor that had the same id); every
- * later one moves last_ns and counts. Plain stores: the packets of one
- * tensor are sent under one socket's lock (talb/host_maps.h). */
+ * packet moves latest_ns and counts; the first pass of the LAST packet sets
+ * last_ns (a retransmission of it does not: the receiver may have had the
+ * byte long before, e.g. a tail loss probe). Plain stores: the packets of
+ * one tensor are sent under one socket's lock (talb/host_maps.h). */
 static __always_inline void host_note_wire(__u32 tensor_id, __u8 opt_flags)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u32 last = (opt_flags & TALB_IPOPT_F_LAST) ? HOST_WIRE_F_LAST : 0;
+	int last = (opt_flags & TALB_IPOPT_F_LAST) != 0;
 	struct host_wire fresh = {};
 	struct host_wire *w;
 
 	w = tensor_wire.lookup(&tensor_id);
-	if (w && (__s64)(now - w->last_ns) >= 0 &&
-	    now - w->last_ns <= HOST_WIRE_STALE_NS) {
-		w->last_ns = now;
+	if (w && (__s64)(now - w->latest_ns) >= 0 &&
+	    now - w->latest_ns <= HOST_WIRE_STALE_NS) {
+		w->latest_ns = now;
 		w->packets += 1;
-		w->flags |= last;
+		if (last && !w->last_ns)
+			w->last_ns = now;
 		return;
 	}
 	fresh.first_ns = now;
-	fresh.last_ns = now;
+	fresh.last_ns = last ? now : 0;
+	fresh.latest_ns = now;
 	fresh.packets = 1;
-	fresh.flags = last;
 	tensor_wire.update(&tensor_id, &fresh);
 }
 
