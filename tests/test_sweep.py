@@ -272,6 +272,8 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     # 20 + 35 ms of the 50 + 70 ms in the socket buffer
     assert row0["sendbuf_pct"] == pytest.approx(100 * 55 / 120)
     assert row0["short_netfct_mean_s"] == pytest.approx(NET_SHARE * row0["short_fct_mean_s"])
+    assert row0["all_sendbuf_wait_mean_s"] == pytest.approx((1 - NET_SHARE) * row0["all_fct_mean_s"])
+    assert row0["all_wire_missing"] == 0
     assert row0["short_service_mean_s"] == pytest.approx(0.050)
     assert ("| hol | sendbuf | short service mean | access gap | tcp retrans | tcp timeouts "
             "| rto tail |") in md

@@ -31,6 +31,9 @@ METRICS = OUTCOME_METRICS + MECHANISM_METRICS
 CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored",
             "short_wire_missing", "long_wire_missing", "all_wire_missing",
             "trailing_wire_missing")
+#: copied into runs.csv beside the metrics (no point estimate of their own)
+SENDBUF = ("short_sendbuf_wait_mean_s", "long_sendbuf_wait_mean_s", "all_sendbuf_wait_mean_s",
+           "trailing_sendbuf_wait_mean_s")
 #: the parameters that tell runs apart (a point: all of them but the seed)
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
@@ -171,7 +174,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["scheme_in_effect"] = head["scheme"]
     row["queueing_in_effect"] = ((res.get("fabric") or {}).get("queueing") or {}).get("mode", "bands")
     row["commit"] = (res.get("software") or {}).get("commit")
-    for k in (*METRICS, *CENSORED, "iteration_time_s"):
+    for k in (*METRICS, *CENSORED, *SENDBUF, "iteration_time_s"):
         if k in head:
             row[k] = head[k]
     ideal = ideal_samples_per_s(res)
