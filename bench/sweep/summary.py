@@ -167,7 +167,7 @@ def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
            "p_equiv": pr.p_equiv, "paper_effect": "-", "ours_handoff": "-"}
     if metric in FCT_FROM_HANDOFF:        # the same number on the FCT from the hand-off
         old = FCT_FROM_HANDOFF[metric]
-        pr_old, _ = compare(rows, old, {**kw, "scheme": "talb"}, {**kw, "scheme": base})
+        pr_old, _ = compare(rows, old, {**kw, **ta}, {**kw, **ba})
         row["pair_handoff"] = pr_old
         row["ours_handoff"] = _ratio(pr_old, old)
     if pr.n == 0:
