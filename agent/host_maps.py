@@ -3,7 +3,7 @@
 * Constants come from ``bpf/include/talb/host_constants.h``, parsed at import
   with agent/maps.py's parser (``HOST_CONST`` and the names below).
 * ctypes mirrors of ``bpf/include/talb/host_structs.h``: :class:`FlowKey`,
-  :class:`HostIsn`, :class:`HostDesc`, :class:`HostRing`.
+  :class:`HostIsn`, :class:`HostDesc`, :class:`HostRing`, :class:`HostWire`.
 * :class:`HostMaps`: one host's maps, opened from its pin directory
   (``talb.paths.pin_dir(prefix, host)``) by name, each a typed
   :class:`agent.maps.Map` whose layout is checked against these mirrors
@@ -27,7 +27,8 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "HOST_CONSTANTS_H", "HOST_CONST", "HOST_RING_SLOTS", "HOST_ISN_ACTIVE",
-    "HOST_COUNTER_NAMES", "FlowKey", "HostIsn", "HostDesc", "HostRing",
+    "HOST_COUNTER_NAMES", "FlowKey", "HostIsn", "HostDesc", "HostRing", "HostWire",
+    "HOST_MAX_WIRE_TENSORS", "HOST_WIRE_STALE_NS",
     "HOST_MAP_SPECS", "HostMaps",
 ]
 
@@ -42,6 +43,8 @@ def _c(name: str) -> int:
 HOST_RING_SLOTS = _c("HOST_RING_SLOTS")
 HOST_MAX_TAGGED_FLOWS = _c("HOST_MAX_TAGGED_FLOWS")
 HOST_MAX_FLOWS = _c("HOST_MAX_FLOWS")
+HOST_MAX_WIRE_TENSORS = _c("HOST_MAX_WIRE_TENSORS")
+HOST_WIRE_STALE_NS = _c("HOST_WIRE_STALE_NS")
 HOST_ISN_ACTIVE = _c("HOST_ISN_ACTIVE")
 HOST_OPT_VERSION = _c("HOST_OPT_VERSION")
 HOST_OPT_F_LAST = _c("HOST_OPT_F_LAST")
@@ -108,7 +111,28 @@ class HostRing(ctypes.Structure):
     _fields_ = [("desc", HostDesc * HOST_RING_SLOTS)]
 
 
+class HostWire(ctypes.Structure):
+    """When one tensor's tagged packets passed the host's TC egress
+    (CLOCK_MONOTONIC ns, the clock of ``time.monotonic_ns``): its first
+    packet, the first pass of the packet with its last byte (0 until then),
+    its latest packet (retransmissions included), and how many passed."""
+
+    _fields_ = [
+        ("first_ns", ctypes.c_uint64),
+        ("last_ns", ctypes.c_uint64),
+        ("latest_ns", ctypes.c_uint64),
+        ("packets", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+    @property
+    def last_seen(self) -> bool:
+        """The packet carrying the tensor's last byte went out."""
+        return self.last_ns != 0
+
+
 assert ctypes.sizeof(FlowKey) == 12 and ctypes.sizeof(HostDesc) == 20
+assert ctypes.sizeof(HostWire) == 32
 
 
 # --- one host --------------------------------------------------------------------
@@ -117,21 +141,36 @@ assert ctypes.sizeof(FlowKey) == 12 and ctypes.sizeof(HostDesc) == 20
 HOST_MAP_SPECS = MappingProxyType({
     "flow_isn": (FlowKey, HostIsn, sc.BPF_MAP_TYPE_LRU_HASH),
     "flow_rings": (FlowKey, HostRing, sc.BPF_MAP_TYPE_HASH),
+    "tensor_wire": (ctypes.c_uint32, HostWire, sc.BPF_MAP_TYPE_LRU_HASH),
     "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
 })
 
 
 class HostMaps(MapSet):
     """All maps of one host's data path, as attributes named like the maps
-    (``.flow_isn``, ``.flow_rings``, ``.counters``). Open with
+    (``.flow_isn``, ``.flow_rings``, ``.tensor_wire``, ``.counters``). Open with
     ``HostMaps(pin_dir)`` (from pins, any process, no bcc) or
     ``HostMaps.from_fds({name: fd})``."""
 
     SPECS = HOST_MAP_SPECS
-    MISSING_HINT = (": no TaLB host program is pinned there "
-                    "(`talb testbed up` attaches it to every host)")
+    MISSING_HINT = (": no TaLB host program is pinned there, or one of an older build "
+                    "(`talb testbed up` attaches it to every host; `talb testbed down` "
+                    "first for a testbed built before)")
 
     def read_counters(self) -> dict[str, int]:
         """{counter name: packets}, summed over CPUs."""
         return {name: self.counters.get(i, 0) for i, name in enumerate(HOST_COUNTER_NAMES)
                 if not name.startswith("reserved_")}
+
+    def wire_times(self, tensor_ids) -> dict[int, HostWire]:
+        """{tensor_id: HostWire} for those of ``tensor_ids`` the host has an
+        entry for (one lookup each: a run asks for its own tensors, never
+        for the whole map). An entry may be an older tensor of the same id
+        (ids come back after ~17.5 min): callers check its times against
+        the tensor's own (workload.measure.join_tensors does)."""
+        out = {}
+        for tid in tensor_ids:
+            w = self.tensor_wire.get(tid)
+            if w is not None:
+                out[tid] = w
+        return out

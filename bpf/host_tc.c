@@ -15,6 +15,11 @@
  * checksum). The TaLB option is therefore always the first and only
  * option of a tagged packet (packets that had options are not tagged).
  *
+ * Every tagged packet also stamps its tensor's entry in tensor_wire (its
+ * first packet, the first pass of its LAST packet and its latest packet at
+ * TC egress, packets: host_note_wire), which `talb run` reads for the
+ * tensors' network FCT (docs/workload.md, "Measurement").
+ *
  * Verdicts: TC_ACT_OK, except TC_ACT_SHOT when the header store fails after
  * the room was opened (the packet would leave with 12 garbage bytes; TCP
  * retransmits it). Exactly one HOST_CNT_* is counted per packet.
@@ -136,5 +141,6 @@ int talb_host_tc(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 	host_count(HOST_CNT_TAGGED);
+	host_note_wire(bpf_ntohl(l3.h.opt.tensor_id), l3.h.opt.flags);
 	return TC_ACT_OK;
 }

@@ -152,8 +152,11 @@ def print_summary(r: dict) -> None:
                   f"{r['model']['testbed_bytes']:,} B on the testbed in {r['model']['partitions']} "
                   f"partitions" + (f" ({sc['floored_tensors']} raised to {sc['min_tensor_bytes']} B)"
                                    if sc.get("floored_tensors") else ""))
-    t = Table(title="tensor FCT (ms, warm-up excluded)", title_justify="left")
-    for col in ("class", "n", "censored", "mean", "p99", "max"):
+    t = Table(title="tensor FCT (ms, warm-up excluded): from the hand-off to the socket; "
+                    "network FCT from the first packet on the wire; the socket buffer's wait "
+                    "between them", title_justify="left")
+    for col in ("class", "n", "censored", "mean", "p99", "max", "net mean", "net p99",
+                "sock buf mean", "no wire times"):
         t.add_column(col, justify="left" if col == "class" else "right")
     rows = [*((c, s["tensors"]["by_class"][c]) for c in ("short", "medium", "long", "all")),
             ("trailing", s["tensors"]["trailing"]),
@@ -161,8 +164,10 @@ def print_summary(r: dict) -> None:
               if len(s["tensors"]["by_layer"]) <= MAX_LAYER_ROWS)]
     for name, b in rows:
         if b["n"] or b["censored"]:
+            net, buf = b.get("netfct") or {}, b.get("sendbuf_wait") or {}
             t.add_row(name, str(b["n"]), str(b["censored"]), _ms(b["mean_s"]), _ms(b["p99_s"]),
-                      _ms(b["max_s"]))
+                      _ms(b["max_s"]), _ms(net.get("mean_s")), _ms(net.get("p99_s")),
+                      _ms(buf.get("mean_s")), str(b.get("wire_missing", "-")))
     console.print(t)
     sp = s["speed"]
     console.print(f"  iterations measured {sp['iterations']}, iteration {_ms(sp['iteration_time_s'])} ms "

@@ -554,6 +554,7 @@ class HostState:
     """What the host program's maps hold, as the model sees it."""
     isn: dict = field(default_factory=dict)      # key -> (isn, flags)
     rings: dict = field(default_factory=dict)    # key -> [(start, end, tid, len, mss, layer)] * 32
+    wire: dict = field(default_factory=dict)     # tid -> [tagged packets, LAST seen] (tensor_wire)
 
 
 def host_desc_of(ring, off: int):
@@ -636,6 +637,9 @@ class HostModel:
         ip[0] = 0x48                      # version 4 (parsed), IHL 8
         ip[2:4] = struct.pack("!H", (tot_len + 12) & 0xFFFF)
         hdr = ip_checksum(bytes(ip) + talb_opt(tid, layer, len_pkts, idx, flags=fl))
+        w = self.st.wire.setdefault(tid, [0, False])
+        w[0] += 1
+        w[1] = w[1] or bool(fl & F_LAST)
         return "tagged", frame[:14] + hdr + frame[34:]
 
 
@@ -690,6 +694,7 @@ class HostFrames:
             self.plan[key] = (isn, base, start, [d for d in ring if d[0] != d[1]])
         state.rings = {k: list(v) for k, v in rings.items()}
         state.isn = dict(isns)
+        state.wire = {}                                  # tensor_wire is emptied with the plan
         return rings, isns
 
     def _seq(self, key):

@@ -41,7 +41,8 @@ Between batches the port states, PCMs, TaLB's fallback, idle timeout and
 limit change, and the sweeper runs, so later batches meet a table in
 another state.
 
-Host tagger: fuzzframes.HostModel is bpf/host_tc.c in Python; every frame
+Host tagger: fuzzframes.HostModel is bpf/host_tc.c in Python (tensor_wire
+too: tagged packets and LAST per tensor id); every frame
 must come out exactly as the model says -- byte-identical when untagged,
 +12 bytes with a valid TaLB option and a right IPv4 checksum when tagged
 (checked on its own as well) -- with verdict TC_ACT_OK, and the counters
@@ -689,6 +690,7 @@ def install_host_plan(maps, rings: dict, isns: dict):
 
     maps.flow_isn.clear()
     maps.flow_rings.clear()
+    maps.tensor_wire.clear()
     for (s, d, sp, dp), (isn, flags) in isns.items():
         maps.flow_isn[FlowKey(int.from_bytes(s, "big"), int.from_bytes(d, "big"), sp, dp)] = \
             HostIsn(isn, flags)
@@ -789,6 +791,17 @@ def test_host_tagger_fuzz(host_dp, tally, request):
                             f"({where})", pytrace=False)
             if (maps.flow_rings.get(fk) is None) != (key not in state.rings):
                 pytest.fail(f"flow_rings of {key}: present != model ({where})", pytrace=False)
+        # every tagged packet stamped its tensor's egress entry, and nothing else did
+        got_wire = {tid: (w.packets, w.last_seen,
+                          w.first_ns <= w.latest_ns and (not w.last_ns or
+                                                         w.first_ns <= w.last_ns <= w.latest_ns))
+                    for tid, w in maps.tensor_wire.items()}
+        want_wire = {tid: (n, last, True) for tid, (n, last) in state.wire.items()}
+        if got_wire != want_wire:
+            diff = {t: (got_wire.get(t), want_wire.get(t)) for t in set(got_wire) | set(want_wire)
+                    if got_wire.get(t) != want_wire.get(t)}
+            pytest.fail(f"tensor_wire ({where}): (map, model) differ for {len(diff)} tensors: "
+                        f"{dict(list(diff.items())[:5])}", pytrace=False)
         for r, c in verdicts.items():
             tally.verdicts[f"host {VERDICTS.get(r, r)}"] += c
         tally.verdicts["host tagged"] += want["tagged"]

@@ -62,7 +62,7 @@ class Host:
         self.maps = dp.maps
 
     def reset(self):
-        for name in ("flow_isn", "flow_rings", "counters"):
+        for name in ("flow_isn", "flow_rings", "tensor_wire", "counters"):
             self.maps[name].clear()
 
     def run(self, frame: bytes, ctx=None, repeat: int = 1):
@@ -166,6 +166,7 @@ def test_map_layouts_match_the_mirrors(host):
     assert host.maps.flow_rings.info.max_entries == H.HOST_MAX_TAGGED_FLOWS
     assert host.maps.flow_isn.info.max_entries == H.HOST_MAX_FLOWS
     assert host.maps.counters.info.max_entries == H.HOST_NR_COUNTERS
+    assert host.maps.tensor_wire.info.max_entries == H.HOST_MAX_WIRE_TENSORS
     assert ctypes.sizeof(H.HostRing) == 20 * H.HOST_RING_SLOTS
     assert H.HOST_COUNTER_NAMES[H.HOST_CONST["HOST_CNT_TAGGED"]] == "tagged"
 
@@ -272,6 +273,89 @@ def test_tag_matches_reference_anywhere_in_the_stream(host, isn, sizes, base, ms
     (s, e, tid, layer, len_pkts, m), = [d for d in descs.values() if d[0] <= off < d[1]]
     assert_tagged(inp, out, tensor_id=tid, layer=layer, tensor_len=len_pkts,
                   pkt_idx=(off - s) // m, last=off + n >= e)
+
+
+def _wire(host, tid):
+    w = host.maps.tensor_wire.get(tid)
+    return None if w is None else (w.first_ns, w.last_ns, w.latest_ns, w.packets)
+
+
+def test_tagged_packets_stamp_their_tensors_egress_times(host):
+    """tensor_wire: the first tagged packet of a tensor starts its entry
+    (first = latest = now), each later one moves latest and counts, the
+    first pass of the LAST packet sets last, a retransmission (of the LAST
+    packet too) counts and moves latest only; each tensor has its own entry.
+    Times are CLOCK_MONOTONIC, the clock of time.monotonic_ns()."""
+    host.set_isn(1000)
+    host.set_ring({5: A, 17: B})
+    a_id, b_id = A[2], B[2]
+    t0 = time.monotonic_ns()
+    host.run(frame(seq=1001, payload=b"a" * MSS))                  # A pkt 0
+    t1 = time.monotonic_ns()
+    first, last, latest, packets = _wire(host, a_id)
+    assert t0 <= first == latest <= t1 and (last, packets) == (0, 1)
+    assert _wire(host, b_id) is None
+    host.run(frame(seq=1001 + MSS, payload=b"a" * MSS))            # A pkt 1
+    host.run(frame(seq=1001 + 2 * MSS, payload=b"a" * (3000 - 2 * MSS)))   # A pkt 2, LAST
+    t2 = time.monotonic_ns()
+    f2, l2, latest2, packets = _wire(host, a_id)
+    assert f2 == first and t1 <= l2 == latest2 <= t2 and packets == 3
+    host.run(frame(seq=1001, payload=b"a" * MSS))                  # A pkt 0 again: retransmitted
+    host.run(frame(seq=1001 + 2 * MSS, payload=b"a" * (3000 - 2 * MSS)))   # LAST again (a probe)
+    f3, l3, latest3, packets = _wire(host, a_id)
+    assert (f3, l3) == (first, l2) and latest3 >= latest2 and packets == 5
+    host.run(frame(seq=1001 + 3000, payload=b"b" * 100))           # B: one packet, LAST
+    bf, bl, blatest, bp = _wire(host, b_id)
+    assert bf == bl == blatest >= latest3 and bp == 1
+    assert host.counters() == {"tagged": 6}
+    assert host.maps.tensor_wire[a_id].last_seen and host.maps.tensor_wire[b_id].last_seen
+
+
+def test_untagged_packets_stamp_nothing(host):
+    host.set_isn(1000)
+    host.set_ring({0: A, 1: B})
+    host.set_ring({0: A}, sport=SPORT + 2)  # a ring, but no ISN
+    for make in UNTAGGED.values():
+        host.run(make())
+    assert list(host.maps.tensor_wire.keys()) == []
+
+
+def test_a_stale_entry_of_the_same_id_starts_afresh(host):
+    """Ids come back after ~17.5 min (Snowflake's 20-bit ms clock): an entry
+    idle longer than HOST_WIRE_STALE_NS belongs to an earlier tensor and is
+    replaced, not continued; one idle for less is continued (a retransmission
+    after a long RTO backoff)."""
+    from agent.host_maps import HOST_WIRE_STALE_NS, HostWire
+
+    host.set_isn(1000)
+    host.set_ring({0: A})
+    now = time.monotonic_ns()
+    ancient = now - HOST_WIRE_STALE_NS - 10**9
+    host.maps.tensor_wire[A[2]] = HostWire(ancient - 5, ancient, ancient, 9)
+    host.run(frame(seq=1001 + MSS, payload=b"a" * MSS))
+    first, last, latest, packets = _wire(host, A[2])
+    assert now <= first == latest and (last, packets) == (0, 1)
+    # idle for a minute only: the same tensor still
+    recent = time.monotonic_ns() - 60 * 10**9
+    host.maps.tensor_wire[A[2]] = HostWire(recent - 5, 0, recent, 9)
+    host.run(frame(seq=1001 + 2 * MSS, payload=b"a" * (3000 - 2 * MSS)))
+    first, last, latest, packets = _wire(host, A[2])
+    assert first == recent - 5 and last == latest > recent and packets == 10
+    # an entry stamped in the future (not this clock's) is not continued either
+    host.maps.tensor_wire[A[2]] = HostWire(2**63, 2**63, 2**63, 3)
+    t = time.monotonic_ns()
+    host.run(frame(seq=1001, payload=b"a" * MSS))
+    first, last, latest, packets = _wire(host, A[2])
+    assert t <= first == latest < 2**63 and (last, packets) == (0, 1)
+
+
+def test_wire_times_reads_only_the_ids_asked_for(host):
+    host.set_isn(1000)
+    host.set_ring({5: A, 17: B})
+    host.run(frame(seq=1001, payload=b"a" * MSS))
+    host.run(frame(seq=1001 + 3000, payload=b"b" * 100))
+    got = host.maps.wire_times([A[2], 0x12345678])
+    assert list(got) == [A[2]] and got[A[2]].packets == 1 and not got[A[2]].last_seen
 
 
 def _arp() -> bytes:
@@ -1033,7 +1117,7 @@ def test_testbed_up_attaches_the_host_program_everywhere(bcc):
             ns = paths.netns_name(prefix, h.name)
             assert egress_filter(ns, h.iface)["name"].startswith("talb_host_tc")
             assert sorted(p.name for p in paths.pin_dir(prefix, h.name).iterdir()) == \
-                ["counters", "flow_isn", "flow_rings"]
+                ["counters", "flow_isn", "flow_rings", "tensor_wire"]
         h0, h1 = topo.hosts
         rx = Receiver(paths.netns_name(prefix, h1.name), h1.ip)
         # a process started with `ip netns exec` finds its host's pins itself

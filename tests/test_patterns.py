@@ -87,6 +87,70 @@ def test_warmup_is_excluded_and_classes_follow_target_size():
     assert measure.size_class(100_001) == "medium"
 
 
+MS = 1_000_000
+
+
+def _txw(k, t_admit, t_start, t_kernel, dst=9, layer=0, src=0, tid=None):
+    return {**_tx(k, 1, layer, dst, t_start), "src": src, "t_admit_ns": t_admit,
+            "t_kernel_ns": t_kernel, "tensor_id": tid if tid is not None else hash(k) & 0xFFFFFFFF}
+
+
+def _wire(first, last, packets=3, last_seen=True, latest=None):
+    return {"first_ns": first, "last_ns": last if last_seen else 0,
+            "latest_ns": latest if latest is not None else last, "packets": packets}
+
+
+def test_each_fct_definition_from_its_own_stamps():
+    """admitted 0, send() 1 ms, first byte to the kernel 2 ms, first packet on
+    the wire 10 ms, last 14 ms, delivered 15 ms: FCT 14 ms (hand-off), network
+    FCT 5 ms, send-buffer wait 8 ms, scheduler wait 2 ms."""
+    events = [_txw("a", 0, 1 * MS, 2 * MS), {"ev": "rx", "k": "a", "ok": True, "t_ns": 15 * MS}]
+    wire = {(0, events[0]["tensor_id"]): _wire(10 * MS, 14 * MS, latest=16 * MS)}
+    (t,) = measure.join_tensors(events, lambda tx: 50_000, warmup=0, wire=wire)
+    assert (t["t_admit_ns"], t["t_start_ns"], t["t_kernel_ns"], t["t_wire_first_ns"],
+            t["t_wire_last_ns"], t["t_delivered_ns"]) == (0, MS, 2 * MS, 10 * MS, 14 * MS, 15 * MS)
+    assert t["t_done_ns"] == t["t_delivered_ns"] and t["wire_packets"] == 3
+    assert t["t_wire_latest_ns"] == 16 * MS      # a probe after delivery: only here
+    assert t["fct_s"] == pytest.approx(0.014) and t["netfct_s"] == pytest.approx(0.005)
+    assert t["sendbuf_wait_s"] == pytest.approx(0.008) and t["sched_wait_s"] == pytest.approx(0.002)
+    b = measure.tensor_summary([t])["by_class"]["short"]
+    assert b["mean_s"] == pytest.approx(0.014) and b["netfct"]["mean_s"] == pytest.approx(0.005)
+    assert b["netfct"]["p99_s"] == pytest.approx(0.005) and b["wire_missing"] == 0
+    assert b["sendbuf_wait"]["mean_s"] == pytest.approx(0.008)
+    assert b["sched_wait"]["mean_s"] == pytest.approx(0.002)
+
+
+def test_missing_wire_times_are_counted_never_made_up():
+    """b has no entry, c's entry is older than its hand-off to the kernel
+    (another tensor that had the same id), d never arrived (censored, not
+    missing), e is from before t_kernel_ns existed: none gets a network FCT;
+    the summary counts b, c, e as wire_missing beside a's network FCT. A
+    tensor whose LAST packet never passed keeps its first time but no last."""
+    events = [_txw("a", None, 0, MS, tid=1), _txw("b", None, 0, MS, tid=2),
+              _txw("c", None, 0, 50 * MS, tid=3), _txw("d", None, 0, MS, tid=4),
+              _tx("e", 1, 0, 9, 0), _txw("f", None, 0, MS, tid=6)]
+    events += [{"ev": "rx", "k": k, "ok": True, "t_ns": 100 * MS} for k in "abcef"]
+    e_id = events[4]["tensor_id"]
+    wire = {(0, 1): _wire(2 * MS, 3 * MS), (0, 3): _wire(5 * MS, 6 * MS),
+            (0, 4): _wire(2 * MS, 3 * MS), (0, 6): _wire(2 * MS, 90 * MS, last_seen=False),
+            (1, e_id): _wire(MS, MS)}                # another node's tensor with e's id
+    by = {t["key"]: t for t in measure.join_tensors(events, lambda tx: 50_000, 0, wire=wire)}
+    assert by["a"]["netfct_s"] == pytest.approx(0.098)
+    for k in "bce":
+        assert by[k]["netfct_s"] is None and by[k]["t_wire_first_ns"] is None, k
+        assert by[k]["sendbuf_wait_s"] is None and by[k]["fct_s"] == pytest.approx(0.1), k
+    assert by["e"]["t_kernel_ns"] is None and by["e"]["sched_wait_s"] is None
+    assert by["d"]["censored"] and by["d"]["netfct_s"] is None
+    assert by["f"]["t_wire_first_ns"] == 2 * MS and by["f"]["t_wire_last_ns"] is None
+    assert by["f"]["netfct_s"] == pytest.approx(0.098)
+    b = measure.tensor_summary(list(by.values()))["by_class"]["all"]
+    assert (b["n"], b["censored"], b["netfct"]["n"], b["wire_missing"]) == (5, 1, 2, 3)
+    # no wire times at all (results from before them): every delivered tensor missing
+    old = measure.join_tensors(events, lambda tx: 50_000, 0)
+    assert measure.tensor_summary(old)["by_class"]["all"]["wire_missing"] == 5
+    assert measure.tensor_summary(old)["by_class"]["all"]["netfct"]["mean_s"] is None
+
+
 def test_p99_is_nearest_rank():
     assert measure.p99(list(range(1, 101))) == 99
     assert measure.p99(list(range(1, 201))) == 198

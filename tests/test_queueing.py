@@ -223,7 +223,9 @@ def _fake(spec):
     head = {"scheme": spec.scheme, "queueing": spec.queueing, "samples_per_s": 10 / fct,
             "iteration_time_s": fct, "cpu_bound": False}
     for cls in ("short", "long", "all", "trailing"):
-        head.update({f"{cls}_fct_mean_s": fct, f"{cls}_fct_p99_s": 2 * fct, f"{cls}_censored": 0})
+        head.update({f"{cls}_fct_mean_s": fct, f"{cls}_fct_p99_s": 2 * fct, f"{cls}_censored": 0,
+                     # network FCT (what paper vs ours compares): half of it, same ratios
+                     f"{cls}_netfct_mean_s": fct / 2, f"{cls}_netfct_p99_s": fct})
     return {"format": "talb-run/1", "config": {"workers": 4, "servers": 1, "arch": "ps"},
             "model": {"batch_size": 32}, "placement": {"workers": [], "servers": []},
             "fabric": {"queueing": {"mode": spec.queueing}}, "scaling": {"time_scale": 1.0},
@@ -251,6 +253,7 @@ def test_factorial_sweep_report(tmp_path):
     # paper vs ours pairs TaLB with bands against ECMP with FIFO, and says so
     row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT vs ECMP")
     assert "TaLB bands, ECMP fifo" in row["where"] and row["ours"].startswith("-75%")
+    assert row["ours_handoff"].startswith("-75%")        # the FCT from the hand-off: same sides
     # TaLB against each scheme: under the same queueing
     assert "| 0.8 | talb/fifo | ecmp/fifo |" in md and "| 0.8 | talb | ecmp |" in md
     for panels in res["plots"].values():

@@ -150,8 +150,13 @@ def _t(start_ms, done_ms, *, warmup=False, cls="short"):
             "fct_s": (done_ms - start_ms) / 1e3}
 
 
-def _fake_results(spec, *, cpu_bound=False):
-    """A results file with the fields the sweep reads (experiment.py's format)."""
+#: network FCT of the fakes: this share of their FCT (the rest: the socket buffer)
+NET_SHARE = 0.4
+
+
+def _fake_results(spec, *, cpu_bound=False, wire=True):
+    """A results file with the fields the sweep reads (experiment.py's format).
+    ``wire=False``: as recorded before wire times (no network FCT at all)."""
     base = {"ecmp": 0.100, "talb": 0.050}.get(spec.scheme, 0.080) * (1 + spec.load)
     jitter = 1 + 0.01 * spec.seed
     head = {"scheme": spec.scheme, "samples_per_s": 100.0 / base, "iteration_time_s": base,
@@ -160,6 +165,11 @@ def _fake_results(spec, *, cpu_bound=False):
         head[f"{cls}_fct_mean_s"] = base * jitter
         head[f"{cls}_fct_p99_s"] = 2 * base * jitter
         head[f"{cls}_censored"] = 0
+        if wire:
+            head[f"{cls}_netfct_mean_s"] = NET_SHARE * base * jitter
+            head[f"{cls}_netfct_p99_s"] = NET_SHARE * 2 * base * jitter
+            head[f"{cls}_sendbuf_wait_mean_s"] = (1 - NET_SHARE) * base * jitter
+            head[f"{cls}_wire_missing"] = 0
     workers = [f"h{i}" for i in range(spec.workers)]
     return {"format": "talb-run/1",
             "config": {"workers": spec.workers, "servers": spec.servers, "arch": spec.arch},
@@ -172,7 +182,11 @@ def _fake_results(spec, *, cpu_bound=False):
             # one connection h0 -> ps0: the second tensor is handed over at 10 ms but
             # can move only when the first is delivered at 50 ms: own service 30 of 70 ms
             "tensors": [_t(0, 500, warmup=True), _t(0, 50), _t(10, 80, cls="long"),
-                        {"fct_s": None, "warmup": False}],
+                        {"fct_s": None, "warmup": False}] if not wire else
+            # the same, with 20 ms and 35 ms of them in the socket buffer
+            [_t(0, 500, warmup=True), {**_t(0, 50), "sendbuf_wait_s": 0.020},
+             {**_t(10, 80, cls="long"), "sendbuf_wait_s": 0.035},
+             {"fct_s": None, "warmup": False}],
             "summary": {"cpu_guard": {"flagged": cpu_bound, "cpu_busy_mean": 0.5,
                                       "reason": "test"},
                         "bytes": {"expected_per_iteration": {"push_per_worker": 1_000_000,
@@ -255,22 +269,31 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     assert row0["rto_tail_pct"] == pytest.approx(0.0)      # none of the measured >= 200 ms
     # 50 + 70 ms of FCT, 50 + 30 ms of own service: 1/3 of it behind the first tensor
     assert row0["hol_pct"] == pytest.approx(100 / 3)
+    # 20 + 35 ms of the 50 + 70 ms in the socket buffer
+    assert row0["sendbuf_pct"] == pytest.approx(100 * 55 / 120)
+    assert row0["short_netfct_mean_s"] == pytest.approx(NET_SHARE * row0["short_fct_mean_s"])
+    assert row0["all_sendbuf_wait_mean_s"] == pytest.approx((1 - NET_SHARE) * row0["all_fct_mean_s"])
+    assert row0["all_wire_missing"] == 0
     assert row0["short_service_mean_s"] == pytest.approx(0.050)
-    assert "| hol | short service mean | access gap | tcp retrans | tcp timeouts | rto tail |" in md
+    assert ("| hol | sendbuf | short service mean | access gap | tcp retrans | tcp timeouts "
+            "| rto tail |") in md
     assert "rps, letflow, drill, conga" in md
     # ecmp at 0.8: talb has half ecmp's FCT at every seed in the fake -> -50%, paired;
     # the seed whose ecmp run is CPU-bound (if at 0.8) has nothing to pair
     row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT vs ECMP")
     assert row["paper"] == "−68%" and row["ours"].startswith("-50% [-50%, -50%]")
+    assert row["metric"] == "short_netfct_mean_s"        # the paper's FCT is the network's
+    assert row["ours_handoff"].startswith("-50% [-50%, -50%]")   # the hand-off FCT beside it
     assert row["verdict"] == "TaLB better" and row["p_holm"] < 0.05
     assert row["paper_effect"] == "excluded (ours above)"           # 0.32 < 0.5
     assert next(r for r in res["paper_vs_ours"]
                 if r["number"] == "short-flow AFCT vs RPS")["verdict"] == "not run"
     # results files without a pairing record (made before it existed): said so, no crash
     assert "**Pairing not recorded.**" in md and "testbed wall-clock (time scale 1:" in md
-    # every scheme pair at every point: ecmp-talb, 2 loads, 8 outcomes
+    assert "**FCT rows compare network FCT**" in md and "| short netfct mean |" in md
+    # every scheme pair at every point: ecmp-talb, 2 loads, 12 outcomes
     pairs = (tmp_path / "paired.csv").read_text().splitlines()
-    assert len(pairs) == 1 + 2 * 8
+    assert len(pairs) == 1 + 2 * 12
     assert "## Paired comparisons: TaLB against each scheme" in md
     for name, panels in res["plots"].items():
         assert (tmp_path / name).stat().st_size > 0
@@ -306,10 +329,10 @@ def test_point_with_every_seed_cpu_bound_says_so(tmp_path):
     assert pt["counted"] == 0 and pt["cpu_bound"] == 2 and pt["est"]["all_fct_mean_s"].mean is None
 
 
-def _sweep(tmp_path, schemes, seeds, bound=lambda spec: False):
+def _sweep(tmp_path, schemes, seeds, bound=lambda spec: False, wire=True):
     p = build_plan(None, implemented=ALL, schemes=schemes, loads=[0.8], seeds=seeds)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(
-        json.dumps(_fake_results(s, cpu_bound=bound(s)))), progress=False)
+        json.dumps(_fake_results(s, cpu_bound=bound(s), wire=wire))), progress=False)
     return finish(p, tmp_path)
 
 
@@ -320,8 +343,9 @@ def test_headline_pairs_by_seed_and_names_the_unpaired(tmp_path):
     assert row["n"] == 2 and row["unpaired_seeds"] == [2]
     md = (tmp_path / "summary.md").read_text()
     assert "| 2 (seed 2 unpaired) |" in md
-    # TaLB at half ECMP's FCT at each seed: the difference is -0.09 s x (1 + 0.01 seed)
-    assert row["pair"].diff.mean == pytest.approx(-0.09 * (1.01 + 1.03) / 2)
+    # TaLB at half ECMP's network FCT at each seed: -0.09 s x NET_SHARE x (1 + 0.01 seed)
+    assert row["pair"].diff.mean == pytest.approx(-0.09 * NET_SHARE * (1.01 + 1.03) / 2)
+    assert row["pair_handoff"].diff.mean == pytest.approx(-0.09 * (1.01 + 1.03) / 2)
     assert row["paper_effect"] == "excluded (ours above)"
 
 
@@ -329,6 +353,29 @@ def test_headline_without_talb_says_so(tmp_path):
     res = _sweep(tmp_path, ["ecmp", "rps"], 2)
     row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT vs ECMP")
     assert row["verdict"] == "TaLB not run" and row["unpaired_seeds"] == [] and row["n"] == 0
+
+
+def test_runs_from_before_wire_times_report_no_network_fct(tmp_path):
+    """Results recorded before wire times (the committed ones): the report is
+    made, the FCT rows say network FCT is not available and keep the FCT from
+    the hand-off beside; nothing is made up."""
+    res = _sweep(tmp_path, ["ecmp", "talb"], 3, wire=False)
+    for number in ("short-flow AFCT vs ECMP", "short-flow p99 FCT vs ECMP",
+                   "long-flow AFCT vs ECMP", "overall AFCT vs ECMP"):
+        row = next(r for r in res["paper_vs_ours"] if r["number"] == number)
+        assert row["verdict"].startswith("no network FCT in these runs"), row["verdict"]
+        assert row["n"] == 0 and row["ours"] == "-" and row["paper_effect"] == "-"
+        assert row["ours_handoff"].startswith("-50% [-50%, -50%]")
+    assert next(r for r in res["paper_vs_ours"]
+                if r["number"] == "short-flow AFCT vs RPS")["verdict"] == "not run"
+    speed = next(r for r in res["paper_vs_ours"] if r["number"] == "training speed vs ECMP")
+    assert speed["verdict"] == "TaLB better"          # the rest of the table as before
+    assert all(r.get("short_netfct_mean_s") is None and r.get("sendbuf_pct") is None
+               for r in res["rows"])
+    pt = next(q for q in res["points"] if q["scheme"] == "talb")
+    assert pt["est"]["short_netfct_mean_s"].mean is None
+    md = (tmp_path / "summary.md").read_text()
+    assert "no network FCT in these runs" in md
 
 
 def test_bootstrap_shown_from_ten_pairs(tmp_path):

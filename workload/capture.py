@@ -50,13 +50,16 @@ class PortCapture:
 
 
 def start_capture(netns: str, ifname: str, pcap: Path, *, direction: str = "out",
-                  bpf_filter: str = TAGGED_FILTER, timeout: float = 10.0) -> PortCapture:
-    """tcpdump on one port; returns once it is listening."""
+                  bpf_filter: str = TAGGED_FILTER, timeout: float = 10.0,
+                  nano: bool = False) -> PortCapture:
+    """tcpdump on one port; returns once it is listening. ``nano``: the
+    pcap's timestamps in nanoseconds (CLOCK_REALTIME, as every capture's)."""
     # --immediate-mode: without it packets reach tcpdump a ring block at a time
     # (or after a 1 s timeout), and a capture stopped right after a short run
     # loses them all.
     argv = ["tcpdump", "-i", ifname, "-Q", direction, "-s", str(SNAPLEN), "-n", "-U",
-            "--immediate-mode", "-w", str(pcap), bpf_filter]
+            "--immediate-mode", *(["--time-stamp-precision", "nano"] if nano else []),
+            "-w", str(pcap), bpf_filter]
     proc = ns_popen(netns, argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + timeout

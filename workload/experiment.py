@@ -690,6 +690,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
             nodes.drain(on_event)
         duration = time.monotonic() - t0
         training_end_ns = time.monotonic_ns()
+        # every tensor is through the senders' TC egress: their wire times
+        wire, wire_info = read_wire_times(cfg.prefix, node_hosts, nodes.events)
         # the training's counters, before the background's rest runs alone
         counters_after = ports.read() if ports else None
         queues_after = queues_before and measure.read_port_queues(cfg.prefix, topo)
@@ -731,7 +733,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     results = _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, nodes.events,
                        duration, tcp_before, tcp_after, counters_before, counters_after, topo,
                        sampler.samples, have_links, background,
-                       queues=(queues_before, queues_after), pairing=pairing)
+                       queues=(queues_before, queues_after), pairing=pairing,
+                       wire=(wire, wire_info))
     if fault is not None:
         results["fault"] = faults.report(fault, results["tensors"])
     path = _results_path(cfg)
@@ -741,6 +744,42 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
     tmp.replace(path)
     results["path"] = str(path)
     return results
+
+
+#: where a run's wire times come from (results["wire"]["point"], docs/workload.md)
+WIRE_POINT = ("the sending host's TC egress (bpf/host_tc.c, map tensor_wire): before the "
+              "host's own qdisc, i.e. handed to the host's NIC queue")
+
+
+def read_wire_times(prefix: str, node_hosts: list, events: list[dict]) -> tuple[dict, dict]:
+    """Every sent tensor's entry in its sending host's ``tensor_wire`` map:
+    ({(node, tensor_id): {first_ns, last_ns, latest_ns, packets}}, what was
+    read: entries found per host and the hosts whose map could not be read,
+    with why). One lookup per tensor; ids are unique per host."""
+    from agent.host_maps import HostMaps
+
+    ids: dict[str, list[tuple[int, int]]] = {}
+    for e in events:
+        if e["ev"] == "tx":
+            ids.setdefault(node_hosts[e["src"]].name, []).append((e["src"], e["tensor_id"]))
+    wire, found, errors = {}, {}, {}
+    for host, pairs in ids.items():
+        try:
+            maps = HostMaps(paths.pin_dir(prefix, host))
+        except (OSError, ValueError) as exc:   # no pin (a testbed of an older build), layout
+            errors[host] = str(exc)
+            continue
+        try:
+            got = maps.wire_times({tid for _, tid in pairs})
+        finally:
+            maps.close()
+        for node, tid in pairs:
+            w = got.get(tid)
+            if w is not None:
+                wire[(node, tid)] = {"first_ns": w.first_ns, "last_ns": w.last_ns,
+                                     "latest_ns": w.latest_ns, "packets": w.packets}
+        found[host] = len(got)
+    return wire, {"point": WIRE_POINT, "entries": found, "errors": errors}
 
 
 def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
@@ -755,6 +794,11 @@ def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
         row[f"{name}_fct_mean_s"] = block["mean_s"]
         row[f"{name}_fct_p99_s"] = block["p99_s"]
         row[f"{name}_censored"] = block["censored"]
+        # network FCT (first packet on the wire -> delivered) and the send-buffer wait
+        row[f"{name}_netfct_mean_s"] = block["netfct"]["mean_s"]
+        row[f"{name}_netfct_p99_s"] = block["netfct"]["p99_s"]
+        row[f"{name}_sendbuf_wait_mean_s"] = block["sendbuf_wait"]["mean_s"]
+        row[f"{name}_wire_missing"] = block["wire_missing"]
     return row
 
 
@@ -769,9 +813,9 @@ def _target_bytes_fn(cfg, parts, n_workers):
 
 def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events, duration,
              tcp_before, tcp_after, c_before, c_after, topo, samples, have_links,
-             background, queues=(None, None), pairing=None) -> dict:
+             background, queues=(None, None), pairing=None, wire=(None, None)) -> dict:
     n = cfg.workers
-    tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup)
+    tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup, wire[0])
     iterations = measure.iteration_records(events, n, cfg.warmup)
     if cfg.arch == "ps":
         expected = pattern.bytes_per_iteration(parts, n, cfg.servers)
@@ -807,6 +851,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "duration_s": duration,               # nodes started to nodes done
         "training_s": training_s,             # first tensor sent to last received
         "pairing": pairing,                   # the start instant and what each run saw of the plan
+        "wire": wire[1],                      # where the tensors' wire times come from
         "summary": {
             "tensors": summary_tensors,
             "layers": measure.layer_records(events, cfg.warmup),

@@ -1,12 +1,35 @@
 """Measurement of a training run: per-tensor records, summaries, kernel TCP
 counters, switch port counters and the CPU guard.
 
-Definitions (docs/workload.md, "Measurement"):
+Definitions (docs/workload.md, "Measurement"). Per tensor, five times,
+CLOCK_MONOTONIC ns (one clock for every namespace of the machine, and the
+clock of bpf_ktime_get_ns):
 
-* FCT of a tensor: from the moment its sender hands it to the socket
-  (``time.monotonic_ns()`` just before ``TensorSender.send``) to the moment
-  the receiving application has its last byte. CLOCK_MONOTONIC is one clock
-  for every namespace of the machine.
+  t_admit_ns       the scheduler admits it (a worker's first send of a
+                   partition; None where no scheduler decides: PULLs, later
+                   ring steps)
+  t_start_ns       the sender calls TensorSender.send
+  t_kernel_ns      its first byte is handed to the kernel (first send call)
+  t_wire_first_ns  its first packet passes the sending host's TC egress
+  t_wire_last_ns   its latest packet does (retransmissions included)
+  t_delivered_ns   the receiving application has its last byte (= t_done_ns)
+
+and from them:
+
+* FCT (``fct_s``): t_start -> delivered, the hand-off to the socket to
+  delivery (the definition of every result before network FCT).
+* Network FCT (``netfct_s``): t_wire_first -> delivered, the paper's flow
+  FCT (from the flow's first packet). TC egress runs before the host's own
+  qdisc: "on the wire" is "handed to the host's NIC queue", which, as in the
+  paper's simulator, makes the host's NIC queue part of the FCT.
+* Send-buffer wait (``sendbuf_wait_s``): t_kernel -> t_wire_first, behind
+  the connection's earlier bytes in the socket (and TCP's window).
+* Scheduler wait (``sched_wait_s``): t_admit -> t_kernel.
+* Wire times come from the host program's ``tensor_wire`` map, joined by
+  (sending node, tensor id); a tensor delivered without them (no entry, an
+  entry older than its hand-off to the kernel: another tensor of the same
+  id, or results from before wire times) is counted ``wire_missing``, never
+  given a network FCT.
 * Classes by the tensor's size *at target scale*, as the paper: short <=
   100 KB, long >= 1 MB, the rest "medium" (counted in "all" only).
 * A tensor sent and never received is *censored*: counted, never given an
@@ -65,31 +88,67 @@ def p99(values: list[float]) -> float:
 def stats(values: list[float], censored: int = 0) -> dict:
     """n, mean and p99 of the finished values; censored ones only counted."""
     out = {"n": len(values), "censored": censored}
-    if values:
-        out.update(mean_s=statistics.fmean(values), p99_s=p99(values), max_s=max(values))
-    else:
-        out.update(mean_s=None, p99_s=None, max_s=None)
+    out.update(_moments(values))
     return out
 
 
+def _moments(values: list[float]) -> dict:
+    if values:
+        return {"mean_s": statistics.fmean(values), "p99_s": p99(values), "max_s": max(values)}
+    return {"mean_s": None, "p99_s": None, "max_s": None}
+
+
+def _span_s(a: int | None, b: int | None) -> float | None:
+    return (b - a) / 1e9 if a is not None and b is not None else None
+
+
+def wire_entry(tx: dict, entry: dict | None) -> dict | None:
+    """The host program's entry for the tensor of ``tx`` if it is this
+    tensor's: its first packet passed egress no earlier than its first byte
+    went to the kernel (an earlier one is another tensor that had the same id,
+    ids coming back after ~17.5 min). ``entry``: {first_ns, last_ns (0: the
+    last byte never went out), latest_ns, packets} (agent.host_maps.HostWire
+    as a dict)."""
+    if entry is None:
+        return None
+    since = tx.get("t_kernel_ns") or tx["t_ns"]
+    return entry if entry["first_ns"] >= since else None
+
+
 # --- per-tensor records ---------------------------------------------------------------
-def join_tensors(events: list[dict], target_bytes_of, warmup: int) -> list[dict]:
+def join_tensors(events: list[dict], target_bytes_of, warmup: int,
+                 wire: dict | None = None) -> list[dict]:
     """One record per message sent (tx), with its receipt (rx) if any.
-    ``target_bytes_of(tx)`` gives a message's size at target scale."""
+    ``target_bytes_of(tx)`` gives a message's size at target scale.
+    ``wire``: {(sending node, tensor_id): {first_ns, last_ns, latest_ns,
+    packets}} read from the sending hosts' ``tensor_wire`` maps (None: no
+    wire times, every tensor's are missing)."""
     rx = {e["k"]: e for e in events if e["ev"] == "rx"}
+    wire = wire or {}
     out = []
     for e in events:
         if e["ev"] != "tx":
             continue
         r = rx.get(e["k"])
         target = target_bytes_of(e)
+        done = r["t_ns"] if r else None
+        kernel = e.get("t_kernel_ns")
+        w = wire_entry(e, wire.get((e["src"], e["tensor_id"])))
+        first = w["first_ns"] if w else None
+        last = (w["last_ns"] or None) if w else None      # 0: the last byte never went out
         out.append({
             "key": e["k"], "kind": e["kind"], "src": e["src"], "dst": e["dst"],
             "iteration": e["it"], "partition": e["pid"], "step": e["step"], "layer": e["layer"],
             "bytes": e["bytes"], "target_bytes": target, "class": size_class(target),
             "tensor_id": e["tensor_id"], "t_admit_ns": e.get("t_admit_ns"), "t_start_ns": e["t_ns"],
-            "t_done_ns": r["t_ns"] if r else None,
-            "fct_s": (r["t_ns"] - e["t_ns"]) / 1e9 if r else None,
+            "t_kernel_ns": kernel, "t_wire_first_ns": first, "t_wire_last_ns": last,
+            "t_wire_latest_ns": w["latest_ns"] if w else None,
+            "wire_packets": w["packets"] if w else None,
+            "t_done_ns": done, "t_delivered_ns": done,
+            "fct_s": _span_s(e["t_ns"], done),
+            "netfct_s": _span_s(first, done),
+            "sendbuf_wait_s": _span_s(kernel, first),
+            "sched_wait_s": _span_s(e.get("t_admit_ns"), kernel),
             "ok": bool(r and r["ok"]), "censored": r is None,
             "warmup": e["it"] < warmup,
         })
@@ -104,8 +163,17 @@ def tensor_summary(tensors: list[dict], workers: int | None = None) -> dict:
     measured = [t for t in tensors if not t["warmup"]]
 
     def block(ts):
-        return stats([t["fct_s"] for t in ts if not t["censored"]],
-                     sum(t["censored"] for t in ts))
+        """Today's FCT (n, censored, mean_s, p99_s, max_s) and beside it,
+        over the delivered tensors, network FCT, send-buffer wait and
+        scheduler wait (each n, mean_s, p99_s, max_s), and how many
+        delivered tensors lack wire times (no network FCT)."""
+        done = [t for t in ts if not t["censored"]]
+        out = stats([t["fct_s"] for t in done], len(ts) - len(done))
+        for name in ("netfct", "sendbuf_wait", "sched_wait"):
+            vals = [t[f"{name}_s"] for t in done if t.get(f"{name}_s") is not None]
+            out[name] = {"n": len(vals), **_moments(vals)}
+        out["wire_missing"] = len(done) - out["netfct"]["n"]
+        return out
 
     by_class = {c: block([t for t in measured if t["class"] == c])
                 for c in ("short", "medium", "long")}

@@ -98,7 +98,10 @@ class RingOverrunError(TensorSenderError):
 @dataclass(frozen=True)
 class TensorRecord:
     """What was sent. Stream offsets count the connection's payload bytes
-    from 0 (not modulo 2^32); the tensor is [stream_start, stream_end)."""
+    from 0 (not modulo 2^32); the tensor is [stream_start, stream_end).
+    ``t_kernel_ns``: ``time.monotonic_ns()`` just before the tensor's first
+    byte was handed to the kernel (its first ``send`` call, after any wait
+    for a free ring slot): where the socket buffer's wait begins."""
 
     tensor_id: int
     layer: int
@@ -107,6 +110,7 @@ class TensorRecord:
     mss: int
     stream_start: int
     stream_end: int
+    t_kernel_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -374,11 +378,13 @@ class TensorSender:
                              f"16-bit tensor_len ({MAX_TENSOR_PKTS} packets); partition the tensor")
         start = self.stream_offset()
         slot = self._free_slot(layer, nbytes, start)
-        rec = TensorRecord(self.ids.next_id(), layer, nbytes, len_pkts, mss, start, start + nbytes)
-        self._ring.desc[slot] = HostDesc(start & _U32, rec.stream_end & _U32, rec.tensor_id,
+        tensor_id = self.ids.next_id()
+        self._ring.desc[slot] = HostDesc(start & _U32, (start + nbytes) & _U32, tensor_id,
                                          len_pkts, mss, layer)
-        self._slots[slot] = rec
         self._write_ring()  # before the first byte leaves
+        rec = TensorRecord(tensor_id, layer, nbytes, len_pkts, mss, start, start + nbytes,
+                           time.monotonic_ns())
+        self._slots[slot] = rec
         sent = 0
         try:
             while sent < nbytes:
@@ -386,7 +392,7 @@ class TensorSender:
         except BaseException:
             if sent:
                 self._slots[slot] = TensorRecord(rec.tensor_id, layer, sent, len_pkts, mss,
-                                                 start, start + sent)
+                                                 start, start + sent, rec.t_kernel_ns)
                 self._ring.desc[slot].stream_end = (start + sent) & _U32
             else:
                 self._slots[slot] = None

@@ -13,16 +13,27 @@ from bench.sweep.stats import Estimate, estimate
 
 #: the numbers a point reports: outcomes (headline fields of the results file,
 #: plus the ideal gap) and where the time went (mechanism)
+#: (FCT: from the hand-off to the socket; network FCT, "netfct": from the first
+#: packet on the wire, docs/workload.md "Measurement"; results files from before
+#: wire times have no network FCT: None here, never a value made up)
 OUTCOME_METRICS = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
+                   "short_netfct_mean_s", "short_netfct_p99_s", "long_netfct_mean_s",
+                   "all_netfct_mean_s",
                    "trailing_fct_mean_s", "trailing_fct_p99_s", "samples_per_s", "ideal_gap")
-MECHANISM_METRICS = ("hol_pct", "short_service_mean_s", "access_gap", "tcp_retrans_pct",
+MECHANISM_METRICS = ("hol_pct", "sendbuf_pct", "short_service_mean_s", "access_gap",
+                     "tcp_retrans_pct",
                      "tcp_timeouts", "rto_tail_pct",
                      "uplink_spread", "drops_to_host", "drops_leaf_up", "drops_spine_down")
 #: Linux's minimum retransmission timeout: a tensor slower than this most
 #: likely waited for one (its FCT is a timeout, not a queue)
 TCP_RTO_MIN_S = 0.200
 METRICS = OUTCOME_METRICS + MECHANISM_METRICS
-CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored")
+CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored",
+            "short_wire_missing", "long_wire_missing", "all_wire_missing",
+            "trailing_wire_missing")
+#: copied into runs.csv beside the metrics (no point estimate of their own)
+SENDBUF = ("short_sendbuf_wait_mean_s", "long_sendbuf_wait_mean_s", "all_sendbuf_wait_mean_s",
+           "trailing_sendbuf_wait_mean_s")
 #: the parameters that tell runs apart (a point: all of them but the seed)
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
@@ -92,6 +103,17 @@ def service_times(tensors: list[dict]) -> list[tuple[dict, float]]:
     return out
 
 
+def sendbuf_pct(tensors: list[dict]) -> float | None:
+    """% of the FCT (hand-off to delivery) of the measured tensors with wire
+    times spent in the sender's socket buffer: from their first byte to the
+    kernel to their first packet on the wire. None without wire times (results
+    from before them)."""
+    both = [t for t in tensors if not t.get("warmup") and t.get("sendbuf_wait_s") is not None
+            and t.get("fct_s")]
+    total = sum(t["fct_s"] for t in both)
+    return 100 * sum(t["sendbuf_wait_s"] for t in both) / total if total else None
+
+
 def _tcp(results: dict) -> tuple[float | None, int | None]:
     """Retransmitted share of the training hosts' segments (%) and their RTOs."""
     hosts = (results["summary"].get("tcp") or {}).get("per_host") or {}
@@ -116,6 +138,7 @@ def mechanism(results: dict, samples_per_s: float | None) -> dict:
         "access_gap": (1 - samples_per_s / bound) if bound and samples_per_s else None,
         "tcp_retrans_pct": retrans, "tcp_timeouts": timeouts,
         "hol_pct": 100 * (1 - sum(s for _, s in served) / sum(fcts)) if sum(fcts) else None,
+        "sendbuf_pct": sendbuf_pct(results.get("tensors", [])),
         "short_service_mean_s": sum(short) / len(short) if short else None,
         "rto_tail_pct": 100 * sum(f >= TCP_RTO_MIN_S for f in fcts) / len(fcts) if fcts else None,
         "uplink_spread": (summary.get("uplinks") or {}).get("mean_spread"),
@@ -151,7 +174,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["scheme_in_effect"] = head["scheme"]
     row["queueing_in_effect"] = ((res.get("fabric") or {}).get("queueing") or {}).get("mode", "bands")
     row["commit"] = (res.get("software") or {}).get("commit")
-    for k in (*METRICS, *CENSORED, "iteration_time_s"):
+    for k in (*METRICS, *CENSORED, *SENDBUF, "iteration_time_s"):
         if k in head:
             row[k] = head[k]
     ideal = ideal_samples_per_s(res)

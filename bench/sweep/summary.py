@@ -17,13 +17,20 @@ from bench.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_METRICS
 from bench.sweep.stats import BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
-#: against ECMP / RPS / CONGA
+#: against ECMP / RPS / CONGA. The paper's FCT is a flow's, from its first
+#: packet: ours to compare is the network FCT (first packet on the wire ->
+#: delivered, docs/workload.md), with the FCT from the hand-off to the socket
+#: (FCT_FROM_HANDOFF) shown beside it.
 PAPER_FCT = {
-    "short_fct_mean_s": ("short-flow AFCT", {"ecmp": 0.68, "rps": 0.55, "conga": 0.25}),
-    "short_fct_p99_s": ("short-flow p99 FCT", {"ecmp": 0.57, "rps": 0.42, "conga": 0.19}),
-    "long_fct_mean_s": ("long-flow AFCT", {"ecmp": 0.61, "rps": 0.51, "conga": 0.29}),
-    "all_fct_mean_s": ("overall AFCT", {"ecmp": 0.52, "rps": 0.34, "conga": 0.13}),
+    "short_netfct_mean_s": ("short-flow AFCT", {"ecmp": 0.68, "rps": 0.55, "conga": 0.25}),
+    "short_netfct_p99_s": ("short-flow p99 FCT", {"ecmp": 0.57, "rps": 0.42, "conga": 0.19}),
+    "long_netfct_mean_s": ("long-flow AFCT", {"ecmp": 0.61, "rps": 0.51, "conga": 0.29}),
+    "all_netfct_mean_s": ("overall AFCT", {"ecmp": 0.52, "rps": 0.34, "conga": 0.13}),
 }
+#: network FCT metric -> the same statistic of the FCT from the hand-off
+FCT_FROM_HANDOFF = {m: m.replace("_netfct_", "_fct_") for m in PAPER_FCT}
+#: the verdict of a network-FCT row whose runs never recorded wire times
+NO_NETFCT = "no network FCT in these runs (recorded before wire times: see the FCT column)"
 PAPER_SPEEDUP = 2.37    # "training speed up to 2.37x" (issue 11; testbed, sec. IV-B)
 PAPER_LOAD = 0.8
 ANALYSIS_FILE = "analysis.md"
@@ -141,6 +148,13 @@ def _missing(rows, pts, base, kw, ta=None, ba=None) -> str:
     return "no data"
 
 
+def _recorded(rows, metric, kw) -> bool:
+    """Some counted run at ``kw`` (any scheme) carries ``metric`` at all: a
+    results file from before it was recorded has no such key."""
+    return any(metric in r for r in rows
+               if r["status"] == "ok" and all(r.get(k) == v for k, v in kw.items()))
+
+
 def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
     ta, ba = paper_sides(pts, base)
     where += _sides_note(ta, ba)
@@ -150,10 +164,18 @@ def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
     row = {"number": number, "paper": paper, "metric": metric, "pair": pr, "where": where,
            "n": pr.n, "unpaired_seeds": lone, "talb_ms": _fmt(t, k), "base_ms": _fmt(b, k),
            "ours": _ratio(pr, metric), "diff": _diff(pr, metric), "p": pr.p,
-           "p_equiv": pr.p_equiv, "paper_effect": "-"}
+           "p_equiv": pr.p_equiv, "paper_effect": "-", "ours_handoff": "-"}
+    if metric in FCT_FROM_HANDOFF:        # the same number on the FCT from the hand-off
+        old = FCT_FROM_HANDOFF[metric]
+        pr_old, _ = compare(rows, old, {**kw, **ta}, {**kw, **ba})
+        row["pair_handoff"] = pr_old
+        row["ours_handoff"] = _ratio(pr_old, old)
     if pr.n == 0:
         if find(pts, scheme="talb") is None:
             row["verdict"] = "TaLB not run"
+        elif metric in FCT_FROM_HANDOFF and find(pts, scheme=base) is not None \
+                and not _recorded(rows, metric, kw) and _recorded(rows, FCT_FROM_HANDOFF[metric], kw):
+            row["verdict"] = NO_NETFCT
         elif t.mean is None or b.mean is None:
             row["verdict"] = _missing(rows, pts, base, kw, ta, ba)
         else:
@@ -230,14 +252,15 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
 
 def _headline_md(pvo) -> list[str]:
     cols = ["number", "paper", "ours: TaLB/baseline − 1 [95% CI]", "TaLB − baseline [95% CI]",
-            "where", "n", "p (Holm)", "verdict", "paper's effect"]
+            "where", "n", "p (Holm)", "verdict", "paper's effect",
+            "FCT from the hand-off: TaLB/baseline − 1"]
     body = []
     for r in pvo:
         p = _p(r["p"]) + (f" ({_p(r.get('p_holm'))})" if r["holm"] and r["p"] is not None else "")
         n = f"{r['n']}" + (f" (seed {', '.join(map(str, r['unpaired_seeds']))} unpaired)"
                            if r["unpaired_seeds"] else "")
         body.append([r["number"], r["paper"], r["ours"], r["diff"], r["where"], n, p,
-                     r["verdict"], r["paper_effect"]])
+                     r["verdict"], r["paper_effect"], r.get("ours_handoff", "-")])
     return [_md_table(cols, body)]
 
 
@@ -696,7 +719,13 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "0.05), else **inconclusive**. *Paper's effect*: whether the paper's ratio (e.g. "
           "−68% → 0.32) lies outside our 95% interval of the ratio (*excluded*: our data "
           "rule it out). The paper's FCT numbers come from its 100G simulation (sec. V-B), "
-          "its speed-up from its testbed (sec. IV-B).", "",
+          "its speed-up from its testbed (sec. IV-B). **FCT rows compare network FCT**: from "
+          "a tensor's first packet on the wire (handed to the sending host's NIC queue) to its "
+          "delivery, as the paper's flow FCT starts at the flow's first packet; the last "
+          "column gives the same ratio on the FCT from the hand-off to the socket, which also "
+          "counts the wait in the sender's socket buffer behind the connection's earlier "
+          "tensors (docs/workload.md, \"Measurement\"). Runs recorded before wire times have "
+          "no network FCT: their FCT rows say so and keep only that column.", "",
           *_headline_md(pvo), "",
           _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
           "run on both sides." + _sides_md(pvo), "", pairing.verdict_line(pairs), ""]
@@ -714,13 +743,19 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "testbed wall-clock (see *Paper vs ours*). The intervals draw the plots' error bars; "
           "whether two schemes differ is the paired comparisons' call, not whether these "
           "overlap.", ""]
-    L += [_points_table(pts, OUTCOME_METRICS), "", "`ideal gap` in % (1 − samples/s over the "
+    L += [_points_table(pts, OUTCOME_METRICS), "", "`fct`: from the hand-off to the socket; "
+          "`netfct`: network FCT, from the first packet on the wire ('-' for runs recorded "
+          "before wire times; tensors delivered without wire times are counted in runs.csv, "
+          "`*_wire_missing`). `ideal gap` in % (1 − samples/s over the "
           "compute-bound speed); censored tensors (sent, never received) are counted in "
           "runs.csv, never given an FCT.", ""]
     L += ["### Where the time goes", "",
           "Per point: `hol` % of all tensors' FCT spent behind earlier tensors of the same "
           "TCP connection (head of line: TCP delivers a connection's bytes in order, so no "
-          "path or queue priority shortens it); `short service mean` ms a short tensor's own "
+          "path or queue priority shortens it); `sendbuf` % of the FCT of the tensors with "
+          "wire times spent in the sender's socket buffer, from their first byte to the kernel "
+          "to their first packet on the wire ('-': runs from before wire times); "
+          "`short service mean` ms a short tensor's own "
           "time, from when it could first move to its delivery (bench/sweep/results.py "
           "service_times); `access gap` % = 1 − samples/s over the speed the hosts' own links allow "
           "(every iteration at least its compute and the busiest host link's training bytes, "

@@ -14,8 +14,11 @@ Records:
                                                       the run's start instant t0 came (on stdin
                                                       at t_recv_ns); the node goes on at t_ns
   {"ev": "tx", "k": key, "kind", "src", "dst", "it", "pid", "step", "layer",
-   "bytes", "tensor_id", "t_ns", "t_admit_ns"}        about to hand a message to the socket
-                                                      (t_admit_ns: when the scheduler let it start)
+   "bytes", "tensor_id", "t_ns", "t_admit_ns", "t_kernel_ns"}
+                                                      a message handed to the socket: t_ns
+                                                      just before TensorSender.send, t_admit_ns
+                                                      when the scheduler let it start,
+                                                      t_kernel_ns its first byte to the kernel
   {"ev": "rx", "k": key, "ok", "t_ns"}                the receiver's application has its last byte
   {"ev": "iter", "node", "it", "t_ns"}                a worker starts iteration it's forward pass
                                                       (layer 0's parameters of it-1 are back)
@@ -119,7 +122,8 @@ def send_message(sender, kind: str, src: int, dst: int, it: int, p: Partition, s
     rec = sender.send(head + body, layer=p.layer)
     emit({"ev": "tx", "k": key, "kind": kind, "src": src, "dst": dst, "it": it, "pid": p.pid,
           "step": step, "layer": p.layer, "bytes": HEADER.size + nbytes,
-          "tensor_id": rec.tensor_id, "t_ns": t, "t_admit_ns": t_admit_ns})
+          "tensor_id": rec.tensor_id, "t_ns": t, "t_admit_ns": t_admit_ns,
+          "t_kernel_ns": rec.t_kernel_ns})
 
 
 def send_ack(sock: socket.socket, src: int, dst: int, it: int, p: Partition) -> None:

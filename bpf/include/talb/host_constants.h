@@ -18,6 +18,18 @@
 #define HOST_RING_SLOTS         32
 #define HOST_MAX_TAGGED_FLOWS   1024    /* flow_rings: sockets with a TensorSender */
 #define HOST_MAX_FLOWS          16384   /* flow_isn (LRU): connections seen opening */
+/* tensor_wire (LRU): tensors whose egress times the host keeps. A `talb run`
+ * reads them when its nodes are done; its busiest host sends a few thousand
+ * tensors (fig4: 7,875), and the oldest entries (earlier runs) go first.
+ * ~90 bytes an entry in the kernel: ~6 MB per host. */
+#define HOST_MAX_WIRE_TENSORS   65536
+
+/* ---- tensor_wire: when a tensor's packets pass TC egress --------------
+ * An entry idle for longer than this is another tensor with the same id
+ * (Snowflake ids come back after 2^20 ms ~ 17.5 min, workload/snowflake.py):
+ * its next packet starts the entry afresh. Far above any gap inside one
+ * tensor (TCP's longest RTO backoff is 120 s), far below the id's period. */
+#define HOST_WIRE_STALE_NS      (300ULL * 1000 * 1000 * 1000)   /* 300 s */
 
 /* ---- flow_isn value flags (struct host_isn.flags) ---------------------- */
 /* The ISN came from our own SYN (active open, connect()). Linux counts the

@@ -25,6 +25,16 @@ TALB_MAP("lru_hash", struct host_flow_key, struct host_isn, flow_isn, HOST_MAX_F
  * also deletes it (close()). Not LRU: a ring must never vanish under a
  * sender; a full map is a clear error in the library instead. */
 TALB_MAP("hash", struct host_flow_key, struct host_ring, flow_rings, HOST_MAX_TAGGED_FLOWS);
+/* tensor_id -> when its packets passed TC egress (host_note_wire). Keyed by
+ * the id alone: ids are unique per host across its processes and
+ * connections (workload/id_slots.py). LRU: nobody deletes entries; a run
+ * reads its tensors' entries when its nodes are done. Not per-CPU: one
+ * tensor's packets all come from one TCP socket, whose transmissions
+ * (process context, softirq ACK clocking, retransmission timer) the kernel
+ * serialises under the socket's lock, so an entry is never updated by two
+ * CPUs at once, and a per-CPU value would only multiply the memory by the
+ * CPUs and leave the minimum and maximum to user space. */
+TALB_MAP("lru_hash", __u32, struct host_wire, tensor_wire, HOST_MAX_WIRE_TENSORS);
 /* HOST_CNT_* -> packets, per CPU */
 TALB_MAP("percpu_array", __u32, __u64, counters, HOST_NR_COUNTERS);
 

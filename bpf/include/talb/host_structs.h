@@ -47,4 +47,18 @@ struct host_ring {
 	struct host_desc desc[HOST_RING_SLOTS];
 };
 
+/* tensor_wire value: when the host's tagged packets of one tensor passed
+ * TC egress (bpf_ktime_get_ns, CLOCK_MONOTONIC: the clock of the
+ * workload's time.monotonic_ns stamps). TC egress runs before the host's
+ * own qdisc: these are the times a packet was handed to the host's NIC
+ * queue (docs/workload.md, "Measurement"). */
+struct host_wire {
+	__u64 first_ns;         /* the tensor's first tagged packet */
+	__u64 last_ns;          /* the first time the packet with its last byte
+				   (LAST) passed; 0 until it has */
+	__u64 latest_ns;        /* its latest packet, retransmissions included */
+	__u32 packets;          /* tagged packets, retransmissions included */
+	__u32 reserved;         /* 0 */
+};
+
 #endif /* TALB_HOST_STRUCTS_H */

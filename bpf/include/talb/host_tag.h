@@ -7,6 +7,8 @@
  *   host_find_desc()   stream offset -> the descriptor owning it
  *   host_build_l3()    base IPv4 header + descriptor -> the 32-byte header
  *                      to write back (IHL 8, total length + 12, checksum)
+ *   host_note_wire()   a tagged packet passes: its tensor's egress times
+ *                      (tensor_wire)
  *
  * Needs talb/host_maps.h included before it.
  */
@@ -124,6 +126,37 @@ static __always_inline void host_build_l3(union host_l3 *out,
 	out->h.opt.pkt_idx = bpf_htons((__u16)idx);
 	out->h.ip.check = host_csum_fold(bpf_csum_diff(NULL, 0, out->words,
 						       sizeof(out->words), 0));
+}
+
+/* A packet of tensor `tensor_id` (host byte order) leaves tagged now,
+ * `opt_flags` its option's flags byte. The tensor's first packet starts its
+ * tensor_wire entry, and so does the first one after HOST_WIRE_STALE_NS of
+ * silence (the entry is an earlier tensor that had the same id); every
+ * packet moves latest_ns and counts; the first pass of the LAST packet sets
+ * last_ns (a retransmission of it does not: the receiver may have had the
+ * byte long before, e.g. a tail loss probe). Plain stores: the packets of
+ * one tensor are sent under one socket's lock (talb/host_maps.h). */
+static __always_inline void host_note_wire(__u32 tensor_id, __u8 opt_flags)
+{
+	__u64 now = bpf_ktime_get_ns();
+	int last = (opt_flags & TALB_IPOPT_F_LAST) != 0;
+	struct host_wire fresh = {};
+	struct host_wire *w;
+
+	w = tensor_wire.lookup(&tensor_id);
+	if (w && (__s64)(now - w->latest_ns) >= 0 &&
+	    now - w->latest_ns <= HOST_WIRE_STALE_NS) {
+		w->latest_ns = now;
+		w->packets += 1;
+		if (last && !w->last_ns)
+			w->last_ns = now;
+		return;
+	}
+	fresh.first_ns = now;
+	fresh.last_ns = last ? now : 0;
+	fresh.latest_ns = now;
+	fresh.packets = 1;
+	tensor_wire.update(&tensor_id, &fresh);
 }
 
 #endif /* TALB_HOST_TAG_H */
