@@ -413,7 +413,7 @@ def test_report_reads_runs_from_the_archive(tmp_path):
 def test_presets_carry_a_seed_rule_and_previews_do_not():
     fig10 = build_plan("fig10", implemented=ALL).seed_rule
     assert (fig10.first, fig10.cap, fig10.width, fig10.metric, fig10.loads) == \
-        (5, 10, 0.2, "short_fct_mean_s", (0.8,))
+        (5, 10, 0.2, "short_netfct_mean_s", (0.8,))
     assert {b for _, b in fig10.pairs} == {"ecmp", "rps", "conga"}
     assert build_plan("fig9", implemented=ALL).seed_rule.metric == "samples_per_s"
     assert build_plan("quick", implemented=ALL).seed_rule is None
