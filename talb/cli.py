@@ -102,6 +102,8 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--oversubscription", type=float, help="Derive the leaf-spine rate from this ratio instead of --link-rate.")
 @click.option("--queue-limit", help="Byte limit of each port queue, e.g. 150kb [150kb].")
 @click.option("--tcp-cc", help="Hosts' TCP congestion control: cubic, bbr or reno [cubic].")
+@click.option("--rto-min", help="Hosts' minimum TCP retransmission timeout, e.g. 10ms (a metric "
+                                "of their routes) [the kernel's: 200ms].")
 @click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
                                 "(parameters: `talb scheme NAME --param ...`).")
 @click.option("--datapath", type=click.Choice(testbed.DATAPATHS), default="bpf", show_default=True,
@@ -119,7 +121,7 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
                    "an error].")
 @PREFIX_OPTION
 def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_rate,
-               oversubscription, queue_limit, tcp_cc, scheme, datapath, replace, with_agent,
+               oversubscription, queue_limit, tcp_cc, rto_min, scheme, datapath, replace, with_agent,
                metrics_addr, metrics_port, prefix):
     """Build a fabric in network namespaces and attach the switch data path.
 
@@ -132,6 +134,7 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
         "spines": spines, "leaves": leaves, "hosts_per_leaf": hosts_per_leaf,
         "link_rate": link_rate, "host_link_rate": host_link_rate,
         "oversubscription": oversubscription, "tcp_cc": tcp_cc, "scheme": scheme,
+        "rto_min": rto_min,
     })
     if queue_limit is not None:
         data["queue"] = {**(data.get("queue") or {}), "limit": queue_limit}
