@@ -58,7 +58,8 @@ AGE_MAX_US = 100_000_000
 WINDOW_MAX_US = 10_000_000
 
 #: ``talb scheme --param`` keys of the timers -> the Timers field they follow
-PARAM_FIELDS = {"flowlet_us": "flowlet_us", "dre_us": "conga_dre_us", "age_us": "conga_age_us"}
+PARAM_FIELDS = {"flowlet_us": "flowlet_us", "dre_us": "conga_dre_us",
+                "alpha_shift": "conga_alpha_shift", "age_us": "conga_age_us"}
 
 
 @dataclass(frozen=True)
