@@ -450,7 +450,7 @@ def test_derived_timers_are_written_and_explicit_values_win(sw):
         cfg = control.read_config(sw.maps)
         assert (cfg["flowlet_timeout_us"], cfg["conga_dre_us"], cfg["conga_alpha_shift"],
                 cfg["conga_age_us"]) == (1940, 485, 3, 77_600)
-        assert control.set_scheme(sw.maps, "conga") == {
+        assert control.set_scheme(sw.maps, "conga", {"q_bits": "3"}) == {  # not a timer
             "flowlet_us": 1940, "dre_us": 485, "alpha_shift": 3, "q_bits": 3, "age_us": 77_600}
         assert control.set_scheme(sw.maps, "letflow", {"flowlet_us": "500"}) == {"flowlet_us": 500}
         assert control.set_scheme(sw.maps, "conga", {"age_us": "20000"}) == {
