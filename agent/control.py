@@ -24,7 +24,7 @@ from agent.maps import (
 
 __all__ = [
     "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
-    "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS",
+    "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS", "set_timers",
     "parse_params", "set_port_rates", "read_port_queues", "set_conga_leaves",
     "read_conga_tables", "set_release", "set_hash_seed",
     "set_talb_config",
@@ -331,6 +331,21 @@ def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
             raise SchemeError(f"--param {key}={raw}: must be {lo}..{hi}")
         setattr(cfg, field, value)
     cfg.scheme = scheme_id
+
+
+def set_timers(maps: SwitchMaps, timers) -> dict:
+    """Write the timers derived from the link rate (:class:`agent.timers.Timers`)
+    into the switch's config in one write: LetFlow's and CONGA's flowlet gap,
+    CONGA's T_dre, alpha and remote-metric age (docs/schemes.md, "Timers
+    follow the link rate"). `talb testbed up` does it once, before any
+    traffic; a later ``talb scheme --param`` overrides any of them. Returns
+    the scheme's effective parameters."""
+    with config_update(maps) as cfg:
+        cfg.flowlet_timeout_us = int(timers.flowlet_us)
+        cfg.conga_dre_us = int(timers.conga_dre_us)
+        cfg.conga_alpha_shift = int(timers.conga_alpha_shift)
+        cfg.conga_age_us = int(timers.conga_age_us)
+    return scheme_params(maps)
 
 
 # --- links: what DRILL's queue estimate drains at -----------------------------------

@@ -43,7 +43,7 @@ log = logging.getLogger("talb.agent")
 
 __all__ = ["AgentError", "start_background", "stop_background", "running_pid", "pid_file",
            "log_file", "lock_file", "served_prefix", "run", "build", "config_argv",
-           "metrics_endpoint", "serve_metrics"]
+           "metrics_endpoint", "serve_metrics", "derived_window"]
 
 
 class AgentError(RuntimeError):
@@ -318,6 +318,28 @@ def config_argv(config: AgentConfig) -> list[str]:
     return argv
 
 
+def derived_window(prefix: str, opts: dict) -> dict:
+    """``opts`` with the window the testbed's link rate gives
+    (agent/timers.py: 40 frame slots, at least 5 ms) when it has no
+    ``window_s`` -- an explicit window always wins -- and, unless given, a
+    ``stats_interval_s`` no shorter than the window (AgentConfig requires it).
+    No testbed of ``prefix`` up: the defaults (AgentConfig)."""
+    from agent import timers
+
+    opts = dict(opts)
+    if opts.get("window_s") is None:
+        opts.pop("window_s", None)
+        derived = timers.for_prefix(prefix)
+        if derived is not None:
+            opts["window_s"] = derived.window_s
+    if opts.get("stats_interval_s") is None:
+        opts.pop("stats_interval_s", None)
+        default = next(f.default for f in fields(AgentConfig) if f.name == "stats_interval_s")
+        if opts.get("window_s", 0) > default:
+            opts["stats_interval_s"] = opts["window_s"]
+    return opts
+
+
 _children: dict[int, subprocess.Popen] = {}  # reaped by stop_background
 
 
@@ -339,6 +361,8 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
     ``opts``: :class:`agent.config.AgentConfig` fields (``window_s``,
     ``w1``, ``w2``, ``threshold``, ``pcm_delay``, ``metrics_addr``,
     ``metrics_port``, ``log_level``, ``read_strategy``, ``stats_interval_s``).
+    Without ``window_s`` the window follows the testbed's link rate
+    (:func:`derived_window`).
     Raises ConfigError for bad options and AgentError when the testbed is
     not up, an agent already runs for the prefix, or the agent does not
     come up (with the end of its log)."""
@@ -350,7 +374,7 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
     if unknown:
         raise ConfigError(f"start_background: unknown option(s) {', '.join(unknown)} "
                           f"(known: {', '.join(sorted(known))})")
-    config = AgentConfig(**opts)
+    config = AgentConfig(**derived_window(prefix, opts))
     testbed.read_state(prefix)  # a clear error when no testbed is up
     with _starting(prefix):
         other = running_pid(prefix)

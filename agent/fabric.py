@@ -15,7 +15,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Callable
 
-from agent.control import program_switch, set_conga_leaves, set_port_rates, set_talb_config
+from agent import timers
+from agent.control import (program_switch, set_conga_leaves, set_port_rates, set_talb_config,
+                           set_timers)
 from agent.datapath import _ifindex, _ipr, ensure_bpffs
 from agent.host_loader import HostDatapath
 from agent.loader import SwitchDatapath
@@ -53,6 +55,10 @@ def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
     leaves = sorted({h.leaf for h in topo.hosts}, key=[s.name for s in topo.switches].index)
     set_conga_leaves(maps, leaves.index(switch) if switch in leaves else None,
                      {h.ip: leaves.index(h.leaf) for h in topo.hosts})
+    # Flowlet gap, CONGA's T_dre and aging: multiples of the fabric's frame
+    # time at its slowest multipath link (agent/timers.py, docs/schemes.md).
+    # Only here, on a fresh data path: `talb scheme --param` overrides them.
+    set_timers(maps, timers.for_topology(topo))
 
 
 def _attach_switch(topo_dict: dict, prefix: str, name: str) -> str:

@@ -6,6 +6,7 @@ crosses a half-configured link.
 """
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from .teardown import namespaces, teardown
 from .topo import Topo
 
 NUD_PERMANENT = 0x80
+RT_TABLE_MAIN = 254
+RTAX_RTO_MIN = 13  # route metric (linux/rtnetlink.h); its bit in RTAX_LOCK locks it
 # Kernel STP minimums (centiseconds): ports forward after 2 x forward_delay.
 STP = {"br_stp_state": 1, "br_forward_delay": 200, "br_hello_time": 100, "br_max_age": 600}
 _IPV4_SYSCTL = Path("/proc/sys/net/ipv4")
@@ -74,7 +77,7 @@ class _Build:
 
     def run(self) -> None:
         for step in (self.namespaces, self.links, self.switches, self.addresses,
-                     self.offloads, self.queues, self.bring_up):
+                     self.offloads, self.queues, self.bring_up, self.routes):
             step()
 
     def close(self) -> None:
@@ -187,6 +190,26 @@ class _Build:
             for ifname in names + (["br0"] if node not in self.hosts else []):
                 self.ipr[node].link("set", index=self._index(node, ifname), state="up")
             self._done(i, len(self.nodes))
+
+
+    def routes(self) -> None:
+        """``rto_min``: the hosts' minimum TCP RTO, as a locked RTAX_RTO_MIN
+        metric of the route to the fabric (the route the address made when
+        the interface came up, replaced by the same route with the metric;
+        the kernel reads the metric only when it is locked, as iproute2's
+        ``rto_min`` sets it). Absent: routes stay as the kernel made them."""
+        if self.topo.rto_min is None:
+            return
+        hosts = list(self.hosts.values())
+        for i, host in enumerate(hosts, 1):
+            self._at("routes", host.name)
+            net = ipaddress.IPv4Interface(f"{host.ip}/{host.prefixlen}").network
+            self.ipr[host.name].route(
+                "replace", dst=str(net.network_address), dst_len=net.prefixlen,
+                oif=self._index(host.name, host.iface), table=RT_TABLE_MAIN, proto="kernel",
+                scope="link", prefsrc=host.ip,
+                metrics={"rto_min": self.topo.rto_min, "lock": 1 << RTAX_RTO_MIN})
+            self._done(i, len(hosts))
 
 
 def build(topo: Topo, prefix: str, progress=None) -> None:

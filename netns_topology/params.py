@@ -64,6 +64,38 @@ def check_word(field: str, value) -> str:
     return value
 
 
+#: Linux TCP's bounds on the retransmission timeout (TCP_RTO_MAX is 120 s);
+#: the route metric is whole milliseconds (and rounds up to the kernel's
+#: jiffies: 4 ms at HZ=250).
+MIN_RTO_MIN_MS, MAX_RTO_MIN_MS = 1, 120_000
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ms|s)\s*\Z")
+
+
+def check_rto_min(field: str, value) -> int | None:
+    """``rto_min: 10ms`` (or ``0.01s``, or the integer 10: milliseconds) ->
+    10: the hosts' minimum TCP retransmission timeout, whole milliseconds;
+    None (absent): the kernel's default (200 ms)."""
+    if value is None:
+        return None
+    m = _DURATION.match(value.lower()) if isinstance(value, str) else None
+    if m or (isinstance(value, int) and not isinstance(value, bool)):
+        ms = float(m.group(1)) * (1000 if m.group(2) == "s" else 1) if m else value
+        if ms != int(ms):
+            raise TopologyError(field, f"must be whole milliseconds (the route metric's unit), "
+                                       f"got {value!r}")
+        if not MIN_RTO_MIN_MS <= ms <= MAX_RTO_MIN_MS:
+            raise TopologyError(field, f"must be between {MIN_RTO_MIN_MS}ms and "
+                                       f"{MAX_RTO_MIN_MS // 1000}s, got {value!r}")
+        return int(ms)
+    raise TopologyError(field, f"must be a duration like 10ms or 0.2s (a plain integer: "
+                               f"milliseconds; absent: the kernel's 200ms), got {value!r}")
+
+
+def format_rto_min(ms: int) -> str:
+    """10 -> ``"10ms"`` (check_rto_min reads it back)."""
+    return f"{ms}ms"
+
+
 def check_scheme(field: str, value) -> str:
     if value not in SCHEMES:
         raise TopologyError(field, f"must be one of {', '.join(SCHEMES)}, got {value!r}")
@@ -127,4 +159,7 @@ PARAMS = {
     # false: no HTB/bfifo at all (veth's default noqueue). Only for measuring
     # raw forwarding speed: without link emulation no queue ever forms.
     "shaping": (True, check_bool),
+    # Hosts' minimum TCP RTO, as a metric of their routes (builder.py);
+    # None: the kernel's default, 200 ms.
+    "rto_min": (None, check_rto_min),
 }

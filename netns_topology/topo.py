@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from talb.paths import NODE_RE
 
 from .errors import TopologyError
-from .params import MAX_RATE, MIN_RATE, PARAMS, check_bool, check_int, check_keys, check_rate, check_word
+from .params import (MAX_RATE, MIN_RATE, PARAMS, check_bool, check_int, check_keys, check_rate, check_word,
+                     format_rto_min)
 from .units import format_rate
 
 # RFC 2544 benchmarking range: never collides with a lab's private addressing.
@@ -107,7 +108,7 @@ class Topo:
     """A fabric of hosts (one interface each) and switches, joined by links.
 
     Topology-wide parameters (mtu, switch_mtu, host_link_rate, link_rate, queue,
-    tcp_cc, scheme) are attributes, checked when set.
+    tcp_cc, scheme, shaping, rto_min) are attributes, checked when set.
     """
 
     def __init__(self, **params):
@@ -323,10 +324,13 @@ class Topo:
         return d
 
     def _params_dict(self) -> dict:
-        return {"mtu": self.mtu, "switch_mtu": self.switch_mtu,
-                "host_link_rate": format_rate(self.host_link_rate), "link_rate": format_rate(self.link_rate),
-                "queue": self.queue.to_dict(), "tcp_cc": self.tcp_cc, "scheme": self.scheme,
-                "shaping": self.shaping}
+        d = {"mtu": self.mtu, "switch_mtu": self.switch_mtu,
+             "host_link_rate": format_rate(self.host_link_rate), "link_rate": format_rate(self.link_rate),
+             "queue": self.queue.to_dict(), "tcp_cc": self.tcp_cc, "scheme": self.scheme,
+             "shaping": self.shaping}
+        if self.rto_min is not None:  # absent: the kernel's default (and files as they were)
+            d["rto_min"] = format_rto_min(self.rto_min)
+        return d
 
     @staticmethod
     def _link_dict(spec: _LinkSpec, always: bool) -> dict | None:

@@ -102,6 +102,8 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--oversubscription", type=float, help="Derive the leaf-spine rate from this ratio instead of --link-rate.")
 @click.option("--queue-limit", help="Byte limit of each port queue, e.g. 150kb [150kb].")
 @click.option("--tcp-cc", help="Hosts' TCP congestion control: cubic, bbr or reno [cubic].")
+@click.option("--rto-min", help="Hosts' minimum TCP retransmission timeout, e.g. 10ms (a metric "
+                                "of their routes) [the kernel's: 200ms].")
 @click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
                                 "(parameters: `talb scheme NAME --param ...`).")
 @click.option("--datapath", type=click.Choice(testbed.DATAPATHS), default="bpf", show_default=True,
@@ -119,7 +121,7 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
                    "an error].")
 @PREFIX_OPTION
 def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_rate,
-               oversubscription, queue_limit, tcp_cc, scheme, datapath, replace, with_agent,
+               oversubscription, queue_limit, tcp_cc, rto_min, scheme, datapath, replace, with_agent,
                metrics_addr, metrics_port, prefix):
     """Build a fabric in network namespaces and attach the switch data path.
 
@@ -132,6 +134,7 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
         "spines": spines, "leaves": leaves, "hosts_per_leaf": hosts_per_leaf,
         "link_rate": link_rate, "host_link_rate": host_link_rate,
         "oversubscription": oversubscription, "tcp_cc": tcp_cc, "scheme": scheme,
+        "rto_min": rto_min,
     })
     if queue_limit is not None:
         data["queue"] = {**(data.get("queue") or {}), "limit": queue_limit}
@@ -229,8 +232,15 @@ def _print_status(st: dict) -> None:
     for h in st["hosts"]:
         hosts.add_row(h["name"], h["ip"], h["mac"], h["leaf"], h["namespace"])
     console.print(hosts)
+    rto = st.get("rto_min_ms")
+    console.print("hosts' minimum RTO: " + (f"{rto} ms (route metric rto_min)" if rto is not None
+                                            else "the kernel's default (200 ms)"))
+    if st.get("timers") and st["datapath"] == "bpf":
+        console.print(_timers_line(st["timers"], st.get("agent_window_s")))
     for sw in st["switches"]:
-        t = Table(title=f"{sw['name']} ({sw['role']}, ns {sw['namespace']}, scheme {sw['scheme'] or '-'})",
+        set_here = _timers_set(st.get("timers"), sw.get("timers"))
+        t = Table(title=f"{sw['name']} ({sw['role']}, ns {sw['namespace']}, scheme {sw['scheme'] or '-'}"
+                        + (f"; set: {', '.join(set_here)}" if set_here else "") + ")",
                   title_justify="left")
         for col in ("port", "peer", "kind", "rate", "state", "tx", "rx"):
             t.add_column(col, justify="right" if col in ("tx", "rx") else "left")
@@ -239,6 +249,38 @@ def _print_status(st: dict) -> None:
                       "up" if p["up"] else "[red]down[/]", _fmt_bytes(p["tx_bytes"]),
                       _fmt_bytes(p["rx_bytes"]))
         console.print(t)
+
+
+#: switch config field -> (talb scheme --param key, Timers field)
+_TIMER_FIELDS = {"flowlet_timeout_us": ("flowlet_us", "flowlet_us"),
+                 "conga_dre_us": ("dre_us", "conga_dre_us"),
+                 "conga_alpha_shift": ("alpha_shift", "conga_alpha_shift"),
+                 "conga_age_us": ("age_us", "conga_age_us")}
+
+
+def _timers_line(t: dict, agent_window_s: float | None = None) -> str:
+    """The timers the fabric's link rate gives (agent/timers.py), one line."""
+    from netns_topology.units import format_rate
+
+    agent = ("" if agent_window_s is None or abs(agent_window_s - t["window_s"]) < 1e-9
+             else f" (the running agent's: {agent_window_s * 1e3:g} ms, set)")
+    return (f"timers from the link rate (docs/schemes.md): frame slot {t['slot_us']} us "
+            f"({t['frame_bytes']} B at {format_rate(t['rate_bps'])}, the slowest multipath link): "
+            f"flowlet {t['flowlet_us']} us, CONGA T_dre {t['conga_dre_us']} us / tau "
+            f"{t['conga_tau_us']} us / age {t['conga_age_us'] / 1e3:g} ms, agent window "
+            f"{t['window_s'] * 1e3:g} ms{agent}")
+
+
+def _timers_set(derived: dict | None, in_force: dict | None) -> list[str]:
+    """``["flowlet_us=300 (derived 1940)"]``: a switch's timers that differ
+    from the derived ones (set with --param since)."""
+    if not derived or not in_force:
+        return []
+    out = []
+    for field, (key, tfield) in _TIMER_FIELDS.items():
+        if field in in_force and in_force[field] != derived[tfield]:
+            out.append(f"{key}={in_force[field]} (derived {derived[tfield]})")
+    return out
 
 
 def _talb_command() -> str:
@@ -393,7 +435,8 @@ def _print_tensor_table(st: dict, limit: int) -> None:
               help="A parameter of the scheme (repeatable): letflow flowlet_us; drill d, m; "
                    "conga flowlet_us, dre_us, alpha_shift, q_bits, age_us; "
                    "talb fallback, tensor_limit, idle_us (and its fallback's). "
-                   "Defaults and why: docs/schemes.md.")
+                   "flowlet_us, dre_us, age_us default to multiples of the fabric's frame "
+                   "time; =auto goes back to that. Defaults and why: docs/schemes.md.")
 @PREFIX_OPTION
 def scheme(name, params, prefix):
     """Show every switch's scheme and its effective parameters, or switch
@@ -411,7 +454,14 @@ def scheme(name, params, prefix):
         parsed = parse_params(params)
     except SchemeError as exc:
         _fail(str(exc))
+    from agent import timers
+
     topo = testbed.load_topology_of(prefix)
+    derived = timers.for_topology(topo)
+    for key, value in parsed.items():   # =auto: the value the link rate gives
+        if value.lower() == "auto" and key in timers.PARAM_FIELDS:
+            parsed[key] = str(getattr(derived, timers.PARAM_FIELDS[key]))
+    derived_of = {key: getattr(derived, field) for key, field in timers.PARAM_FIELDS.items()}
     for sw in topo.switches:
         maps = SwitchMaps(paths.pin_dir(prefix, sw.name))
         try:
@@ -420,11 +470,15 @@ def scheme(name, params, prefix):
                     set_scheme(maps, name, parsed)
                 except SchemeError as exc:
                     _fail(str(exc))
-            shown = ", ".join(f"{k}={v}" for k, v in scheme_params(maps).items())
+            # a timer that is not the link rate's was set: say so, and what it would be
+            shown = ", ".join(f"{k}={v}" + (f" (set; derived {derived_of[k]})"
+                                             if k in derived_of and v != derived_of[k] else "")
+                              for k, v in scheme_params(maps).items())
             console.print(f"{sw.name}: {read_config(maps)['scheme']}"
                           + (f" ({shown})" if shown else ""))
         finally:
             maps.close()
+    console.print(_timers_line(derived.to_dict()))
 
 
 @main.command("send")

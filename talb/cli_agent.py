@@ -35,8 +35,11 @@ def _threshold(value: str | None) -> float | str | None:
                               "[<prefix>-<switch> if it exists, else the agent's own].")
 @click.option("--pin-dir", type=click.Path(file_okay=False),
               help="With --switch: directory of its pinned maps [/run/talb/bpffs/<prefix>/<switch>].")
-@click.option("--window-ms", type=float, default=DEFAULT_WINDOW_S * 1e3, show_default=True,
-              help="Window T in ms: counters read, PCM computed and published every T.")
+@click.option("--window-ms", type=float, default=None,
+              help="Window T in ms: counters read, PCM computed and published every T "
+                   "[default: 40 frame times at the testbed's slowest multipath link, at least "
+                   f"{DEFAULT_WINDOW_S * 1e3:g} ms: {DEFAULT_WINDOW_S * 1e3:g} ms at 100 Mbit/s; "
+                   "docs/schemes.md].")
 @click.option("--w1", type=float, default=1.0, show_default=True,
               help="Weight W1 of utilisation in the PCM (Eq. 5).")
 @click.option("--w2", type=float, default=1.0, show_default=True,
@@ -56,8 +59,9 @@ def _threshold(value: str | None) -> float | str | None:
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
 @click.option("--read-strategy", type=click.Choice(STRATEGIES), default="auto", show_default=True,
               help="Per-CPU counter reads: one BPF_MAP_LOOKUP_BATCH, or a lookup per port.")
-@click.option("--stats-interval-ms", type=float, default=100.0, show_default=True,
-              help="Data-path counters, tensor table and (model mode) qdisc stats every this often.")
+@click.option("--stats-interval-ms", type=float, default=None,
+              help="Data-path counters, tensor table and (model mode) qdisc stats every this "
+                   "often [100, or the window if longer].")
 def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_delay,
               metrics_addr, metrics_port, log_level, read_strategy, stats_interval_ms):
     """Run the PCM loop: port counters -> utilisation, queueing delay -> PCM ->
@@ -76,10 +80,13 @@ def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_
         paths.check_node(switch, "--switch")
     if netns is not None:
         paths.check_netns(netns, "--netns")
-    config = AgentConfig(window_s=window_ms / 1e3, w1=w1, w2=w2, threshold=_threshold(threshold),
+    # no --window-ms: the window follows the testbed's link rate (agent/timers.py)
+    timing = daemon.derived_window(prefix, {
+        "window_s": None if window_ms is None else window_ms / 1e3,
+        "stats_interval_s": None if stats_interval_ms is None else stats_interval_ms / 1e3})
+    config = AgentConfig(w1=w1, w2=w2, threshold=_threshold(threshold),
                          pcm_delay=pcm_delay, metrics_addr=metrics_addr, metrics_port=metrics_port,
-                         log_level=log_level, read_strategy=read_strategy,
-                         stats_interval_s=stats_interval_ms / 1e3)
+                         log_level=log_level, read_strategy=read_strategy, **timing)
     testbed.require_root()
     try:
         code = daemon.run(config, prefix=prefix, switch=switch, netns=netns, pin_dir=pin_dir)

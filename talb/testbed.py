@@ -240,16 +240,32 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
             })
         switches.append({"name": sw.name, "role": sw.role, "namespace": ns,
                          "scheme": counters.get("scheme"), "ports": ports,
-                         "counters": counters.get("counters", {})})
+                         "counters": counters.get("counters", {}),
+                         "timers": counters.get("timers")})
     expected = {h["namespace"] for h in hosts} | {s["namespace"] for s in switches}
     missing = sorted(expected - present)
+    from agent import timers
     from agent.daemon import metrics_endpoint, running_pid
 
+    pid = running_pid(prefix)
     return {"prefix": prefix, "status": state["status"], "datapath": state.get("datapath"),
-            "agent_pid": running_pid(prefix), "agent_metrics": metrics_endpoint(prefix),
+            "agent_pid": pid, "agent_metrics": metrics_endpoint(prefix),
+            "agent_window_s": _agent_window(prefix) if pid else None,
             "queueing": queueing_of(prefix, state)["mode"],
             "created": state.get("created"), "build_seconds": state.get("build_seconds"),
+            "rto_min_ms": topo.rto_min,   # None: the kernel's default (200 ms)
+            "timers": timers.for_topology(topo).to_dict(),
             "hosts": hosts, "switches": switches, "missing_namespaces": missing}
+
+
+def _agent_window(prefix: str) -> float | None:
+    """The running agent's window (its snapshot), None before its first one."""
+    from agent.snapshot import snapshot_path
+
+    try:
+        return json.loads(snapshot_path(prefix).read_text())["config"]["window_s"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _switch_counters(prefix: str, switch: str) -> dict:
@@ -261,8 +277,12 @@ def _switch_counters(prefix: str, switch: str) -> dict:
         return {}
     maps = SwitchMaps(pin)
     try:
+        cfg = read_config(maps)
         return {"ports": read_port_stats(maps), "counters": read_counters(maps),
-                "scheme": read_config(maps)["scheme"]}
+                "scheme": cfg["scheme"],
+                # in force on the switch: derived at `up` (agent/timers.py) or set since
+                "timers": {k: cfg[k] for k in ("flowlet_timeout_us", "conga_dre_us",
+                                               "conga_alpha_shift", "conga_age_us")}}
     finally:
         maps.close()
 

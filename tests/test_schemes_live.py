@@ -192,12 +192,18 @@ def test_cli_scheme_sets_shows_and_refuses(fabric):
 
     from talb.cli import main
 
+    from agent import timers
+
     name, prefix, topo = fabric
+    derived = timers.for_topology(topo)
     run = CliRunner().invoke
     r = run(main, ["scheme", "drill", "--param", "d=3", "--param", "m=2", "--prefix", prefix])
     assert r.exit_code == 0, r.output
     lines = [line for line in r.output.splitlines() if line.strip()]
-    assert lines == [f"{sw.name}: drill (d=3, m=2)" for sw in topo.switches], r.output
+    # each switch, then the timers the link rate gives (docs/schemes.md)
+    assert lines[:-1] == [f"{sw.name}: drill (d=3, m=2)" for sw in topo.switches], r.output
+    assert lines[-1].startswith("timers from the link rate") \
+        and f"flowlet {derived.flowlet_us} us" in lines[-1], r.output
     r = run(main, ["scheme", "drill", "--param", "d=0", "--prefix", prefix])
     assert r.exit_code == 1 and "--param d=0: must be 1..4" in r.output, r.output
     r = run(main, ["scheme", "letflow", "--param", "gap=3", "--prefix", prefix])
@@ -206,7 +212,7 @@ def test_cli_scheme_sets_shows_and_refuses(fabric):
     assert r.exit_code == 0 and f"{topo.switches[0].name}: drill (d=3, m=2)" in r.output
     r = run(main, ["scheme", "talb", "--param", "fallback=letflow", "--prefix", prefix])
     assert r.exit_code == 0, r.output
-    assert "fallback=letflow" in r.output and "flowlet_us=500" in r.output, r.output
+    assert "fallback=letflow" in r.output and f"flowlet_us={derived.flowlet_us}" in r.output, r.output
 
 
 def test_scheme_switch_under_running_transfers(fabric):

@@ -437,6 +437,29 @@ def test_scheme_params_validated_and_shown(sw):
     assert control.set_scheme(sw.maps, "letflow") == {"flowlet_us": 300}
 
 
+def test_derived_timers_are_written_and_explicit_values_win(sw):
+    """set_timers (talb testbed up: the timers of the link rate, agent/timers.py)
+    writes the flowlet gap and CONGA's T_dre, alpha and age in one config
+    write; a --param given later wins, and a scheme switch without one keeps
+    what is in force."""
+    from agent import control, timers
+
+    sw.reset("ecmp")
+    try:
+        assert control.set_timers(sw.maps, timers.derive(25_000_000)) == {}   # ECMP: none
+        cfg = control.read_config(sw.maps)
+        assert (cfg["flowlet_timeout_us"], cfg["conga_dre_us"], cfg["conga_alpha_shift"],
+                cfg["conga_age_us"]) == (1940, 485, 3, 77_600)
+        assert control.set_scheme(sw.maps, "conga", {"q_bits": "3"}) == {  # not a timer
+            "flowlet_us": 1940, "dre_us": 485, "alpha_shift": 3, "q_bits": 3, "age_us": 77_600}
+        assert control.set_scheme(sw.maps, "letflow", {"flowlet_us": "500"}) == {"flowlet_us": 500}
+        assert control.set_scheme(sw.maps, "conga", {"age_us": "20000"}) == {
+            "flowlet_us": 500, "dre_us": 485, "alpha_shift": 3, "q_bits": 3, "age_us": 20_000}
+        # (the data path follows the gap in force: test_letflow_boundary_is_exactly_the_timeout)
+    finally:   # the loader's values (= the timers at 100 Mbit/s) for the tests after
+        control.set_timers(sw.maps, timers.derive(100_000_000))
+
+
 def test_talb_fallback_letflow_places_untagged_flowlets(sw):
     from agent import control
 

@@ -83,6 +83,13 @@ BAD = [
     ({"link_rate": "1kbit", "queue": {"burst": "100kb"}}, "queue.burst: 100000 bytes take longer than HTB"),
     ({"tcp_cc": "Cubic!"}, "tcp_cc: must be a lowercase word, got 'Cubic!'"),
     ({"scheme": "hula"}, "scheme: must be one of ecmp, rps, letflow, drill, conga, talb, got 'hula'"),
+    ({"rto_min": "10"}, "rto_min: must be a duration like 10ms or 0.2s (a plain integer: milliseconds"),
+    ({"rto_min": "fast"}, "rto_min: must be a duration like 10ms or 0.2s"),
+    ({"rto_min": 0.01}, "rto_min: must be a duration like 10ms or 0.2s"),
+    ({"rto_min": True}, "rto_min: must be a duration like 10ms or 0.2s"),
+    ({"rto_min": "2.5ms"}, "rto_min: must be whole milliseconds (the route metric's unit), got '2.5ms'"),
+    ({"rto_min": "0ms"}, "rto_min: must be between 1ms and 120s, got '0ms'"),
+    ({"rto_min": "121s"}, "rto_min: must be between 1ms and 120s, got '121s'"),
     ({"links": "leaf0-spine1"}, "links: must be a list"),
     ({"links": [{"between": ["leaf0", "spine1"], "rate": "50mbit"}, {"between": ["leaf0", "spine0"],
       "rate": "10 furlongs"}]},
@@ -196,6 +203,18 @@ def test_defaults():
         ("h0", "eth0", "host"), ("h1", "eth0", "host"), ("spine0", "leaf0", "fabric"), ("spine1", "leaf0", "fabric")]
     assert [p.name for p in topo.ports("spine1")] == ["leaf0", "leaf1"]
     assert [(p.name, p.peer, p.peer_port) for p in topo.ports("h2")] == [("eth0", "leaf1", "h2")]
+
+
+def test_rto_min_absent_is_the_kernels_default_and_round_trips():
+    assert LeafSpine().rto_min is None and "rto_min" not in LeafSpine().to_dict()
+    for value, ms in (("10ms", 10), ("0.2s", 200), ("1s", 1000), (5, 5), (" 40 MS ", 40)):
+        topo = topology_from_dict({"rto_min": value})
+        assert topo.rto_min == ms
+        assert topo.to_dict()["rto_min"] == f"{ms}ms"
+        assert topology_from_dict(topo.to_dict()).rto_min == ms
+    topo = LeafSpine(rto_min="10ms")
+    topo.rto_min = None
+    assert "rto_min" not in topo.to_dict()
 
 
 def test_views_are_stable_until_a_change():

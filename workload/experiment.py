@@ -220,9 +220,14 @@ def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
         raise testbed.TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
             f"cannot tag tensors; run on a testbed built with the bpf data path")
+    from agent import timers
     from agent.control import read_config, set_scheme
     from agent.maps import SwitchMaps
 
+    # what the link rate gives (docs/schemes.md); switch_config and the
+    # agent's config hold what is in force (derived, or set explicitly)
+    out["timers"] = timers.for_topology(topo).to_dict()
+    out["rto_min_ms"] = topo.rto_min      # None: the kernel's default, 200 ms
     for sw in topo.switches:
         with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
             if scheme:
