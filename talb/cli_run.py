@@ -64,7 +64,7 @@ def _models() -> list[str]:
                    "the run waits for the plan to end (docs/experiments.md, \"Pairing\"). "
                    "With --model none: the measured window, after a warm-up and followed by a "
                    "fill of max(2 s, a tenth of it) each [long enough for 500 short flows on "
-                   "average, 10-150 s].")
+                   "average, 20-150 s].")
 @click.option("--background-size-scale", type=click.FloatRange(0, 1, min_open=True),
               help="Multiply background flow sizes by this [the tensors' byte scale; with "
                    "--model none 0.2 for websearch, 0.025 for datamining]. Larger flows, fewer "

@@ -107,7 +107,7 @@ def test_capacity_window_and_cdf_rules():
     short_per_s = arrival_rate(0.5, 200e6, ws.scaled(0.2)) * bo.cdf_at(ws, 100_000)
     assert w * short_per_s == pytest.approx(bo.SHORT_FLOWS_TARGET, rel=0.01)
     assert bo.default_window_s("websearch", 0.2, 0.01, 200e6) == bo.WINDOW_MAX_S
-    assert bo.default_window_s("datamining", 0.025, 0.99, 200e6) == bo.WINDOW_MIN_S
+    assert bo.default_window_s("datamining", 0.025, 0.9, 200e6) == bo.WINDOW_MIN_S == 20.0
     # the preset's scales give both CDFs ~330 KB flows, <= 100 flows/s at load 0.9
     for cdf, scale in bo.DEFAULT_SIZE_SCALE.items():
         d = FlowSizeCDF.named(cdf).scaled(scale)

@@ -299,7 +299,10 @@ _LB_CLASSIC = dict(
              "can use (150 of the 175 Mbit/s of uplinks)",
              "TCP cubic without ECN; the schemes at their defaults (docs/schemes.md), chosen "
              "for 100 Mbit/s: LetFlow's and CONGA's 500 us flowlet gap is two frame times at "
-             "50 Mbit/s", "TaLB sees no tensors here: every packet takes its fallback, ECMP"],
+             "50 Mbit/s", "DRILL without its decomposition of an asymmetric fabric into symmetric "
+             "parts (the paper's answer to asymmetry): on the asymmetric fabric it compares "
+             "the queues of unequal links", "TaLB sees no tensors here: every packet takes its "
+             "fallback, ECMP"],
 )
 PRESETS["lb-classic"] = _LB_CLASSIC
 PRESETS["lb-classic-quick"] = dict(
