@@ -85,7 +85,7 @@ def sweep_options(f):
                      + " (docs/experiments.md). Without it: a free sweep on quick's setup. "
                      "lb-classic (no training: background flows only, the load-balancing "
                      "literature's evaluation and which of its directions hold here) takes "
-                     "about 11 h here (--dry-run prints the estimate); lb-classic-quick about 2 min."),
+                     "about 13 h here (--dry-run prints the estimate); lb-classic-quick about 2 min."),
         click.option("--schemes", callback=_list(str), help="Schemes, comma-separated "
                      "[the preset's; all six for fig9/10/11].") ,
         click.option("--loads", callback=_list(float), help="Background loads, e.g. 0.2,0.5,0.8."),

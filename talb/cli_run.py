@@ -178,6 +178,10 @@ def _run_background_only(opts: dict) -> None:
 
     ctx = click.get_current_context()
     raw = ctx.meta.get("talb_raw", {})
+    if ctx.get_parameter_source("queueing") == ParameterSource.COMMANDLINE:
+        raise ValueError(f"--queueing: --model none runs on the topology's own queues (the "
+                         f"lb-classic fabrics: one FIFO per port); drop --queueing, got "
+                         f"{opts['queueing']!r}")
     for name, flag in TRAINING_ONLY.items():
         if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
             value = raw.get(name, opts[name])

@@ -95,6 +95,7 @@ def test_model_none_refuses_training_options(args, flag, value):
     (["--load", "0.5", "--background-duration", "0"], "--background-duration", "0"),
     (["--load", "0.5", "--background-size-scale", "1.5"], "--background-size-scale", "1.5"),
     (["--load", "0.5", "--background-cdf", "video"], "--background-cdf", "video"),
+    (["--load", "0.5", "--queueing", "fifo"], "--queueing", "'fifo'"),
 ])
 def test_model_none_bad_values_named(args, flag, value):
     r = _run(NONE + args)

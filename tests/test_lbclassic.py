@@ -145,6 +145,7 @@ def test_plan_runs_and_keys():
     ({"models": ["vgg19"]}, "--models"), ({"iterations": 3}, "--iterations"),
     ({"workers": 4}, "--workers"), ({"target_rates": [1e10]}, "--target-rates"),
     ({"loads": [0.0, 0.5]}, "--loads"), ({"cdfs": ["video"]}, "--cdfs"),
+    ({"queueing": ["fifo"]}, "--queueing"), ({"seed_cap": 8}, "--seed-cap"),
 ])
 def test_plan_refuses_what_makes_no_sense(over, flag):
     with pytest.raises(PlanError, match=flag):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench.sweep import plots
 from bench.sweep.plan import Plan, PlanError, RunSpec, _topology_path
-from bench.sweep.runner import result_path
+from bench.sweep.layout import result_path
 from bench.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, estimate, holm, tost
 
 NO_MODEL = "none"
