@@ -188,8 +188,9 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     console.print(f"  done in {(time.monotonic() - t0) / 60:.1f} min; {flagged} CPU-bound runs "
                   f"excluded; {len((report or {}).get('failed') or {})} failed")
     for r in res.get("directions", []):     # lb-classic: the published directions
-        console.print(f"  {r['direction'].claim} [{Path(r['topology']).stem}, {r['cdf']}]: "
-                      f"{r['verdict']}")
+        console.print(f"  {r['direction'].claim} ({Path(r['topology']).stem}, {r['cdf']}, "
+                      f"load {r['load'] if r['load'] is not None else '-'}): {r['verdict']}",
+                      markup=False)
     for r in res["paper_vs_ours"] if "directions" not in res else []:
         if r["ours"] != "-":
             console.print(f"  {r['number']}: paper {r['paper']}, ours {r['ours']}: {r['verdict']}")
