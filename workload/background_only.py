@@ -245,8 +245,13 @@ def _fabric(prefix: str, topo, scheme: str | None) -> dict:
     from agent.control import read_config, set_scheme
     from agent.maps import SwitchMaps
 
+    from agent import timers
+
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
+           "queueing": testbed.queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
+           # what the link rate gives (docs/schemes.md); switch_config holds what is in force
+           "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": topo.rto_min,
            "switch_config": {}, "agent": None}
     for sw in topo.switches:
         with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:

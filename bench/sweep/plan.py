@@ -297,9 +297,10 @@ _LB_CLASSIC = dict(
              "average, ~70 flows/s at load 0.9), classes by the unscaled size",
              "asymmetry: leaf0-spine1 at half rate (CONGA's testbed fails a link); load over the capacity traffic spread evenly over the leaves "
              "can use (150 of the 175 Mbit/s of uplinks)",
-             "TCP cubic without ECN; the schemes at their defaults (docs/schemes.md), chosen "
-             "for 100 Mbit/s: LetFlow's and CONGA's 500 us flowlet gap is two frame times at "
-             "50 Mbit/s", "DRILL without its decomposition of an asymmetric fabric into symmetric "
+             "TCP cubic without ECN, the kernel's 200 ms minimum RTO; the schemes' timers "
+             "derived from the link rate (docs/schemes.md: flowlet gap 0.98 ms, CONGA's tau "
+             "1.96 ms on the symmetric fabric; the asymmetric one's slowest link gives 1.94 "
+             "and 3.88 ms)", "DRILL without its decomposition of an asymmetric fabric into symmetric "
              "parts (the paper's answer to asymmetry): on the asymmetric fabric it compares "
              "the queues of unequal links", "TaLB sees no tensors here: every packet takes its "
              "fallback, ECMP"],
