@@ -82,13 +82,18 @@ def _presets():
 def sweep_options(f):
     opts = [
         click.option("--preset", help="A prepared sweep: " + ", ".join(_presets())
-                     + " (docs/experiments.md). Without it: a free sweep on quick's setup."),
+                     + " (docs/experiments.md). Without it: a free sweep on quick's setup. "
+                     "lb-classic (no training: background flows only, the load-balancing "
+                     "literature's evaluation and which of its directions hold here) takes "
+                     "about 13 h here (--dry-run prints the estimate); lb-classic-quick about 2 min."),
         click.option("--schemes", callback=_list(str), help="Schemes, comma-separated "
                      "[the preset's; all six for fig9/10/11].") ,
         click.option("--loads", callback=_list(float), help="Background loads, e.g. 0.2,0.5,0.8."),
         click.option("--topologies", callback=_list(str),
                      help="Topology files (or names under topologies/)."),
         click.option("--models", callback=_list(str), help="Model profiles, e.g. vgg19,resnet50."),
+        click.option("--cdfs", callback=_list(str),
+                     help="Background flow-size CDFs: websearch, datamining (lb-classic presets)."),
         click.option("--archs", callback=_list(str), help="ps, allreduce."),
         click.option("--seeds", callback=_seeds, help="Seeds: a count (5 = 1..5) or a list."),
         click.option("--seed-cap", type=int, help="Seed rule: the most seeds a headline point "
@@ -130,7 +135,7 @@ def sweep_options(f):
 
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
-          out_dir, sweep_prefix, dry_run, report_only) -> None:
+          out_dir, sweep_prefix, dry_run, report_only, cdfs=None) -> None:
     from bench.sweep import seeds as seedrule
     from bench.sweep.plan import PlanError, build_plan
     from bench.sweep.runner import is_done, run_sweep
@@ -142,7 +147,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
                           target_rates=target_rates, queueing=queueing, agents=agents, workers=workers,
                           servers=servers, iterations=iterations, seed_cap=seed_cap,
-                          seed_width=seed_width, fixed_seeds=fixed_seeds)
+                          seed_width=seed_width, fixed_seeds=fixed_seeds, cdfs=cdfs)
     except PlanError as exc:
         raise ValueError(str(exc)) from None
     out = Path(out_dir) if out_dir else paths.REPO_ROOT / "results" / \
@@ -160,6 +165,12 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                       f"narrower than {rule.width:g}")
     if plan.skipped_schemes:
         console.print(f"  [yellow]skipped (not implemented yet):[/] {', '.join(plan.skipped_schemes)}")
+    if plan.figure == "lb_classic":
+        from bench.sweep.lbclassic import estimate_wall_s
+
+        console.print(f"  estimated wall time here: {estimate_wall_s(plan) / 3600:.1f} h for all "
+                      f"{len(plan.runs)} runs (windows, warm-up and fill, plus a measured "
+                      f"overhead per run; a resumed sweep skips what it has)")
     if dry_run:
         for r in plan.runs:
             console.print(f"  {r.key()} {'done ' if is_done(out, r) else ''}{r.label()}")
@@ -176,7 +187,11 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     flagged = sum(r["status"] == "cpu_bound" for r in res["rows"])
     console.print(f"  done in {(time.monotonic() - t0) / 60:.1f} min; {flagged} CPU-bound runs "
                   f"excluded; {len((report or {}).get('failed') or {})} failed")
-    for r in res["paper_vs_ours"]:
+    for r in res.get("directions", []):     # lb-classic: the published directions
+        console.print(f"  {r['direction'].claim} ({Path(r['topology']).stem}, {r['cdf']}, "
+                      f"load {r['load'] if r['load'] is not None else '-'}): {r['verdict']}",
+                      markup=False)
+    for r in res["paper_vs_ours"] if "directions" not in res else []:
         if r["ours"] != "-":
             console.print(f"  {r['number']}: paper {r['paper']}, ours {r['ours']}: {r['verdict']}")
     console.print(f"  summary: {out / 'summary.md'}")

@@ -19,6 +19,7 @@ def _rate(ctx, param, value):
         return None
     from netns_topology import parse_rate
 
+    ctx.meta.setdefault("talb_raw", {})[param.name] = value   # as typed, for error messages
     try:
         return float(parse_rate(value))
     except Exception as exc:  # noqa: BLE001 - the parser's message, under the flag's name
@@ -28,6 +29,7 @@ def _rate(ctx, param, value):
 def _size(ctx, param, value):
     from netns_topology import parse_size
 
+    ctx.meta.setdefault("talb_raw", {})[param.name] = value
     try:
         return int(parse_size(value))
     except Exception as exc:  # noqa: BLE001
@@ -43,10 +45,13 @@ def _models() -> list[str]:
 @click.command("run")
 @click.option("--scheme", help="Load-balancing scheme for the run (ecmp, talb, ...) "
                                "[the fabric's current one].")
-@click.option("--model", required=True, help="Model profile: " + ", ".join(_models()) + ".")
-@click.option("--arch", required=True, type=click.Choice(["ps", "allreduce"]),
-              help="Parameter server or ring all-reduce.")
-@click.option("--workers", required=True, type=click.IntRange(1, 64), help="Worker count.")
+@click.option("--model", required=True, help="Model profile: " + ", ".join(_models()) + "; or "
+              "'none': no training, background flows only (the lb-classic calibration, "
+              "docs/experiments.md): every flow's FCT and its FCT normalised to the ideal.")
+@click.option("--arch", type=click.Choice(["ps", "allreduce"]),
+              help="Parameter server or ring all-reduce (required unless --model none).")
+@click.option("--workers", type=click.IntRange(1, 64),
+              help="Worker count (required unless --model none).")
 @click.option("--servers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Parameter servers (--arch ps).")
 @click.option("--load", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
@@ -56,10 +61,14 @@ def _models() -> list[str]:
               show_default=True, help="Flow sizes of the background load.")
 @click.option("--background-duration", "background_s", type=click.FloatRange(0, min_open=True),
               help="Seconds of background flows to plan [2x an estimate of training + 3 s]; "
-                   "the run waits for the plan to end (docs/experiments.md, \"Pairing\").")
+                   "the run waits for the plan to end (docs/experiments.md, \"Pairing\"). "
+                   "With --model none: the measured window, after a warm-up and followed by a "
+                   "fill of max(2 s, a tenth of it) each [long enough for 500 short flows on "
+                   "average, 20-150 s].")
 @click.option("--background-size-scale", type=click.FloatRange(0, 1, min_open=True),
-              help="Multiply background flow sizes by this [the tensors' byte scale]. Larger "
-                   "flows, fewer connections a second at the same load (docs/workload.md).")
+              help="Multiply background flow sizes by this [the tensors' byte scale; with "
+                   "--model none 0.2 for websearch, 0.025 for datamining]. Larger flows, fewer "
+                   "connections a second at the same load (docs/workload.md).")
 @click.option("--queueing", metavar="bands|fifo",
               help="How the switch ports queue for the run: bands (the topology's queue, its "
                    "priority bands) or fifo (one FIFO per port holding the same bytes); put back "
@@ -72,7 +81,7 @@ def _models() -> list[str]:
               help="Leading iterations left out of every statistic.")
 @click.option("--topology", type=click.Path(dir_okay=False),
               help="No testbed up: build one from this file for the run and remove it after "
-                   "[topologies/talb.yaml].")
+                   "[topologies/talb.yaml; with --model none topologies/lb-classic-sym.yaml].")
 @click.option("--target-link-rate", "target_link_bps", default="10gbit", show_default=True, callback=_rate,
               help="Host link rate of the cluster being modelled.")
 @click.option("--scaling", "scaling_mode", type=click.Choice(["bytes", "time", "both", "fit"]),
@@ -112,10 +121,28 @@ def run_cmd(**opts):
 
         sudo talb run --scheme talb --model vgg19 --arch ps --workers 4 --load 0 --seed 1
         sudo talb run --model threelayer --arch ps --workers 3 --fault spine-down@3s:for=1s
+
+    --model none: no training, Poisson background flows only (--load,
+    --background-cdf, --background-duration, --background-size-scale) from
+    every host to hosts on other leaves, after an idle-fabric probe. Per
+    class (short <= 100 KB, long >= 1 MB at the CDF's scale, all): mean and
+    p99 of the FCT and of the FCT normalised to the ideal, 8 x size / host
+    rate + the idle fabric's base latency (docs/experiments.md, lb-classic).
+    The load is over the capacity traffic spread evenly over the leaves can
+    use. Training options (--arch, --workers, --iterations, --fault, ...)
+    are refused. Example:
+
+    \b
+        sudo talb run --model none --scheme drill --load 0.8 --background-cdf websearch
     """
     from workload.experiment import RunConfig, RunError, run
 
     sigterm_unwinds()
+    if opts["model"] == "none":
+        return _run_background_only(opts)
+    for flag, name in (("--arch", "arch"), ("--workers", "workers")):
+        if opts[name] is None:
+            raise click.UsageError(f"Missing option '{flag}' (every --model but 'none' trains).")
     cfg = RunConfig(**opts)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -131,6 +158,96 @@ def run_cmd(**opts):
         except RunError as exc:
             raise ValueError(f"run failed: {exc}") from None   # talb's one red error line
     print_summary(results)
+
+
+#: options that only mean something for a training run: refused with --model none
+TRAINING_ONLY = {"arch": "--arch", "workers": "--workers", "servers": "--servers",
+                 "iterations": "--iterations", "warmup": "--warmup",
+                 "target_link_bps": "--target-link-rate", "scaling_mode": "--scaling",
+                 "gpu": "--gpu", "gpu_speed": "--gpu-speed", "batch_size": "--batch-size",
+                 "partition_bytes": "--partition-size", "credit_bytes": "--credit",
+                 "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault"}
+
+
+def _run_background_only(opts: dict) -> None:
+    """--model none: refuse the training options given, run, print the summary."""
+    from click.core import ParameterSource
+
+    from workload import background_only
+    from workload.experiment import RunConfig
+
+    ctx = click.get_current_context()
+    raw = ctx.meta.get("talb_raw", {})
+    if ctx.get_parameter_source("queueing") == ParameterSource.COMMANDLINE:
+        raise ValueError(f"--queueing: --model none runs on the topology's own queues (the "
+                         f"lb-classic fabrics: one FIFO per port); drop --queueing, got "
+                         f"{opts['queueing']!r}")
+    for name, flag in TRAINING_ONLY.items():
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            value = raw.get(name, opts[name])
+            raise ValueError(f"{flag}: --model none runs background flows only, no training; "
+                             f"drop {flag}, got {value!r}")
+    keep = ("model", "scheme", "load", "seed", "prefix", "topology", "out", "background_cdf",
+            "background_s", "background_size_scale")
+    cfg = RunConfig(**{k: opts[k] for k in keep}, arch="none", workers=0, servers=0,
+                    iterations=0, warmup=0, target_link_bps=0.0, scaling_mode="none")
+    background_only.validate(cfg)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(f"background {cfg.background_cdf} load {cfg.load:g}", total=100)
+
+        def on_progress(elapsed, total):
+            bar.update(task, completed=100 * elapsed / total if total else 100)
+
+        try:
+            results = background_only.run(cfg, say=lambda m: bar.console.print(f"  [dim]•[/] {m}"),
+                                          on_progress=on_progress)
+        except background_only.RunError as exc:
+            raise ValueError(f"run failed: {exc}") from None
+    print_background_summary(results)
+
+
+def print_background_summary(r: dict) -> None:
+    """The summary of a --model none run."""
+    s, cfg = r["summary"], r["config"]
+    bo, ld = r["background_only"], r["load"]
+    bg = s["background"]
+    schemes = {c["scheme"] for c in r["fabric"]["switch_config"].values()}
+    console.print(f"[bold]background only[/] {cfg['background_cdf']} (sizes x{bo['size_scale']:g}), "
+                  f"scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}")
+    console.print(f"  window {bo['window_s']:g} s (after {bo['warmup_s']:g} s warm-up, "
+                  f"{bo['fill_s']:g} s fill); ideal = 8 x size / host rate + base latency "
+                  f"{bo['probe']['base_s'] * 1e3:.2f} ms (idle fabric, {bo['probe']['n']} probes)")
+    t = Table(title="window's flows: FCT (ms) and FCT / ideal", title_justify="left")
+    for col in ("class", "flows", "done", "censored", "FCT mean", "FCT p99", "norm. mean",
+                "norm. p99"):
+        t.add_column(col, justify="left" if col == "class" else "right")
+    for cls in ("short", "medium", "long", "all"):
+        b = bg[cls]
+        if b["flows"]:
+            t.add_row(cls, str(b["flows"]), str(b["done"]), str(b["censored"] + b["failed"]),
+                      _ms(b["fct_mean_s"]), _ms(b["fct_p99_s"]),
+                      f"{b['nfct_mean']:.2f}" if b["nfct_mean"] is not None else "-",
+                      f"{b['nfct_p99']:.2f}" if b["nfct_p99"] is not None else "-")
+    console.print(t)
+    dl = ld.get("delivered_wire")
+    console.print(f"  load: offered {ld['offered']:g} of {ld['capacity_bps'] / 1e6:g} Mbit/s, "
+                  f"realised in the window {ld['offered_realised']:.3f}, delivered on the "
+                  f"uplinks {'-' if dl is None else f'{dl:.3f}'} ({ld['flows_per_s']:.1f} flows/s)")
+    tcp = s["tcp"]["total"]
+    console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
+                  f"{tcp['reordering']} reordering events, {tcp.get('timeouts', 0)} timeouts")
+    if s["uplinks"]:
+        console.print("  uplink spread (max-min)/mean: "
+                      + ", ".join(f"{k} {v['spread']:.2f}" for k, v in s["uplinks"]["leaves"].items()
+                                  if v["spread"] is not None))
+    g = s["cpu_guard"]
+    cpu = f"CPU {g['cpu_busy_mean']:.0%} busy on average" if g["cpu_busy_mean"] is not None else "CPU -"
+    if g["flagged"]:
+        console.print(f"  [bold red]CPU-bound run:[/] {g['reason']} ({cpu})")
+    else:
+        console.print(f"  {cpu}; not CPU-bound ({g['reason']})")
+    console.print(f"  results: {r['path']}")
 
 
 def _ms(v) -> str:

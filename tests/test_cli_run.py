@@ -61,3 +61,67 @@ def test_help_lists_the_options():
     for flag in ("--scheme", "--model", "--arch", "--workers", "--servers", "--load", "--seed",
                  "--iterations", "--topology", "--out"):
         assert flag in r.output
+
+
+# --- --model none (background flows only, workload/background_only.py) ----------------------
+NONE = ["run", "--model", "none", "--prefix", "t0clirun"]
+
+
+@pytest.mark.parametrize("args,flag,value", [
+    (["--load", "0.5", "--arch", "ps"], "--arch", "'ps'"),
+    (["--load", "0.5", "--workers", "4"], "--workers", "4"),
+    (["--load", "0.5", "--servers", "2"], "--servers", "2"),
+    (["--load", "0.5", "--iterations", "3"], "--iterations", "3"),
+    (["--load", "0.5", "--warmup", "0"], "--warmup", "0"),
+    (["--load", "0.5", "--target-link-rate", "25gbit"], "--target-link-rate", "'25gbit'"),
+    (["--load", "0.5", "--scaling", "fit"], "--scaling", "'fit'"),
+    (["--load", "0.5", "--partition-size", "2mb"], "--partition-size", "'2mb'"),
+    (["--load", "0.5", "--gpu", "A100"], "--gpu", "'A100'"),
+    (["--load", "0.5", "--fault", "uplink-down@1s"], "--fault", "'uplink-down@1s'"),
+    (["--load", "0.5", "--timeout", "60"], "--timeout", "60"),
+])
+def test_model_none_refuses_training_options(args, flag, value):
+    r = _run(NONE + args)
+    assert r.exit_code == 1, r.output
+    assert f"{flag}: --model none runs background flows only, no training; drop {flag}, got {value}" \
+        in r.output, r.output
+    assert not paths.state_dir("t0clirun").exists()
+
+
+@pytest.mark.parametrize("args,flag,value", [
+    ([], "--load", "0.0"),                                   # no load: nothing to measure
+    (["--load", "0"], "--load", "0.0"),
+    (["--load", "0.5", "--scheme", "fastest"], "--scheme", "fastest"),
+    (["--load", "0.5", "--background-duration", "0"], "--background-duration", "0"),
+    (["--load", "0.5", "--background-size-scale", "1.5"], "--background-size-scale", "1.5"),
+    (["--load", "0.5", "--background-cdf", "video"], "--background-cdf", "video"),
+    (["--load", "0.5", "--queueing", "fifo"], "--queueing", "'fifo'"),
+])
+def test_model_none_bad_values_named(args, flag, value):
+    r = _run(NONE + args)
+    assert r.exit_code != 0
+    assert flag in r.output and value in r.output, r.output
+    assert not paths.state_dir("t0clirun").exists()
+
+
+def test_model_none_needs_no_arch_but_training_does():
+    r = _run(["run", "--model", "alexnet", "--workers", "2", "--prefix", "t0clirun"])
+    assert r.exit_code == 2 and "Missing option '--arch'" in r.output, r.output
+    r = _run(["run", "--model", "alexnet", "--arch", "ps", "--prefix", "t0clirun"])
+    assert r.exit_code == 2 and "Missing option '--workers'" in r.output, r.output
+
+
+def test_help_explains_model_none():
+    r = _run(["run", "--help"])
+    assert r.exit_code == 0
+    text = " ".join(r.output.split())
+    for words in ("'none': no training, background flows only", "--model none",
+                  "normalised to the ideal", "500 short flows"):
+        assert words in text, words
+
+
+def test_run_api_dispatches_model_none_before_anything():
+    from workload.experiment import RunConfig, run
+
+    with pytest.raises(ValueError, match="--load: --model none"):
+        run(RunConfig(model="none", arch="none", workers=0, load=0.0, prefix="t0clirun"))

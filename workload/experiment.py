@@ -551,7 +551,13 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
     file, ``results["path"]``). ``profile``/``scaling``: given objects
     instead of ``cfg.model``'s profile and the scaling from ``cfg``.
     ``on_event``: called with every node record as it arrives (progress);
-    ``on_nodes``: called once every node is started, with {node name: pid}."""
+    ``on_nodes``: called once every node is started, with {node name: pid}.
+    ``model == "none"``: background flows only, no training
+    (workload/background_only.py, a code path of its own)."""
+    if cfg.model == "none":
+        from workload import background_only
+
+        return background_only.run(cfg, say=say)
     validate(cfg, profile_needed=profile is None)
     testbed.require_root()
     paths.check_prefix(cfg.prefix)

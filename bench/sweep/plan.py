@@ -87,14 +87,17 @@ class RunSpec:
     agent_opts: tuple = ()   # sorted (name, value) pairs of AgentConfig fields
     background_size_scale: float | None = None   # None: the tensors' byte scale
     queueing: str = "bands"  # the switch ports' queues: the topology's, or one FIFO per port
+    # model "none" (lb-classic): the measured window of background flows, s
+    background_s: float | None = None
 
     def params(self) -> dict:
         d = asdict(self)
         d["agent_opts"] = dict(self.agent_opts)
-        # Added after fig10/fig11 ran: left out at its default so their keys
-        # (and results files) stay the runs' identity.
-        if d["background_size_scale"] is None:
-            del d["background_size_scale"]
+        # Added after fig10/fig11 ran: left out at their defaults so those
+        # runs' keys (and results files) stay the runs' identity.
+        for f in ("background_size_scale", "background_s"):
+            if d[f] is None:
+                del d[f]
         if d["queueing"] == "bands":      # every run before issue 18 queued as its topology
             del d["queueing"]
         return d
@@ -106,6 +109,8 @@ class RunSpec:
 
     def label(self) -> str:
         topo = self.topology.rsplit("/", 1)[-1].removesuffix(".yaml")
+        if self.model == "none":        # background only (lb-classic)
+            return f"{topo} {self.background_cdf} {self.scheme} load {self.load:g} seed {self.seed}"
         agent = "" if self.agent == "default" else f" agent={self.agent}"
         return (f"{topo} {self.model} {self.arch} {arm(self.scheme, self.queueing)} load "
                 f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}")
@@ -273,9 +278,46 @@ PRESETS: dict[str, dict] = {
             "(fig10-factorial separates them)", "schemes: TaLB and the paper's baselines"]),
 }
 
+_LB_CLASSIC = dict(
+    kind="background", topologies=["topologies/lb-classic-sym.yaml",
+                                   "topologies/lb-classic-asym.yaml"],
+    schemes=list(ALL_SCHEMES), loads=[0.1, 0.3, 0.5, 0.7, 0.8, 0.9],
+    cdfs=["websearch", "datamining"], seeds=5, agents=["default"], figure="lb_classic",
+    description="the load-balancing literature's standard evaluation, background "
+                "flows only (no training): FCT normalised to the ideal vs load, symmetric and "
+                "asymmetric leaf-spine, web-search and data-mining flow sizes",
+    keeps=["Poisson flows between hosts on different leaves, sizes from the web-search (DCTCP) "
+           "and data-mining (VL2) CDFs, as CONGA, LetFlow and DRILL evaluate",
+           "loads 0.1-0.9 of the fabric's capacity; a symmetric leaf-spine and one with a "
+           "degraded leaf-spine link", "FCT normalised to the ideal on an idle fabric; short "
+           "(<= 100 KB), long (>= 1 MB) and all flows, mean and p99"],
+    changes=["2 spines x 2 leaves x 4 hosts, every link 50 Mbit/s (2:1 oversubscribed), "
+             "80 KB FIFO per port, instead of 10-40G fabrics (two CPUs forward everything)",
+             "flow sizes scaled (web search x0.2, data mining x0.025: both ~330 KB on "
+             "average, ~70 flows/s at load 0.9), classes by the unscaled size",
+             "asymmetry: leaf0-spine1 at half rate (CONGA's testbed fails a link); load over the capacity traffic spread evenly over the leaves "
+             "can use (150 of the 175 Mbit/s of uplinks)",
+             "TCP cubic without ECN, the kernel's 200 ms minimum RTO; the schemes' timers "
+             "derived from the link rate (docs/schemes.md: flowlet gap 0.98 ms, CONGA's tau "
+             "1.96 ms on the symmetric fabric; the asymmetric one's slowest link gives 1.94 "
+             "and 3.88 ms)", "DRILL without its decomposition of an asymmetric fabric into symmetric "
+             "parts (the paper's answer to asymmetry): on the asymmetric fabric it compares "
+             "the queues of unequal links", "TaLB sees no tensors here: every packet takes its "
+             "fallback, ECMP"],
+)
+PRESETS["lb-classic"] = _LB_CLASSIC
+PRESETS["lb-classic-quick"] = dict(
+    _LB_CLASSIC, topologies=["topologies/lb-classic-quick.yaml"], schemes=["ecmp", "drill"],
+    loads=[0.3, 0.8], cdfs=["websearch"], seeds=2, window_s=5.0,
+    description="lb-classic's runs on a small symmetric fabric, ECMP and "
+                "DRILL, web search, loads 0.3 and 0.8, 2 seeds, 5 s windows (the test suite's)",
+    changes=_LB_CLASSIC["changes"] + ["2 hosts per leaf (1:1), two schemes, one CDF, two "
+                                      "loads, 2 seeds, 5 s windows: a check that it runs, "
+                                      "not a result"])
+
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
-                "background_size_scale", "queueing")
+                "background_size_scale", "queueing", "cdfs")
 
 
 def _topology_path(t: str) -> str:
@@ -358,6 +400,16 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
     seed_list = list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise PlanError("--seeds: at least one seed")
+    if base.get("kind") == "background":      # no training: bench/sweep/lbclassic.py
+        from bench.sweep.lbclassic import background_plan
+
+        _seed_rule(base, seeds, [], seed_cap, seed_width, fixed_seeds)   # none: --seed-* refused
+        return background_plan(name, base, schemes, seed_list, changed, missing)
+    if "cdfs" in changed:
+        raise PlanError("--cdfs: the lb-classic presets' option (training sweeps use websearch)")
+    if "none" in base["models"]:
+        raise PlanError("--models: 'none' (background only) is the lb-classic presets' "
+                        "(--preset lb-classic)")
     if base["warmup"] >= base["iterations"]:
         raise PlanError(f"--warmup: below --iterations ({base['iterations']}), got {base['warmup']}")
 

@@ -94,7 +94,7 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       background_cdf=spec.background_cdf,
                       background_size_scale=spec.background_size_scale, queueing=spec.queueing,
                       prefix=prefix, out=str(path),
-                      timeout_s=timeout_s))
+                      timeout_s=timeout_s, background_s=spec.background_s))
     return run_one
 
 

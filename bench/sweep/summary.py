@@ -653,6 +653,10 @@ def _machine() -> dict:
 
 def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
     """CSV, points, plots and summary.md from what ``out`` holds now."""
+    if plan.figure == "lb_classic":     # background only: its own report (bench/sweep/lbclassic.py)
+        from bench.sweep import lbclassic
+
+        return lbclassic.finish(plan, out, report, wall_s)
     out = Path(out)
     failed = (report or {}).get("failed")
     if failed is None and (out / "failed.json").exists():

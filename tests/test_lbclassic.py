@@ -1,0 +1,278 @@
+"""lb-classic without a fabric: the normalisation and classes on constructed
+flows with known answers, the capacity and window rules, the plan (keys
+apart from training runs, training options refused) and the report (paired
+verdicts, every published direction listed with one, reproducible)."""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from bench.sweep.plan import PRESETS, PlanError, build_plan
+from workload import background_only as bo
+
+IMPL = frozenset(("ecmp", "rps", "letflow", "drill", "conga", "talb"))
+MS = 1e-3
+
+
+def _flow(fid, size, *, start_s, fct_s=None, status="done", src="h0", dst="h4", t0=10**12):
+    start = t0 + int(start_s * 1e9)
+    return {"flow_id": fid, "src": src, "dst": dst, "size_bytes": size, "planned_start_ns": start,
+            "start_ns": start, "end_ns": start + int(fct_s * 1e9) if fct_s else None,
+            "received_bytes": size if status == "done" else 0, "status": status, "error": "",
+            "fct_s": fct_s if status == "done" else None, "size_class": "wire-scale"}
+
+
+RATES = {"h0": 50e6, "h4": 50e6, "h1": 25e6}
+
+
+def _rows(flows, base=1 * MS, scale=0.2):
+    return bo.flow_rows(flows, t0_ns=10**12, warmup_s=2.0, window_s=10.0, size_scale=scale,
+                        host_rate_bps=RATES, base_s=base)
+
+
+def test_ideal_and_normalised_fct_known_answers():
+    # 62,500 B at 50 Mbit/s = 10 ms; + B 1 ms = ideal 11 ms; FCT 22 ms -> 2.0
+    r = _rows([_flow(0, 62_500, start_s=3.0, fct_s=22 * MS)])[0]
+    assert r["serial_s"] == pytest.approx(10 * MS)
+    assert r["nfct"] == pytest.approx(2.0)
+    # the slower host sets R: 25 Mbit/s -> 20 ms + 1 ms; FCT 21 ms -> exactly its ideal
+    r = _rows([_flow(1, 62_500, start_s=3.0, fct_s=21 * MS, src="h1")])[0]
+    assert r["nfct"] == pytest.approx(1.0)
+    # without B a 100-byte flow would read 1000x at 16 us + 1 ms of handshake:
+    # with it, ~1 on an idle fabric
+    r = _rows([_flow(2, 100, start_s=3.0, fct_s=1.016 * MS)])[0]
+    assert r["nfct"] == pytest.approx(1.0, abs=1e-3)
+    # another B for the same flow (the report's pooled one)
+    assert bo.normalised(r, 0.5 * MS) == pytest.approx(1.016 / (0.016 + 0.5))
+    # a censored flow has no FCT and no normalised FCT, never 0
+    r = _rows([_flow(3, 1000, start_s=3.0, status="censored")])[0]
+    assert r["nfct"] is None and r["fct_s"] is None
+
+
+def test_phases_and_classes_at_the_cdf_scale():
+    flows = _rows([_flow(0, 10_000, start_s=1.0, fct_s=0.01),      # warm-up
+                   _flow(1, 10_000, start_s=2.0, fct_s=0.01),      # window starts at W
+                   _flow(2, 30_000, start_s=11.9, fct_s=0.01),     # window
+                   _flow(3, 300_000, start_s=12.0, fct_s=0.1)],    # fill starts at W + D
+                  scale=0.2)
+    assert [f["phase"] for f in flows] == ["warmup", "window", "window", "fill"]
+    # 10 KB at x0.2 is 50 KB at the CDF's scale: short; 30 KB -> 150 KB medium; 300 KB -> 1.5 MB long
+    assert [f["class"] for f in flows] == ["short", "short", "medium", "long"]
+    assert "size_class" not in flows[0]          # the wire-scale class is not carried over
+    assert bo.size_class(20_000, 0.2) == "short" and bo.size_class(200_000, 0.2) == "long"
+
+
+def test_class_summary_counts_means_and_p99():
+    # 100 short window flows with normalised FCT 1..100 (nearest-rank p99 = 99),
+    # 2 censored short ones, 3 long ones; warm-up and fill flows left out
+    serial = 8 * 10_000 / 50e6
+    flows = [_flow(i, 10_000, start_s=2.0 + i * 0.05, fct_s=(i + 1) * (serial + MS))
+             for i in range(100)]
+    flows += [_flow(100 + i, 10_000, start_s=5.0, status="censored") for i in range(2)]
+    flows += [_flow(200 + i, 250_000, start_s=6.0, fct_s=4 * (8 * 250_000 / 50e6 + MS))
+              for i in range(3)]
+    flows += [_flow(300, 10_000, start_s=0.5, fct_s=9.9), _flow(301, 10_000, start_s=12.5, fct_s=9.9)]
+    s = bo.class_summary(_rows(flows))
+    short, long_, all_ = s["short"], s["long"], s["all"]
+    assert (short["flows"], short["done"], short["censored"]) == (102, 100, 2)
+    assert short["nfct_mean"] == pytest.approx(50.5)
+    assert short["nfct_p99"] == pytest.approx(99.0)
+    assert short["fct_mean_s"] == pytest.approx(50.5 * (serial + MS))
+    assert (long_["done"], long_["nfct_mean"], long_["nfct_p99"]) == (3, pytest.approx(4.0),
+                                                                      pytest.approx(4.0))
+    assert (all_["flows"], all_["done"], all_["censored"]) == (105, 103, 2)
+    assert all_["nfct_mean"] == pytest.approx((50.5 * 100 + 12) / 103)
+    assert s["medium"]["flows"] == 0 and s["medium"]["nfct_mean"] is None
+    assert short["bytes"] == 102 * 10_000
+
+
+def test_capacity_window_and_cdf_rules():
+    from netns_topology import load_topology
+    from talb import paths
+    from workload.background import FlowSizeCDF, arrival_rate
+
+    topo = lambda n: load_topology(paths.REPO_ROOT / "topologies" / n)  # noqa: E731
+    assert bo.even_capacity_bps(topo("lb-classic-sym.yaml")) == 200e6
+    # leaf0's uplinks 50 + 25: traffic spread evenly fits 2 x 75, not the 175 of the sum
+    assert bo.even_capacity_bps(topo("lb-classic-asym.yaml")) == 150e6
+    assert bo.even_capacity_bps(topo("fig11.yaml")) == 75e6
+    ws = FlowSizeCDF.named("websearch")
+    assert bo.cdf_at(ws, 100_000) == pytest.approx(0.53 + 0.07 * 20 / 120)
+    assert bo.cdf_at(ws, 0) == 0.0 and bo.cdf_at(ws, 3e7) == 1.0
+    # the default window plans SHORT_FLOWS_TARGET short flows on average
+    w = bo.default_window_s("websearch", 0.2, 0.5, 200e6)
+    short_per_s = arrival_rate(0.5, 200e6, ws.scaled(0.2)) * bo.cdf_at(ws, 100_000)
+    assert w * short_per_s == pytest.approx(bo.SHORT_FLOWS_TARGET, rel=0.01)
+    assert bo.default_window_s("websearch", 0.2, 0.01, 200e6) == bo.WINDOW_MAX_S
+    assert bo.default_window_s("datamining", 0.025, 0.9, 200e6) == bo.WINDOW_MIN_S == 20.0
+    # the preset's scales give both CDFs ~330 KB flows, <= 100 flows/s at load 0.9
+    for cdf, scale in bo.DEFAULT_SIZE_SCALE.items():
+        d = FlowSizeCDF.named(cdf).scaled(scale)
+        assert 300e3 < d.mean() < 360e3
+        assert arrival_rate(0.9, 200e6, d) < 100
+    assert bo.margin_s(10) == 2.0 and bo.margin_s(150) == 15.0
+
+
+def test_plan_runs_and_keys():
+    p = build_plan("lb-classic", implemented=IMPL)
+    assert len(p.runs) == 2 * 2 * 6 * 6 * 5          # fabrics x CDFs x loads x schemes x seeds
+    assert p.counts("scheme") == {s: 120 for s in IMPL}
+    assert {r.model for r in p.runs} == {"none"} and {r.background_cdf for r in p.runs} == \
+        {"websearch", "datamining"}
+    assert all(r.background_s and r.background_size_scale for r in p.runs)
+    assert {r.load for r in p.runs} == {0.1, 0.3, 0.5, 0.7, 0.8, 0.9}
+    # scheme innermost: what a point compares runs back to back
+    assert [r.scheme for r in p.runs[:6]] == ["ecmp", "rps", "letflow", "drill", "conga", "talb"]
+    keys = {r.key() for r in p.runs}
+    assert len(keys) == len(p.runs)
+    training = {r.key() for name, pre in PRESETS.items() if pre.get("kind") != "background"
+                for r in build_plan(name, implemented=IMPL).runs}
+    assert not keys & training
+    assert all(r.params()["model"] == "none" and "background_s" in r.params() for r in p.runs)
+    q = build_plan("lb-classic-quick", implemented=IMPL)
+    assert len(q.runs) == 8 and {r.background_s for r in q.runs} == {5.0}
+    assert q.runs[0].label() == "lb-classic-quick websearch ecmp load 0.3 seed 1"
+    # overrides
+    o = build_plan("lb-classic", implemented=IMPL, cdfs=["websearch"], loads=[0.5], seeds=2,
+                   schemes=["ecmp", "conga"])
+    assert len(o.runs) == 2 * 1 * 1 * 2 * 2 and o.name.startswith("lb-classic+")
+
+
+@pytest.mark.parametrize("over,flag", [
+    ({"models": ["vgg19"]}, "--models"), ({"iterations": 3}, "--iterations"),
+    ({"workers": 4}, "--workers"), ({"target_rates": [1e10]}, "--target-rates"),
+    ({"loads": [0.0, 0.5]}, "--loads"), ({"cdfs": ["video"]}, "--cdfs"),
+    ({"queueing": ["fifo"]}, "--queueing"), ({"seed_cap": 8}, "--seed-cap"),
+])
+def test_plan_refuses_what_makes_no_sense(over, flag):
+    with pytest.raises(PlanError, match=flag):
+        build_plan("lb-classic", implemented=IMPL, **over)
+
+
+def test_training_sweeps_refuse_background_options():
+    with pytest.raises(PlanError, match="--cdfs"):
+        build_plan("fig10", implemented=IMPL, cdfs=["datamining"])
+    with pytest.raises(PlanError, match="--models"):
+        build_plan("fig10", implemented=IMPL, models=["none"])
+
+
+# --- the report on constructed runs -------------------------------------------------------
+#: each scheme's slowdown factor per fabric kind (constructed: DRILL fastest on the
+#: symmetric fabric, ECMP slow on the asymmetric one, TaLB = ECMP)
+FACTOR = {"symmetric": {"ecmp": 1.6, "rps": 1.3, "letflow": 1.25, "drill": 1.0, "conga": 1.2,
+                        "talb": 1.6},
+          "asymmetric": {"ecmp": 4.0, "rps": 3.0, "letflow": 1.3, "drill": 1.4, "conga": 1.2,
+                         "talb": 4.0}}
+
+
+def _fake(spec, path):
+    """A results file shaped like background_only.run's, FCTs made up."""
+    from bench.sweep.lbclassic import fabric_kind
+
+    kind = fabric_kind(spec.topology)
+    rng = random.Random(hash((spec.seed, spec.load, spec.background_cdf, spec.scheme)) & 0xFFFF)
+    noise = 1 + 0.01 * rng.random()
+    f = FACTOR[kind][spec.scheme] * (1 + spec.load) * noise
+    seed_rng = random.Random(spec.seed)          # same flows for every scheme of a seed
+    raw = []
+    for i in range(60):
+        size = seed_rng.choice([2_000, 15_000, 250_000])
+        serial = 8 * size / 50e6
+        raw.append(_flow(i, size, start_s=2.0 + i * 0.1, fct_s=f * (serial + MS)))
+    flows = bo.flow_rows(raw, t0_ns=10**12, warmup_s=2.0, window_s=10.0,
+                         size_scale=spec.background_size_scale, host_rate_bps=RATES,
+                         base_s=MS * (1 + 0.05 * seed_rng.random()))
+    classes = bo.class_summary(flows)
+
+    class Cfg:
+        background_cdf, load, seed = spec.background_cdf, spec.load, spec.seed
+    head = bo.headline(spec.scheme, Cfg, classes, {
+        "base_latency_s": MS, "offered_realised": 0.1 * spec.seed, "delivered_load": spec.load,
+        "reorder_per_kseg": {"rps": 5.0, "drill": 0.5}.get(spec.scheme, 0.1) * noise,
+        "retrans_pct": 0.1, "timeouts": 0, "window_s": 10.0, "cpu_bound": False})
+    path.write_text(json.dumps({
+        "format": "talb-run/1", "config": {"model": "none"}, "software": {"commit": "abc"},
+        "headline": head, "flags": {"cpu_bound": False},
+        "load": {"flows_per_s": 6.0, "background": {"flows": flows}},
+        "summary": {"background": classes, "cpu_guard": {"cpu_busy_mean": 0.3, "reason": "ok"}}}))
+
+
+def _report(tmp_path, **over):
+    from bench.sweep.runner import run_plan
+    from bench.sweep.summary import finish
+
+    p = build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.8], seeds=3, **over)
+    run_plan(p, tmp_path, run_fn=_fake, progress=False)
+    return p, finish(p, tmp_path)
+
+
+def test_report_gives_every_direction_a_paired_verdict(tmp_path):
+    from bench.sweep.lbclassic import DIRECTIONS
+
+    p, res = _report(tmp_path)
+    dirs = res["directions"]
+    # each direction on each fabric of its kind, for both CDFs
+    assert len(dirs) == 2 * sum(2 if d.fabric == "both" else 1 for d in DIRECTIONS)
+    by = {(r["direction"].id, r["kind"], r["cdf"]): r for r in dirs}
+    for r in dirs:
+        assert r["verdict"] in ("holds here", "does not hold", "inconclusive"), r
+        assert all(t["pair"].n == 3 for t in r["tests"])          # paired by seed, 3 seeds
+    # the constructed data decide these beyond doubt
+    assert by[("sym-drill", "symmetric", "websearch")]["verdict"] == "holds here"
+    assert by[("asym-conga", "asymmetric", "datamining")]["verdict"] == "holds here"
+    assert by[("asym-letflow-conga", "asymmetric", "websearch")]["verdict"] == "holds here"
+    assert by[("sym-drill-reorder", "symmetric", "websearch")]["verdict"] == "holds here"
+    assert by[("talb-fallback", "asymmetric", "websearch")]["verdict"] == "holds here"
+    # ECMP 60% slower at light load: "about as good" does not hold
+    assert by[("sym-low-equal", "symmetric", "websearch")]["verdict"] == "does not hold"
+    # RPS 30% slower than ECMP? no: faster (1.3 vs 1.6): not worse holds
+    assert by[("sym-rps", "symmetric", "websearch")]["verdict"] == "holds here"
+    md = (tmp_path / "summary.md").read_text()
+    assert "## Published directions" in md and md.count("**holds here**") >= 5
+    for d in DIRECTIONS:
+        assert d.claim in md
+    # the normalisation divides every run of a fabric by one pooled B
+    rows = res["rows"]
+    assert {r["base_latency_s"] for r in rows if "lb-classic-sym" in r["topology"]} == \
+        {res["base_latency"]["topologies/lb-classic-sym.yaml"]["base_s"]}
+    # pairing: the same flows for every scheme at a seed
+    for seed in (1, 2, 3):
+        assert len({r["offered_realised"] for r in rows if r["seed"] == seed}) == 1
+    # figures: one per fabric and CDF, six panels, a line per scheme
+    assert len(res["plots"]) == 4
+    for panels in res["plots"].values():
+        assert len(panels) == 6 and all(sorted(v) == sorted(IMPL) for v in panels.values())
+    assert (tmp_path / "paired.csv").read_text().count("\n") > 100
+
+
+def test_report_is_reproducible_and_says_what_was_not_run(tmp_path):
+    from bench.sweep.summary import finish
+
+    p, res = _report(tmp_path, schemes=["ecmp", "drill"], cdfs=["websearch"])
+    csv1 = (tmp_path / "runs.csv").read_text()
+    table1 = (tmp_path / "summary.md").read_text().split("## Published directions")[1]
+    res2 = finish(p, tmp_path)                     # what --report-only does
+    assert (tmp_path / "runs.csv").read_text() == csv1
+    assert (tmp_path / "summary.md").read_text().split("## Published directions")[1] == table1
+    assert [r["verdict"] for r in res2["directions"]] == [r["verdict"] for r in res["directions"]]
+    by = {(r["direction"].id, r["kind"]): r["verdict"] for r in res["directions"]}
+    assert by[("asym-conga", "asymmetric")] == "not run"
+    assert by[("sym-low-equal", "symmetric")].endswith("(partly not run)")
+
+
+def test_within_margin_test_both_ways():
+    from bench.sweep.lbclassic import _outcome, _test_pvalues
+    from bench.sweep.stats import paired
+
+    def verdict(ratios):
+        a = [r * 10 for r in ratios]
+        b = [10.0] * len(ratios)
+        pr = paired(a, b)
+        p, p_eq = _test_pvalues(pr, [math.log(x / y) for x, y in zip(a, b)], "within")
+        return _outcome("within", pr, p, p_eq)
+    assert verdict([1.05, 1.06, 1.04, 1.05, 1.07]) == "holds"
+    assert verdict([1.5, 1.52, 1.49, 1.51, 1.5]) == "does not hold"
+    assert verdict([1.0, 1.6, 0.9, 1.5, 1.2]) == "inconclusive"

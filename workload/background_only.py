@@ -1,0 +1,467 @@
+"""Background flows only, no training: ``talb run --model none`` (issue 17,
+item 5), the runs of the ``lb-classic`` calibration (docs/experiments.md).
+
+The load-balancing literature's standard evaluation on this testbed: Poisson
+flows with web-search or data-mining sizes from every host to hosts on other
+leaves (workload/background.py), no training, every flow's FCT recorded and
+normalised to its ideal. A code path of its own beside the training run:
+``workload.experiment.run`` hands ``model == "none"`` to :func:`run`.
+
+Timeline (t = 0 when the first flow may start)::
+
+    [0, W)              warm-up: flows run, not counted (the fabric starts empty)
+    [W, W + D)          the window: the flows planned to start here are the sample
+    [W + D, W + D + F)  fill: flows keep arriving, not counted, so that the
+                        window's last flows finish under the same load as the rest
+    after               no new flows; the run waits until every flow is done
+                        (at most DRAIN = max(30 s, D); unfinished flows: censored)
+
+D is ``--background-duration`` (default: :func:`default_window_s`, enough for
+500 short flows, 20-150 s); W = F = max(2 s, D / 10).
+
+**Ideal FCT** of a flow of S bytes: 8 S / R + B. R is the slower of its two
+hosts' link rates; B the FCT of a 1-byte flow on the idle fabric -- the median
+of ~40 such flows sent just before the load starts (the TCP handshake and the
+applications' own latency, which every flow pays once whatever its size). The
+normalised FCT, FCT / ideal, is then ~1 on an idle fabric for every size,
+the convention of the literature's "FCT normalised to the FCT on an idle
+fabric"; without B a 100-byte flow (half the data-mining flows are smaller
+than that at this preset's scale) would read 100x its ideal on an idle fabric.
+Each flow's record keeps ``serial_s`` = 8 S / R, so a report can recompute
+the normalisation with another B (bench/sweep/lbclassic.py pools B over all
+runs of a fabric, so that every scheme is divided by the same ideal).
+
+**Classes** by the flow's size at the CDF's own scale (size / size scale),
+as the literature's: short <= 100 KB, long >= 1 MB, "all" every flow.
+
+**Load**: offered background bytes/s over :func:`even_capacity_bps`, the
+capacity traffic spread evenly over the leaves can use: the smallest
+(leaf's uplink capacity x hosts / the leaf's hosts). On a symmetric fabric
+that is the sum of the uplinks (as training runs, workload/background.py); on
+lb-classic's asymmetric one 2 x 75 = 150 Mbit/s, not the 175 Mbit/s sum,
+whose load 0.9 would overload leaf0's uplinks whatever the balancer does.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import asdict
+from pathlib import Path
+
+from talb import paths, testbed
+from workload import measure
+
+NO_MODEL = "none"
+DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "lb-classic-sym.yaml"
+CLASSES = ("short", "medium", "long", "all")
+#: Flow sizes x this per CDF unless --background-size-scale says otherwise:
+#: both CDFs scaled to a mean of ~330 KB (web search 342 KB, data mining
+#: 316 KB), so that a load makes about as many flows a second with either:
+#: ~70/s at load 0.9 on lb-classic's 200 Mbit/s (docs/experiments.md).
+DEFAULT_SIZE_SCALE = {"websearch": 0.2, "datamining": 0.025}
+#: The default window plans this many short flows (expected): p99 of the
+#: short flows then has ~5 flows above it.
+SHORT_FLOWS_TARGET = 500
+#: 20 s at least: at high load 500 short flows come in 10 s, but the bytes a
+#: window offers vary from seed to seed with the CDFs' heavy tails (data
+#: mining: ~27% at load 0.9 in 10 s, ~18% in 20 s); a longer window narrows it.
+WINDOW_MIN_S, WINDOW_MAX_S = 20.0, 150.0
+DRAIN_MIN_S = 30.0
+#: The idle-fabric probe: 1-byte flows at this rate for this long, one
+#: sender and sink per leaf; the base latency B needs at least PROBE_MIN.
+PROBE_FLOWS_PER_S, PROBE_S, PROBE_MIN = 20.0, 2.0, 10
+PORT, PROBE_PORT = 7400, 7401
+#: Flows a second the hosts open without the CPUs setting the result (as
+#: workload/experiment.py MAX_BACKGROUND_FLOWS_PER_S).
+MAX_FLOWS_PER_S = 200
+
+
+class RunError(RuntimeError):
+    pass
+
+
+# --- the definitions (unit-tested on constructed flows) -----------------------------------
+def margin_s(window_s: float) -> float:
+    """Warm-up W and fill F around a window of ``window_s``."""
+    return max(2.0, window_s / 10)
+
+
+def even_capacity_bps(topo) -> float:
+    """The background load's capacity: the most that traffic spread evenly
+    over the hosts (each host sending the same to hosts on other leaves) can
+    push through the leaves' uplinks -- min over leaves of the leaf's up
+    capacity x (hosts / the leaf's hosts). Symmetric fabric: the sum of the
+    uplinks. A link at half rate lowers it for every leaf."""
+    per_leaf = Counter(h.leaf for h in topo.hosts)
+    total = sum(per_leaf.values())
+    caps = []
+    for leaf, n in per_leaf.items():
+        up = sum(p.rate_bps for p in topo.ports(leaf) if p.kind == "fabric" and p.up)
+        caps.append(up * total / n)
+    if len(per_leaf) < 2 or not min(caps) > 0:
+        raise ValueError("--topology: background flows need at least two leaves with hosts "
+                         "and uplinks, got leaves " + ", ".join(sorted(map(str, per_leaf))))
+    return float(min(caps))
+
+
+def cdf_at(cdf, x: float) -> float:
+    """P(size <= x) of a FlowSizeCDF (its piecewise-linear points)."""
+    pts = cdf.points
+    if x < pts[0][0]:
+        return 0.0
+    for (x0, p0), (x1, p1) in zip(pts, pts[1:]):
+        if x0 <= x < x1:
+            return p0 + (p1 - p0) * (x - x0) / (x1 - x0)
+    return 1.0
+
+
+def size_scale_of(cdf_name: str, given: float | None) -> float:
+    return given if given is not None else DEFAULT_SIZE_SCALE[cdf_name]
+
+
+def default_window_s(cdf_name: str, size_scale: float, load: float, capacity_bps: float) -> float:
+    """Window long enough for SHORT_FLOWS_TARGET short flows on average, within
+    WINDOW_MIN_S..WINDOW_MAX_S, rounded to 0.1 s."""
+    from workload.background import FlowSizeCDF, arrival_rate
+
+    cdf = FlowSizeCDF.named(cdf_name).scaled(size_scale)
+    short_per_s = arrival_rate(load, capacity_bps, cdf) * cdf_at(cdf, measure.SHORT_MAX_BYTES * size_scale)
+    return round(min(WINDOW_MAX_S, max(WINDOW_MIN_S, SHORT_FLOWS_TARGET / short_per_s)), 1)
+
+
+def size_class(size_bytes: int, size_scale: float) -> str:
+    """short / medium / long by the size at the CDF's own scale."""
+    return measure.size_class(size_bytes / size_scale)
+
+
+def flow_rows(flows: list[dict], *, t0_ns: int, warmup_s: float, window_s: float,
+              size_scale: float, host_rate_bps: dict, base_s: float) -> list[dict]:
+    """Each flow record (BackgroundResult.to_dict()['flows']) with its phase
+    (warmup, window, fill), class at the CDF's scale, serial_s = 8 S / R and,
+    when done, nfct = fct_s / (serial_s + base_s)."""
+    out = []
+    for f in flows:
+        offset = (f["planned_start_ns"] - t0_ns) / 1e9
+        phase = "warmup" if offset < warmup_s else ("window" if offset < warmup_s + window_s
+                                                    else "fill")
+        rate = min(host_rate_bps[f["src"]], host_rate_bps[f["dst"]])
+        row = {k: v for k, v in f.items() if k != "size_class"}   # that one is at wire scale
+        row.update(phase=phase, serial_s=8 * f["size_bytes"] / rate,
+                   **{"class": size_class(f["size_bytes"], size_scale)})
+        row["nfct"] = normalised(row, base_s)
+        out.append(row)
+    return out
+
+
+def normalised(flow: dict, base_s: float) -> float | None:
+    """FCT over the ideal 8 S / R + B; None for a flow that did not finish."""
+    if flow.get("fct_s") is None:
+        return None
+    return flow["fct_s"] / (flow["serial_s"] + base_s)
+
+
+def class_summary(flows: list[dict], base_s: float | None = None) -> dict:
+    """Per class (short, medium, long, all) of the *window's* flows: counts by
+    status, mean and p99 of the FCT and of the normalised FCT (finished flows
+    only; censored ones are counted, never given an FCT). ``base_s``:
+    recompute the normalisation with this B (else each flow's ``nfct``)."""
+    window = [f for f in flows if f["phase"] == "window"]
+    out = {}
+    for cls in CLASSES:
+        mine = [f for f in window if cls in ("all", f["class"])]
+        done = [f for f in mine if f["status"] == "done"]
+        fct = [f["fct_s"] for f in done]
+        nf = [normalised(f, base_s) if base_s is not None else f["nfct"] for f in done]
+        block = {"flows": len(mine), "done": len(done),
+                 **{s: sum(f["status"] == s for f in mine) for s in ("censored", "failed", "not_started")},
+                 "bytes": sum(f["size_bytes"] for f in mine)}
+        block.update(fct_mean_s=statistics.fmean(fct) if fct else None,
+                     fct_p99_s=measure.p99(fct) if fct else None,
+                     nfct_mean=statistics.fmean(nf) if nf else None,
+                     nfct_p99=measure.p99(nf) if nf else None)
+        out[cls] = block
+    return out
+
+
+HEADLINE_CLASSES = ("short", "long", "all")
+
+
+def headline(scheme: str, cfg, classes: dict, extra: dict) -> dict:
+    """One flat row (runs.csv): the run's parameters and per class the mean
+    and p99 of the normalised FCT and of the FCT, counts and censored flows."""
+    row = {"scheme": scheme, "model": NO_MODEL, "cdf": cfg.background_cdf, "load": cfg.load,
+           "seed": cfg.seed}
+    for cls in HEADLINE_CLASSES:
+        b = classes[cls]
+        row.update({f"{cls}_nfct_mean": b["nfct_mean"], f"{cls}_nfct_p99": b["nfct_p99"],
+                    f"{cls}_fct_mean_s": b["fct_mean_s"], f"{cls}_fct_p99_s": b["fct_p99_s"],
+                    f"{cls}_n": b["done"], f"{cls}_censored": b["censored"] + b["failed"]})
+    row.update(extra)
+    return row
+
+
+# --- validation ----------------------------------------------------------------------------
+def _need(cond: bool, flag: str, value, what: str) -> None:
+    if not cond:
+        raise ValueError(f"{flag}: {what}, got {value!r}")
+
+
+def validate(cfg) -> None:
+    """What a background-only run needs; the CLI refuses the training-only
+    flags before this (talb/cli_run.py)."""
+    from workload.background import CDF_FILES
+
+    _need(cfg.model == NO_MODEL, "--model", cfg.model, f"{NO_MODEL!r} for a background-only run")
+    _need(0.0 < cfg.load < 1.0, "--load", cfg.load,
+          "--model none runs background flows only, so it needs a load in (0, 1)")
+    _need(cfg.background_cdf in CDF_FILES, "--background-cdf", cfg.background_cdf,
+          f"one of {', '.join(CDF_FILES)}")
+    _need(cfg.background_s is None or cfg.background_s > 0, "--background-duration",
+          cfg.background_s, "a positive number of seconds")
+    _need(cfg.background_size_scale is None or 0 < cfg.background_size_scale <= 1,
+          "--background-size-scale", cfg.background_size_scale, "a factor in (0, 1]")
+    _need(cfg.fault is None, "--fault", cfg.fault,
+          "faults are injected into training; --model none has no training to disturb")
+    if cfg.scheme is not None:
+        from agent.control import _scheme_id
+
+        try:
+            _scheme_id(cfg.scheme)
+        except ValueError as exc:
+            raise ValueError(f"--scheme: {exc}") from None
+
+
+# --- the run -------------------------------------------------------------------------------
+def _fabric(prefix: str, topo, scheme: str | None) -> dict:
+    """Set the scheme on every switch (when asked) and read back what is in effect."""
+    state = testbed.read_state(prefix)
+    if state.get("datapath") != "bpf":
+        raise testbed.TestbedError(
+            f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): it has no "
+            f"load-balancing scheme to measure; run on a testbed built with the bpf data path")
+    from agent.control import read_config, set_scheme
+    from agent.maps import SwitchMaps
+
+    from agent import timers
+
+    out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
+           "queueing": testbed.queueing_of(prefix, state),
+           "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
+           # what the link rate gives (docs/schemes.md); switch_config holds what is in force
+           "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": topo.rto_min,
+           "switch_config": {}, "agent": None}
+    for sw in topo.switches:
+        with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
+            if scheme:
+                set_scheme(maps, scheme)
+            out["switch_config"][sw.name] = read_config(maps)
+    return out
+
+
+def probe_base_latency(topo, prefix: str, capacity_bps: float, seed: int) -> dict:
+    """B: the median FCT of 1-byte flows on the idle fabric, one sender and
+    one sink per leaf (the first host of each), ~PROBE_FLOWS_PER_S a second
+    for PROBE_S seconds."""
+    from workload.background import BackgroundLoad, FlowSizeCDF, fabric_hosts
+
+    first = {}
+    for h in fabric_hosts(topo, prefix):
+        first.setdefault(h.leaf, h)
+    bg = BackgroundLoad(list(first.values()), load=PROBE_FLOWS_PER_S * 8 / capacity_bps,
+                        capacity_bps=capacity_bps, seed=seed, duration_s=PROBE_S,
+                        cdf=FlowSizeCDF([(1, 0.0), (1, 1.0)], "probe-1B"), port=PROBE_PORT,
+                        start_delay_s=0.3, drain_s=5.0)
+    with bg:
+        pass                                    # start, then stop: waits for every flow
+    fcts = sorted(f.fct_s for f in bg.result.flows if f.status == "done")
+    if len(fcts) < PROBE_MIN:
+        raise RunError(f"idle-fabric probe: {len(fcts)} of {len(bg.result.flows)} 1-byte flows "
+                       f"finished (need {PROBE_MIN}); problems: {bg.result.params['problems']}")
+    return {"base_s": statistics.median(fcts), "n": len(fcts), "min_s": fcts[0],
+            "max_s": fcts[-1], "hosts": sorted(first[l].name for l in first),
+            "what": "median FCT of 1-byte flows between the leaves' first hosts on the idle "
+                    "fabric, just before the load"}
+
+
+def _results_path(cfg) -> Path:
+    if cfg.out:
+        return Path(cfg.out)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return Path("runs") / (f"{stamp}-none-{cfg.background_cdf}-{cfg.scheme or 'fabric'}"
+                           f"-load{cfg.load:g}-seed{cfg.seed}.json")
+
+
+def run(cfg, *, say=lambda _m: None, on_progress=None) -> dict:
+    """One background-only run; returns the results (also written to the
+    results file, ``results["path"]``). Uses the testbed of ``cfg.prefix``
+    if one is up, else builds one from ``cfg.topology`` (default
+    topologies/lb-classic-sym.yaml) and removes it afterwards.
+    ``on_progress(elapsed_s, total_s)``: called while the flows run."""
+    from workload.experiment import _free_port
+
+    validate(cfg)
+    testbed.require_root()
+    paths.check_prefix(cfg.prefix)
+    built = False
+    if testbed.exists(cfg.prefix):
+        if cfg.topology:
+            raise ValueError(f"--topology: testbed '{cfg.prefix}' is already up; the run uses it "
+                             f"(drop --topology, or pick another --prefix), got {cfg.topology!r}")
+    else:
+        from netns_topology import load_topology
+
+        topo_file = Path(cfg.topology) if cfg.topology else DEFAULT_TOPOLOGY
+        if not topo_file.is_file():
+            raise ValueError(f"--topology: no such file {str(topo_file)!r}")
+        topo = load_topology(topo_file)
+        even_capacity_bps(topo)              # two leaves with hosts? before building
+        say(f"building testbed '{cfg.prefix}' from {topo_file}")
+        testbed.up(topo, cfg.prefix, agent={"metrics_port": _free_port()})
+        built = True
+    try:
+        return _run_on_fabric(cfg, built, say, on_progress)
+    finally:
+        if built:
+            say(f"removing testbed '{cfg.prefix}'")
+            testbed.down(cfg.prefix)
+
+
+def _sleep_until(t_mono: float, t0: float, total: float, on_progress) -> None:
+    while (left := t_mono - time.monotonic()) > 0:
+        time.sleep(min(0.25, left))
+        if on_progress:
+            on_progress(min(total, time.monotonic() - t0), total)
+
+
+def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
+    from workload.background import BackgroundLoad, fabric_hosts
+    from workload.experiment import RESULTS_FORMAT, _agent_settings, software_versions
+
+    topo = testbed.load_topology_of(cfg.prefix)
+    fabric = _fabric(cfg.prefix, topo, cfg.scheme)
+    fabric["built_for_run"] = built
+    rates = {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts}
+    capacity = even_capacity_bps(topo)
+    scale = size_scale_of(cfg.background_cdf, cfg.background_size_scale)
+    window = cfg.background_s or default_window_s(cfg.background_cdf, scale, cfg.load, capacity)
+    margin = margin_s(window)
+    drain = max(DRAIN_MIN_S, window)
+    t_run = time.monotonic()
+
+    say("idle-fabric probe: 1-byte flows for the ideal's base latency")
+    probe = probe_base_latency(topo, cfg.prefix, capacity, cfg.seed)
+    base = probe["base_s"]
+
+    hosts = fabric_hosts(topo, cfg.prefix)
+    bg = BackgroundLoad(hosts, load=cfg.load, capacity_bps=capacity, seed=cfg.seed,
+                        duration_s=margin + window + margin, cdf=cfg.background_cdf,
+                        size_scale=scale, port=PORT, drain_s=drain)
+    rate = bg.params["arrival_rate_per_s"]
+    if rate > MAX_FLOWS_PER_S:
+        say(f"warning: {rate:.0f} flows/s planned, over the {MAX_FLOWS_PER_S}/s the hosts open "
+            f"without saturating the CPUs; --background-size-scale makes flows larger and fewer")
+    say(f"{cfg.background_cdf} x{scale:g} at load {cfg.load:g} of {capacity / 1e6:g} Mbit/s: "
+        f"{bg.params['planned_flows']} flows planned ({rate:.1f}/s), window {window:g} s "
+        f"after {margin:g} s of warm-up, {margin:g} s of fill")
+    host_ports = {(h.leaf, p.name): p.rate_bps for h in topo.hosts
+                  for p in topo.ports(h.leaf) if p.peer == h.name}
+    with ExitStack() as stack:       # every path: processes ended, maps closed, files removed
+        stack.callback(bg.close)
+        ports = measure.PortCounters(cfg.prefix, topo)   # the CPU guard's sampler thread reads it
+        stack.callback(ports.close)
+        window_ports = measure.PortCounters(cfg.prefix, topo)   # this thread's: maps of its own
+        stack.callback(window_ports.close)
+        tcp_before = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
+        queues_before = measure.read_port_queues(cfg.prefix, topo)
+        with measure.Sampler(ports, host_ports) as sampler:
+            try:
+                bg.start()
+                t0 = bg.t0_ns / 1e9
+                total = 2 * margin + window
+                _sleep_until(t0 + margin, t0, total, on_progress)
+                w0 = (time.monotonic(), window_ports.read(), measure.read_port_queues(cfg.prefix, topo))
+                _sleep_until(t0 + margin + window, t0, total, on_progress)
+                w1 = (time.monotonic(), window_ports.read(), measure.read_port_queues(cfg.prefix, topo))
+                _sleep_until(t0 + total, t0, total, on_progress)
+                say(f"window done; waiting for the flows to finish (at most {drain:g} s)")
+                result = bg.stop(drain_s=drain)
+            except BaseException:
+                if bg.t0_ns is not None:
+                    bg.stop(drain_s=-1e9)        # now: every process ended by its pid
+                raise
+        t_end = time.monotonic()
+        queues_after = measure.read_port_queues(cfg.prefix, topo)
+        tcp_after = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
+    fabric["agent"] = _agent_settings(cfg.prefix)
+
+    flows = flow_rows(result.to_dict()["flows"], t0_ns=bg.t0_ns, warmup_s=margin,
+                      window_s=window, size_scale=scale, host_rate_bps=rates, base_s=base)
+    classes = class_summary(flows)
+    span = (w0[0], w1[0])
+    window_real = w1[0] - w0[0]
+    leaf_up = [(sw.name, p.name) for sw in topo.switches if sw.role == "leaf"
+               for p in topo.ports(sw.name) if p.kind == "fabric"]
+    wire = (sum(w1[2][k][1] - w0[2][k][1] for k in leaf_up) if w0[2] and w1[2] else None)
+    load_block = {
+        "offered": cfg.load, "capacity_bps": capacity,
+        "capacity_rule": "min over leaves of uplink capacity x hosts / the leaf's hosts "
+                         "(workload/background_only.py even_capacity_bps)",
+        "offered_realised": 8 * classes["all"]["bytes"] / (window * capacity),
+        "delivered_wire": 8 * wire / (window_real * capacity) if wire is not None else None,
+        "delivered_what": "bytes the leaves' uplink queues sent during the window (headers, "
+                          "ACKs and warm-up/fill flows included) over the window x capacity",
+        "flows_per_s": rate,
+    }
+    guard = measure.cpu_guard(sampler.samples, True, span)
+    tcp = measure.tcp_summary({h: measure.counter_delta(tcp_before[h], tcp_after[h])
+                               for h in tcp_after})
+    tot = tcp["total"]
+    extra = {"base_latency_s": base, "offered_realised": load_block["offered_realised"],
+             "delivered_load": load_block["delivered_wire"],
+             "reorder_per_kseg": 1000 * tot["reordering"] / tot["out_segs"] if tot["out_segs"] else None,
+             "retrans_pct": 100 * tot["retrans_segs"] / tot["out_segs"] if tot["out_segs"] else None,
+             "timeouts": tot.get("timeouts"), "window_s": window, "cpu_bound": guard["flagged"]}
+    schemes = sorted({c["scheme"] for c in fabric["switch_config"].values()})
+    config = asdict(cfg)
+    results = {
+        "format": RESULTS_FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": config,
+        "software": software_versions(),
+        "fabric": fabric,
+        "model": None,
+        "scaling": None,
+        "placement": {"senders": [h.name for h in hosts], "destinations": "hosts on other leaves"},
+        "load": {**load_block, "cdf": cfg.background_cdf,
+                 "background": {"params": result.params, "flows": flows}},
+        "background_only": {
+            "window_s": window, "warmup_s": margin, "fill_s": margin, "drain_s": drain,
+            "size_scale": scale, "probe": probe,
+            "ideal": "8 x size / min(host link rates) + base latency B (the probe's median)",
+            "classes": "by size / size_scale: short <= 100 KB, long >= 1 MB",
+        },
+        "duration_s": t_end - t_run,
+        "summary": {
+            "background": {**classes, "load": load_block, "base_latency_s": base,
+                           "flows_planned": len(flows),
+                           "by_phase": dict(Counter(f["phase"] for f in flows))},
+            "tcp": tcp,
+            "uplinks": measure.uplink_spread(topo, w0[1], w1[1], window_real),
+            "port_drops": measure.port_drops(topo, queues_before, queues_after)
+            if queues_before and queues_after else None,
+            "cpu_guard": guard,
+        },
+        "flags": {"cpu_bound": guard["flagged"]},
+        "headline": headline(",".join(schemes) or "bridge", cfg, classes, extra),
+        "cpu_samples": sampler.samples,
+    }
+    path = _results_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(path)
+    results["path"] = str(path)
+    return results
