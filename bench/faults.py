@@ -86,7 +86,8 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
         if built or testbed.exists(prefix):
             return
         from netns_topology import load_topology
-        from workload.experiment import DEFAULT_TOPOLOGY, _free_port
+        from workload.experiment import DEFAULT_TOPOLOGY
+        from workload.testbed_use import free_port as _free_port
 
         say(f"building testbed '{prefix}' from {topology or DEFAULT_TOPOLOGY}")
         built = True

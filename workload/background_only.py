@@ -53,6 +53,7 @@ from pathlib import Path
 
 from talb import paths, testbed
 from workload import measure
+from workload.testbed_use import testbed_for
 
 NO_MODEL = "none"
 DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "lb-classic-sym.yaml"
@@ -300,33 +301,10 @@ def run(cfg, *, say=lambda _m: None, on_progress=None) -> dict:
     if one is up, else builds one from ``cfg.topology`` (default
     topologies/lb-classic-sym.yaml) and removes it afterwards.
     ``on_progress(elapsed_s, total_s)``: called while the flows run."""
-    from workload.experiment import _free_port
-
     validate(cfg)
-    testbed.require_root()
-    paths.check_prefix(cfg.prefix)
-    built = False
-    if testbed.exists(cfg.prefix):
-        if cfg.topology:
-            raise ValueError(f"--topology: testbed '{cfg.prefix}' is already up; the run uses it "
-                             f"(drop --topology, or pick another --prefix), got {cfg.topology!r}")
-    else:
-        from netns_topology import load_topology
-
-        topo_file = Path(cfg.topology) if cfg.topology else DEFAULT_TOPOLOGY
-        if not topo_file.is_file():
-            raise ValueError(f"--topology: no such file {str(topo_file)!r}")
-        topo = load_topology(topo_file)
-        even_capacity_bps(topo)              # two leaves with hosts? before building
-        say(f"building testbed '{cfg.prefix}' from {topo_file}")
-        testbed.up(topo, cfg.prefix, agent={"metrics_port": _free_port()})
-        built = True
-    try:
+    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY,
+                     even_capacity_bps, say) as built:   # two leaves with hosts? before building
         return _run_on_fabric(cfg, built, say, on_progress)
-    finally:
-        if built:
-            say(f"removing testbed '{cfg.prefix}'")
-            testbed.down(cfg.prefix)
 
 
 def _sleep_until(t_mono: float, t0: float, total: float, on_progress) -> None:

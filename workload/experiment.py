@@ -36,6 +36,7 @@ from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
+from workload.testbed_use import testbed_for
 from workload.scaling import MSS_BYTES
 from workload.tensor_sender import MAX_TENSOR_PKTS
 from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
@@ -536,14 +537,6 @@ def _results_path(cfg: RunConfig) -> Path:
                            f"-load{cfg.load:g}-seed{cfg.seed}.json")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # --- the run ---------------------------------------------------------------------------
 def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=None,
         say=lambda _m: None) -> dict:
@@ -559,44 +552,27 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
 
         return background_only.run(cfg, say=say)
     validate(cfg, profile_needed=profile is None)
-    testbed.require_root()
-    paths.check_prefix(cfg.prefix)
-    built = False
-    if testbed.exists(cfg.prefix):
-        if cfg.topology:
-            raise ValueError(f"--topology: testbed '{cfg.prefix}' is already up; the run uses it "
-                             f"(drop --topology, or pick another --prefix), got {cfg.topology!r}")
-    else:
-        from netns_topology import load_topology
 
-        topo_file = Path(cfg.topology) if cfg.topology else DEFAULT_TOPOLOGY
-        if not topo_file.is_file():
-            raise ValueError(f"--topology: no such file {str(topo_file)!r}")
-        topo = load_topology(topo_file)
+    def check(topo):
         place(topo, cfg.arch, cfg.workers, cfg.servers)   # enough hosts? before building
         if cfg.fault:
             from workload.faults import check_names, parse_fault
 
             check_names(parse_fault(cfg.fault), topo)
-        say(f"building testbed '{cfg.prefix}' from {topo_file}")
-        # The agent's /metrics on a free port: another testbed's agent may hold the default.
-        testbed.up(topo, cfg.prefix, agent={"metrics_port": _free_port()})
-        built = True
-    before = None
-    try:
-        if cfg.queueing is not None:
-            before = testbed.queueing_of(cfg.prefix)["mode"]
-            if before != cfg.queueing:
-                say(f"switch ports: {cfg.queueing} queueing (was {before})")
-            testbed.set_queueing(cfg.prefix, cfg.queueing)
-        return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
-    finally:
-        if before is not None and before != cfg.queueing and not built:
-            say(f"switch ports: back to {before} queueing")
-            testbed.set_queueing(cfg.prefix, before)
-        if built:
-            say(f"removing testbed '{cfg.prefix}'")
-            testbed.down(cfg.prefix)
+
+    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, check, say) as built:
+        before = None
+        try:
+            if cfg.queueing is not None:
+                before = testbed.queueing_of(cfg.prefix)["mode"]
+                if before != cfg.queueing:
+                    say(f"switch ports: {cfg.queueing} queueing (was {before})")
+                testbed.set_queueing(cfg.prefix, cfg.queueing)
+            return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
+        finally:
+            if before is not None and before != cfg.queueing and not built:
+                say(f"switch ports: back to {before} queueing")
+                testbed.set_queueing(cfg.prefix, before)
 
 
 def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:

@@ -63,7 +63,7 @@ class Fabric:
         from agent.daemon import start_background, stop_background
         from agent.maps import SwitchMaps
         from talb import paths, testbed
-        from workload.experiment import _free_port
+        from workload.testbed_use import free_port as _free_port
 
         stop_background(self.prefix)          # its PCM history belongs to the last run
         testbed.set_queueing(self.prefix, spec.queueing)   # switch ports idle: nothing queued
