@@ -43,7 +43,6 @@ whose load 0.9 would overload leaf0's uplinks whatever the balancer does.
 """
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections import Counter
@@ -53,6 +52,8 @@ from pathlib import Path
 
 from talb import paths, testbed
 from workload import measure
+from workload.run_record import RESULTS_FORMAT, software_versions, write_results
+from workload.run_record import agent_settings as _agent_settings
 from workload.testbed_use import testbed_for
 
 NO_MODEL = "none"
@@ -316,7 +317,6 @@ def _sleep_until(t_mono: float, t0: float, total: float, on_progress) -> None:
 
 def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
     from workload.background import BackgroundLoad, fabric_hosts
-    from workload.experiment import RESULTS_FORMAT, _agent_settings, software_versions
 
     topo = testbed.load_topology_of(cfg.prefix)
     fabric = _fabric(cfg.prefix, topo, cfg.scheme)
@@ -436,10 +436,5 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
         "headline": headline(",".join(schemes) or "bridge", cfg, classes, extra),
         "cpu_samples": sampler.samples,
     }
-    path = _results_path(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(path)
-    results["path"] = str(path)
+    write_results(results, _results_path(cfg))
     return results

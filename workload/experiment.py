@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import queue
 import shutil
 import subprocess
@@ -36,6 +35,8 @@ from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
+from workload.run_record import RESULTS_FORMAT, software_versions, write_results
+from workload.run_record import agent_settings as _agent_settings
 from workload.testbed_use import testbed_for
 from workload.scaling import MSS_BYTES
 from workload.tensor_sender import MAX_TENSOR_PKTS
@@ -43,7 +44,6 @@ from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, pa
 
 NODE = [sys.executable, "-m", "workload.patterns.node"]
 DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
-RESULTS_FORMAT = "talb-run/1"
 SCALING_MODES = ("bytes", "time", "both", "fit")
 #: Background flows a run's workers can open per second without the CPU
 #: guard firing (fig10 at load 0.8 ran 101/s at 52% CPU; the first fig4
@@ -190,24 +190,6 @@ def place(topo, arch: str, workers: int, servers: int) -> dict[str, list]:
     return {"workers": order[:workers], "servers": order[workers:need] if arch == "ps" else []}
 
 
-def software_versions() -> dict:
-    def cmd(*argv):
-        try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=5).stdout.strip() or None
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-    try:
-        from importlib.metadata import version
-        talb_version = version("talb")
-    except Exception:  # noqa: BLE001 - not installed: the commit says it all
-        talb_version = None
-    commit = cmd("git", "-C", str(paths.REPO_ROOT), "rev-parse", "HEAD")
-    dirty = cmd("git", "-C", str(paths.REPO_ROOT), "status", "--porcelain", "--untracked-files=no")
-    return {"talb": talb_version, "commit": commit, "commit_dirty": bool(dirty) if commit else None,
-            "python": platform.python_version(), "kernel": platform.release(),
-            "iproute2": cmd("ip", "-V"), "machine": platform.machine(), "cpus": os.cpu_count()}
-
-
 def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
     """Set the scheme on every switch (when asked) and read back what is in effect."""
     state = testbed.read_state(prefix)
@@ -235,26 +217,6 @@ def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
                 set_scheme(maps, scheme)
             out["switch_config"][sw.name] = read_config(maps)
     return out
-
-
-def _agent_settings(prefix: str) -> dict | None:
-    """The PCM agent's settings: from its snapshot (written every window or
-    so), else its command line; None when no agent runs for the testbed."""
-    from agent.daemon import running_pid
-    from agent.snapshot import snapshot_path
-
-    pid = running_pid(prefix)
-    if pid is None:
-        return None
-    try:
-        snap = json.loads(snapshot_path(prefix).read_text())
-        return {"pid": pid, "config": snap.get("config"), "metrics": snap.get("metrics")}
-    except (OSError, json.JSONDecodeError):
-        try:
-            argv = open(f"/proc/{pid}/cmdline").read().split("\0")
-        except OSError:
-            argv = None
-        return {"pid": pid, "config": None, "argv": argv}
 
 
 def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict) -> dict:
@@ -724,12 +686,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                        wire=(wire, wire_info))
     if fault is not None:
         results["fault"] = faults.report(fault, results["tensors"])
-    path = _results_path(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(path)
-    results["path"] = str(path)
+    write_results(results, _results_path(cfg))
     return results
 
 

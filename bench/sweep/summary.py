@@ -646,7 +646,7 @@ def _rto_md(rows: list[dict], metric: str) -> list[str]:
 
 
 def _machine() -> dict:
-    from workload.experiment import software_versions
+    from workload.run_record import software_versions
 
     return software_versions()
 
