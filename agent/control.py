@@ -14,13 +14,13 @@ import time
 from contextlib import contextmanager
 from typing import Iterable, Mapping, Sequence
 
+from agent.maps import FwdGroup, GroupState, IPv4Key, PortInfo, SwitchMaps
 from agent.schemes import talb as talb_scheme
 from agent.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
-from agent.maps import (
-    CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES, PORT_HOST, PORT_UP, SCHEME_NAMES,
-    SCHEMES, TALB_COUNT_LIVE, TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
-    TALB_MAX_TENSORS, TALB_TENSOR_DONE, FwdGroup, GroupState, IPv4Key, PortInfo, SwitchMaps,
-)
+from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES,
+                                PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
+                                TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
+                                TALB_MAX_TENSORS, TALB_TENSOR_DONE)
 
 __all__ = [
     "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",

@@ -37,7 +37,7 @@ from agent.config import DEFAULT_METRICS_PORT, AgentConfig, ConfigError
 from agent.loop import Agent
 from agent.metrics import AgentMetrics
 from agent.snapshot import snapshot_path, write_snapshot
-from talb import paths
+from common import paths
 
 log = logging.getLogger("talb.agent")
 

@@ -23,17 +23,7 @@ from pathlib import Path
 
 from agent import bpf_syscall as sc
 from agent.maps import MapSet
-
-try:
-    from talb.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir
-except ImportError:  # pragma: no cover
-    BPF_SRC_DIR = Path(__file__).resolve().parent.parent / "bpf"
-    BPFFS_DIR = Path("/run/talb/bpffs")
-
-    def private_dir(path):
-        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
-        return Path(path)
+from common.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir
 
 __all__ = [
     "BpfDatapath", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "remove_pins",
@@ -189,7 +179,7 @@ class BpfDatapath:
     """One node's program + maps, attached to its interfaces.
 
     ``netns``: the node's network namespace (None: the current one).
-    ``pin_dir``: where :meth:`pin` puts the maps (``talb.paths.pin_dir``).
+    ``pin_dir``: where :meth:`pin` puts the maps (``common.paths.pin_dir``).
     """
 
     #: the program's C file (its ``#include "talb/..."`` are expanded)

@@ -4,7 +4,7 @@ For each switch namespace: compile and load the TC program, attach it at
 ingress of every port, pin its maps, then install the forwarding state the
 topology implies (ports, forwarding groups, scheme). Every host gets the
 tagging program (agent/host_loader.py) at egress of its interface, maps
-pinned at talb.paths.pin_dir(prefix, host). The processes that do
+pinned at common.paths.pin_dir(prefix, host). The processes that do
 this may exit afterwards: attached filters keep the programs, pins keep the
 maps, and later commands (status, the agent) work from the pins alone.
 """
@@ -22,7 +22,7 @@ from agent.datapath import _ifindex, _ipr, ensure_bpffs
 from agent.host_loader import HostDatapath
 from agent.loader import SwitchDatapath
 from agent.maps import SwitchMaps
-from talb import paths
+from common import paths
 
 
 def _ifindexes(netns: str, names: list[str]) -> dict[str, int]:

@@ -42,7 +42,7 @@ class HostDatapath(BpfDatapath):
     """The tagging program of one host and its maps (clsact egress).
 
     ``netns``: the host's network namespace (None: the current one).
-    ``pin_dir``: where :meth:`pin` puts the maps (``talb.paths.pin_dir(prefix,
+    ``pin_dir``: where :meth:`pin` puts the maps (``common.paths.pin_dir(prefix,
     host)``: the library finds them there).
 
     ``load(reuse_pins=True)`` binds the program to the maps pinned in

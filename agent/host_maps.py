@@ -5,7 +5,7 @@
 * ctypes mirrors of ``bpf/include/talb/host_structs.h``: :class:`FlowKey`,
   :class:`HostIsn`, :class:`HostDesc`, :class:`HostRing`, :class:`HostWire`.
 * :class:`HostMaps`: one host's maps, opened from its pin directory
-  (``talb.paths.pin_dir(prefix, host)``) by name, each a typed
+  (``common.paths.pin_dir(prefix, host)``) by name, each a typed
   :class:`agent.maps.Map` whose layout is checked against these mirrors
   (an :class:`agent.maps.MapSet`).
   Needs no bcc: the tensor-sending library uses it inside host namespaces.
@@ -18,12 +18,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from agent import bpf_syscall as sc
-from agent.maps import MapSet, constant, counter_names, parse_constants
-
-try:
-    from talb.paths import BPF_SRC_DIR
-except ImportError:  # pragma: no cover
-    BPF_SRC_DIR = Path(__file__).resolve().parent.parent / "bpf"
+from agent.maps import MapSet
+from common.c_constants import constant, counter_names, parse_constants
+from common.paths import BPF_SRC_DIR
 
 __all__ = [
     "HOST_CONSTANTS_H", "HOST_CONST", "HOST_RING_SLOTS", "HOST_ISN_ACTIVE",

@@ -27,7 +27,8 @@ from agent.datapath import (  # noqa: F401  (re-exported: other modules import t
     TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS, BpfDatapath, ensure_bpffs, find_filter, is_bpffs,
     remove_pins,
 )
-from agent.maps import CFG_RELEASE_SK, CONST, SCHEMES, SwitchMaps, TalbConfig
+from agent.maps import SwitchMaps, TalbConfig
+from common.c_constants import CFG_RELEASE_SK, CONST, SCHEMES
 
 __all__ = [
     "ensure_bpffs", "is_bpffs", "expand_source", "SwitchDatapath", "remove_pins",
@@ -36,12 +37,11 @@ __all__ = [
 
 SWITCH_SRC = Path(BPF_SRC_DIR) / "switch_tc.c"
 PROG_NAME = "talb_switch_tc"
-#: scheme -> its program in bpf/switch_tc.c, tail-called through the
-#: scheme_progs map at the scheme's id (ECMP runs in the main program; a
-#: scheme without a program falls back to ECMP there)
-SCHEME_PROGS = {"rps": "talb_scheme_rps", "letflow": "talb_scheme_letflow",
-                "drill": "talb_scheme_drill", "conga": "talb_scheme_conga",
-                "talb": "talb_scheme_talb"}
+#: scheme -> its program in bpf/switch_tc.c (``talb_scheme_<name>``),
+#: tail-called through the scheme_progs map at the scheme's id; ECMP runs in
+#: the main program. Every scheme of the registry has one: a TALB_SCHEME_*
+#: define without its entry point fails the load.
+SCHEME_PROGS = {name: f"talb_scheme_{name}" for name in SCHEMES if name != "ecmp"}
 
 
 def expand_source(path: str | os.PathLike = SWITCH_SRC,
@@ -67,7 +67,7 @@ class SwitchDatapath(BpfDatapath):
     (clsact ingress).
 
     ``netns``: the switch's network namespace (None: the current one).
-    ``pin_dir``: where :meth:`pin` puts the maps (``talb.paths.pin_dir``).
+    ``pin_dir``: where :meth:`pin` puts the maps (``common.paths.pin_dir``).
     """
 
     SOURCE = SWITCH_SRC

@@ -1,9 +1,7 @@
 """The switch data path's maps, seen from Python.
 
-* Constants come from ``bpf/include/talb/constants.h``, parsed at import:
-  that header is the one source of truth for limits, scheme ids, flags and
-  counter indices (``CONST``, and the names below derived from it).
-* ctypes mirrors of ``bpf/include/talb/structs.h``.
+* ctypes mirrors of ``bpf/include/talb/structs.h`` (their sizes from the
+  constants of common/c_constants.py).
 * :class:`Map`: a typed view of one map fd (get/set/delete/items; per-CPU
   values summed, or per CPU). Opened from a pin, it checks the kernel's key
   and value sizes against the mirror and refuses a mismatch.
@@ -15,151 +13,24 @@
 """
 from __future__ import annotations
 
-import ast
 import ctypes
 import ipaddress
-import operator
 import os
-import re
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 from agent import bpf_syscall as sc
-
-try:
-    from talb.paths import BPF_SRC_DIR
-except ImportError:  # pragma: no cover - agent used without the talb package
-    BPF_SRC_DIR = Path(__file__).resolve().parent.parent / "bpf"
-
-CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "constants.h"
+from common.c_constants import (TALB_DRILL_MAX_M, TALB_MAX_GROUP_PORTS, TALB_NR_LAYERS,
+                                TALB_PCM_ONE, TALB_SCHED_MAX)
 
 __all__ = [
-    "CONST", "SCHEMES", "SCHEME_NAMES", "IMPLEMENTED_SCHEMES", "COUNTER_NAMES",
     "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
     "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "SchemeScratch",
     "CongaDre", "CongaMetric",
     "Map",
-    "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
-    "constant", "counter_names",
+    "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus",
 ]
-
-
-# --- constants ---------------------------------------------------------------
-_DEFINE_RE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$")
-_INT_RE = re.compile(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b")
-_BINOPS = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.LShift: operator.lshift, ast.RShift: operator.rshift,
-    ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor,
-}
-
-
-def _eval_expr(text: str, names: dict[str, int]) -> int | None:
-    """Value of a C integer expression, or None if it is not one we accept."""
-    text = _INT_RE.sub(lambda m: m.group(1), text)
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        return None
-
-    def ev(node):
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name) and node.id in names:
-            return names[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
-            return ~ev(node.operand) & 0xFFFFFFFF
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        raise ValueError(node)
-
-    try:
-        return ev(tree)
-    except (ValueError, KeyError):
-        return None
-
-
-def parse_constants(path: str | os.PathLike = CONSTANTS_H) -> dict[str, int]:
-    """``{NAME: value}`` for every integer ``#define`` of a header."""
-    names: dict[str, int] = {}
-    text = Path(path).read_text()
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)  # block comments
-    for line in text.splitlines():
-        line = line.split("//", 1)[0]
-        m = _DEFINE_RE.match(line)
-        if not m:
-            continue
-        value = _eval_expr(m.group(2), names)
-        if value is not None:
-            names[m.group(1)] = value
-    return names
-
-
-CONST = MappingProxyType(parse_constants())
-
-
-def constant(consts: Mapping[str, int], name: str, header: str | os.PathLike) -> int:
-    """``consts[name]``; a RuntimeError naming ``header`` if it lacks it."""
-    try:
-        return consts[name]
-    except KeyError:
-        raise RuntimeError(f"{header}: no integer #define {name}") from None
-
-
-def counter_names(consts: Mapping[str, int], prefix: str, n: int, header: str | os.PathLike,
-                  *, exclude: frozenset[str] = frozenset()) -> tuple[str, ...]:
-    """Counter index -> name for a counters array of ``n``, from the
-    ``<prefix><NAME>`` defines of ``header`` (but ``exclude``); indices
-    without a name are ``reserved_<i>``. Checks range and uniqueness."""
-    names: list[str | None] = [None] * n
-    for k, v in consts.items():
-        if not k.startswith(prefix) or k in exclude:
-            continue
-        if not 0 <= v < n:
-            raise RuntimeError(f"{header}: {k}={v} outside counters[{n}]")
-        if names[v] is not None:
-            raise RuntimeError(f"{header}: {k} and {prefix}{names[v].upper()} share index {v}")
-        names[v] = k[len(prefix):].lower()
-    return tuple(name if name is not None else f"reserved_{i}" for i, name in enumerate(names))
-
-
-def _c(name: str) -> int:
-    return constant(CONST, name, CONSTANTS_H)
-
-
-TALB_MAX_PORTS = _c("TALB_MAX_PORTS")
-TALB_MAX_GROUP_PORTS = _c("TALB_MAX_GROUP_PORTS")
-TALB_NR_COUNTERS = _c("TALB_NR_COUNTERS")
-PORT_HOST = _c("PORT_HOST")
-PORT_UP = _c("PORT_UP")
-CFG_RELEASE_SK = _c("CFG_RELEASE_SK")
-TALB_NR_LAYERS = _c("TALB_NR_LAYERS")
-TALB_SCHED_MAX = _c("TALB_SCHED_MAX")
-TALB_MAX_TENSORS = _c("TALB_MAX_TENSORS")
-TALB_PCM_ONE = _c("TALB_PCM_ONE")
-TALB_COUNT_LIVE = _c("TALB_COUNT_LIVE")
-TALB_COUNT_SWEPT = _c("TALB_COUNT_SWEPT")
-TALB_TENSOR_DONE = _c("TALB_TENSOR_DONE")
-
-#: scheme name -> id, from TALB_SCHEME_<NAME>
-SCHEMES = MappingProxyType({
-    k[len("TALB_SCHEME_"):].lower(): v for k, v in CONST.items() if k.startswith("TALB_SCHEME_")
-})
-SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
-#: schemes the data path implements (the others fall back to ECMP there)
-IMPLEMENTED_SCHEMES = frozenset({"ecmp", "rps", "letflow", "drill", "conga", "talb"})
-TALB_DRILL_MAX_M = _c("TALB_DRILL_MAX_M")
-
-
-#: counter index -> name ("pass_no_route", "released", "decision_ecmp", ...)
-COUNTER_NAMES = counter_names(CONST, "CNT_", TALB_NR_COUNTERS, CONSTANTS_H,
-                              exclude=frozenset({"CNT_DECISION_BASE"}))
 
 
 # --- structs (mirrors of bpf/include/talb/structs.h) -------------------------
@@ -238,7 +109,7 @@ class TensorKey(ctypes.Structure):
     """tensors key: mirror of struct tensor_key -- the sender's IPv4 address
     and the tensor_id, both in host byte order (as the data path parsed
     them). ``TensorKey.of("10.0.0.1", 0x12345678)``; ``.wire()`` is the
-    same key as talb.wire.TensorKey."""
+    same key as common.wire.TensorKey."""
 
     _fields_ = [("saddr", ctypes.c_uint32), ("tensor_id", ctypes.c_uint32)]
 
@@ -251,7 +122,7 @@ class TensorKey(ctypes.Structure):
         return str(ipaddress.IPv4Address(self.saddr))
 
     def as_tuple(self) -> tuple[str, int]:
-        """``(src, tensor_id)``: equal to talb.wire.TensorKey of the same tensor."""
+        """``(src, tensor_id)``: equal to common.wire.TensorKey of the same tensor."""
         return self.src, self.tensor_id
 
     def __str__(self) -> str:
@@ -445,7 +316,7 @@ class Map:
     Keys may be given as ``key_type`` instances, as the argument of its
     constructor (an int for integer keys, ``IPv4Key(int)``) or, for a struct
     key, as a tuple of its ``of`` (``("10.0.0.1", tensor_id)``, a
-    talb.wire.TensorKey, for ``TensorKey``); values of simple
+    common.wire.TensorKey, for ``TensorKey``); values of simple
     ctypes types come back as Python ints, structs as ctypes instances.
     For per-CPU maps ``get`` sums over CPUs; ``get_percpu`` lists them.
     """

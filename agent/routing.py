@@ -29,8 +29,9 @@ from typing import Callable
 
 from agent.control import port_flags, program_switch
 from agent.linkstate import LinkWatcher
-from agent.maps import PORT_HOST, SwitchMaps
-from talb import paths
+from agent.maps import SwitchMaps
+from common import paths
+from common.c_constants import PORT_HOST
 
 
 OnError = Callable[[str, Exception], None]

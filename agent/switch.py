@@ -14,11 +14,12 @@ from agent import pcm as pcm_math
 from agent.config import AgentConfig
 from agent.control import publish_pcm, read_config, tensor_occupancy
 from agent.linkstate import LinkWatcher
-from agent.maps import COUNTER_NAMES, SwitchMaps
+from agent.maps import SwitchMaps
 from agent.routing import PortSpec
 from agent.rtnl import QdiscStats, Rtnl
 from agent.statsread import PerCpuArrayReader
 from agent.window import CounterWindow
+from common.c_constants import COUNTER_NAMES
 
 log = logging.getLogger("talb.agent")
 

@@ -36,11 +36,12 @@ from agent.config import AgentConfig
 from agent.control import program_switch, read_port_stats
 from agent.loader import ensure_bpffs
 from agent.loop import Agent
-from agent.maps import CONST, MAP_SPECS, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS, SwitchMaps
+from agent.maps import MAP_SPECS, SwitchMaps
 from agent.routing import PortSpec
 from agent.statsread import PerCpuArrayReader
 from agent.switch import SwitchMonitor
-from talb import paths
+from common import paths
+from common.c_constants import CONST, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS
 
 RATE = 100_000_000
 QUEUE = 150_000

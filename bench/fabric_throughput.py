@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import time
 
+from common import paths
+from common.c_constants import SCHEMES
 from netns_topology import LeafSpine
-from talb import paths, testbed
+from talb import testbed
 from workload.iperf import run_iperf3
 from workload.netexec import ping
 
 BENCH_PREFIX = {"bpf": "benchbpf", "bridge": "benchbr"}
-#: the schemes the BPF fabric is measured under (TaLB: untagged iperf3
-#: traffic, i.e. its fallback)
-SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+# the BPF fabric is measured under every scheme of the registry (TaLB:
+# untagged iperf3 traffic, i.e. its fallback)
 
 
 def _wait_reachable(src_ns: str, dst_ip: str, timeout: float = 60.0) -> float:

@@ -8,12 +8,12 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from common.c_constants import MAX_BANDS, SCHEMES
+
 from .errors import TopologyError
 from .units import format_rate, format_size, parse_rate, parse_size
 
 MIN_RATE, MAX_RATE = 1_000, 100_000_000_000
-SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
-MAX_BANDS = 8  # skb->priority classids 1:10..1:17, one per band
 _WORD = re.compile(r"^[a-z][a-z0-9_]{0,31}\Z")  # \Z: "$" also matches before a final "\n"
 
 

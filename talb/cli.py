@@ -25,7 +25,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from talb import paths, testbed
+from common import paths
+from talb import testbed
 
 # soft_wrap: long lines (commands to copy) are never broken in the middle.
 console = Console(highlight=False, soft_wrap=True)
@@ -393,7 +394,7 @@ def _tensor_table(prefix: str, topo, switch: str) -> dict:
 
 
 def _print_tensor_table(st: dict, limit: int) -> None:
-    from talb.wire import TensorKey   # scapy: loaded only when a table is printed
+    from common.wire import TensorKey  # scapy: loaded only when a table is printed
 
     t = Table(title=f"{st['switch']} (scheme {st['scheme']}, fallback {st['fallback']}): "
                     f"{st['entries']} live tensors (limit {st['limit']}), {st['done']} done "

@@ -11,7 +11,8 @@ import click
 from agent.config import (DEFAULT_METRICS_PORT, DEFAULT_WINDOW_S, LOG_LEVELS,
                           METRICS_PORT_TRIES, PCM_DELAY_MODES, AgentConfig, ConfigError)
 from agent.statsread import STRATEGIES
-from talb import paths, testbed
+from common import paths
+from talb import testbed
 
 PREFIX_HELP = "Name prefix of the testbed's namespaces (<prefix>-<node>)."
 

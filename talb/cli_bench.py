@@ -140,7 +140,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     from bench.sweep.plan import PlanError, build_plan
     from bench.sweep.runner import is_done, run_sweep
     from bench.sweep.summary import finish
-    from talb import paths
+    from common import paths
 
     try:
         plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,

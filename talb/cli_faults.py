@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from talb import paths
+from common import paths
 from talb.unwind import sigterm_unwinds
 
 console = Console(highlight=False, soft_wrap=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from talb import paths, testbed
+from common import paths
+from talb import testbed
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
 

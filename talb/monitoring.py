@@ -34,7 +34,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from talb import paths, testbed
+from common import paths
+from talb import testbed
 
 
 

@@ -7,7 +7,7 @@ flow completion time, bytes verified, and which uplink(s) carried it (more
 than one would break tensor integrity).
 
 A tensor is its sender's: the report and the split detection key captured
-packets by (source address, tensor_id) (talb.wire.TensorKey), as the
+packets by (source address, tensor_id) (common.wire.TensorKey), as the
 switches do, so several sources, and several runs side by side, never mix
 their tensors even when two hosts' ids coincide. Each sender process draws
 its ids from a worker slot of its host (workload/id_slots.py).
@@ -26,8 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from talb import paths, testbed
-from talb.wire import TensorKey
+from common import paths
+from common.wire import TensorKey
+from talb import testbed
 from workload.capture import CaptureError, start_capture, tensor_ports
 from workload.netexec import ns_popen, stop
 from workload.snowflake import DEFAULT_WORKER_BITS

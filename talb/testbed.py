@@ -14,8 +14,8 @@ import shutil
 import time
 from typing import Callable
 
+from common import paths
 from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
-from talb import paths
 
 Progress = Callable[[str], None]
 

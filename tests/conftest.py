@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from talb import paths
+from common import paths
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _letters = itertools.count()

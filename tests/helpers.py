@@ -185,7 +185,8 @@ class ProgTestSwitch:
 def processes_in_hosts(prefix: str) -> dict[str, list[str]]:
     """{host namespace: pids} of every host of testbed ``prefix`` that runs
     anything (after a run: what it left behind)."""
-    from talb import paths, testbed
+    from common import paths
+    from talb import testbed
 
     out = {}
     for h in testbed.load_topology_of(prefix).hosts:

@@ -26,11 +26,12 @@ from agent import daemon
 from agent.control import ecmp_index, read_config, read_groups, read_port_stats, set_scheme
 from agent.maps import SwitchMaps
 from agent.rtnl import LinkEvents
+from common import paths
+from netns_topology import LeafSpine
+from talb import send, testbed
+from workload.iperf import run_iperf3
 from conftest import new_prefix
 from helpers import free_port, wait_for_streams
-from netns_topology import LeafSpine
-from talb import paths, send, testbed
-from workload.iperf import run_iperf3
 
 pytestmark = pytest.mark.live
 
@@ -548,8 +549,8 @@ def test_scheme_switched_while_links_flap_is_never_reverted(fabric, no_agent, mo
     a `talb scheme` lands in the middle of each regrouping (between the
     agent's reads of a switch and its writes: the worst moment). After
     every flap each switch runs the scheme the user set last."""
-    import agent.control as control
     from agent.config import AgentConfig
+    import agent.control as control
 
     prefix, _ = fabric
     users_scheme = {"now": "ecmp"}

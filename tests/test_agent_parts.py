@@ -84,7 +84,7 @@ def test_cli_refuses_bad_options_before_touching_anything(root):
     r = subprocess.run([*TALB, "agent", "--prefix", prefix], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and f"no testbed with prefix '{prefix}'" in r.stderr, r.stderr
-    from talb import paths
+    from common import paths
     assert not paths.state_dir(prefix).exists()
 
 
@@ -358,7 +358,7 @@ def config_pin(root):
     """A pinned config array (the data path's ``config`` map), alone in a
     directory on the project's bpffs."""
     from agent.maps import TalbConfig
-    from talb import paths
+    from common import paths
 
     d = paths.BPFFS_DIR / f"{new_prefix()}cfg"
     d.mkdir(parents=True)
@@ -405,7 +405,7 @@ def test_scheme_and_release_set_at_once_both_stand(config_pin):
     """`talb scheme` and `talb release` from two shells at once: each
     command's last value is what the data path has (neither reverts the
     other's field)."""
-    from agent.maps import CFG_RELEASE_SK, SCHEMES
+    from common.c_constants import CFG_RELEASE_SK, SCHEMES
 
     for _ in range(3):
         _writers(config_pin, ("scheme", 301), ("release", 301))  # last: talb, release on
@@ -640,7 +640,7 @@ def test_pid_file_is_ours_only_if_it_names_an_agent_of_this_prefix(root):
     line serves this prefix: an agent of another prefix, one in --switch
     mode or an unrelated process (a reused pid) is not ours."""
     from agent import daemon
-    from talb import paths
+    from common import paths
 
     prefix, other = new_prefix(), new_prefix()
     assert daemon.served_prefix(["python", "-m", "talb.cli", "agent"]) == paths.DEFAULT_PREFIX
@@ -675,7 +675,7 @@ def test_a_second_agent_of_a_prefix_refuses_to_run(root):
     import fcntl
 
     from agent import daemon
-    from talb import paths
+    from common import paths
 
     prefix = new_prefix()
     paths.state_dir(prefix).mkdir(parents=True)

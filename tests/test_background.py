@@ -101,9 +101,10 @@ def test_bad_input_names_the_field():
 # --- live: a small fabric ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    from conftest import new_prefix
+    from common import paths
     from netns_topology import load_topology
-    from talb import paths, testbed
+    from talb import testbed
+    from conftest import new_prefix
 
     topo = load_topology(paths.REPO_ROOT / "topologies" / "leafspine.yaml")
     prefix = new_prefix()

@@ -119,25 +119,26 @@ def test_test_run_errors_name_the_operation(switch):
 
 def test_map_info_matches_structs(switch):
     from agent import maps as M
+    from common.c_constants import CONST
 
     for name, (kt, vt, mtype) in M.MAP_SPECS.items():
         info = switch.maps[name].info
         assert info.name == name
         assert info.type == mtype
         assert (info.key_size, info.value_size) == (ctypes.sizeof(kt), ctypes.sizeof(vt))
-    assert switch.maps.port_stats.info.max_entries == M.CONST["TALB_MAX_PORTS"]
-    assert switch.maps.counters.info.max_entries == M.CONST["TALB_NR_COUNTERS"]
-    assert switch.maps.tensors.info.max_entries == M.CONST["TALB_TENSOR_MAP_SIZE"]
+    assert switch.maps.port_stats.info.max_entries == CONST["TALB_MAX_PORTS"]
+    assert switch.maps.counters.info.max_entries == CONST["TALB_NR_COUNTERS"]
+    assert switch.maps.tensors.info.max_entries == CONST["TALB_TENSOR_MAP_SIZE"]
 
 
 def test_constants_come_from_the_header():
-    from agent import maps as M
+    from common import c_constants as C
 
-    assert M.SCHEMES["ecmp"] == 0 and M.SCHEMES["talb"] == 5
-    assert M.COUNTER_NAMES[M.CONST["CNT_RELEASED"]] == "released"
-    assert M.COUNTER_NAMES[M.CONST["CNT_DECISION_ECMP"]] == "decision_ecmp"
-    assert M.CONST["CNT_DECISION_TALB"] == M.CONST["CNT_DECISION_BASE"] + 5
-    assert M.PORT_UP and M.PORT_HOST and M.PORT_UP != M.PORT_HOST
+    assert C.SCHEMES["ecmp"] == 0 and C.SCHEMES["talb"] == 5
+    assert C.COUNTER_NAMES[C.CONST["CNT_RELEASED"]] == "released"
+    assert C.COUNTER_NAMES[C.CONST["CNT_DECISION_ECMP"]] == "decision_ecmp"
+    assert C.CONST["CNT_DECISION_TALB"] == C.CONST["CNT_DECISION_BASE"] + 5
+    assert C.PORT_UP and C.PORT_HOST and C.PORT_UP != C.PORT_HOST
 
 
 def test_pinned_map_with_wrong_layout_is_refused(root):

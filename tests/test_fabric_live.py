@@ -10,13 +10,14 @@ import time
 import pytest
 
 from agent.qdisc_stats import QdiscReader
-from conftest import new_prefix
-from helpers import wait_for_streams
+from common import paths
 from netns_topology import LeafSpine
-from talb import paths, testbed
+from talb import testbed
 from talb.demo import GOODPUT_PER_RATE, uplink_tx
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
+from conftest import new_prefix
+from helpers import wait_for_streams
 
 pytestmark = pytest.mark.live
 

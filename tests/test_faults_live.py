@@ -12,13 +12,14 @@ import subprocess
 
 import pytest
 
-from conftest import new_prefix
-from helpers import free_port, processes_in_hosts
+from common import paths
 from netns_topology import load_topology
-from talb import paths, testbed
-from tiny_model import tiny_profile
+from talb import testbed
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
+from conftest import new_prefix
+from helpers import free_port, processes_in_hosts
+from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
 

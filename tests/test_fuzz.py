@@ -69,6 +69,7 @@ from collections import Counter
 
 import pytest
 
+from common.c_constants import SCHEMES
 import fuzzframes as F
 from helpers import ProgTestSwitch, loaded_switch
 
@@ -79,7 +80,6 @@ TC_ACT_SHOT = 2
 TC_ACT_REDIRECT = 7
 VERDICTS = {TC_ACT_OK: "ok", TC_ACT_SHOT: "shot", TC_ACT_REDIRECT: "redirect"}
 DEFAULT_FRAMES = 100_000         # per program: 7 programs, 700,000 frames
-SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
 # --- the switch under test -------------------------------------------------------------
 N_PORTS = 8
@@ -639,7 +639,7 @@ def fuzz_switch(sw: FuzzSwitch, scheme: str, seed: int, frames: int, tally: Tall
     return seen
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", tuple(SCHEMES))
 def test_switch_fuzz(fsw, scheme, tally, request):
     fuzz_switch(fsw, scheme, tally.seed, fuzz_frames(request.config), tally)
 
@@ -821,7 +821,7 @@ def test_generated_frames_read_the_same_in_scapy():
     from scapy.packet import Raw
     from scapy.utils import checksum
 
-    from talb.wire import TaLBHeader, talb_header_of
+    from common.wire import TaLBHeader, talb_header_of
 
     rng = random.Random(1234)
     gen = F.SwitchFrames(rng, switch_net())
@@ -877,7 +877,7 @@ def test_remembered_done_entries_do_not_evict_live_tensors(fsw):
     from pyroute2 import netns
 
     from agent import control
-    from agent.maps import CONST
+    from common.c_constants import CONST
 
     sw = fsw
     sw.reset("talb")

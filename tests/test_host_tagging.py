@@ -131,7 +131,7 @@ def ip_checksum_ok(frame: bytes) -> bool:
     from scapy.layers.inet import IP
     from scapy.layers.l2 import Ether
 
-    import talb.wire  # noqa: F401  (registers IPOption_TaLB: the option parses as itself)
+    import common.wire  # noqa: F401  (registers IPOption_TaLB: the option parses as itself)
 
     ip = Ether(frame)[IP]
     fresh = ip.copy()
@@ -141,7 +141,7 @@ def ip_checksum_ok(frame: bytes) -> bool:
 
 def assert_tagged(inp: bytes, out: bytes, *, tensor_id, layer, tensor_len, pkt_idx, last):
     """``out`` is ``inp`` with the option pushed right after the base header."""
-    from talb.wire import FLAG_LAST, OPT_LEN, TaLBHeader
+    from common.wire import FLAG_LAST, OPT_LEN, TaLBHeader
 
     assert len(out) == len(inp) + OPT_LEN
     assert out[:14] == inp[:14]                           # Ethernet untouched
@@ -173,7 +173,7 @@ def test_map_layouts_match_the_mirrors(host):
 
 def test_option_flags_agree_with_wire_format():
     from agent import host_maps as H
-    from talb import wire
+    from common import wire
 
     assert H.HOST_OPT_VERSION == wire.VERSION and H.HOST_OPT_F_LAST == wire.FLAG_LAST
 
@@ -241,7 +241,7 @@ def test_tagged_output_dissects_with_scapy(host):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from talb.wire import TaLBHeader, talb_header_of
+    from common.wire import TaLBHeader, talb_header_of
 
     host.set_isn(1000)
     host.set_ring({0: A})
@@ -495,7 +495,7 @@ class Pair:
     IPS = {"h1": SRC, "h2": DST}
 
     def __init__(self):
-        from talb import paths
+        from common import paths
 
         self.prefix = new_prefix()
         self.ns = {h: paths.netns_name(self.prefix, h) for h in self.IPS}
@@ -565,7 +565,7 @@ class Pair:
         from pyroute2 import netns
 
         from agent.loader import remove_pins
-        from talb import paths
+        from common import paths
 
         for b in self.extra_bpf:
             b.cleanup()
@@ -744,7 +744,7 @@ def _parse(frames, sport: int, dport: int):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from talb.wire import talb_header_of
+    from common.wire import talb_header_of
 
     out = []
     for raw in frames:
@@ -760,7 +760,7 @@ def _parse(frames, sport: int, dport: int):
 def check_stream(segments, records, stream: bytes) -> dict:
     """Every data segment tagged as its records say, pure ACKs untagged, the
     bytes on the wire the stream's; returns a summary."""
-    from talb.wire import OPT_LEN
+    from common.wire import OPT_LEN
 
     syn = [s for s in segments if "S" in s[1]]
     assert syn, "no SYN captured"
@@ -1105,8 +1105,9 @@ print(json.dumps({"pin": str(tx.pin_dir), "records": [r.__dict__ for r in recs]}
 def test_testbed_up_attaches_the_host_program_everywhere(bcc):
     from agent.host_loader import egress_filter
     from agent.host_maps import HostMaps
+    from common import paths
     from netns_topology import LeafSpine
-    from talb import paths, testbed
+    from talb import testbed
     from workload.tensor_sender import locate_host
 
     prefix = new_prefix()

@@ -14,9 +14,9 @@ import threading
 
 import pytest
 
-from conftest import new_prefix
 from netns_topology import load_topology
 from talb import send, testbed
+from conftest import new_prefix
 from test_talb_live import TOPOLOGY, _spine_captures, _spines_of
 
 pytestmark = pytest.mark.live

@@ -90,8 +90,8 @@ def test_class_summary_counts_means_and_p99():
 
 
 def test_capacity_window_and_cdf_rules():
+    from common import paths
     from netns_topology import load_topology
-    from talb import paths
     from workload.background import FlowSizeCDF, arrival_rate
 
     topo = lambda n: load_topology(paths.REPO_ROOT / "topologies" / n)  # noqa: E731

@@ -28,8 +28,9 @@ def _directions_table(md: str) -> list[str]:
 def test_lb_classic_quick_end_to_end(root, tmp_path):
     from bench.sweep.lbclassic import DIRECTIONS
     from bench.sweep.plan import build_plan
+    from common import paths
     from netns_topology.teardown import namespaces
-    from talb import paths, testbed
+    from talb import testbed
     from talb.cli import main
 
     prefix = new_prefix()
@@ -97,8 +98,9 @@ def test_lb_classic_quick_end_to_end(root, tmp_path):
 def test_talb_run_model_none(root, tmp_path):
     """`talb run --model none` builds its fabric, runs, prints the per-class
     table and removes everything."""
+    from common import paths
     from netns_topology.teardown import namespaces
-    from talb import paths, testbed
+    from talb import testbed
     from talb.cli import main
 
     prefix = new_prefix()

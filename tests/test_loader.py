@@ -68,7 +68,7 @@ def tcp_transfer(src_ns: str, dst_ns: str, dst_ip: str, nbytes: int = 4 << 20,
 
 class Topo:
     def __init__(self):
-        from talb.paths import netns_name, pin_dir
+        from common.paths import netns_name, pin_dir
 
         self.prefix = new_prefix()
         self.h1, self.sw, self.h2 = (netns_name(self.prefix, n) for n in ("h1", "sw", "h2"))

@@ -32,9 +32,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from common import paths
+from talb import monitoring, report, testbed
 from conftest import new_prefix, skip_or_fail
 from helpers import free_port
-from talb import monitoring, paths, report, testbed
 
 DASHBOARD_DIR = paths.REPO_ROOT / "grafana" / "dashboards"
 PROVISIONING = paths.REPO_ROOT / "grafana" / "provisioning"

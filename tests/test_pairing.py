@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from talb import paths
+from common import paths
 from workload.background import BgHost, FlowSizeCDF, plan_digest, plan_flows
 from workload.patterns.common import wait_for_go
 

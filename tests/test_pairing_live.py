@@ -13,13 +13,14 @@ import pytest
 
 from bench.sweep import pairing as pc
 from bench.sweep.results import CELL_FIELDS
-from conftest import new_prefix
-from helpers import free_port, processes_in_hosts
+from common import paths
 from netns_topology import load_topology
-from talb import paths, testbed
-from tiny_model import tiny_profile
+from talb import testbed
 from workload.experiment import GO_LEAD_S, RunConfig, run
 from workload.scaling import scaling_for
+from conftest import new_prefix
+from helpers import free_port, processes_in_hosts
+from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
 

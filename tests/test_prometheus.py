@@ -17,11 +17,12 @@ import urllib.request
 import pytest
 
 from agent import daemon
+from common import paths
+from netns_topology import LeafSpine
+from talb import testbed
+from workload.iperf import run_iperf3
 from conftest import new_prefix, skip_or_fail
 from helpers import free_port
-from netns_topology import LeafSpine
-from talb import paths, testbed
-from workload.iperf import run_iperf3
 
 pytestmark = pytest.mark.live
 

@@ -15,8 +15,8 @@ from bench.sweep.results import points
 from bench.sweep.runner import run_plan
 from bench.sweep.stats import t_quantile
 from bench.sweep.summary import factorial_table, finish, paper_sides
+from common import paths
 from netns_topology import load_topology, qdisc
-from talb import paths
 from talb.cli import main
 
 ALL = frozenset(ALL_SCHEMES)

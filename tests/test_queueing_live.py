@@ -16,10 +16,11 @@ import time
 import pytest
 from pyroute2 import IPRoute
 
+from common import paths
+from netns_topology import LeafSpine, qdisc
+from talb import send, testbed
 from conftest import new_prefix
 from helpers import free_port
-from netns_topology import LeafSpine, qdisc
-from talb import paths, send, testbed
 
 pytestmark = pytest.mark.live
 
@@ -153,9 +154,9 @@ def test_a_high_priority_band_no_longer_takes_the_larger_share_under_fifo(fabric
 
 
 def test_talb_run_records_the_queueing_and_puts_the_fabric_back(fabric, tmp_path):
-    from tiny_model import tiny_profile
     from workload.experiment import RunConfig, run
     from workload.scaling import scaling_for
+    from tiny_model import tiny_profile
 
     cfg = RunConfig(model="tiny", arch="ps", workers=2, servers=1, scheme="ecmp", iterations=3,
                     warmup=1, partition_bytes=100_000, credit_bytes=200_000, target_link_bps=20e6,

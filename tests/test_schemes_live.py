@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_prefix
-from helpers import wait_for_streams
+from common import paths
 from netns_topology import LeafSpine, load_topology
-from talb import paths, testbed
+from talb import testbed
 from talb.demo import uplink_tx
 from workload.iperf import run_iperf3
+from conftest import new_prefix
+from helpers import wait_for_streams
 
 pytestmark = pytest.mark.live
 

@@ -489,7 +489,7 @@ def test_talb_with_a_random_fallback_matches_model(sw):
     from agent.schemes import talb as tm
     from agent.schemes.pick import Rng
     from agent.schemes.rps import rps_select
-    from talb.wire import TaLBHeader
+    from common.wire import TaLBHeader
 
     packet = st.tuples(st.sampled_from([True, True, False]), st.integers(0, 7),
                        st.integers(0, 3), st.integers(2, 5), st.sampled_from([False, False, True]),
@@ -563,7 +563,7 @@ def conga_reset(sw, params=None, rng=0x1234567):
 
 def conga_opt(src_leaf=DST_LEAF, lbtag=2, ce=5, fb=None):
     """The option's 8 bytes (bpf/include/talb/conga_option.h)."""
-    from agent.maps import CONST
+    from common.c_constants import CONST
 
     flags = CONST["TALB_CONGA_VERSION"] | (CONST["TALB_CONGA_F_FB"] if fb else 0)
     fb_tag, fb_metric = fb or (0, 0)
@@ -604,7 +604,7 @@ def test_conga_source_leaf_pushes_its_option_before_talbs(sw):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from talb.wire import TaLBHeader
+    from common.wire import TaLBHeader
 
     conga_reset(sw)
     data = ip_pkt(talb=TaLBHeader(7, 1, 10, 0, False))
@@ -640,7 +640,7 @@ def test_conga_hop_raises_ce_to_its_egress_metric(sw):
 
 def test_conga_destination_leaf_records_strips_and_the_host_sees_neither(sw):
     from agent import control
-    from talb.wire import TaLBHeader
+    from common.wire import TaLBHeader
 
     conga_reset(sw)
     data = ip_pkt(dst=DST1, options=conga_opt(lbtag=2, ce=5, fb=(1, 6)),

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_prefix
 from agent.qdisc_stats import QdiscReader
+from common import paths
+from common.wire import TensorKey
 from netns_topology import load_topology
-from talb import paths, send, testbed
-from talb.wire import TensorKey
+from talb import send, testbed
 from workload.capture import start_capture, tensor_ports
+from conftest import new_prefix
 
 pytestmark = pytest.mark.live
 
@@ -124,8 +125,8 @@ def test_every_data_segment_of_the_exchange_left_tagged(exchange):
 
 
 def test_tensor_tables_empty_afterwards(fabric, exchange):
-    from agent.maps import SwitchMaps
     from agent.control import read_tensor_table
+    from agent.maps import SwitchMaps
 
     prefix = fabric
     deadline = time.monotonic() + 5

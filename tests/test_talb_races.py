@@ -50,7 +50,8 @@ def put_entry(sw, tensor_id, port, *, layer=1, tensor_len=100, received=1,
               last_seen_ns=None, done=False):
     """A table entry as another CPU would have written it, counted live
     (group_state, tensor_count) unless done, as the data path counts it."""
-    from agent.maps import TALB_COUNT_LIVE, TALB_TENSOR_DONE, TensorEntry, TensorKey
+    from agent.maps import TensorEntry, TensorKey
+    from common.c_constants import TALB_COUNT_LIVE, TALB_TENSOR_DONE
 
     now = clock_ns()
     sw.maps.tensors.set(TensorKey.of(SRC, tensor_id), TensorEntry(

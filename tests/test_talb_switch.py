@@ -46,7 +46,7 @@ IDLE_NEVER = 0xFFFFFFFF
 def pkt(tensor=None, *, src=SRC, dst=DST4, sport=40000, dport=5201, options=None,
         payload=b"p" * 16, ip_id=1):
     """Ether/IPv4/TCP bytes, built by scapy (lengths, padding, checksum).
-    ``tensor``: a talb.wire.TaLBHeader as the only option; ``options``: raw
+    ``tensor``: a common.wire.TaLBHeader as the only option; ``options``: raw
     option bytes instead (scapy pads them with EOL to 4 bytes)."""
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
@@ -70,7 +70,7 @@ def ip_checksum_ok(frame: bytes) -> bool:
 
 
 def hdr(tensor_id, layer=0, tensor_len=10, pkt_idx=0, last=False, version=1):
-    from talb.wire import TaLBHeader
+    from common.wire import TaLBHeader
 
     return TaLBHeader(tensor_id, layer, tensor_len, pkt_idx, last, version)
 
@@ -294,7 +294,7 @@ def test_two_senders_same_tensor_id_are_two_tensors(sw):
     assert c["talb_midstream"] == 0 and c["talb_reroute"] == 0
     # user space reads and removes them by the pair (agent/maps.py TensorKey)
     from agent import control
-    from talb.wire import TensorKey
+    from common.wire import TensorKey
 
     assert sw.maps.tensors[TensorKey(SRC2, tid)].layer == 5
     assert sw.maps.tensors.get((SRC, tid)).layer == 0
@@ -485,7 +485,7 @@ def test_publish_pcm_is_one_atomic_group_and_validates(sw):
 def _opt(tid=5, layer=1, flags=1, tlen=10, idx=0, length=12) -> bytes:
     """A TaLB option's bytes (scapy's IPOption_TaLB), any field value allowed:
     ``flags`` is the whole flags byte, ``length`` the length byte."""
-    from talb.wire import IPOption_TaLB
+    from common.wire import IPOption_TaLB
 
     return bytes(IPOption_TaLB(tensor_id=tid, layer=layer, flags_reserved=flags >> 3,
                                last=(flags >> 2) & 1, version=flags & 3, tensor_len=tlen,
@@ -801,7 +801,7 @@ def test_cost_per_packet_hit_new_tensor_ecmp(sw, capsys):
 _INJECT = r"""
 import sys
 from scapy.all import Ether, IP, UDP, sendp
-from talb.wire import TaLBHeader
+from common.wire import TaLBHeader
 dst_mac, src, dst = sys.argv[1:4]
 frames = []
 for tid, layer, n in ((0x1234, 0, 3), (0x5678, 3, 3), (0x9ABC, 5, 2)):
@@ -823,7 +823,8 @@ def test_live_fabric_table_and_strip(bcc):
     from netns_topology import LeafSpine
     from pyroute2 import netns
 
-    from talb import cli, paths, testbed
+    from common import paths
+    from talb import cli, testbed
 
     prefix = new_prefix()
     try:

@@ -14,9 +14,10 @@ import time
 import pytest
 import yaml
 
+from common import paths
+from talb import testbed
 from conftest import new_prefix
 from helpers import free_port
-from talb import paths, testbed
 
 pytestmark = pytest.mark.live
 
@@ -412,8 +413,8 @@ def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc, tmp
     """Session start takes down a prefix recorded by a process that is gone,
     and nothing else: not a user's testbed whose name looks like a test's,
     not a prefix whose recording process still runs."""
-    import conftest
     from netns_topology import LeafSpine, build, teardown
+    import conftest
 
     # A registry of this test's own: another pytest session starting meanwhile
     # (its session start cleans the shared one) must not take our dead prefix first.

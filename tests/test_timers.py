@@ -9,7 +9,7 @@ import pytest
 
 from agent import timers
 from agent.config import DEFAULT_WINDOW_S
-from agent.maps import CONST
+from common.c_constants import CONST
 from netns_topology import LeafSpine, load_topology, topology_from_dict
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from common import paths
+from netns_topology import load_topology
+from talb import testbed
 from conftest import new_prefix
 from helpers import free_port
-from netns_topology import load_topology
-from talb import paths, testbed
 
 pytestmark = pytest.mark.live
 

@@ -50,7 +50,8 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
-from talb import paths, testbed
+from common import paths
+from talb import testbed
 from workload import measure
 from workload.run_record import RESULTS_FORMAT, software_versions, write_results
 from workload.run_record import agent_settings as _agent_settings

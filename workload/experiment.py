@@ -30,17 +30,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from talb import paths, testbed
+from common import paths
+from talb import testbed
 from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
 from workload.run_record import RESULTS_FORMAT, software_versions, write_results
 from workload.run_record import agent_settings as _agent_settings
-from workload.testbed_use import testbed_for
 from workload.scaling import MSS_BYTES
-from workload.tensor_sender import MAX_TENSOR_PKTS
 from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
+from workload.tensor_sender import MAX_TENSOR_PKTS
+from workload.testbed_use import testbed_for
 
 NODE = [sys.executable, "-m", "workload.patterns.node"]
 DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"

@@ -42,7 +42,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from talb import paths
+from common import paths
 
 DEFAULT_FOR_S = 1.0
 KINDS: dict[str, dict[str, object]] = {   # kind -> {key: default}; None: chosen from the fabric
@@ -128,7 +128,7 @@ def parse_fault(text: str) -> FaultSpec:
         except ValueError as exc:
             raise ValueError(f"--fault: to={params['to']}: {exc}") from None
     if kind == "table-full":
-        from agent.maps import TALB_MAX_TENSORS
+        from common.c_constants import TALB_MAX_TENSORS
 
         if params["limit"] > TALB_MAX_TENSORS:
             raise ValueError(f"--fault: limit must be 1..{TALB_MAX_TENSORS}, got "

@@ -297,7 +297,7 @@ class PortCounters:
 
     def __init__(self, prefix: str, topo, switches=None):
         from agent.maps import SwitchMaps
-        from talb import paths
+        from common import paths
 
         self.topo = topo
         self.maps = {}
@@ -350,7 +350,7 @@ def read_port_queues(prefix: str, topo) -> dict[tuple[str, str], tuple[int, int]
     queue, agent/qdisc_stats.py): {(switch, port): (drops, sent_bytes)};
     None for a fabric without shaping (no qdisc to read)."""
     from agent.qdisc_stats import QdiscReader
-    from talb.paths import netns_name
+    from common.paths import netns_name
 
     out = {}
     try:

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from talb import paths, testbed
+from common import paths
+from talb import testbed
 
 
 def free_port() -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Callable, Sequence
 
-from agent.maps import CONST
+from common.c_constants import CONST
 
 PCM_ONE = CONST["TALB_PCM_ONE"]
 SCHED_MAX = CONST["TALB_SCHED_MAX"]
@@ -178,7 +178,7 @@ class ModelPacket:
 
     def key(self) -> tuple[str, int]:
         """(src, tensor_id): the tensor's key in the switch's table -- ids
-        are unique per sending host only (talb.wire.TensorKey)."""
+        are unique per sending host only (common.wire.TensorKey)."""
         if self.src is None:
             raise ValueError(f"ModelPacket.src: a tagged packet (tensor_id {self.tensor_id}) "
                              "needs its sender's address, None given")

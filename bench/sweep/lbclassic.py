@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.sweep import plots
-from bench.sweep.plan import Plan, PlanError, RunSpec, _topology_path
 from bench.sweep.layout import result_path
+from bench.sweep.plan import Plan, PlanError, RunSpec, _topology_path
 from bench.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, estimate, holm, tost
 
 NO_MODEL = "none"
@@ -63,12 +63,12 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
                     missing: list) -> Plan:
     """lb-classic's runs: topology, CDF, seed, load, agent setting, with the
     scheme innermost (what the sweep compares runs back to back)."""
+    from bench.sweep.plan import AGENT_SETTINGS
+    from common import paths
     from netns_topology import load_topology
-    from talb import paths
     from workload.background import CDF_FILES
     from workload.background_only import (DEFAULT_SIZE_SCALE, default_window_s,
                                           even_capacity_bps)
-    from bench.sweep.plan import AGENT_SETTINGS
 
     for field, flag in TRAINING_FIELDS.items():
         if field == "queueing" and field in changed:
@@ -234,8 +234,8 @@ def _est(p, metric) -> Estimate:
 # --- topologies: which is which --------------------------------------------------------------
 def fabric_kind(topology: str) -> str:
     """'asymmetric' when the leaf-spine links differ in rate or one is down."""
+    from common import paths
     from netns_topology import load_topology
-    from talb import paths
 
     path = Path(topology) if Path(topology).is_absolute() else paths.REPO_ROOT / topology
     links = [link for link in load_topology(path).links if link.kind == "fabric"]

@@ -12,9 +12,10 @@ import itertools
 import json
 from dataclasses import asdict, dataclass, field
 
-from talb import paths
+from common import paths
+from common.c_constants import SCHEMES
 
-ALL_SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+ALL_SCHEMES = tuple(SCHEMES)      # the registry's (constants.h), in id order
 PAPER_BASELINES = ("ecmp", "rps", "conga")      # the paper's comparisons (sec. IV-V)
 TOPOLOGY_DIR = paths.REPO_ROOT / "topologies"
 
@@ -337,16 +338,13 @@ def _topology_path(t: str) -> str:
 
 
 def implemented_schemes() -> frozenset:
-    """What the data path implements now (agent/maps.py), read at call time
-    so the harness follows whatever schemes exist."""
-    from agent.maps import IMPLEMENTED_SCHEMES
+    """What the data path implements (common/c_constants.py)."""
+    from common.c_constants import IMPLEMENTED_SCHEMES
 
     return frozenset(IMPLEMENTED_SCHEMES)
 
 
 def known_schemes() -> tuple:
-    from agent.maps import SCHEMES
-
     return tuple(SCHEMES)
 
 

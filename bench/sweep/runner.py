@@ -32,15 +32,16 @@ class Fabric:
     settings, the scheme set on every switch and the tensor tables emptied."""
 
     def __init__(self, prefix: str, say=lambda _m: None):
-        from talb import paths
+        from common import paths
 
         self.prefix = paths.check_prefix(prefix)
         self.say = say
         self.topology: str | None = None
 
     def use(self, topology: str) -> None:
+        from common import paths
         from netns_topology import load_topology
-        from talb import paths, testbed
+        from talb import testbed
 
         if self.topology == topology:
             return
@@ -62,7 +63,8 @@ class Fabric:
         from agent.control import clear_tensor_table, set_scheme
         from agent.daemon import start_background, stop_background
         from agent.maps import SwitchMaps
-        from talb import paths, testbed
+        from common import paths
+        from talb import testbed
         from workload.testbed_use import free_port as _free_port
 
         stop_background(self.prefix)          # its PCM history belongs to the last run

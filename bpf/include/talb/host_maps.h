@@ -5,7 +5,7 @@
  * map calls in the main text: agent/host_loader.py expands the includes).
  *
  * agent/host_loader.py pins every map as <pin_dir>/<map name>, with
- * pin_dir = talb.paths.pin_dir(prefix, host); agent/host_maps.py (HostMaps)
+ * pin_dir = common.paths.pin_dir(prefix, host); agent/host_maps.py (HostMaps)
  * and workload/tensor_sender.py open them by these names.
  */
 #ifndef TALB_HOST_MAPS_H

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from scapy.fields import BitEnumField, BitField, ByteField, IntField, ShortField
 from scapy.layers.inet import IP, IPOption
 
-from agent.maps import CONST
+from common.c_constants import CONST
 
 # The numbers of bpf/include/talb/constants.h (TALB_IPOPT_*), parsed there.
 OPT_TYPE = CONST["TALB_IPOPT_TYPE"]

@@ -18,7 +18,7 @@ from pathlib import Path
 RUN_DIR = Path(os.environ.get("TALB_RUN_DIR", "/run/talb"))
 BPFFS_DIR = RUN_DIR / "bpffs"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The eBPF C sources: packaged as talb/bpf by a (non-editable) install
+# The eBPF C sources: packaged as common/bpf by a (non-editable) install
 # (pyproject.toml maps bpf/ there); in a checkout they are <checkout>/bpf.
 _PACKAGED_BPF = Path(__file__).resolve().parent / "bpf"
 BPF_SRC_DIR = _PACKAGED_BPF if _PACKAGED_BPF.is_dir() else REPO_ROOT / "bpf"
