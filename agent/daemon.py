@@ -172,13 +172,13 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
     monitors = {}
     try:
         if switch is None:
-            from talb import testbed
+            from netns_topology.state import load_topology_of, read_state
 
-            state = testbed.read_state(prefix)
+            state = read_state(prefix)
             if state.get("datapath") != "bpf" or state.get("status") != "up":
                 raise AgentError(f"testbed '{prefix}' is {state.get('status')} with datapath "
                                  f"{state.get('datapath')}: the agent needs a running bpf data path")
-            routing = TopologyRouting(testbed.load_topology_of(prefix), prefix)
+            routing = TopologyRouting(load_topology_of(prefix), prefix)
             for sw in routing.switches:
                 monitors[sw] = SwitchMonitor(sw, routing.netns(sw), paths.pin_dir(prefix, sw), config)
         else:
@@ -366,7 +366,7 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
     Raises ConfigError for bad options and AgentError when the testbed is
     not up, an agent already runs for the prefix, or the agent does not
     come up (with the end of its log)."""
-    from talb import testbed
+    from netns_topology.state import read_state
 
     paths.check_prefix(prefix)
     known = {f.name for f in fields(AgentConfig)}
@@ -375,7 +375,7 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
         raise ConfigError(f"start_background: unknown option(s) {', '.join(unknown)} "
                           f"(known: {', '.join(sorted(known))})")
     config = AgentConfig(**derived_window(prefix, opts))
-    testbed.read_state(prefix)  # a clear error when no testbed is up
+    read_state(prefix)  # a clear error when no testbed is up
     with _starting(prefix):
         other = running_pid(prefix)
         if other is not None or _agent_lock_held(prefix):  # the latter: one still starting

@@ -159,9 +159,9 @@ def for_topology(topo) -> Timers:
 def for_prefix(prefix: str) -> Timers | None:
     """The timers of testbed ``prefix`` (from its state file), or None when
     no testbed of that prefix is up (or its state is not readable)."""
-    from talb import testbed
+    from netns_topology.state import TestbedError, load_topology_of
 
     try:
-        return for_topology(testbed.load_topology_of(prefix))
-    except (testbed.TestbedError, OSError):   # none up; not root (the caller says so)
+        return for_topology(load_topology_of(prefix))
+    except (TestbedError, OSError):   # none up; not root (the caller says so)
         return None

@@ -68,6 +68,7 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
                load: float = 0.2, background_size_scale: float | None = 0.1, seed: int = 1,
                at_s: float = 3.0, for_s: float = 1.0,
                topology: str | None = None, prefix: str = "tfaults", say=print) -> list[dict]:
+    from netns_topology.state import exists
     from talb import testbed
     from workload.experiment import RunConfig, RunError, run
 
@@ -83,7 +84,7 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
     def fabric() -> None:
         """Built at the first run that needs it (a finished matrix only rewrites its table)."""
         nonlocal built
-        if built or testbed.exists(prefix):
+        if built or exists(prefix):
             return
         from netns_topology import load_topology
         from workload.experiment import DEFAULT_TOPOLOGY

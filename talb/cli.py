@@ -26,6 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 from common import paths
+from netns_topology.state import (DATAPATHS, TestbedError, load_topology_of, node_namespace,
+                                  read_state, require_root)
 from talb import testbed
 
 # soft_wrap: long lines (commands to copy) are never broken in the middle.
@@ -62,7 +64,7 @@ class _Errors(click.Group):
 
         try:
             return super().invoke(ctx)
-        except (testbed.TestbedError, TopologyError, BuildError, AgentError, ValueError) as exc:
+        except (TestbedError, TopologyError, BuildError, AgentError, ValueError) as exc:
             _fail(str(exc))
         except KeyboardInterrupt:
             _fail("interrupted")
@@ -107,7 +109,7 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
                                 "of their routes) [the kernel's: 200ms].")
 @click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
                                 "(parameters: `talb scheme NAME --param ...`).")
-@click.option("--datapath", type=click.Choice(testbed.DATAPATHS), default="bpf", show_default=True,
+@click.option("--datapath", type=click.Choice(DATAPATHS), default="bpf", show_default=True,
               help="bpf: the switch programs forward; bridge: the kernel bridge alone (a baseline).")
 @click.option("--replace", is_flag=True, help="Tear down a testbed with the same prefix first.")
 @click.option("--agent/--no-agent", "with_agent", default=None,
@@ -154,7 +156,7 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
         hint = (f"; another testbed's agent may hold it: pick another --metrics-port, leave "
                 f"it out (the default takes the next free port), or --no-agent"
                 if "in use" in str(exc) else "")
-        raise testbed.TestbedError(f"{exc}{hint}") from None
+        raise TestbedError(f"{exc}{hint}") from None
     console.print(f"[green]up[/] in {state['build_seconds']} s")
     _print_status(testbed.status(prefix))
 
@@ -195,7 +197,7 @@ def testbed_demo(duration, parallel, prefix):
     """Show the testbed works: all-pairs ping, TCP across leaves, flows spread over uplinks."""
     from talb import demo
 
-    testbed.require_root()
+    require_root()
     report = demo.run(prefix, duration=duration, parallel=parallel, say=console.print)
     for note in report.notes:
         console.print(f"    note: {note}")
@@ -324,8 +326,8 @@ def shell(node, command, prefix):
 
     Example: talb shell h0 -- ping -c3 198.18.1.1
     """
-    testbed.require_root()
-    ns = testbed.node_namespace(prefix, node)
+    require_root()
+    ns = node_namespace(prefix, node)
     argv = list(command) or [os.environ.get("SHELL", "/bin/bash")]
     os.execvp("ip", ["ip", "netns", "exec", ns, *argv])
 
@@ -344,13 +346,13 @@ def table(switch, limit, as_json, prefix):
     it takes (previous port), layer, age and idle time.
     Reads the pinned maps only; works while traffic flows.
     """
-    testbed.require_root()
-    topo = testbed.load_topology_of(prefix)
+    require_root()
+    topo = load_topology_of(prefix)
     names = [sw.name for sw in topo.switches]
     if switch:
         if switch not in names:
-            raise testbed.TestbedError(f"--switch: no switch {switch!r} in testbed '{prefix}' "
-                                       f"(switches: {', '.join(names)})")
+            raise TestbedError(f"--switch: no switch {switch!r} in testbed '{prefix}' "
+                               f"(switches: {', '.join(names)})")
         names = [switch]
     tables = [_tensor_table(prefix, topo, name) for name in names]
     if as_json:
@@ -369,7 +371,7 @@ def _tensor_table(prefix: str, topo, switch: str) -> dict:
     try:
         maps = SwitchMaps(paths.pin_dir(prefix, switch))
     except FileNotFoundError as exc:
-        raise testbed.TestbedError(f"{switch}: no data path maps ({exc})") from None
+        raise TestbedError(f"{switch}: no data path maps ({exc})") from None
     try:
         names = {ifindex: (port_names[p["port_id"]] if p["port_id"] < len(port_names)
                            else f"port{p['port_id']}")
@@ -445,10 +447,10 @@ def scheme(name, params, prefix):
     from agent.control import SchemeError, parse_params, scheme_params, set_scheme, read_config
     from agent.maps import SwitchMaps
 
-    testbed.require_root()
-    if testbed.read_state(prefix).get("datapath") != "bpf":
-        raise testbed.TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
-                                   f"(--datapath bridge): it has no scheme to show or set")
+    require_root()
+    if read_state(prefix).get("datapath") != "bpf":
+        raise TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
+                           f"(--datapath bridge): it has no scheme to show or set")
     if params and not name:
         _fail("--param needs a scheme NAME (talb scheme drill --param d=2)")
     try:
@@ -457,7 +459,7 @@ def scheme(name, params, prefix):
         _fail(str(exc))
     from agent import timers
 
-    topo = testbed.load_topology_of(prefix)
+    topo = load_topology_of(prefix)
     derived = timers.for_topology(topo)
     for key, value in parsed.items():   # =auto: the value the link rate gives
         if value.lower() == "auto" and key in timers.PARAM_FIELDS:
@@ -510,7 +512,7 @@ def send_cmd(srcs, dst, tensors, layers, size, senders, port, pcap_dir, as_json,
     from netns_topology import parse_size
     from talb import send as send_mod
 
-    testbed.require_root()
+    require_root()
     report = send_mod.run(prefix, [s.strip() for s in srcs.split(",") if s.strip()], dst,
                           tensors=tensors, layers=layers, size=parse_size(size), senders=senders,
                           port=port, pcap_dir=pcap_dir, say=err_console.print if as_json else console.print)
@@ -573,7 +575,7 @@ def bench_datapath(repeat, duration, json_out):
     (b) iperf3 across leaf-spine-leaf, BPF forwarding vs the kernel bridge, unshaped."""
     from bench.datapath import run_all
 
-    testbed.require_root()
+    require_root()
     results = run_all(repeat=repeat, duration=duration, say=console.print)
     if json_out:
         Path(json_out).write_text(json.dumps(results, indent=2))

@@ -12,7 +12,7 @@ from agent.config import (DEFAULT_METRICS_PORT, DEFAULT_WINDOW_S, LOG_LEVELS,
                           METRICS_PORT_TRIES, PCM_DELAY_MODES, AgentConfig, ConfigError)
 from agent.statsread import STRATEGIES
 from common import paths
-from talb import testbed
+from netns_topology.state import TestbedError, require_root
 
 PREFIX_HELP = "Name prefix of the testbed's namespaces (<prefix>-<node>)."
 
@@ -88,11 +88,11 @@ def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_
     config = AgentConfig(w1=w1, w2=w2, threshold=_threshold(threshold),
                          pcm_delay=pcm_delay, metrics_addr=metrics_addr, metrics_port=metrics_port,
                          log_level=log_level, read_strategy=read_strategy, **timing)
-    testbed.require_root()
+    require_root()
     try:
         code = daemon.run(config, prefix=prefix, switch=switch, netns=netns, pin_dir=pin_dir)
     except (daemon.AgentError, OSError, LookupError) as exc:
-        raise testbed.TestbedError(str(exc)) from None
+        raise TestbedError(str(exc)) from None
     raise SystemExit(code)
 
 
@@ -133,7 +133,7 @@ def bench_agent_cmd(ports, windows, json_out):
     reads), and the highest window rate the loop sustains."""
     from bench.agent_loop import run_all
 
-    testbed.require_root()
+    require_root()
     try:
         counts = [int(x) for x in ports.split(",") if x.strip()]
     except ValueError:

@@ -178,9 +178,9 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     t0 = time.monotonic()
     report = None
     if not report_only:
-        from talb import testbed
+        from netns_topology.state import require_root
 
-        testbed.require_root()
+        require_root()
         sigterm_unwinds()
         plan, report = run_sweep(plan, out, prefix=sweep_prefix, console=console)
     res = finish(plan, out, report, wall_s=time.monotonic() - t0 if report else None)

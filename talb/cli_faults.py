@@ -72,9 +72,9 @@ def bench_faults(kinds, archs, model, ps_workers, allreduce_workers, iterations,
     table of docs/faults.md: recovery time, tensors verified, retransmissions,
     drops, the command of each row), rows.json and every run's results."""
     from bench.faults import run_matrix
-    from talb import testbed
+    from netns_topology.state import require_root
 
-    testbed.require_root()
+    require_root()
     sigterm_unwinds()
     out = Path(out_dir) if out_dir else paths.REPO_ROOT / "results" / \
         f"faults-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"

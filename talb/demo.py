@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import paths
+from netns_topology.state import load_topology_of, read_state
 from talb import testbed
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
@@ -44,8 +45,8 @@ def uplink_tx(prefix: str, leaf: str) -> dict[str, int]:
 
 def run(prefix: str = paths.DEFAULT_PREFIX, *, duration: float = 3.0,
         parallel: int = 8, say=print) -> DemoReport:
-    topo = testbed.load_topology_of(prefix)
-    state = testbed.read_state(prefix)
+    topo = load_topology_of(prefix)
+    state = read_state(prefix)
     report = DemoReport()
     hosts = list(topo.hosts)
     ns = {h.name: paths.netns_name(prefix, h.name) for h in hosts}

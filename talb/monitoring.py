@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from common import paths
-from talb import testbed
+from netns_topology.state import TestbedError
 
 
 
@@ -61,7 +61,7 @@ AGENT_JOB, RUN_JOB = "talb-agent", "talb-run"
 Progress = Callable[[str], None]
 
 
-class MonitoringError(testbed.TestbedError):
+class MonitoringError(TestbedError):
     """A user-facing failure: the message says what happened and what to do."""
 
 

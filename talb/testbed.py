@@ -15,67 +15,15 @@ import time
 from typing import Callable
 
 from common import paths
+from netns_topology.state import (DATAPATHS, TestbedError, exists, queueing_of, read_state,
+                                  require_root, write_state)
 from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
 
 Progress = Callable[[str], None]
 
-DATAPATHS = ("bpf", "bridge")
-
-
-class TestbedError(RuntimeError):
-    """A user-facing failure: the message says what happened and what to do."""
-
 
 def _quiet(_msg: str) -> None:
     pass
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        raise TestbedError("must run as root: network namespaces and BPF need it "
-                           "(sudo talb ..., or sudo make testbed)")
-
-
-def exists(prefix: str) -> bool:
-    return paths.state_file(prefix).exists() or bool(namespaces(prefix))
-
-
-def read_state(prefix: str) -> dict:
-    path = paths.state_file(prefix)
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TestbedError(f"no testbed with prefix '{prefix}' is up "
-                           f"(start one with `talb testbed up --prefix {prefix}`)") from None
-    except json.JSONDecodeError as exc:
-        raise TestbedError(f"state file {path} is corrupt ({exc}); "
-                           f"`talb testbed down --prefix {prefix}` removes the testbed") from None
-
-
-def _write_state(prefix: str, state: dict) -> None:
-    path = paths.state_file(prefix)
-    paths.private_dir(path.parent)
-    paths.write_private(path, json.dumps(state, indent=2))  # atomic, root-only
-
-
-def load_topology_of(prefix: str):
-    from netns_topology import topology_from_dict
-
-    return topology_from_dict(read_state(prefix)["topology"])
-
-
-def queueing_of(prefix: str, state: dict | None = None) -> dict:
-    """How the switch ports of testbed ``prefix`` queue now:
-    ``{"mode": "bands" | "fifo", "switch_queue": ..., "topology_queue": ...}``
-    (queues in the topology file's form). A testbed nobody switched queues
-    as its topology says (``bands``)."""
-    from netns_topology import topology_from_dict
-
-    state = state or read_state(prefix)
-    if state.get("queueing"):
-        return dict(state["queueing"])
-    queue = topology_from_dict(state["topology"]).queue.to_dict()
-    return {"mode": "bands", "switch_queue": queue, "topology_queue": queue}
 
 
 def set_queueing(prefix: str, queueing: str) -> dict:
@@ -115,7 +63,7 @@ def set_queueing(prefix: str, queueing: str) -> dict:
         state.pop("queueing", None)
     else:
         state["queueing"] = record
-    _write_state(prefix, state)
+    write_state(prefix, state)
     return record
 
 
@@ -158,7 +106,7 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
         "topology": topo.to_dict(),
     }
     # Written first, so that a crash from here on is found by `down`.
-    _write_state(prefix, state)
+    write_state(prefix, state)
     try:
         build(topo, prefix, progress=progress)
         if datapath == "bpf":
@@ -167,7 +115,7 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
             attach_fabric(topo, prefix, progress=progress)
         state.update(status="up", build_seconds=round(time.monotonic() - started, 2))
         state.pop("pid")
-        _write_state(prefix, state)  # the agent reads the topology from it
+        write_state(prefix, state)  # the agent reads the topology from it
         if agent is not None:
             from agent.config import DEFAULT_METRICS_PORT
             from agent.daemon import metrics_endpoint, start_background
@@ -285,14 +233,3 @@ def _switch_counters(prefix: str, switch: str) -> dict:
                                                "conga_alpha_shift", "conga_age_us")}}
     finally:
         maps.close()
-
-
-def node_namespace(prefix: str, node: str) -> str:
-    """The namespace of a node of a running testbed, with a helpful error."""
-    read_state(prefix)  # a clear error when no testbed is up
-    ns = paths.netns_name(prefix, node)
-    present = namespaces(prefix)
-    if ns not in present:
-        known = ", ".join(n.split("-", 1)[1] for n in present)
-        raise TestbedError(f"node: no node '{node}' in testbed '{prefix}' (nodes: {known})")
-    return ns

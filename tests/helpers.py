@@ -186,10 +186,10 @@ def processes_in_hosts(prefix: str) -> dict[str, list[str]]:
     """{host namespace: pids} of every host of testbed ``prefix`` that runs
     anything (after a run: what it left behind)."""
     from common import paths
-    from talb import testbed
+    from netns_topology.state import load_topology_of
 
     out = {}
-    for h in testbed.load_topology_of(prefix).hosts:
+    for h in load_topology_of(prefix).hosts:
         ns = paths.netns_name(prefix, h.name)
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
                               text=True).stdout.split()

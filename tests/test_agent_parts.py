@@ -623,14 +623,14 @@ def test_stop_background_without_an_agent_is_a_no_op(root):
 
 def test_start_background_refuses_bad_options_and_a_missing_testbed(root):
     from agent import daemon
-    from talb import testbed
+    from netns_topology.state import TestbedError
 
     prefix = new_prefix()
     with pytest.raises(ConfigError, match="unknown option"):
         daemon.start_background(prefix, windw_s=0.01)
     with pytest.raises(ConfigError, match="--window-ms"):
         daemon.start_background(prefix, window_s=100)
-    with pytest.raises(testbed.TestbedError, match="no testbed"):
+    with pytest.raises(TestbedError, match="no testbed"):
         daemon.start_background(prefix)
     assert daemon.running_pid(prefix) is None
 

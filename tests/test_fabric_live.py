@@ -12,6 +12,7 @@ import pytest
 from agent.qdisc_stats import QdiscReader
 from common import paths
 from netns_topology import LeafSpine
+from netns_topology.state import TestbedError
 from talb import testbed
 from talb.demo import GOODPUT_PER_RATE, uplink_tx
 from workload.iperf import run_iperf3
@@ -157,7 +158,7 @@ def test_status_reports_ports_rates_and_scheme(fabric):
 
 def test_up_on_a_running_prefix_refuses_and_leaves_it_intact(fabric):
     prefix, topo = fabric
-    with pytest.raises(testbed.TestbedError, match="already up"):
+    with pytest.raises(TestbedError, match="already up"):
         testbed.up(LeafSpine(spines=1, leaves=1, hosts_per_leaf=1), prefix)
     h3 = host(topo, "h3")
     assert ping_all_pairs([("h0->h3", ns(prefix, "h0"), h3.ip)])[(ns(prefix, "h0"), h3.ip)]

@@ -14,6 +14,7 @@ import pytest
 
 from common import paths
 from netns_topology import load_topology
+from netns_topology.state import load_topology_of
 from talb import testbed
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
@@ -43,7 +44,7 @@ def _switches(prefix, fn):
     from agent.maps import SwitchMaps
 
     out = {}
-    for sw in testbed.load_topology_of(prefix).switches:
+    for sw in load_topology_of(prefix).switches:
         with SwitchMaps(paths.pin_dir(prefix, sw.name)) as m:
             out[sw.name] = fn(m)
     return out

@@ -29,6 +29,7 @@ def test_lb_classic_quick_end_to_end(root, tmp_path):
     from bench.sweep.lbclassic import DIRECTIONS
     from bench.sweep.plan import build_plan
     from common import paths
+    from netns_topology.state import exists
     from netns_topology.teardown import namespaces
     from talb import testbed
     from talb.cli import main
@@ -91,7 +92,7 @@ def test_lb_classic_quick_end_to_end(root, tmp_path):
             assert (out / f).read_text() == text, f
         assert _directions_table((out / "summary.md").read_text()) == table
     finally:
-        if testbed.exists(prefix):
+        if exists(prefix):
             testbed.down(prefix)
 
 
@@ -99,6 +100,7 @@ def test_talb_run_model_none(root, tmp_path):
     """`talb run --model none` builds its fabric, runs, prints the per-class
     table and removes everything."""
     from common import paths
+    from netns_topology.state import exists
     from netns_topology.teardown import namespaces
     from talb import testbed
     from talb.cli import main
@@ -120,5 +122,5 @@ def test_talb_run_model_none(root, tmp_path):
         assert bg["all"]["done"] > 0 and bg["all"]["nfct_mean"] >= 0.9
         assert {"cpu_guard", "tcp", "uplinks", "port_drops"} <= set(res["summary"])
     finally:
-        if testbed.exists(prefix):
+        if exists(prefix):
             testbed.down(prefix)

@@ -33,6 +33,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from common import paths
+from netns_topology.state import load_topology_of
 from talb import monitoring, report, testbed
 from conftest import new_prefix, skip_or_fail
 from helpers import free_port
@@ -369,7 +370,7 @@ def test_the_run_numbers_in_prometheus_are_the_results_files(live):
     assert one(f'sum(talb_port_band_tx_bytes_total{{testbed="{p}", band!="0"}})', None) > \
         res["summary"]["tensors"]["delivered_bytes"] / 2
     # every tensor crossing the fabric made an entry in its source leaf's table
-    leaf_of = {h.name: h.leaf for h in testbed.load_topology_of(p).hosts}
+    leaf_of = {h.name: h.leaf for h in load_topology_of(p).hosts}
     node_leaf = [leaf_of[h] for h in res["placement"]["workers"] + res["placement"]["servers"]]
     crossing: dict = {}
     for t in res["tensors"]:

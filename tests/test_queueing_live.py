@@ -18,6 +18,7 @@ from pyroute2 import IPRoute
 
 from common import paths
 from netns_topology import LeafSpine, qdisc
+from netns_topology.state import load_topology_of, queueing_of, read_state
 from talb import send, testbed
 from conftest import new_prefix
 from helpers import free_port
@@ -56,7 +57,7 @@ def _tree(prefix: str, node: str, ifname: str) -> tuple[dict, dict, set]:
 
 
 def _switch_ports(prefix):
-    topo = testbed.load_topology_of(prefix)
+    topo = load_topology_of(prefix)
     return [(sw.name, p.name) for sw in topo.switches for p in topo.ports(sw.name)]
 
 
@@ -75,13 +76,13 @@ def _check_trees(prefix: str, mode: str) -> None:
 
 
 def test_switch_ports_go_to_fifo_and_back(fabric):
-    assert testbed.queueing_of(fabric)["mode"] == "bands"
+    assert queueing_of(fabric)["mode"] == "bands"
     _check_trees(fabric, "bands")
     rec = testbed.set_queueing(fabric, "fifo")
     try:
         assert rec["mode"] == "fifo" and rec["switch_queue"]["limit"] == "160kb"
         assert rec["switch_queue"]["bands"] == [1] and rec["topology_queue"]["bands"] == [1, 4, 2, 1]
-        assert testbed.queueing_of(fabric) == rec and testbed.status(fabric)["queueing"] == "fifo"
+        assert queueing_of(fabric) == rec and testbed.status(fabric)["queueing"] == "fifo"
         _check_trees(fabric, "fifo")
         assert testbed.set_queueing(fabric, "fifo") == rec          # already so: nothing done
         # the readers of the port queues: the root (1:) and its classes
@@ -91,12 +92,12 @@ def test_switch_ports_go_to_fifo_and_back(fabric):
         with QdiscReader(paths.netns_name(fabric, "leaf0")) as reader:
             assert reader.read("h2").backlog_bytes >= 0
             assert set(reader.class_bytes("h2")) == {qdisc.PARENT_CLASS, qdisc.band_classid(0)}
-        assert set(read_port_queues(fabric, testbed.load_topology_of(fabric))) == \
+        assert set(read_port_queues(fabric, load_topology_of(fabric))) == \
             set(_switch_ports(fabric))
     finally:
         testbed.set_queueing(fabric, "bands")
-    assert testbed.queueing_of(fabric)["mode"] == "bands"
-    assert "queueing" not in testbed.read_state(fabric)
+    assert queueing_of(fabric)["mode"] == "bands"
+    assert "queueing" not in read_state(fabric)
     _check_trees(fabric, "bands")
 
 
@@ -124,7 +125,7 @@ def _untagged_share(prefix: str) -> tuple[float, dict]:
     try:
         time.sleep(2.0)                   # the tensors' connection is sending
         ip = run_iperf3(paths.netns_name(prefix, "h1"), paths.netns_name(prefix, "h2"),
-                        testbed.load_topology_of(prefix).hosts[2].ip, duration=5.0,
+                        load_topology_of(prefix).hosts[2].ip, duration=5.0,
                         port=free_port())
         t_iperf_end = time.monotonic()
     finally:
@@ -167,7 +168,7 @@ def test_talb_run_records_the_queueing_and_puts_the_fabric_back(fabric, tmp_path
     assert r["headline"]["queueing"] == "fifo" and r["config"]["queueing"] == "fifo"
     assert r["summary"]["tensors"]["corrupted"] == 0
     # the testbed was up before the run: it queues as before again
-    assert testbed.queueing_of(fabric)["mode"] == "bands"
+    assert queueing_of(fabric)["mode"] == "bands"
     _check_trees(fabric, "bands")
     # without --queueing a run takes the fabric as it is, and says so
     cfg.queueing, cfg.out = None, str(tmp_path / "as-is.json")

@@ -75,7 +75,8 @@ def test_quick_ci_preset_end_to_end(root, tmp_path):
         else:
             assert "Schemes skipped" not in md
     finally:
+        from netns_topology.state import exists
         from talb import testbed
 
-        if testbed.exists(prefix):
+        if exists(prefix):
             testbed.down(prefix)

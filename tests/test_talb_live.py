@@ -22,6 +22,7 @@ from agent.qdisc_stats import QdiscReader
 from common import paths
 from common.wire import TensorKey
 from netns_topology import load_topology
+from netns_topology.state import TestbedError, load_topology_of
 from talb import send, testbed
 from workload.capture import start_capture, tensor_ports
 from conftest import new_prefix
@@ -175,7 +176,7 @@ def _set_scheme(prefix: str, name: str) -> None:
 
 def _spine_captures(prefix: str, directory: Path) -> list:
     """Every spine port, inbound: which spine carried each tagged packet."""
-    topo = testbed.load_topology_of(prefix)
+    topo = load_topology_of(prefix)
     caps = []
     try:
         for spine in SPINES:
@@ -336,7 +337,7 @@ def test_send_worker_failure_leaves_nothing_behind(fabric, own_tempdir):
     receiver waits for it: the error names it, and afterwards no process we
     started is alive or unreaped, and no temporary directory is left."""
     before = _descendants()
-    with pytest.raises(testbed.TestbedError, match=r"sender failed: sender 0 on h0: .*tensor_len"):
+    with pytest.raises(TestbedError, match=r"sender failed: sender 0 on h0: .*tensor_len"):
         send.run(fabric, ["h0"], "h3", tensors=1, size=100_000_000, port=7104,
                  say=lambda _m: None, timeout=120)
     assert _descendants() - before == set()
@@ -347,7 +348,7 @@ def test_send_timeout_leaves_nothing_behind(fabric, own_tempdir):
     """The exchange outlasts the timeout: every sender, the receiver and
     the captures are ended and reaped, the temporary directory removed."""
     before = _descendants()
-    with pytest.raises(testbed.TestbedError, match="did not finish within 3 s"):
+    with pytest.raises(TestbedError, match="did not finish within 3 s"):
         send.run(fabric, ["h0", "h1"], "h3", tensors=200, size=2_000_000, port=7105,
                  say=lambda _m: None, timeout=3)
     assert _descendants() - before == set()
@@ -369,7 +370,7 @@ def test_iperf_client_timeout_ends_the_client(fabric):
     from workload.netexec import ns_popen, stop
 
     prefix = fabric
-    dst = next(h for h in testbed.load_topology_of(prefix).hosts if h.name == "h4")
+    dst = next(h for h in load_topology_of(prefix).hosts if h.name == "h4")
     hole = ns_popen(paths.netns_name(prefix, "h4"), [sys.executable, "-c", _BLACKHOLE, "7106"])
     try:
         assert hole.stdout.readline().strip() == "ready"

@@ -824,12 +824,13 @@ def test_live_fabric_table_and_strip(bcc):
     from pyroute2 import netns
 
     from common import paths
+    from netns_topology.state import load_topology_of
     from talb import cli, testbed
 
     prefix = new_prefix()
     try:
         testbed.up(LeafSpine(spines=2, leaves=2, hosts_per_leaf=2, scheme="talb"), prefix)
-        topo = testbed.load_topology_of(prefix)
+        topo = load_topology_of(prefix)
         h0 = next(h for h in topo.hosts if h.name == "h0")
         far = next(h for h in topo.hosts if h.leaf != h0.leaf)
         netns.pushns(paths.netns_name(prefix, far.name))

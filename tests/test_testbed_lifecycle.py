@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from common import paths
+from netns_topology.teardown import namespaces
 from talb import testbed
 from conftest import new_prefix
 from helpers import free_port
@@ -36,7 +37,7 @@ def root_links() -> set[str]:
 
 
 def assert_nothing_left(prefix):
-    assert testbed.namespaces(prefix) == []
+    assert namespaces(prefix) == []
     assert not paths.pin_dir(prefix).exists()
     assert not paths.state_dir(prefix).exists()
 
@@ -175,11 +176,11 @@ def test_down_after_a_killed_up_removes_everything(prefix):
                              "--spines", "2", "--leaves", "4", "--hosts-per-leaf", "3"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while len(testbed.namespaces(prefix)) < 3 and time.monotonic() < deadline:
+    while len(namespaces(prefix)) < 3 and time.monotonic() < deadline:
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert testbed.namespaces(prefix), "up was killed before it made anything"
+    assert namespaces(prefix), "up was killed before it made anything"
     assert paths.state_file(prefix).exists(), "the state file is written before anything is built"
     testbed.down(prefix)
     assert_nothing_left(prefix)
@@ -421,7 +422,7 @@ def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc, tmp
     registry = tmp_path / "run" / "test-prefixes"
     monkeypatch.setattr(conftest, "registry_dir", lambda: registry)
     user = user_style_prefix()
-    if testbed.namespaces(user) or paths.state_dir(user).exists():
+    if namespaces(user) or paths.state_dir(user).exists():
         pytest.fail(f"a testbed {user!r} exists on this machine; this test would build over it")
     # a prefix recorded by a test run that then died
     made = subprocess.run([sys.executable, "-c", "import conftest; print(conftest.new_prefix())"],
@@ -440,10 +441,10 @@ def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc, tmp
         removed = conftest.remove_stale_test_prefixes()
 
         assert stale in removed and user not in removed and live not in removed
-        assert testbed.namespaces(stale) == [] and not paths.state_dir(stale).exists()
+        assert namespaces(stale) == [] and not paths.state_dir(stale).exists()
         assert stale not in conftest.recorded_prefixes()
-        assert len(testbed.namespaces(user)) == 3  # h0, leaf0, spine0
-        assert len(testbed.namespaces(live)) == 3 and live in conftest.recorded_prefixes()
+        assert len(namespaces(user)) == 3  # h0, leaf0, spine0
+        assert len(namespaces(live)) == 3 and live in conftest.recorded_prefixes()
     finally:
         for prefix in (user, stale, live):
             teardown(prefix)

@@ -51,7 +51,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common import paths
-from talb import testbed
+from netns_topology.state import TestbedError, load_topology_of, queueing_of, read_state
 from workload import measure
 from workload.run_record import RESULTS_FORMAT, software_versions, write_results
 from workload.run_record import agent_settings as _agent_settings
@@ -240,9 +240,9 @@ def validate(cfg) -> None:
 # --- the run -------------------------------------------------------------------------------
 def _fabric(prefix: str, topo, scheme: str | None) -> dict:
     """Set the scheme on every switch (when asked) and read back what is in effect."""
-    state = testbed.read_state(prefix)
+    state = read_state(prefix)
     if state.get("datapath") != "bpf":
-        raise testbed.TestbedError(
+        raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): it has no "
             f"load-balancing scheme to measure; run on a testbed built with the bpf data path")
     from agent.control import read_config, set_scheme
@@ -251,7 +251,7 @@ def _fabric(prefix: str, topo, scheme: str | None) -> dict:
     from agent import timers
 
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
-           "queueing": testbed.queueing_of(prefix, state),
+           "queueing": queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            # what the link rate gives (docs/schemes.md); switch_config holds what is in force
            "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": topo.rto_min,
@@ -319,7 +319,7 @@ def _sleep_until(t_mono: float, t0: float, total: float, on_progress) -> None:
 def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
     from workload.background import BackgroundLoad, fabric_hosts
 
-    topo = testbed.load_topology_of(cfg.prefix)
+    topo = load_topology_of(cfg.prefix)
     fabric = _fabric(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
     rates = {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts}

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import paths
+from netns_topology.state import TestbedError, load_topology_of, queueing_of, read_state
 from talb import testbed
 from workload import measure, run_metrics
 from workload.netexec import ns_popen
@@ -193,15 +194,15 @@ def place(topo, arch: str, workers: int, servers: int) -> dict[str, list]:
 
 def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
     """Set the scheme on every switch (when asked) and read back what is in effect."""
-    state = testbed.read_state(prefix)
+    state = read_state(prefix)
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            # the switch ports' queues in effect (the topology's, or a FIFO: testbed.set_queueing)
-           "queueing": testbed.queueing_of(prefix, state),
+           "queueing": queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            "switch_config": {}, "agent": None}
     if state.get("datapath") != "bpf":
         # TensorSender tags through the hosts' TC programs, attached with the bpf data path only
-        raise testbed.TestbedError(
+        raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
             f"cannot tag tensors; run on a testbed built with the bpf data path")
     from agent import timers
@@ -527,7 +528,7 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
         before = None
         try:
             if cfg.queueing is not None:
-                before = testbed.queueing_of(cfg.prefix)["mode"]
+                before = queueing_of(cfg.prefix)["mode"]
                 if before != cfg.queueing:
                     say(f"switch ports: {cfg.queueing} queueing (was {before})")
                 testbed.set_queueing(cfg.prefix, cfg.queueing)
@@ -539,7 +540,7 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
 
 
 def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:
-    topo = testbed.load_topology_of(cfg.prefix)
+    topo = load_topology_of(cfg.prefix)
     fabric = _fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
     profile = profile or _profile(cfg)

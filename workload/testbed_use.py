@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from common import paths
+from netns_topology.state import exists, require_root
 from talb import testbed
 
 
@@ -25,9 +26,9 @@ def testbed_for(prefix: str, topology: str | None, default_topology: Path,
     """Yields whether the testbed was built for this run. ``topology`` with a
     testbed already up is an error (the run would silently ignore it);
     ``check(topo)`` runs before anything is built (enough hosts? names?)."""
-    testbed.require_root()
+    require_root()
     paths.check_prefix(prefix)
-    if testbed.exists(prefix):
+    if exists(prefix):
         if topology:
             raise ValueError(f"--topology: testbed '{prefix}' is already up; the run uses it "
                              f"(drop --topology, or pick another --prefix), got {topology!r}")

@@ -41,14 +41,15 @@ class Fabric:
     def use(self, topology: str) -> None:
         from common import paths
         from netns_topology import load_topology
+        from netns_topology.state import TestbedError, exists, require_root
         from talb import testbed
 
         if self.topology == topology:
             return
         self.close()
-        testbed.require_root()
-        if testbed.exists(self.prefix):
-            raise testbed.TestbedError(
+        require_root()
+        if exists(self.prefix):
+            raise TestbedError(
                 f"--prefix: a testbed '{self.prefix}' is already up; the sweep builds its own "
                 f"(take it down with `talb testbed down --prefix {self.prefix}`, or pick "
                 f"another --prefix)")
@@ -64,12 +65,13 @@ class Fabric:
         from agent.daemon import start_background, stop_background
         from agent.maps import SwitchMaps
         from common import paths
+        from netns_topology.state import load_topology_of
         from talb import testbed
         from workload.testbed_use import free_port as _free_port
 
         stop_background(self.prefix)          # its PCM history belongs to the last run
         testbed.set_queueing(self.prefix, spec.queueing)   # switch ports idle: nothing queued
-        for sw in testbed.load_topology_of(self.prefix).switches:
+        for sw in load_topology_of(self.prefix).switches:
             with SwitchMaps(paths.pin_dir(self.prefix, sw.name)) as maps:
                 set_scheme(maps, spec.scheme)
                 clear_tensor_table(maps)      # idle switch: the last run's nodes are gone
