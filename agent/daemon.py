@@ -320,11 +320,11 @@ def config_argv(config: AgentConfig) -> list[str]:
 
 def derived_window(prefix: str, opts: dict) -> dict:
     """``opts`` with the window the testbed's link rate gives
-    (agent/timers.py: 40 frame slots, at least 5 ms) when it has no
+    (datapath/timers.py: 40 frame slots, at least 5 ms) when it has no
     ``window_s`` -- an explicit window always wins -- and, unless given, a
     ``stats_interval_s`` no shorter than the window (AgentConfig requires it).
     No testbed of ``prefix`` up: the defaults (AgentConfig)."""
-    from agent import timers
+    from datapath import timers
 
     opts = dict(opts)
     if opts.get("window_s") is None:

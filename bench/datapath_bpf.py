@@ -60,9 +60,9 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
     from bcc import BPF
     from pyroute2 import IPRoute, netns
 
-    from agent import bpf_syscall as sc
-    from agent import control
-    from agent.loader import SwitchDatapath
+    from datapath import bpf_syscall as sc
+    from datapath import control
+    from datapath.loader import SwitchDatapath
     from netns_topology import create_namespace
 
     ns = f"tb{os.getpid()}-bench"

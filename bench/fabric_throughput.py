@@ -33,8 +33,8 @@ def _wait_reachable(src_ns: str, dst_ip: str, timeout: float = 60.0) -> float:
 
 
 def _set_scheme_everywhere(prefix: str, topo, scheme: str) -> None:
-    from agent.control import set_scheme
-    from agent.maps import SwitchMaps
+    from datapath.control import set_scheme
+    from datapath.maps import SwitchMaps
 
     for sw in topo.switches:
         with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:

@@ -119,7 +119,7 @@ class Queue:
     bands: tuple[int, ...] = (1,)
     # Tagged packets go to band 1 + layer // layers_per_band (the last band
     # takes the rest); band 0 is untagged traffic. The switches mark packets
-    # with this mapping (agent/fabric.py), so it lives with the bands.
+    # with this mapping (datapath/fabric.py), so it lives with the bands.
     layers_per_band: int = 1
 
     @classmethod

@@ -262,7 +262,7 @@ _TIMER_FIELDS = {"flowlet_timeout_us": ("flowlet_us", "flowlet_us"),
 
 
 def _timers_line(t: dict, agent_window_s: float | None = None) -> str:
-    """The timers the fabric's link rate gives (agent/timers.py), one line."""
+    """The timers the fabric's link rate gives (datapath/timers.py), one line."""
     from netns_topology.units import format_rate
 
     agent = ("" if agent_window_s is None or abs(agent_window_s - t["window_s"]) < 1e-9
@@ -363,9 +363,9 @@ def table(switch, limit, as_json, prefix):
 
 
 def _tensor_table(prefix: str, topo, switch: str) -> dict:
-    from agent.control import (TALB_COUNTERS, read_config, read_counters, read_live_layers,
-                               read_ports, read_tensor_table, tensor_occupancy)
-    from agent.maps import SwitchMaps
+    from datapath.control import (TALB_COUNTERS, read_config, read_counters, read_live_layers,
+                                  read_ports, read_tensor_table, tensor_occupancy)
+    from datapath.maps import SwitchMaps
 
     port_names = [p.name for p in topo.ports(switch)]  # port_id = position
     try:
@@ -444,8 +444,8 @@ def _print_tensor_table(st: dict, limit: int) -> None:
 def scheme(name, params, prefix):
     """Show every switch's scheme and its effective parameters, or switch
     them all to NAME at run time (no reload; connections survive)."""
-    from agent.control import SchemeError, parse_params, scheme_params, set_scheme, read_config
-    from agent.maps import SwitchMaps
+    from datapath.control import SchemeError, parse_params, read_config, scheme_params, set_scheme
+    from datapath.maps import SwitchMaps
 
     require_root()
     if read_state(prefix).get("datapath") != "bpf":
@@ -457,7 +457,7 @@ def scheme(name, params, prefix):
         parsed = parse_params(params)
     except SchemeError as exc:
         _fail(str(exc))
-    from agent import timers
+    from datapath import timers
 
     topo = load_topology_of(prefix)
     derived = timers.for_topology(topo)

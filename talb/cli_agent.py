@@ -10,8 +10,8 @@ import click
 
 from agent.config import (DEFAULT_METRICS_PORT, DEFAULT_WINDOW_S, LOG_LEVELS,
                           METRICS_PORT_TRIES, PCM_DELAY_MODES, AgentConfig, ConfigError)
-from agent.statsread import STRATEGIES
 from common import paths
+from datapath.statsread import STRATEGIES
 from netns_topology.state import TestbedError, require_root
 
 PREFIX_HELP = "Name prefix of the testbed's namespaces (<prefix>-<node>)."
@@ -81,7 +81,7 @@ def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_
         paths.check_node(switch, "--switch")
     if netns is not None:
         paths.check_netns(netns, "--netns")
-    # no --window-ms: the window follows the testbed's link rate (agent/timers.py)
+    # no --window-ms: the window follows the testbed's link rate (datapath/timers.py)
     timing = daemon.derived_window(prefix, {
         "window_s": None if window_ms is None else window_ms / 1e3,
         "stats_interval_s": None if stats_interval_ms is None else stats_interval_ms / 1e3})

@@ -1,7 +1,7 @@
 """The testbed's life cycle: up, down, status.
 
 `up` validates, builds the fabric (netns_topology), attaches the switch data
-path (agent.fabric) and records what it made in a state file. Any failure on
+path (datapath.fabric) and records what it made in a state file. Any failure on
 the way — an exception, Ctrl-C — tears down everything made so far, so a
 failed `up` never leaves half a fabric behind. `down` works from the state
 file *and* a prefix scan, so it also cleans up after a crashed or killed `up`.
@@ -110,7 +110,7 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     try:
         build(topo, prefix, progress=progress)
         if datapath == "bpf":
-            from agent.fabric import attach_fabric
+            from datapath.fabric import attach_fabric
 
             attach_fabric(topo, prefix, progress=progress)
         state.update(status="up", build_seconds=round(time.monotonic() - started, 2))
@@ -152,7 +152,7 @@ def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> 
     pins = paths.pin_dir(prefix)
     had_pins = pins.exists()
     if had_pins:
-        from agent.loader import remove_pins
+        from datapath.loader import remove_pins
 
         remove_pins(pins)
         progress(f"removed pinned maps under {pins}")
@@ -192,8 +192,8 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
                          "timers": counters.get("timers")})
     expected = {h["namespace"] for h in hosts} | {s["namespace"] for s in switches}
     missing = sorted(expected - present)
-    from agent import timers
     from agent.daemon import metrics_endpoint, running_pid
+    from datapath import timers
 
     pid = running_pid(prefix)
     return {"prefix": prefix, "status": state["status"], "datapath": state.get("datapath"),
@@ -217,8 +217,8 @@ def _agent_window(prefix: str) -> float | None:
 
 
 def _switch_counters(prefix: str, switch: str) -> dict:
-    from agent.control import read_config, read_counters, read_port_stats
-    from agent.maps import SwitchMaps
+    from datapath.control import read_config, read_counters, read_port_stats
+    from datapath.maps import SwitchMaps
 
     pin = paths.pin_dir(prefix, switch)
     if not pin.exists():
@@ -228,7 +228,7 @@ def _switch_counters(prefix: str, switch: str) -> dict:
         cfg = read_config(maps)
         return {"ports": read_port_stats(maps), "counters": read_counters(maps),
                 "scheme": cfg["scheme"],
-                # in force on the switch: derived at `up` (agent/timers.py) or set since
+                # in force on the switch: derived at `up` (datapath/timers.py) or set since
                 "timers": {k: cfg[k] for k in ("flowlet_timeout_us", "conga_dre_us",
                                                "conga_alpha_shift", "conga_age_us")}}
     finally:

@@ -114,7 +114,7 @@ def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), **lin
     Closes the program and removes the namespace afterwards."""
     from pyroute2 import IPRoute, netns
 
-    from agent.loader import SwitchDatapath
+    from datapath.loader import SwitchDatapath
     from netns_topology import create_namespace
 
     name = f"{new_prefix()}-{suffix}"
@@ -155,7 +155,7 @@ class ProgTestSwitch:
         out), or with ``full`` also the duration and the ctx out."""
         from pyroute2 import netns
 
-        from agent import bpf_syscall as sc
+        from datapath import bpf_syscall as sc
 
         netns.pushns(self.netns)
         try:
@@ -168,13 +168,13 @@ class ProgTestSwitch:
 
     def tx(self) -> dict[str, int]:
         """tx packets per port name."""
-        from agent import control
+        from datapath import control
 
         stats = control.read_port_stats(self.maps, range(len(self.port_names)))
         return {n: stats[i]["tx_packets"] for i, n in enumerate(self.port_names)}
 
     def counters(self) -> dict[str, int]:
-        from agent import control
+        from datapath import control
 
         return control.read_counters(self.maps)
 

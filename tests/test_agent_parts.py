@@ -17,13 +17,14 @@ import time
 
 import pytest
 
-from agent import bpf_syscall as sc
 from agent.config import AgentConfig, ConfigError
 from agent.loop import Agent
-from agent.maps import Map, PortStats, possible_cpus
 from agent.metrics import AgentMetrics, decisions, drops
-from agent.statsread import PerCpuArrayReader
 from agent.window import CounterWindow
+from datapath import bpf_syscall as sc
+from datapath.maps import Map, possible_cpus
+from datapath.statsread import PerCpuArrayReader
+from datapath.structs import PortStats
 from conftest import new_prefix
 
 TALB = [sys.executable, "-m", "talb.cli"]
@@ -333,8 +334,9 @@ def test_batch_and_per_key_reads_agree(root):
 _CONFIG_WRITER = """
 import sys
 from pathlib import Path
-from agent import control
-from agent.maps import Map, TalbConfig
+from datapath import control
+from datapath.maps import Map
+from datapath.structs import TalbConfig
 import ctypes
 
 class Maps:
@@ -357,8 +359,8 @@ for i in range(int(sys.argv[3])):
 def config_pin(root):
     """A pinned config array (the data path's ``config`` map), alone in a
     directory on the project's bpffs."""
-    from agent.maps import TalbConfig
     from common import paths
+    from datapath.structs import TalbConfig
 
     d = paths.BPFFS_DIR / f"{new_prefix()}cfg"
     d.mkdir(parents=True)
@@ -384,7 +386,7 @@ def _writers(pin, *jobs):
 
 
 def _read_config_pin(pin):
-    from agent.maps import TalbConfig
+    from datapath.structs import TalbConfig
 
     m = Map.from_pin(pin / "config", ctypes.c_uint32, TalbConfig)
     try:
@@ -508,8 +510,8 @@ def many_qdiscs(root, tmp_path_factory):
 
 def _qdisc_truth(netns) -> dict:
     """{ifindex: (backlog, qlen, drops, bytes, packets)} of every aN's root,
-    read by pyroute2 (agent/qdisc_stats.py), one interface at a time."""
-    from agent.qdisc_stats import QdiscReader
+    read by pyroute2 (datapath/qdisc_stats.py), one interface at a time."""
+    from datapath.qdisc_stats import QdiscReader
 
     reader = QdiscReader(netns)
     try:

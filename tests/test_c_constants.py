@@ -30,7 +30,7 @@ def test_scheme_names_and_ids_are_the_defines():
 
 
 def test_every_scheme_but_ecmp_has_its_entry_point_in_the_switch_program():
-    from agent.loader import SCHEME_PROGS
+    from datapath.loader import SCHEME_PROGS
 
     source = (BPF_SRC_DIR / "switch_tc.c").read_text()
     assert set(SCHEME_PROGS) == set(SCHEMES) - {"ecmp"}

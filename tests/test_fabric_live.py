@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from agent.qdisc_stats import QdiscReader
 from common import paths
+from datapath.qdisc_stats import QdiscReader
 from netns_topology import LeafSpine
 from netns_topology.state import TestbedError
 from talb import testbed

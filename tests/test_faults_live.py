@@ -41,7 +41,7 @@ def fabric(request, bcc):
 
 
 def _switches(prefix, fn):
-    from agent.maps import SwitchMaps
+    from datapath.maps import SwitchMaps
 
     out = {}
     for sw in load_topology_of(prefix).switches:
@@ -74,8 +74,8 @@ CASES = [
 
 @pytest.mark.parametrize("kind, arch, params", CASES, ids=[c[0] for c in CASES])
 def test_fault_mid_training(fabric, tmp_path, kind, arch, params):
-    from agent.control import read_config
     from agent.daemon import running_pid
+    from datapath.control import read_config
 
     agent_before = running_pid(fabric)
     config_before = _switches(fabric, read_config)

@@ -2,7 +2,7 @@
 
 Part 1, BPF_PROG_TEST_RUN: the program compiled by bcc, loaded and verified
 by the kernel (not attached), fed hand-made frames; its maps set and read
-through agent.host_maps.
+through datapath.host_maps.
 
 Part 2, live: two host namespaces joined by one veth pair (no switch, so
 nothing strips the option: both ends take MTU 1600 to receive it, and a
@@ -66,7 +66,7 @@ class Host:
             self.maps[name].clear()
 
     def run(self, frame: bytes, ctx=None, repeat: int = 1):
-        from agent import bpf_syscall as sc
+        from datapath import bpf_syscall as sc
 
         ret, out, dur, _ = sc.prog_test_run(self.dp.prog_fd, frame, ctx=ctx, repeat=repeat)
         return ret, out, dur
@@ -75,18 +75,18 @@ class Host:
         return {k: v for k, v in self.maps.read_counters().items() if v}
 
     def key(self, src=SRC, sport=SPORT, dst=DST, dport=DPORT):
-        from agent.host_maps import FlowKey
+        from datapath.host_maps import FlowKey
 
         return FlowKey.of(src, sport, dst, dport)
 
     def set_isn(self, isn: int, active: bool = True, **key):
-        from agent.host_maps import HOST_ISN_ACTIVE, HostIsn
+        from datapath.host_maps import HOST_ISN_ACTIVE, HostIsn
 
         self.maps.flow_isn[self.key(**key)] = HostIsn(isn, HOST_ISN_ACTIVE if active else 0)
 
     def set_ring(self, descs: dict[int, tuple], **key):
         """descs: slot -> (start, end, tensor_id, layer, len_pkts, mss)"""
-        from agent.host_maps import HostDesc, HostRing
+        from datapath.host_maps import HostDesc, HostRing
 
         ring = HostRing()
         for slot, (start, end, tid, layer, len_pkts, mss) in descs.items():
@@ -96,7 +96,7 @@ class Host:
 
 @pytest.fixture(scope="module")
 def host_dp(bcc, tmp_path_factory):
-    from agent.host_loader import HostDatapath
+    from datapath.host_loader import HostDatapath
 
     dp = HostDatapath(None, tmp_path_factory.mktemp("unused-pins")).load()
     try:
@@ -157,7 +157,7 @@ def assert_tagged(inp: bytes, out: bytes, *, tensor_id, layer, tensor_len, pkt_i
 
 
 def test_map_layouts_match_the_mirrors(host):
-    from agent import host_maps as H
+    from datapath import host_maps as H
 
     for name, (kt, vt, mtype) in H.HOST_MAP_SPECS.items():
         info = host.maps[name].info
@@ -172,8 +172,8 @@ def test_map_layouts_match_the_mirrors(host):
 
 
 def test_option_flags_agree_with_wire_format():
-    from agent import host_maps as H
     from common import wire
+    from datapath import host_maps as H
 
     assert H.HOST_OPT_VERSION == wire.VERSION and H.HOST_OPT_F_LAST == wire.FLAG_LAST
 
@@ -325,7 +325,7 @@ def test_a_stale_entry_of_the_same_id_starts_afresh(host):
     idle longer than HOST_WIRE_STALE_NS belongs to an earlier tensor and is
     replaced, not continued; one idle for less is continued (a retransmission
     after a long RTO backoff)."""
-    from agent.host_maps import HOST_WIRE_STALE_NS, HostWire
+    from datapath.host_maps import HOST_WIRE_STALE_NS, HostWire
 
     host.set_isn(1000)
     host.set_ring({0: A})
@@ -419,7 +419,7 @@ def test_untagged_packets_pass_unchanged_counted_by_reason(host, case):
 
 
 def test_gso_skb_is_not_tagged(host):
-    from agent import bpf_syscall as sc
+    from datapath import bpf_syscall as sc
 
     host.set_isn(1000)
     host.set_ring({0: A})
@@ -450,7 +450,7 @@ def test_tagging_cost(host, bcc, record_property, capsys):
     push changes, so the push is timed with single runs (median of many, the
     empty program's median subtracted); the paths that leave the packet alone
     with repeat=100000."""
-    from agent import bpf_syscall as sc
+    from datapath import bpf_syscall as sc
 
     b = bcc.BPF(text=b"int empty(struct __sk_buff *skb) { return 0; }")
     try:
@@ -505,8 +505,8 @@ class Pair:
     def build(self):
         from pyroute2 import IPRoute
 
-        from agent.host_loader import HostDatapath
-        from agent.loader import ensure_bpffs
+        from datapath.host_loader import HostDatapath
+        from datapath.loader import ensure_bpffs
         from netns_topology import create_namespace
 
         for ns in self.ns.values():
@@ -543,7 +543,7 @@ class Pair:
                 dp.pin()
 
     def maps(self, h):
-        from agent.host_maps import HostMaps
+        from datapath.host_maps import HostMaps
 
         return HostMaps(self.pin[h])
 
@@ -564,8 +564,8 @@ class Pair:
     def teardown(self):
         from pyroute2 import netns
 
-        from agent.loader import remove_pins
         from common import paths
+        from datapath.loader import remove_pins
 
         for b in self.extra_bpf:
             b.cleanup()
@@ -806,7 +806,7 @@ def check_stream(segments, records, stream: bytes) -> dict:
 def test_kernel_counts_the_syn_in_bytes_acked_on_the_active_side_only(pair):
     """The fact the library's stream offsets rest on (tensor_sender.py), and
     the program's record of which side opened the flow."""
-    from agent.host_maps import FlowKey
+    from datapath.host_maps import FlowKey
     from workload.tensor_sender import _TCPI_BYTES_ACKED
 
     def acked(s):
@@ -918,7 +918,7 @@ def test_live_accepted_socket_tags_too(pair):
 
 
 def test_live_ring_overrun_raises_then_waits(pair):
-    from agent.host_maps import HOST_RING_SLOTS
+    from datapath.host_maps import HOST_RING_SLOTS
     from workload.tensor_sender import RingOverrunError, TensorSender
 
     dropper = Dropper(pair, "h2")
@@ -1017,7 +1017,7 @@ def test_stream_offset_exact_while_acks_land_between_its_reads(pair):
 
 
 def test_errors_name_the_problem(pair, tmp_path):
-    from agent.host_maps import FlowKey
+    from datapath.host_maps import FlowKey
     from workload.tensor_sender import TensorSender, TensorSenderError
 
     rx = Receiver(pair.ns["h2"], DST)
@@ -1060,8 +1060,8 @@ def test_errors_name_the_problem(pair, tmp_path):
 
 def test_untagged_when_connection_predates_the_program(pair):
     """A flow whose SYN the program never saw goes out untagged, counted."""
-    from agent.host_loader import HostDatapath, egress_filter
-    from agent.host_maps import FlowKey, HostDesc, HostRing
+    from datapath.host_loader import HostDatapath, egress_filter
+    from datapath.host_maps import FlowKey, HostDesc, HostRing
 
     HostDatapath(pair.ns["h1"], pair.pin["h1"]).detach(["eth0"])
     assert egress_filter(pair.ns["h1"], "eth0") is None
@@ -1103,9 +1103,9 @@ print(json.dumps({"pin": str(tx.pin_dir), "records": [r.__dict__ for r in recs]}
 
 @pytest.mark.live
 def test_testbed_up_attaches_the_host_program_everywhere(bcc):
-    from agent.host_loader import egress_filter
-    from agent.host_maps import HostMaps
     from common import paths
+    from datapath.host_loader import egress_filter
+    from datapath.host_maps import HostMaps
     from netns_topology import LeafSpine
     from talb import testbed
     from workload.tensor_sender import locate_host

@@ -144,7 +144,7 @@ def _send_and_time(prefix, topo, sizes, *, gap_s=0.03, sequential=True, sndbuf=N
     from the TensorSender's records, the sender host's tensor_wire map and
     the receiver. ``sequential``: each waits for the last one's delivery
     (and ``gap_s``); else all are handed over back to back."""
-    from agent.host_maps import HostMaps
+    from datapath.host_maps import HostMaps
     from workload.tensor_sender import TensorSender
 
     dst = _host(topo, DST)

@@ -42,7 +42,7 @@ def test_wheel_carries_every_bpf_source_and_talb_finds_them(tmp_path):
     # the unpacked wheel alone on the path, run from elsewhere: common.paths
     # points into it, and the loaders (which read bpf/ headers at import) import
     site = tmp_path / "site"
-    probe = ("import common.paths as p, agent.loader as l, agent.host_loader as h;"
+    probe = ("import common.paths as p, datapath.loader as l, datapath.host_loader as h;"
              "print(p.__file__); print(p.BPF_SRC_DIR); print(l.SWITCH_SRC.is_file(), h.HOST_SRC.is_file())")
     r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(site)}, timeout=60)

@@ -86,7 +86,7 @@ def test_switch_ports_go_to_fifo_and_back(fabric):
         _check_trees(fabric, "fifo")
         assert testbed.set_queueing(fabric, "fifo") == rec          # already so: nothing done
         # the readers of the port queues: the root (1:) and its classes
-        from agent.qdisc_stats import QdiscReader
+        from datapath.qdisc_stats import QdiscReader
         from workload.measure import read_port_queues
 
         with QdiscReader(paths.netns_name(fabric, "leaf0")) as reader:

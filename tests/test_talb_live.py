@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.qdisc_stats import QdiscReader
 from common import paths
 from common.wire import TensorKey
+from datapath.qdisc_stats import QdiscReader
 from netns_topology import load_topology
 from netns_topology.state import TestbedError, load_topology_of
 from talb import send, testbed
@@ -62,7 +62,7 @@ def exchange(fabric, tmp_path_factory):
 
 
 def _host_counters(prefix, hosts) -> dict[str, dict[str, int]]:
-    from agent.host_maps import HostMaps
+    from datapath.host_maps import HostMaps
 
     out = {}
     for h in hosts:
@@ -79,8 +79,8 @@ def test_every_tensor_arrives_intact(exchange):
 
 
 def _talb_counters(prefix) -> dict:
-    from agent.control import read_counters
-    from agent.maps import SwitchMaps
+    from datapath.control import read_counters
+    from datapath.maps import SwitchMaps
 
     with SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
         return {k: v for k, v in read_counters(maps).items() if v and (k.startswith("talb") or k.startswith("opt"))}
@@ -126,8 +126,8 @@ def test_every_data_segment_of_the_exchange_left_tagged(exchange):
 
 
 def test_tensor_tables_empty_afterwards(fabric, exchange):
-    from agent.control import read_tensor_table
-    from agent.maps import SwitchMaps
+    from datapath.control import read_tensor_table
+    from datapath.maps import SwitchMaps
 
     prefix = fabric
     deadline = time.monotonic() + 5
@@ -166,8 +166,8 @@ FORCED_ID = 0x5EED0000  # both hosts' tensors get ids FORCED_ID, FORCED_ID+1, ..
 
 
 def _set_scheme(prefix: str, name: str) -> None:
-    from agent.control import set_scheme
-    from agent.maps import SwitchMaps
+    from datapath.control import set_scheme
+    from datapath.maps import SwitchMaps
 
     for sw in ("leaf0", "leaf1", *SPINES):
         with SwitchMaps(paths.pin_dir(prefix, sw)) as maps:
@@ -195,8 +195,8 @@ def _tensors_begun_at_leaf0(prefix: str) -> int:
     (its entry placed at the first packet, done at LAST) or, its first
     packet lost before leaf0, as one midstream fallback. A tensor merged
     into another one's entry (same key) does neither."""
-    from agent.control import read_counters
-    from agent.maps import SwitchMaps
+    from datapath.control import read_counters
+    from datapath.maps import SwitchMaps
 
     with SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
         c = read_counters(maps)

@@ -188,13 +188,13 @@ def test_down_after_a_killed_up_removes_everything(prefix):
 
 def test_failed_up_leaves_nothing(prefix, monkeypatch):
     """A failure while attaching the data path rolls back the whole fabric."""
-    import agent.fabric
+    import datapath.fabric
     from netns_topology import LeafSpine
 
     def broken(*_a, **_k):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(agent.fabric, "attach_fabric", broken)
+    monkeypatch.setattr(datapath.fabric, "attach_fabric", broken)
     with pytest.raises(RuntimeError, match="injected"):
         testbed.up(LeafSpine(spines=1, leaves=2, hosts_per_leaf=1), prefix)
     assert_nothing_left(prefix)

@@ -38,8 +38,8 @@ def fig10(request, bcc):
 
 
 def _config(prefix, switch):
-    from agent.control import read_config
-    from agent.maps import SwitchMaps
+    from datapath.control import read_config
+    from datapath.maps import SwitchMaps
 
     with SwitchMaps(paths.pin_dir(prefix, switch)) as maps:
         return read_config(maps)
@@ -68,7 +68,7 @@ def _cli(*args):
 
 
 def test_a_25mbit_fabric_reports_the_derived_timers(fig10):
-    from agent import timers
+    from datapath import timers
     from workload.experiment import _fabric_settings
 
     prefix, topo = fig10
@@ -130,9 +130,9 @@ def test_explicit_values_win(fig10):
         assert _agent_window(prefix) == 0.005
         assert "(the running agent's: 5 ms, set)" in _cli("testbed", "status", "--prefix", prefix)
     finally:
-        from agent import timers
-        from agent.control import set_scheme, set_timers
-        from agent.maps import SwitchMaps
+        from datapath import timers
+        from datapath.control import set_scheme, set_timers
+        from datapath.maps import SwitchMaps
 
         for sw in topo.switches:     # back to the derived values for the other tests
             with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
@@ -152,8 +152,8 @@ FLOWS = (("h0", "h4"), ("h1", "h5"), ("h2", "h6"), ("h3", "h7"))   # every one a
 def _transfer(prefix, topo, seconds):
     """FLOWS as 4 cubic iperf3 flows at once; sender and receiver TCP
     counters over the transfer, goodput, and leaf0's flowlet counters."""
-    from agent.control import read_counters
-    from agent.maps import SwitchMaps
+    from datapath.control import read_counters
+    from datapath.maps import SwitchMaps
     from workload.iperf import run_iperf3
     from workload.measure import REORDER_COUNTERS, counter_delta, read_tcp_counters
 
@@ -206,9 +206,9 @@ def test_reordering_with_old_and_derived_timers(fig10, capsys):
     derived ones (1940 us; 485 us / 77.6 ms), interleaved over 3 rounds:
     the senders' reordering events (TCPSACKReorder + TSReorder + RenoReorder)
     and the receivers' out-of-order queueings (TCPOFOQueue), per run."""
-    from agent import timers
-    from agent.control import set_scheme
-    from agent.maps import SwitchMaps
+    from datapath import timers
+    from datapath.control import set_scheme
+    from datapath.maps import SwitchMaps
 
     prefix, topo = fig10
     derived = timers.for_topology(topo)

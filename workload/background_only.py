@@ -229,7 +229,7 @@ def validate(cfg) -> None:
     _need(cfg.fault is None, "--fault", cfg.fault,
           "faults are injected into training; --model none has no training to disturb")
     if cfg.scheme is not None:
-        from agent.control import _scheme_id
+        from datapath.control import _scheme_id
 
         try:
             _scheme_id(cfg.scheme)
@@ -245,10 +245,10 @@ def _fabric(prefix: str, topo, scheme: str | None) -> dict:
         raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): it has no "
             f"load-balancing scheme to measure; run on a testbed built with the bpf data path")
-    from agent.control import read_config, set_scheme
-    from agent.maps import SwitchMaps
+    from datapath.control import read_config, set_scheme
+    from datapath.maps import SwitchMaps
 
-    from agent import timers
+    from datapath import timers
 
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            "queueing": queueing_of(prefix, state),

@@ -132,7 +132,7 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
                     "batch_size": "--batch-size"}.get(field)
             raise ValueError(f"{flag}:{rest}" if flag else str(exc)) from None
     if cfg.scheme is not None:
-        from agent.control import _scheme_id
+        from datapath.control import _scheme_id
 
         try:
             _scheme_id(cfg.scheme)
@@ -205,9 +205,9 @@ def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
         raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
             f"cannot tag tensors; run on a testbed built with the bpf data path")
-    from agent import timers
-    from agent.control import read_config, set_scheme
-    from agent.maps import SwitchMaps
+    from datapath import timers
+    from datapath.control import read_config, set_scheme
+    from datapath.maps import SwitchMaps
 
     # what the link rate gives (docs/schemes.md); switch_config and the
     # agent's config hold what is in force (derived, or set explicitly)
@@ -702,7 +702,7 @@ def read_wire_times(prefix: str, node_hosts: list, events: list[dict]) -> tuple[
     ({(node, tensor_id): {first_ns, last_ns, latest_ns, packets}}, what was
     read: entries found per host and the hosts whose map could not be read,
     with why). One lookup per tensor; ids are unique per host."""
-    from agent.host_maps import HostMaps
+    from datapath.host_maps import HostMaps
 
     ids: dict[str, list[tuple[int, int]]] = {}
     for e in events:

@@ -61,10 +61,10 @@ class Fabric:
         self.topology = topology
 
     def prepare(self, spec: RunSpec) -> None:
-        from agent.control import clear_tensor_table, set_scheme
         from agent.daemon import start_background, stop_background
-        from agent.maps import SwitchMaps
         from common import paths
+        from datapath.control import clear_tensor_table, set_scheme
+        from datapath.maps import SwitchMaps
         from netns_topology.state import load_topology_of
         from talb import testbed
         from workload.testbed_use import free_port as _free_port

@@ -13,7 +13,7 @@
  * refreshes last seen. The paper's table is a hash-indexed array whose
  * collisions merge flows; a hash map keyed by the whole 5-tuple has none
  * (LRU: an old flow's entry gives way, it then simply starts a new
- * flowlet). agent/schemes/letflow.py is the model; docs/schemes.md the
+ * flowlet). datapath/schemes/letflow.py is the model; docs/schemes.md the
  * timeout's default.
  *
  * Needs talb/maps.h included before it.

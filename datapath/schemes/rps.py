@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Collection, Sequence
 
-from agent.schemes.pick import Rng, pick_up, up_mask
+from datapath.schemes.pick import Rng, pick_up, up_mask
 
 
 def rps_select(ifindexes: Sequence[int], up: Collection[int] | None, rng: Rng) -> int:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import ctypes
 import errno
 
-from agent import bpf_syscall as sc
-from agent.maps import Map, possible_cpus
+from datapath import bpf_syscall as sc
+from datapath.maps import Map, possible_cpus
 
 STRATEGIES = ("auto", "batch", "per_key")
 _ENOTSUPP = 524  # the kernel's internal "operation not supported" (no errno name)

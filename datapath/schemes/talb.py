@@ -1,12 +1,12 @@
 """TaLB's switch decision in pure Python: the reference for the data path
-(the model of ``bpf/include/talb/schemes/talb.h``, one module of agent.schemes).
+(the model of ``bpf/include/talb/schemes/talb.h``, one module of datapath.schemes).
 
 ``bpf/include/talb/schemes/talb.h`` is the decision in C; this module is the
 same decision, step by step, with no kernel in sight. It serves three ends:
 
 * the published data: :func:`pcm_to_fixed`, :func:`pcm_order`,
   :func:`wrr_weights` and :func:`smooth_wrr_schedule` compute what
-  ``agent.control.publish_pcm`` writes into a forwarding group (the data path
+  ``datapath.control.publish_pcm`` writes into a forwarding group (the data path
   only reads it);
 * :class:`TalbModel`, a model switch (tensor table, live layers per group,
   WRR cursors, counters) that the property tests in

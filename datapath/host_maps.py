@@ -1,13 +1,13 @@
 """The host data path's maps (bpf/host_tc.c), seen from Python.
 
 * Constants come from ``bpf/include/talb/host_constants.h``, parsed at import
-  with agent/maps.py's parser (``HOST_CONST`` and the names below).
+  with common/c_constants.py's parser (``HOST_CONST`` and the names below).
 * ctypes mirrors of ``bpf/include/talb/host_structs.h``: :class:`FlowKey`,
   :class:`HostIsn`, :class:`HostDesc`, :class:`HostRing`, :class:`HostWire`.
 * :class:`HostMaps`: one host's maps, opened from its pin directory
   (``common.paths.pin_dir(prefix, host)``) by name, each a typed
-  :class:`agent.maps.Map` whose layout is checked against these mirrors
-  (an :class:`agent.maps.MapSet`).
+  :class:`datapath.maps.Map` whose layout is checked against these mirrors
+  (an :class:`datapath.maps.MapSet`).
   Needs no bcc: the tensor-sending library uses it inside host namespaces.
 """
 from __future__ import annotations
@@ -17,10 +17,10 @@ import ipaddress
 from pathlib import Path
 from types import MappingProxyType
 
-from agent import bpf_syscall as sc
-from agent.maps import MapSet
 from common.c_constants import constant, counter_names, parse_constants
 from common.paths import BPF_SRC_DIR
+from datapath import bpf_syscall as sc
+from datapath.maps import MapSet
 
 __all__ = [
     "HOST_CONSTANTS_H", "HOST_CONST", "HOST_RING_SLOTS", "HOST_ISN_ACTIVE",

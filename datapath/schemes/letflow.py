@@ -6,8 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
-from agent.schemes.pick import Rng, pick_up, port_index, up_mask
 from common.c_constants import CONST
+from datapath.schemes.pick import Rng, pick_up, port_index, up_mask
 
 DEFAULT_FLOWLET_US = CONST["TALB_DEFAULT_FLOWLET_US"]
 

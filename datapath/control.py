@@ -1,6 +1,6 @@
 """Control plane of one switch: program its forwarding state, publish TaLB's
 port congestion metrics, read its counters and tensor table, through its
-maps (:class:`agent.maps.SwitchMaps`).
+maps (:class:`datapath.maps.SwitchMaps`).
 
 Works on pinned maps alone (no bcc, no reload), so ``talb testbed``, the
 agent and tests all program switches the same way.
@@ -14,13 +14,14 @@ import time
 from contextlib import contextmanager
 from typing import Iterable, Mapping, Sequence
 
-from agent.maps import FwdGroup, GroupState, IPv4Key, PortInfo, SwitchMaps
-from agent.schemes import talb as talb_scheme
-from agent.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
 from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES,
                                 PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
                                 TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
                                 TALB_MAX_TENSORS, TALB_TENSOR_DONE)
+from datapath.maps import SwitchMaps
+from datapath.schemes import talb as talb_scheme
+from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
+from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo
 
 __all__ = [
     "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
@@ -334,7 +335,7 @@ def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
 
 
 def set_timers(maps: SwitchMaps, timers) -> dict:
-    """Write the timers derived from the link rate (:class:`agent.timers.Timers`)
+    """Write the timers derived from the link rate (:class:`datapath.timers.Timers`)
     into the switch's config in one write: LetFlow's and CONGA's flowlet gap,
     CONGA's T_dre, alpha and remote-metric age (docs/schemes.md, "Timers
     follow the link rate"). `talb testbed up` does it once, before any
@@ -354,7 +355,7 @@ def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple]) -> None:
     installed ports: the data path's queue estimates (DRILL) drain at this
     rate behind a token bucket of this burst (the port's HTB) and never
     exceed this limit. Ports left out keep what they have."""
-    from agent.maps import PortRate
+    from datapath.structs import PortRate
 
     installed = read_ports(maps)
     for ifindex, spec in rates.items():
@@ -372,7 +373,7 @@ def set_conga_leaves(maps: SwitchMaps, leaf: int | None, host_leaf: Mapping[str,
     """CONGA's view of the fabric: this switch's leaf id (None: a spine) and
     every host's leaf (``{"198.18.0.1": 0, ...}``): the source leaf pushes
     its id, and keys its congestion-to-leaf table by the destination's."""
-    from agent.maps import IPv4Key
+    from datapath.structs import IPv4Key
 
     top = CONST["TALB_CONGA_MAX_LEAVES"]
     for ip, lid in host_leaf.items():
@@ -401,8 +402,8 @@ def read_conga_tables(maps: SwitchMaps, now_ns: int | None = None) -> dict:
 
 def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
     """``{ifindex: bytes}``: the data path's queue estimate of each port now
-    (drained to ``now_ns`` as the data path would, agent/schemes/drill.py)."""
-    from agent.schemes.drill import PortQueue
+    (drained to ``now_ns`` as the data path would, datapath/schemes/drill.py)."""
+    from datapath.schemes.drill import PortQueue
 
     now = _monotonic_ns() if now_ns is None else now_ns
     out = {}
@@ -480,7 +481,7 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
     1.0, the largest PCM Eq. 5 yields -- see docs/talb-decisions.md).
 
     Computes the port order by PCM (lowest first) and the smooth-WRR
-    schedule for weights ``1 - P_i`` (agent/schemes/talb.py) and replaces the
+    schedule for weights ``1 - P_i`` (datapath/schemes/talb.py) and replaces the
     group in one map update: the data path sees the old publication or the
     new one, never a mix. ``group_id``: where the caller expects the group
     (a hint: if that id holds other ports, the group is searched by its

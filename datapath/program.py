@@ -5,8 +5,8 @@ clsact bpf filter (direct-action) to interfaces, pins its maps and lets the
 process go; a subclass names the program (``SOURCE``, ``PROG_NAME``), its
 maps (``MAPS_CLASS``), the clsact hook (``TC_DIRECTION``) and the macro that
 binds it to already pinned maps (``PIN_DIR_MACRO``), and may fill fresh maps
-(:meth:`BpfDatapath.init_maps`). agent/loader.py (switches, ingress) and
-agent/host_loader.py (hosts, egress) are the two.
+(:meth:`BpfDatapath.init_maps`). datapath/loader.py (switches, ingress) and
+datapath/host_loader.py (hosts, egress) are the two.
 
 bcc only rewrites map operations in its main source file, so the project's
 own headers (``#include "talb/..."``) are expanded into one text before
@@ -21,9 +21,9 @@ import os
 import re
 from pathlib import Path
 
-from agent import bpf_syscall as sc
-from agent.maps import MapSet
 from common.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir
+from datapath import bpf_syscall as sc
+from datapath.maps import MapSet
 
 __all__ = [
     "BpfDatapath", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "remove_pins",
@@ -241,7 +241,7 @@ class BpfDatapath:
 
     def programs(self) -> dict[str, "sc.ProgInfo"]:
         """What the kernel says about each program this data path loaded
-        (name -> :class:`agent.bpf_syscall.ProgInfo`: ``verified_insns``,
+        (name -> :class:`datapath.bpf_syscall.ProgInfo`: ``verified_insns``,
         sizes), the entry point first."""
         self._need_loaded()
         return {self.PROG_NAME: sc.prog_info(self.fn.fd)}

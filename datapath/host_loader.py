@@ -14,17 +14,17 @@ The program tags the host's outgoing tensor packets with the TaLB IPv4 option
 (DESIGN section 4); workload/tensor_sender.py writes the descriptors it
 needs into the pinned ``flow_rings``. TCP connections must be opened after
 the program is attached (it learns each flow's ISN from its SYN / SYN-ACK).
-Same life cycle as agent/loader.py's SwitchDatapath (agent/datapath.py), at
+Same life cycle as datapath/loader.py's SwitchDatapath (datapath/program.py), at
 egress instead of ingress.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from agent.datapath import (  # noqa: F401  (ensure_bpffs, remove_pins: see the example above)
+from datapath.host_maps import HostMaps
+from datapath.program import (  # noqa: F401  (ensure_bpffs, remove_pins: see the example above)
     BPF_SRC_DIR, BpfDatapath, ensure_bpffs, find_filter, remove_pins,
 )
-from agent.host_maps import HostMaps
 
 __all__ = ["HostDatapath", "HOST_SRC", "HOST_PROG_NAME", "egress_filter"]
 

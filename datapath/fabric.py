@@ -3,7 +3,7 @@
 For each switch namespace: compile and load the TC program, attach it at
 ingress of every port, pin its maps, then install the forwarding state the
 topology implies (ports, forwarding groups, scheme). Every host gets the
-tagging program (agent/host_loader.py) at egress of its interface, maps
+tagging program (datapath/host_loader.py) at egress of its interface, maps
 pinned at common.paths.pin_dir(prefix, host). The processes that do
 this may exit afterwards: attached filters keep the programs, pins keep the
 maps, and later commands (status, the agent) work from the pins alone.
@@ -15,14 +15,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from typing import Callable
 
-from agent import timers
-from agent.control import (program_switch, set_conga_leaves, set_port_rates, set_talb_config,
-                           set_timers)
-from agent.datapath import _ifindex, _ipr, ensure_bpffs
-from agent.host_loader import HostDatapath
-from agent.loader import SwitchDatapath
-from agent.maps import SwitchMaps
 from common import paths
+from datapath import timers
+from datapath.control import (program_switch, set_conga_leaves, set_port_rates, set_talb_config,
+                              set_timers)
+from datapath.host_loader import HostDatapath
+from datapath.loader import SwitchDatapath
+from datapath.maps import SwitchMaps
+from datapath.program import _ifindex, _ipr, ensure_bpffs
 
 
 def _ifindexes(netns: str, names: list[str]) -> dict[str, int]:
@@ -56,7 +56,7 @@ def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
     set_conga_leaves(maps, leaves.index(switch) if switch in leaves else None,
                      {h.ip: leaves.index(h.leaf) for h in topo.hosts})
     # Flowlet gap, CONGA's T_dre and aging: multiples of the fabric's frame
-    # time at its slowest multipath link (agent/timers.py, docs/schemes.md).
+    # time at its slowest multipath link (datapath/timers.py, docs/schemes.md).
     # Only here, on a fresh data path: `talb scheme --param` overrides them.
     set_timers(maps, timers.for_topology(topo))
 

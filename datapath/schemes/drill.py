@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Sequence
 
-from agent.schemes.pick import Rng, pick_up, port_index, up_mask
 from common.c_constants import CONST
+from datapath.schemes.pick import Rng, pick_up, port_index, up_mask
 
 DEFAULT_D = CONST["TALB_DEFAULT_DRILL_D"]
 MAX_D = CONST["TALB_DRILL_MAX_D"]

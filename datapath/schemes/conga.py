@@ -7,9 +7,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
-from agent.schemes.letflow import flowlet_keep, flowlet_start, signed64
-from agent.schemes.pick import Rng, up_mask
 from common.c_constants import CONST
+from datapath.schemes.letflow import flowlet_keep, flowlet_start, signed64
+from datapath.schemes.pick import Rng, up_mask
 
 DEFAULT_DRE_US = CONST["TALB_DEFAULT_CONGA_DRE_US"]
 DEFAULT_AGE_US = CONST["TALB_DEFAULT_CONGA_AGE_US"]

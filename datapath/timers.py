@@ -23,7 +23,7 @@ DRILL                             no timer (per packet)      --
 An explicit value always wins: ``talb scheme NAME --param flowlet_us=..``
 (dre_us, age_us) writes the switch's config, ``--window-ms`` sets the
 agent's window; the derived values are what a testbed starts with
-(agent/fabric.py) and what an agent started without a window uses
+(datapath/fabric.py) and what an agent started without a window uses
 (agent/daemon.py). ``--param flowlet_us=auto`` goes back to the derived
 value.
 """
@@ -50,7 +50,7 @@ WINDOW_SLOTS = 40
 #: The agent's shortest derived window: its CPU cost (agent/config.py,
 #: DEFAULT_WINDOW_S) -- faster links keep 5 ms windows.
 WINDOW_FLOOR_US = 5_000
-#: The parameters' ranges (agent/control.py SCHEME_PARAMS): a derived value
+#: The parameters' ranges (datapath/control.py SCHEME_PARAMS): a derived value
 #: is clamped into them (only links far below 1 Mbit/s reach the top).
 FLOWLET_MAX_US = 10_000_000
 DRE_MAX_US = 1_000_000

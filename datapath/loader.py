@@ -11,8 +11,8 @@
     SwitchDatapath("talb-leaf1", pin).detach(["eth0", "eth1"])
     remove_pins(pin)
 
-The life cycle itself (bcc, tc, pins) is agent/datapath.py's, shared with
-the hosts' program (agent/host_loader.py); this module adds what is the
+The life cycle itself (bcc, tc, pins) is datapath/program.py's, shared with
+the hosts' program (datapath/host_loader.py); this module adds what is the
 switch's: its source, its maps and their default config.
 """
 from __future__ import annotations
@@ -21,14 +21,15 @@ import os
 import zlib
 from pathlib import Path
 
-from agent import datapath
-from agent.datapath import (  # noqa: F401  (re-exported: other modules import them from here)
+from common.c_constants import CFG_RELEASE_SK, CONST, SCHEMES
+from datapath import program
+from datapath.maps import SwitchMaps
+from datapath.program import (  # noqa: F401  (re-exported: other modules import them from here)
     BPF_FS_MAGIC, BPF_SRC_DIR, BPFFS_DIR, FILTER_HANDLE, FILTER_PRIO, INCLUDE_DIR,
     TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS, BpfDatapath, ensure_bpffs, find_filter, is_bpffs,
     remove_pins,
 )
-from agent.maps import SwitchMaps, TalbConfig
-from common.c_constants import CFG_RELEASE_SK, CONST, SCHEMES
+from datapath.structs import TalbConfig
 
 __all__ = [
     "ensure_bpffs", "is_bpffs", "expand_source", "SwitchDatapath", "remove_pins",
@@ -46,8 +47,8 @@ SCHEME_PROGS = {name: f"talb_scheme_{name}" for name in SCHEMES if name != "ecmp
 
 def expand_source(path: str | os.PathLike = SWITCH_SRC,
                   include_dirs: tuple[str | os.PathLike, ...] = (INCLUDE_DIR,)) -> str:
-    """:func:`agent.datapath.expand_source`, of bpf/switch_tc.c by default."""
-    return datapath.expand_source(path, include_dirs)
+    """:func:`datapath.program.expand_source`, of bpf/switch_tc.c by default."""
+    return program.expand_source(path, include_dirs)
 
 
 def default_hash_seed(name: str) -> int:
@@ -84,7 +85,7 @@ class SwitchDatapath(BpfDatapath):
         ``release_sk``; for TaLB: ECMP as the fallback for untagged
         packets, TALB_MAX_TENSORS live tensors, TALB_DEFAULT_IDLE_US idle
         timeout, one priority band; the baselines' defaults (LetFlow's
-        flowlet gap, DRILL's d and m, CONGA's DRE and aging: docs/schemes.md). agent.control's
+        flowlet gap, DRILL's d and m, CONGA's DRE and aging: docs/schemes.md). datapath.control's
         set_scheme and set_talb_config change them. ``reuse_pins=True`` binds the program to the maps
         already pinned in ``pin_dir`` (state and config kept) when they all
         exist."""
@@ -115,7 +116,7 @@ class SwitchDatapath(BpfDatapath):
 
     def programs(self) -> dict:
         """The main program and every scheme's (name -> ProgInfo)."""
-        from agent import bpf_syscall as sc
+        from datapath import bpf_syscall as sc
 
         out = super().programs()
         for fn_name, fn in (getattr(self, "_scheme_fns", None) or {}).items():
