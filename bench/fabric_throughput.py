@@ -13,7 +13,7 @@ import time
 from common import paths
 from common.c_constants import SCHEMES
 from netns_topology import LeafSpine
-from talb import testbed
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from workload.netexec import ping
 
@@ -47,7 +47,7 @@ def measure(datapath: str, *, duration: float, parallels=(1, 4), say=print) -> l
     topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2, shaping=False)
     src, dst = topo.hosts[0], topo.hosts[-1]
     say(f"  building an unshaped 2x2x2 fabric, datapath {datapath} (prefix {prefix})")
-    testbed.up(topo, prefix, datapath=datapath, replace=True)
+    lifecycle.up(topo, prefix, datapath=datapath, replace=True)
     rows = []
     try:
         src_ns, dst_ns = paths.netns_name(prefix, src.name), paths.netns_name(prefix, dst.name)
@@ -65,7 +65,7 @@ def measure(datapath: str, *, duration: float, parallels=(1, 4), say=print) -> l
                              "goodput_bps": result.received_bps,
                              "retransmits": result.retransmits, "duration_s": result.duration_s})
     finally:
-        testbed.down(prefix)
+        lifecycle.down(prefix)
     return rows
 
 

@@ -69,7 +69,7 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
                at_s: float = 3.0, for_s: float = 1.0,
                topology: str | None = None, prefix: str = "tfaults", say=print) -> list[dict]:
     from netns_topology.state import exists
-    from talb import testbed
+    from testbed import lifecycle
     from workload.experiment import RunConfig, RunError, run
 
     opts = {"model": model, "workers": workers or {"ps": 2, "allreduce": 3}, "servers": servers,
@@ -92,8 +92,8 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
 
         say(f"building testbed '{prefix}' from {topology or DEFAULT_TOPOLOGY}")
         built = True
-        testbed.up(load_topology(topology or DEFAULT_TOPOLOGY), prefix,
-                   agent={"metrics_port": _free_port()})
+        lifecycle.up(load_topology(topology or DEFAULT_TOPOLOGY), prefix,
+                     agent={"metrics_port": _free_port()})
     rows = []
     try:
         for i, (kind, arch, spec) in enumerate(specs, 1):
@@ -129,7 +129,7 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
     finally:
         if built:
             say(f"removing testbed '{prefix}'")
-            testbed.down(prefix)
+            lifecycle.down(prefix)
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     (out / "faults.md").write_text(table(rows))
     return rows

@@ -28,7 +28,7 @@ from rich.table import Table
 from common import paths
 from netns_topology.state import (DATAPATHS, TestbedError, load_topology_of, node_namespace,
                                   read_state, require_root)
-from talb import testbed
+from testbed import lifecycle
 
 # soft_wrap: long lines (commands to copy) are never broken in the middle.
 console = Console(highlight=False, soft_wrap=True)
@@ -150,15 +150,15 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
     from agent.daemon import AgentError
 
     try:
-        state = testbed.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
-                           progress=_progress)
+        state = lifecycle.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
+                             progress=_progress)
     except AgentError as exc:
         hint = (f"; another testbed's agent may hold it: pick another --metrics-port, leave "
                 f"it out (the default takes the next free port), or --no-agent"
                 if "in use" in str(exc) else "")
         raise TestbedError(f"{exc}{hint}") from None
     console.print(f"[green]up[/] in {state['build_seconds']} s")
-    _print_status(testbed.status(prefix))
+    _print_status(lifecycle.status(prefix))
 
 
 @testbed_group.command("down")
@@ -169,7 +169,7 @@ def testbed_down(prefix):
     Works after a crashed or interrupted `up`, and does nothing when there is
     nothing to remove.
     """
-    result = testbed.down(prefix, progress=_progress)
+    result = lifecycle.down(prefix, progress=_progress)
     if result["namespaces"] or result["pins"] or result["state"]:
         console.print(f"[green]testbed '{prefix}' removed[/]")
     else:
@@ -181,7 +181,7 @@ def testbed_down(prefix):
 @PREFIX_OPTION
 def testbed_status(as_json, prefix):
     """Hosts with addresses and namespaces; switches with ports, rates, counters and scheme."""
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     if as_json:
         click.echo(json.dumps(st, indent=2))
     else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from common import paths
 from netns_topology.state import load_topology_of, read_state
-from talb import testbed
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
 
@@ -38,7 +38,7 @@ class DemoReport:
 
 def uplink_tx(prefix: str, leaf: str) -> dict[str, int]:
     """Bytes the switch program has sent out of each fabric port of `leaf`."""
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     sw = next(s for s in st["switches"] if s["name"] == leaf)
     return {p["name"]: p["tx_bytes"] or 0 for p in sw["ports"] if p["kind"] == "fabric"}
 

@@ -28,7 +28,8 @@ from common import paths
 from datapath.control import ecmp_index, read_config, read_groups, read_port_stats, set_scheme
 from datapath.maps import SwitchMaps
 from netns_topology import LeafSpine
-from talb import send, testbed
+from talb import send
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from conftest import new_prefix
 from helpers import free_port, wait_for_streams
@@ -46,10 +47,10 @@ def fabric(request, bcc):
 
     def cleanup():
         daemon.stop_background(prefix)
-        testbed.down(prefix)
+        lifecycle.down(prefix)
 
     request.addfinalizer(cleanup)
-    testbed.up(topo, prefix)
+    lifecycle.up(topo, prefix)
     return prefix, topo
 
 

@@ -103,13 +103,13 @@ def test_bad_input_names_the_field():
 def fabric(request, bcc):
     from common import paths
     from netns_topology import load_topology
-    from talb import testbed
+    from testbed import lifecycle
     from conftest import new_prefix
 
     topo = load_topology(paths.REPO_ROOT / "topologies" / "leafspine.yaml")
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix)
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(topo, prefix)
     return topo, prefix
 
 

@@ -1,4 +1,4 @@
-"""The default fabric, live: built by `talb.testbed.up` exactly as `make testbed`
+"""The default fabric, live: built by `testbed.lifecycle.up` exactly as `make testbed`
 builds it (2 spines, 2 leaves, 2 hosts per leaf, 100 Mbit/s, BPF ECMP), with
 real TCP from iperf3 crossing it."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from common import paths
 from datapath.qdisc_stats import QdiscReader
 from netns_topology import LeafSpine
 from netns_topology.state import TestbedError
-from talb import testbed
 from talb.demo import GOODPUT_PER_RATE, uplink_tx
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
 from conftest import new_prefix
@@ -29,8 +29,8 @@ RATE = 100_000_000
 def fabric(request, bcc):
     prefix = new_prefix()
     topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix)
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(topo, prefix)
     return prefix, topo
 
 
@@ -146,7 +146,7 @@ def test_competing_flows_build_a_standing_queue(fabric):
 
 def test_status_reports_ports_rates_and_scheme(fabric):
     prefix, topo = fabric
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     assert st["status"] == "up" and not st["missing_namespaces"]
     assert [h["ip"] for h in st["hosts"]] == [h.ip for h in topo.hosts]
     leaf0 = next(s for s in st["switches"] if s["name"] == "leaf0")
@@ -159,6 +159,6 @@ def test_status_reports_ports_rates_and_scheme(fabric):
 def test_up_on_a_running_prefix_refuses_and_leaves_it_intact(fabric):
     prefix, topo = fabric
     with pytest.raises(TestbedError, match="already up"):
-        testbed.up(LeafSpine(spines=1, leaves=1, hosts_per_leaf=1), prefix)
+        lifecycle.up(LeafSpine(spines=1, leaves=1, hosts_per_leaf=1), prefix)
     h3 = host(topo, "h3")
     assert ping_all_pairs([("h0->h3", ns(prefix, "h0"), h3.ip)])[(ns(prefix, "h0"), h3.ip)]

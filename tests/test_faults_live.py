@@ -15,7 +15,7 @@ import pytest
 from common import paths
 from netns_topology import load_topology
 from netns_topology.state import load_topology_of
-from talb import testbed
+from testbed import lifecycle
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
 from conftest import new_prefix
@@ -35,8 +35,8 @@ WORKERS = {"ps": 2, "allreduce": 3}
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
     return prefix
 
 

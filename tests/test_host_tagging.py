@@ -1107,13 +1107,13 @@ def test_testbed_up_attaches_the_host_program_everywhere(bcc):
     from datapath.host_loader import egress_filter
     from datapath.host_maps import HostMaps
     from netns_topology import LeafSpine
-    from talb import testbed
+    from testbed import lifecycle
     from workload.tensor_sender import locate_host
 
     prefix = new_prefix()
     topo = LeafSpine(spines=1, leaves=2, hosts_per_leaf=1)
     try:
-        testbed.up(topo, prefix)
+        lifecycle.up(topo, prefix)
         for h in topo.hosts:
             ns = paths.netns_name(prefix, h.name)
             assert egress_filter(ns, h.iface)["name"].startswith("talb_host_tc")
@@ -1139,5 +1139,5 @@ def test_testbed_up_attaches_the_host_program_everywhere(bcc):
             loc = locate_host(s)
         assert (loc.prefix, loc.host, loc.index) == (prefix, h1.name, 1)
     finally:
-        testbed.down(prefix)
+        lifecycle.down(prefix)
     assert not paths.pin_dir(prefix).exists()

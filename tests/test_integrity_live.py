@@ -15,7 +15,8 @@ import threading
 import pytest
 
 from netns_topology import load_topology
-from talb import send, testbed
+from talb import send
+from testbed import lifecycle
 from conftest import new_prefix
 from test_talb_live import TOPOLOGY, _spine_captures, _spines_of
 
@@ -30,8 +31,8 @@ RUNS = ((("h0", "h1"), "h3", 7300), (("h4", "h5"), "h2", 7301))
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(TOPOLOGY), prefix)
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(load_topology(TOPOLOGY), prefix)
     return prefix
 
 

@@ -31,8 +31,8 @@ def test_lb_classic_quick_end_to_end(root, tmp_path):
     from common import paths
     from netns_topology.state import exists
     from netns_topology.teardown import namespaces
-    from talb import testbed
     from talb.cli import main
+    from testbed import lifecycle
 
     prefix = new_prefix()
     out = tmp_path / "lbq"
@@ -93,7 +93,7 @@ def test_lb_classic_quick_end_to_end(root, tmp_path):
         assert _directions_table((out / "summary.md").read_text()) == table
     finally:
         if exists(prefix):
-            testbed.down(prefix)
+            lifecycle.down(prefix)
 
 
 def test_talb_run_model_none(root, tmp_path):
@@ -102,8 +102,8 @@ def test_talb_run_model_none(root, tmp_path):
     from common import paths
     from netns_topology.state import exists
     from netns_topology.teardown import namespaces
-    from talb import testbed
     from talb.cli import main
+    from testbed import lifecycle
 
     prefix = new_prefix()
     out = tmp_path / "bg.json"
@@ -123,4 +123,4 @@ def test_talb_run_model_none(root, tmp_path):
         assert {"cpu_guard", "tcp", "uplinks", "port_drops"} <= set(res["summary"])
     finally:
         if exists(prefix):
-            testbed.down(prefix)
+            lifecycle.down(prefix)

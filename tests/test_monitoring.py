@@ -34,7 +34,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common import paths
 from netns_topology.state import load_topology_of
-from talb import monitoring, report, testbed
+from talb import monitoring, report
+from testbed import lifecycle
 from conftest import new_prefix, skip_or_fail
 from helpers import free_port
 
@@ -240,7 +241,7 @@ def live(request, bcc, tmp_path_factory):
     def cleanup():
         monitoring.down()
         daemon.stop_background(prefix)
-        testbed.down(prefix)
+        lifecycle.down(prefix)
         for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -248,7 +249,7 @@ def live(request, bcc, tmp_path_factory):
                 os.environ[k] = v
 
     request.addfinalizer(cleanup)
-    testbed.up(load_topology(paths.REPO_ROOT / "topologies" / "talb.yaml"), prefix)
+    lifecycle.up(load_topology(paths.REPO_ROOT / "topologies" / "talb.yaml"), prefix)
     agent_port = free_port()
     daemon.start_background(prefix, metrics_port=agent_port)
     state = monitoring.up(prometheus_port=free_port(), grafana=False)

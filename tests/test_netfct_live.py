@@ -35,7 +35,7 @@ import pytest
 
 from common import paths
 from netns_topology import load_topology
-from talb import testbed
+from testbed import lifecycle
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
 from conftest import new_prefix
@@ -60,9 +60,9 @@ FRAME = 1448 + WIRE_OVERHEAD
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
+    request.addfinalizer(lambda: lifecycle.down(prefix))
     topo = load_topology(TOPOLOGY)
-    testbed.up(topo, prefix, agent={"metrics_port": free_port()})
+    lifecycle.up(topo, prefix, agent={"metrics_port": free_port()})
     return prefix, topo
 
 

@@ -15,7 +15,7 @@ from bench.sweep import pairing as pc
 from bench.sweep.results import CELL_FIELDS
 from common import paths
 from netns_topology import load_topology
-from talb import testbed
+from testbed import lifecycle
 from workload.experiment import GO_LEAD_S, RunConfig, run
 from workload.scaling import scaling_for
 from conftest import new_prefix
@@ -31,8 +31,8 @@ PLAN_S = 4.0          # the background's planned seconds: training takes ~1 s
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
     return prefix
 
 

@@ -19,7 +19,7 @@ import pytest
 from agent import daemon
 from common import paths
 from netns_topology import LeafSpine
-from talb import testbed
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from conftest import new_prefix, skip_or_fail
 from helpers import free_port
@@ -55,11 +55,11 @@ def agent_port(request, bcc):
 
     def cleanup():
         daemon.stop_background(prefix)
-        testbed.down(prefix)
+        lifecycle.down(prefix)
 
     request.addfinalizer(cleanup)
     topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
-    testbed.up(topo, prefix)
+    lifecycle.up(topo, prefix)
     port = free_port()
     daemon.start_background(prefix, metrics_port=port)
     return prefix, topo, port

@@ -39,10 +39,10 @@ def test_fifo_holds_what_the_bands_hold():
 
 def test_set_queueing_refuses_a_bad_value_naming_it():
     from netns_topology.state import TestbedError
-    from talb import testbed
+    from testbed import lifecycle
 
     with pytest.raises(TestbedError, match="queueing: one of bands, fifo, got 'wfq'"):
-        testbed.set_queueing("t0noqueue", "wfq")
+        lifecycle.set_queueing("t0noqueue", "wfq")
 
 
 # --- plans -------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from pyroute2 import IPRoute
 from common import paths
 from netns_topology import LeafSpine, qdisc
 from netns_topology.state import load_topology_of, queueing_of, read_state
-from talb import send, testbed
+from talb import send
+from testbed import lifecycle
 from conftest import new_prefix
 from helpers import free_port
 
@@ -35,8 +36,8 @@ FIFO = {qdisc.band_qdisc_handle(0): 160_000}
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(LeafSpine(**TOPO), prefix)
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(LeafSpine(**TOPO), prefix)
     return prefix
 
 
@@ -78,13 +79,13 @@ def _check_trees(prefix: str, mode: str) -> None:
 def test_switch_ports_go_to_fifo_and_back(fabric):
     assert queueing_of(fabric)["mode"] == "bands"
     _check_trees(fabric, "bands")
-    rec = testbed.set_queueing(fabric, "fifo")
+    rec = lifecycle.set_queueing(fabric, "fifo")
     try:
         assert rec["mode"] == "fifo" and rec["switch_queue"]["limit"] == "160kb"
         assert rec["switch_queue"]["bands"] == [1] and rec["topology_queue"]["bands"] == [1, 4, 2, 1]
-        assert queueing_of(fabric) == rec and testbed.status(fabric)["queueing"] == "fifo"
+        assert queueing_of(fabric) == rec and lifecycle.status(fabric)["queueing"] == "fifo"
         _check_trees(fabric, "fifo")
-        assert testbed.set_queueing(fabric, "fifo") == rec          # already so: nothing done
+        assert lifecycle.set_queueing(fabric, "fifo") == rec          # already so: nothing done
         # the readers of the port queues: the root (1:) and its classes
         from datapath.qdisc_stats import QdiscReader
         from workload.measure import read_port_queues
@@ -95,7 +96,7 @@ def test_switch_ports_go_to_fifo_and_back(fabric):
         assert set(read_port_queues(fabric, load_topology_of(fabric))) == \
             set(_switch_ports(fabric))
     finally:
-        testbed.set_queueing(fabric, "bands")
+        lifecycle.set_queueing(fabric, "bands")
     assert queueing_of(fabric)["mode"] == "bands"
     assert "queueing" not in read_state(fabric)
     _check_trees(fabric, "bands")
@@ -143,11 +144,11 @@ def test_a_high_priority_band_no_longer_takes_the_larger_share_under_fifo(fabric
     Mbit/s (12.5 MB, ~8,000 packets), with margins wide enough for TCP's
     unfairness and a busy machine (20 Mbit/s is far from what 2 CPUs forward)."""
     bands, b_info = _untagged_share(fabric)
-    testbed.set_queueing(fabric, "fifo")
+    lifecycle.set_queueing(fabric, "fifo")
     try:
         fifo, f_info = _untagged_share(fabric)
     finally:
-        testbed.set_queueing(fabric, "bands")
+        lifecycle.set_queueing(fabric, "bands")
     info = f"untagged share with bands {bands:.2f} {b_info}, in one FIFO {fifo:.2f} {f_info}"
     assert bands < 0.33, info            # expected 0.20
     assert fifo > 0.36, info             # expected ~0.50

@@ -16,7 +16,7 @@ import pytest
 from common import paths
 from netns_topology import load_topology
 from netns_topology.state import load_topology_of
-from talb import testbed
+from testbed import lifecycle
 from workload.experiment import RunConfig, RunError, run
 from workload.patterns import allreduce, ps
 from workload.patterns.common import HEADER
@@ -34,8 +34,8 @@ ITERATIONS = 3
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
     return prefix
 
 

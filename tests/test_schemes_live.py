@@ -20,8 +20,8 @@ import pytest
 
 from common import paths
 from netns_topology import LeafSpine, load_topology
-from talb import testbed
 from talb.demo import uplink_tx
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from conftest import new_prefix
 from helpers import wait_for_streams
@@ -41,9 +41,9 @@ def fabric(request, bcc):
     # `talb testbed up --scheme drill` on the asymmetric fabric
     if request.param == "asymmetric":
         topo.scheme = "drill"
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix)
-    initial = {s["name"]: s["scheme"] for s in testbed.status(prefix)["switches"]}
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(topo, prefix)
+    initial = {s["name"]: s["scheme"] for s in lifecycle.status(prefix)["switches"]}
     assert set(initial.values()) == {topo.scheme}, initial
     return request.param, prefix, topo
 

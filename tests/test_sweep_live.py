@@ -76,7 +76,7 @@ def test_quick_ci_preset_end_to_end(root, tmp_path):
             assert "Schemes skipped" not in md
     finally:
         from netns_topology.state import exists
-        from talb import testbed
+        from testbed import lifecycle
 
         if exists(prefix):
-            testbed.down(prefix)
+            lifecycle.down(prefix)

@@ -23,7 +23,8 @@ from common.wire import TensorKey
 from datapath.qdisc_stats import QdiscReader
 from netns_topology import load_topology
 from netns_topology.state import TestbedError, load_topology_of
-from talb import send, testbed
+from talb import send
+from testbed import lifecycle
 from workload.capture import start_capture, tensor_ports
 from conftest import new_prefix
 
@@ -37,8 +38,8 @@ PS = "h5"
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(TOPOLOGY), prefix)
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(load_topology(TOPOLOGY), prefix)
     return prefix
 
 

@@ -825,11 +825,12 @@ def test_live_fabric_table_and_strip(bcc):
 
     from common import paths
     from netns_topology.state import load_topology_of
-    from talb import cli, testbed
+    from talb import cli
+    from testbed import lifecycle
 
     prefix = new_prefix()
     try:
-        testbed.up(LeafSpine(spines=2, leaves=2, hosts_per_leaf=2, scheme="talb"), prefix)
+        lifecycle.up(LeafSpine(spines=2, leaves=2, hosts_per_leaf=2, scheme="talb"), prefix)
         topo = load_topology_of(prefix)
         h0 = next(h for h in topo.hosts if h.name == "h0")
         far = next(h for h in topo.hosts if h.leaf != h0.leaf)
@@ -875,4 +876,4 @@ def test_live_fabric_table_and_strip(bcc):
         res = CliRunner().invoke(cli.main, ["table", "--prefix", prefix, "--switch", "nope"])
         assert res.exit_code != 0 and "no switch 'nope'" in res.output
     finally:
-        testbed.down(prefix)
+        lifecycle.down(prefix)

@@ -16,7 +16,7 @@ import yaml
 
 from common import paths
 from netns_topology.teardown import namespaces
-from talb import testbed
+from testbed import lifecycle
 from conftest import new_prefix
 from helpers import free_port
 
@@ -45,7 +45,7 @@ def assert_nothing_left(prefix):
 @pytest.fixture
 def prefix(request, bcc):
     p = new_prefix()
-    request.addfinalizer(lambda: testbed.down(p))
+    request.addfinalizer(lambda: lifecycle.down(p))
     return p
 
 
@@ -166,7 +166,7 @@ def test_up_replace_rebuilds(prefix):
     replaced = talb("testbed", "up", "--prefix", prefix, "--replace", "--spines", "2",
                     "--leaves", "2", "--hosts-per-leaf", "1", "--no-agent")
     assert replaced.returncode == 0, replaced.stderr
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     assert {s["name"] for s in st["switches"]} == {"spine0", "spine1", "leaf0", "leaf1"}
 
 
@@ -182,7 +182,7 @@ def test_down_after_a_killed_up_removes_everything(prefix):
     proc.wait()
     assert namespaces(prefix), "up was killed before it made anything"
     assert paths.state_file(prefix).exists(), "the state file is written before anything is built"
-    testbed.down(prefix)
+    lifecycle.down(prefix)
     assert_nothing_left(prefix)
 
 
@@ -196,7 +196,7 @@ def test_failed_up_leaves_nothing(prefix, monkeypatch):
 
     monkeypatch.setattr(datapath.fabric, "attach_fabric", broken)
     with pytest.raises(RuntimeError, match="injected"):
-        testbed.up(LeafSpine(spines=1, leaves=2, hosts_per_leaf=1), prefix)
+        lifecycle.up(LeafSpine(spines=1, leaves=2, hosts_per_leaf=1), prefix)
     assert_nothing_left(prefix)
 
 
@@ -206,7 +206,7 @@ def test_kernel_bridge_datapath_forwards_without_programs(prefix):
 
     up = talb("testbed", "up", "--prefix", prefix, "--datapath", "bridge", *SMALL)
     assert up.returncode == 0, up.stderr
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     assert st["datapath"] == "bridge" and not paths.pin_dir(prefix).exists()
     h1 = st["hosts"][1]["ip"]
     deadline = time.monotonic() + 30
@@ -266,7 +266,7 @@ def test_up_starts_the_agent_and_down_stops_it(prefix):
               *[a for a in SMALL if a != "--no-agent"])
     assert up.returncode == 0, up.stderr + up.stdout
     pid = running_pid(prefix)
-    assert pid and testbed.status(prefix)["agent_pid"] == pid
+    assert pid and lifecycle.status(prefix)["agent_pid"] == pid
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         assert b"talb_port_pcm" in resp.read()
     assert listening(pid) == {("127.0.0.1", port)}, "the agent listens beyond loopback"
@@ -327,7 +327,7 @@ def test_second_testbed_agent_takes_the_next_free_metrics_port(prefix):
         assert_nothing_left(third)
     finally:
         for p in (second, third):
-            testbed.down(p)
+            lifecycle.down(p)
 
 
 def private_modes(root) -> dict[str, str]:

@@ -15,7 +15,7 @@ import pytest
 
 from common import paths
 from netns_topology import load_topology
-from talb import testbed
+from testbed import lifecycle
 from conftest import new_prefix
 from helpers import free_port
 
@@ -32,8 +32,8 @@ def fig10(request, bcc):
     prefix = new_prefix()
     topo = load_topology(ROOT / "topologies" / "fig10.yaml")
     topo.rto_min = "10ms"
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix, agent={"metrics_port": free_port()})
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(topo, prefix, agent={"metrics_port": free_port()})
     return prefix, topo
 
 
@@ -79,7 +79,7 @@ def test_a_25mbit_fabric_reports_the_derived_timers(fig10):
         assert {k: cfg[k] for k in DERIVED} == DERIVED, (sw.name, cfg)
     assert _agent_window(prefix) == pytest.approx(0.0194)
 
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     assert st["timers"]["flowlet_us"] == 1940 and st["timers"]["window_s"] == 0.0194
     assert st["rto_min_ms"] == 10 and st["agent_window_s"] == pytest.approx(0.0194)
     assert all(s["timers"] == DERIVED for s in st["switches"]), st["switches"]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from common import paths
 from netns_topology.state import TestbedError, load_topology_of, queueing_of, read_state
-from talb import testbed
+from testbed import lifecycle
 from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
@@ -531,12 +531,12 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
                 before = queueing_of(cfg.prefix)["mode"]
                 if before != cfg.queueing:
                     say(f"switch ports: {cfg.queueing} queueing (was {before})")
-                testbed.set_queueing(cfg.prefix, cfg.queueing)
+                lifecycle.set_queueing(cfg.prefix, cfg.queueing)
             return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
         finally:
             if before is not None and before != cfg.queueing and not built:
                 say(f"switch ports: back to {before} queueing")
-                testbed.set_queueing(cfg.prefix, before)
+                lifecycle.set_queueing(cfg.prefix, before)
 
 
 def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:

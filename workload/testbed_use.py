@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 from common import paths
 from netns_topology.state import exists, require_root
-from talb import testbed
+from testbed import lifecycle
 
 
 def free_port() -> int:
@@ -43,9 +43,9 @@ def testbed_for(prefix: str, topology: str | None, default_topology: Path,
     check(topo)
     say(f"building testbed '{prefix}' from {topo_file}")
     # The agent's /metrics on a free port: another testbed's agent may hold the default.
-    testbed.up(topo, prefix, agent={"metrics_port": free_port()})
+    lifecycle.up(topo, prefix, agent={"metrics_port": free_port()})
     try:
         yield True
     finally:
         say(f"removing testbed '{prefix}'")
-        testbed.down(prefix)
+        lifecycle.down(prefix)

@@ -42,7 +42,7 @@ class Fabric:
         from common import paths
         from netns_topology import load_topology
         from netns_topology.state import TestbedError, exists, require_root
-        from talb import testbed
+        from testbed import lifecycle
 
         if self.topology == topology:
             return
@@ -57,7 +57,7 @@ class Fabric:
         if not path.is_absolute():
             path = paths.REPO_ROOT / path
         self.say(f"building testbed '{self.prefix}' from {topology}")
-        testbed.up(load_topology(path), self.prefix, agent=None)
+        lifecycle.up(load_topology(path), self.prefix, agent=None)
         self.topology = topology
 
     def prepare(self, spec: RunSpec) -> None:
@@ -66,11 +66,11 @@ class Fabric:
         from datapath.control import clear_tensor_table, set_scheme
         from datapath.maps import SwitchMaps
         from netns_topology.state import load_topology_of
-        from talb import testbed
+        from testbed import lifecycle
         from workload.testbed_use import free_port as _free_port
 
         stop_background(self.prefix)          # its PCM history belongs to the last run
-        testbed.set_queueing(self.prefix, spec.queueing)   # switch ports idle: nothing queued
+        lifecycle.set_queueing(self.prefix, spec.queueing)   # switch ports idle: nothing queued
         for sw in load_topology_of(self.prefix).switches:
             with SwitchMaps(paths.pin_dir(self.prefix, sw.name)) as maps:
                 set_scheme(maps, spec.scheme)
@@ -78,11 +78,11 @@ class Fabric:
         start_background(self.prefix, metrics_port=_free_port(), **dict(spec.agent_opts))
 
     def close(self) -> None:
-        from talb import testbed
+        from testbed import lifecycle
 
         if self.topology is not None:
             self.say(f"removing testbed '{self.prefix}'")
-            testbed.down(self.prefix)
+            lifecycle.down(self.prefix)
             self.topology = None
 
 

@@ -1,9 +1,10 @@
-"""The testbed's life cycle: up, down, status.
+"""The testbed's life cycle: up, down, status, set_queueing.
 
 `up` validates, builds the fabric (netns_topology), attaches the switch data
-path (datapath.fabric) and records what it made in a state file. Any failure on
-the way — an exception, Ctrl-C — tears down everything made so far, so a
-failed `up` never leaves half a fabric behind. `down` works from the state
+path (datapath.fabric) and records what it made in a state file (read by
+netns_topology/state.py). Any failure on the way — an exception, Ctrl-C —
+tears down everything made so far, so a failed `up` never leaves half a
+fabric behind. `down` works from the state
 file *and* a prefix scan, so it also cleans up after a crashed or killed `up`.
 """
 from __future__ import annotations
