@@ -11,7 +11,7 @@ counters). Also prints each program's instructions verified. The kernel
 reports the mean over ``--repeat`` runs; the best of ``--rounds`` is
 printed. Not a pass/fail test.
 
-    sudo python bench/datapath_bpf.py [--repeat 1000000] [--rounds 3]
+    sudo .venv/bin/python -m bench.datapath_bpf [--repeat 1000000] [--rounds 3]
 
 Needs root and bcc; works in a namespace of its own (veth ports), removed
 at exit.

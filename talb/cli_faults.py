@@ -1,4 +1,4 @@
-"""`talb bench faults`: the fault matrix (bench/faults.py, docs/faults.md);
+"""`talb bench faults`: the fault matrix (experiments/faults.py, docs/faults.md);
 registered on the bench group by talb/cli.py."""
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def bench_faults(kinds, archs, model, ps_workers, allreduce_workers, iterations,
     flows: one `talb run --fault` each on one fabric; writes faults.md (the
     table of docs/faults.md: recovery time, tensors verified, retransmissions,
     drops, the command of each row), rows.json and every run's results."""
-    from bench.faults import run_matrix
+    from experiments.faults import run_matrix
     from netns_topology.state import require_root
 
     require_root()

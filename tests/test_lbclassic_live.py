@@ -26,9 +26,9 @@ def _directions_table(md: str) -> list[str]:
 
 
 def test_lb_classic_quick_end_to_end(root, tmp_path):
-    from bench.sweep.lbclassic import DIRECTIONS
-    from bench.sweep.plan import build_plan
     from common import paths
+    from experiments.sweep.kinds import build_plan
+    from experiments.sweep.lbclassic import DIRECTIONS
     from netns_topology.state import exists
     from netns_topology.teardown import namespaces
     from talb.cli import main

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sweep import pairing as pc
-from bench.sweep.results import CELL_FIELDS
 from common import paths
+from experiments.sweep import pairing as pc
+from experiments.sweep.results import CELL_FIELDS
 from netns_topology import load_topology
 from testbed import lifecycle
 from workload.experiment import GO_LEAD_S, RunConfig, run

@@ -10,12 +10,13 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from bench.sweep.plan import ALL_SCHEMES, PlanError, arm, arm_parts, build_plan
-from bench.sweep.results import points
-from bench.sweep.runner import run_plan
-from bench.sweep.stats import t_quantile
-from bench.sweep.summary import factorial_table, finish, paper_sides
 from common import paths
+from experiments.sweep.kinds import build_plan, finish
+from experiments.sweep.plan import ALL_SCHEMES, PlanError, arm, arm_parts
+from experiments.sweep.results import points
+from experiments.sweep.runner import run_plan
+from experiments.sweep.stats import t_quantile
+from experiments.sweep.summary import factorial_table, paper_sides
 from netns_topology import load_topology, qdisc
 from talb.cli import main
 

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.live  # builds a fabric and runs traffic: `-m live` sel
 
 
 def test_quick_ci_preset_end_to_end(root, tmp_path):
-    from bench.sweep.plan import build_plan
     from common import paths
+    from experiments.sweep.kinds import build_plan
     from netns_topology.teardown import namespaces
     from talb.cli import main
 

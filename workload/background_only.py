@@ -28,7 +28,7 @@ the convention of the literature's "FCT normalised to the FCT on an idle
 fabric"; without B a 100-byte flow (half the data-mining flows are smaller
 than that at this preset's scale) would read 100x its ideal on an idle fabric.
 Each flow's record keeps ``serial_s`` = 8 S / R, so a report can recompute
-the normalisation with another B (bench/sweep/lbclassic.py pools B over all
+the normalisation with another B (experiments/sweep/lbclassic.py pools B over all
 runs of a fabric, so that every scheme is divided by the same ideal).
 
 **Classes** by the flow's size at the CDF's own scale (size / size scale),

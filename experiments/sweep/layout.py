@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.sweep.plan import RunSpec
+from experiments.sweep.plan import RunSpec
 
 
 def result_path(out: Path, spec: RunSpec) -> Path:

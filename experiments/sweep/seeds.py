@@ -20,9 +20,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from bench.sweep.plan import Plan, RunSpec, SeedRule, arm
-from bench.sweep.results import POINT_FIELDS, TCP_RTO_MIN_S, point_key
-from bench.sweep.stats import paired
+from experiments.sweep.plan import Plan, RunSpec, SeedRule, arm
+from experiments.sweep.results import POINT_FIELDS, TCP_RTO_MIN_S, point_key
+from experiments.sweep.stats import paired
 
 RECORD = "seeds.json"
 #: a run whose headline number one RTO could move by more than this is named

@@ -3,11 +3,11 @@ training, the load-balancing literature's standard evaluation -- and which
 of the literature's published directions hold on this testbed.
 
 * :func:`background_plan`: the runs of ``--preset lb-classic`` (and
-  ``lb-classic-quick``), called by plan.build_plan. Each RunSpec has model
+  ``lb-classic-quick``), called by kinds.build_plan. Each RunSpec has model
   ``"none"`` (so its key never equals a training run's) and its window
   ``background_s`` (workload/background_only.py default_window_s).
 * :func:`finish`: runs.csv, points.json, paired.csv, the figures and
-  summary.md from a results directory; summary.finish hands lb-classic here.
+  summary.md from a results directory; kinds.finish hands lb-classic here.
 
 Normalisation in the report: each run measured its own base latency B on
 the idle fabric (its probe); the report divides every run of a fabric by
@@ -15,7 +15,7 @@ the same ideal, 8 S / R + B_fabric, B_fabric the median of that fabric's
 runs' B -- so that a scheme is never judged against a denominator of its
 own. Every run's own B is in runs.csv (``base_latency_run_s``).
 
-Verdicts come from comparisons paired by seed (bench/sweep/stats.py): at
+Verdicts come from comparisons paired by seed (experiments/sweep/stats.py): at
 one seed every scheme of a point sees the same flows at the same times
 (no training, so no offset into the plan). Holm's correction runs across
 every test of the directions table, and separately across the table of
@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.sweep import plots
-from bench.sweep.layout import result_path
-from bench.sweep.plan import Plan, PlanError, RunSpec, _topology_path
-from bench.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, estimate, holm, tost
+from experiments.sweep import plots
+from experiments.sweep.layout import result_path
+from experiments.sweep.plan import Plan, PlanError, RunSpec, _topology_path
+from experiments.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, estimate, holm, tost
 
 NO_MODEL = "none"
 #: sweep options that only mean something for training
@@ -63,8 +63,8 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
                     missing: list) -> Plan:
     """lb-classic's runs: topology, CDF, seed, load, agent setting, with the
     scheme innermost (what the sweep compares runs back to back)."""
-    from bench.sweep.plan import AGENT_SETTINGS
     from common import paths
+    from experiments.sweep.plan import AGENT_SETTINGS
     from netns_topology import load_topology
     from workload.background import CDF_FILES
     from workload.background_only import (DEFAULT_SIZE_SCALE, default_window_s,
@@ -159,7 +159,7 @@ def _class_metrics(flows: list[tuple], base_s: float) -> dict:
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[dict], dict]:
     """One row per planned run (status ok, cpu_bound, failed, missing) and
     {topology: pooled base latency B}. Results from OUT/runs/ or OUT/runs.tar.xz."""
-    from bench.sweep.results import _archived
+    from experiments.sweep.results import _archived
 
     rows, flows, lacking = [], {}, {}
 
@@ -327,7 +327,7 @@ def _load_at(loads: list[float], at: str) -> float | None:
 
 
 def _compare(rows, metric, a: dict, b: dict) -> Paired:
-    from bench.sweep.summary import compare
+    from experiments.sweep.summary import compare
 
     return compare(rows, metric, a, b)[0]
 
@@ -365,7 +365,7 @@ def _outcome(expect: str, pr: Paired, p, p_eq) -> str:
 def _paired_with_logs(rows, metric, a, b) -> tuple[Paired, list[float]]:
     """The paired comparison and the per-seed log-ratios (the within-margin
     test needs them)."""
-    from bench.sweep.results import seed_values
+    from experiments.sweep.results import seed_values
 
     va, vb = seed_values(rows, metric, **a), seed_values(rows, metric, **b)
     logs = [math.log(va[s] / vb[s]) for s in sorted(set(va) & set(vb))
@@ -433,7 +433,7 @@ def directions(rows: list[dict], pts: list[dict]) -> list[dict]:
 
 # --- text ------------------------------------------------------------------------------------
 def _md_table(header, body) -> str:
-    from bench.sweep.summary import _md_table as t
+    from experiments.sweep.summary import _md_table as t
 
     return t(header, body)
 
@@ -458,7 +458,7 @@ def _directions_md(dirs: list[dict]) -> list[str]:
          "else the highest swept; *low*: the lowest), on the metric named, per CDF. A test "
          "compares scheme a with scheme b **paired by seed**: a/b − 1 with its 95% interval "
          "(paired t on the per-seed log-ratios), verdict from the paired t on the differences "
-         f"(p) and TOST within ±{EQUIV_MARGIN:.0%} (p equiv; bench/sweep/stats.py), both "
+         f"(p) and TOST within ±{EQUIV_MARGIN:.0%} (p equiv; experiments/sweep/stats.py), both "
          "Holm-corrected across every p-value of this table. *within +20%*: holds when the one-sided t on the "
          "log-ratios puts a/b below 1.2, does not when it puts it above. A direction **holds "
          "here** when each of its tests that ran does, **does not hold** when any test "
@@ -598,7 +598,7 @@ def paired_rows(rows, pts) -> list[dict]:
 
 def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
     """runs.csv, points.json, paired.csv, PNGs and summary.md from ``out``."""
-    from bench.sweep.results import write_csv
+    from experiments.sweep.results import write_csv
 
     out = Path(out)
     failed = (report or {}).get("failed")
@@ -624,7 +624,7 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
 
 
 def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s) -> str:
-    from bench.sweep.summary import ANALYSIS_FILE, _machine
+    from experiments.sweep.summary import ANALYSIS_FILE, _machine
 
     sw = _machine()
     st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}

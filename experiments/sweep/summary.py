@@ -1,7 +1,7 @@
 """The sweep's outputs from its results directory: CSV, points, PNGs,
 paired.csv (every scheme pair at every point, paired by seed) and summary.md
 with the effective parameters and the paper-vs-ours table (paired verdicts,
-bench/sweep/stats.py)."""
+experiments/sweep/stats.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,11 +10,12 @@ import math
 import time
 from pathlib import Path
 
-from bench.sweep import pairing, plots
-from bench.sweep.plan import PAPER_BASELINES, Plan, arm
-from bench.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_METRICS, SPEC_FIELDS, est,
-                                 find, load_rows, points, seed_values, write_csv)
-from bench.sweep.stats import BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
+from experiments.sweep import pairing, plots
+from experiments.sweep.plan import PAPER_BASELINES, Plan, arm
+from experiments.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_METRICS,
+                                       SPEC_FIELDS, est, find, load_rows, points, seed_values,
+                                       write_csv)
+from experiments.sweep.stats import BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
 #: against ECMP / RPS / CONGA. The paper's FCT is a flow's, from its first
@@ -529,7 +530,7 @@ def _ablation_md(rows, pts) -> list[str]:
     """Setting x load: TaLB's FCTs under each agent setting, against the
     default setting's and ECMP's, paired by seed (Holm across the table)."""
     L = ["## Ablation: agent settings", "",
-         "TaLB under each named agent setting (bench/sweep/plan.py AGENT_SETTINGS); "
+         "TaLB under each named agent setting (experiments/sweep/plan.py AGENT_SETTINGS); "
          "`paper` is the paper's literal reading. Short-tensor AFCT against the `default` "
          "setting and against ECMP paired by seed: the setting − the other, mean and 95% "
          "paired-t interval in ms (testbed wall-clock), and the verdict for the setting, "
@@ -580,7 +581,7 @@ def _fct_units(rows) -> str:
 
 def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     """How many seeds the headline points ran, and why; how far one RTO reaches."""
-    from bench.sweep import seeds
+    from experiments.sweep import seeds
 
     rule = plan.seed_rule
     L = ["## Seeds", ""]
@@ -623,7 +624,7 @@ def _interval(p: dict) -> str:
 
 
 def _rto_md(rows: list[dict], metric: str) -> list[str]:
-    from bench.sweep.seeds import RTO_WEIGHT_MAX, rto_weight
+    from experiments.sweep.seeds import RTO_WEIGHT_MAX, rto_weight
 
     weights = [(rto_weight(r, metric), r) for r in rows if r["status"] == "ok"]
     weights = [(w, r) for w, r in weights if w is not None]
@@ -641,7 +642,7 @@ def _rto_md(rows: list[dict], metric: str) -> list[str]:
             f"{len(heavy)} runs over {RTO_WEIGHT_MAX:.0%}, where one timeout could decide the "
             f"seed: {heavy_at}.")
          + " (For a mean FCT: 200 ms over the class's tensors × their mean; for a speed: "
-         "200 ms over the measured training time; bench/sweep/seeds.py.)", ""]
+         "200 ms over the measured training time; experiments/sweep/seeds.py.)", ""]
     return L
 
 
@@ -652,11 +653,8 @@ def _machine() -> dict:
 
 
 def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
-    """CSV, points, plots and summary.md from what ``out`` holds now."""
-    if plan.figure == "lb_classic":     # background only: its own report (bench/sweep/lbclassic.py)
-        from bench.sweep import lbclassic
-
-        return lbclassic.finish(plan, out, report, wall_s)
+    """A training sweep's CSV, points, plots and summary.md from what ``out``
+    holds now (kinds.py: lb-classic's are lbclassic.py's)."""
     out = Path(out)
     failed = (report or {}).get("failed")
     if failed is None and (out / "failed.json").exists():
@@ -760,10 +758,10 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "wire times spent in the sender's socket buffer, from their first byte to the kernel "
           "to their first packet on the wire ('-': runs from before wire times); "
           "`short service mean` ms a short tensor's own "
-          "time, from when it could first move to its delivery (bench/sweep/results.py "
+          "time, from when it could first move to its delivery (experiments/sweep/results.py "
           "service_times); `access gap` % = 1 − samples/s over the speed the hosts' own links allow "
           "(every iteration at least its compute and the busiest host link's training bytes, "
-          "e.g. the PS's incast: what no load balancer can beat; bench/sweep/results.py); "
+          "e.g. the PS's incast: what no load balancer can beat; experiments/sweep/results.py); "
           "`tcp retrans` % of the training hosts' segments retransmitted; `tcp timeouts` "
           "RTOs per run; `rto tail` % of measured tensors slower than the 200 ms minimum RTO "
           "(most of them waited for a timeout); `uplink spread` (max − min)/mean of the bytes a leaf sent up each "
@@ -788,7 +786,7 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
     max_pairs = max([p["counted"] for p in pts] + [0])      # no pair has more seeds
     L += ["## Statistics", "", "Per point: mean over the seeds and a two-sided 95% confidence "
           "interval mean ± t(0.975, n−1)·s/√n (Student t, scipy). CPU-bound runs are excluded. "
-          "Comparisons are paired by seed (bench/sweep/stats.py): the paired t on the per-seed "
+          "Comparisons are paired by seed (experiments/sweep/stats.py): the paired t on the per-seed "
           "differences (p, interval) and on the per-seed log-ratios (the ratio's interval); "
           f"equivalence by TOST on the log-ratio within ±{EQUIV_MARGIN:.0%}. Holm's correction "
           "decides the verdicts of *Paper vs ours* (across its rows but the largest speed-ups); "

@@ -6,10 +6,10 @@ import csv
 import json
 from pathlib import Path
 
-from bench.sweep import pairing
-from bench.sweep.plan import Plan, RunSpec
-from bench.sweep.layout import result_path
-from bench.sweep.stats import Estimate, estimate
+from experiments.sweep import pairing
+from experiments.sweep.layout import result_path
+from experiments.sweep.plan import Plan, RunSpec
+from experiments.sweep.stats import Estimate, estimate
 
 #: the numbers a point reports: outcomes (headline fields of the results file,
 #: plus the ideal gap) and where the time went (mechanism)
@@ -183,7 +183,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["ideal_gap"] = (1 - sp / ideal) if ideal and sp else None
     row.update(mechanism(res, sp))
     # how many tensors each class mean is over, and the measured span: how far
-    # one RTO could move them (bench/sweep/seeds.py rto_weight)
+    # one RTO could move them (experiments/sweep/seeds.py rto_weight)
     summ = res["summary"].get("tensors") or {}
     for cls, block in [*(summ.get("by_class") or {}).items(), ("trailing", summ.get("trailing"))]:
         if block:

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.sweep.layout import is_done, result_path
-from bench.sweep.plan import Plan, RunSpec
+from experiments.sweep.layout import is_done, result_path
+from experiments.sweep.plan import Plan, RunSpec
 
 RunFn = Callable[[RunSpec, Path], None]   # must leave the results JSON at the path
 
@@ -186,15 +186,15 @@ def run_plan(plan: Plan, out: Path, *, run_fn: RunFn | None = None, fabric=None,
 
 def run_sweep(plan: Plan, out: Path, *, run_fn: RunFn | None = None, prefix: str = "tbench",
               console=None, progress: bool = True) -> tuple[Plan, dict]:
-    """Run ``plan``, then, under its seed rule (bench/sweep/seeds.py), one
+    """Run ``plan``, then, under its seed rule (experiments/sweep/seeds.py), one
     more seed at a time at the headline points whose main comparison is
     still wider than the rule's width, until none is or the cap is reached.
     One fabric throughout. Returns the plan as run (with the added seeds)
     and the report of run_plan, summed over the rounds."""
     from rich.console import Console
 
-    from bench.sweep import seeds
-    from bench.sweep.results import load_rows
+    from experiments.sweep import seeds
+    from experiments.sweep.results import load_rows
 
     console = console or Console(highlight=False, soft_wrap=True)
     plan = seeds.with_recorded(plan, out)

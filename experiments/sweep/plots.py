@@ -15,8 +15,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.sweep.plan import arm  # noqa: E402
-from bench.sweep.results import est  # noqa: E402
+from experiments.sweep.plan import arm  # noqa: E402
+from experiments.sweep.results import est  # noqa: E402
 
 MS = 1e3
 #: figure kind -> panels: (metric, title, unit scale, y label)
@@ -78,7 +78,7 @@ def _panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1
 
 
 #: reference speeds drawn as black lines: (gap metric, label, line style). The
-#: speed a gap is measured from is samples/s / (1 - gap) (bench/sweep/results.py).
+#: speed a gap is measured from is samples/s / (1 - gap) (experiments/sweep/results.py).
 BOUNDS = [("ideal_gap", "ideal (compute-bound)", "--"),
           ("access_gap", "host-link bound (no balancer beats it)", ":")]
 

@@ -51,7 +51,7 @@ SEED_WIDTH = 0.20
 
 @dataclass(frozen=True)
 class SeedRule:
-    """How many seeds the headline points run (bench/sweep/seeds.py): every
+    """How many seeds the headline points run (experiments/sweep/seeds.py): every
     point runs ``first`` seeds; a headline point (``loads``; None: every
     load) then gets one more seed at a time, every scheme, until the paired
     95% interval of the ratio a/b of ``metric`` is narrower than ``width``
@@ -348,16 +348,34 @@ def known_schemes() -> tuple:
     return tuple(SCHEMES)
 
 
-def build_plan(preset: str | None = None, *, skip_missing: bool = False,
-               implemented: frozenset | None = None, seed_cap: int | None = None,
-               seed_width: float | None = None, fixed_seeds: bool = False, **overrides) -> Plan:
-    """The runs of ``preset`` (or of the quick preset's setup when None: a
-    free sweep), with any of SWEEP_FIELDS overridden (None = keep).
-    Schemes the data path does not implement: PlanError naming them, or,
-    with ``skip_missing``, left out and listed in ``Plan.skipped_schemes``.
-    The preset's seed rule (SeedRule; ``seeds`` a count is its first
-    seeds, ``seed_cap``/``seed_width`` change it) unless ``fixed_seeds`` or
-    ``seeds`` is a list."""
+@dataclass(frozen=True)
+class Request:
+    """A preset with the command line's changes (``changed``), checked as
+    every kind of sweep needs (:func:`resolve`); experiments/sweep/kinds.py
+    makes its plan: :func:`training_plan`, or lbclassic.py's for a
+    background-only preset (``base["kind"] == "background"``)."""
+
+    name: str
+    base: dict
+    changed: dict
+    schemes: list          # implemented, in the preset's order
+    missing: list          # not implemented, left out (skip_missing)
+    seed_list: list
+    implemented: frozenset
+    seed_cap: int | None = None
+    seed_width: float | None = None
+    fixed_seeds: bool = False
+
+
+def resolve(preset: str | None = None, *, skip_missing: bool = False,
+            implemented: frozenset | None = None, seed_cap: int | None = None,
+            seed_width: float | None = None, fixed_seeds: bool = False,
+            **overrides) -> Request:
+    """``preset`` (or the quick preset's setup when None: a free sweep) with
+    any of SWEEP_FIELDS overridden (None = keep), checked. Schemes the data
+    path does not implement: PlanError naming them, or, with
+    ``skip_missing``, left out (``Request.missing``). ``seed_*``: see
+    :func:`training_plan`."""
     if preset is not None and preset not in PRESETS:
         raise PlanError(f"--preset: one of {', '.join(PRESETS)}, got {preset!r}")
     base = dict(PRESETS[preset or "quick"])
@@ -382,9 +400,6 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
             f"(implemented: {', '.join(sorted(implemented))}); pass --skip-missing to run the "
             f"rest, or --schemes to choose")
     schemes = [s for s in base["schemes"] if s in implemented]
-    reference = base.get("reference")
-    if reference and reference not in implemented:
-        reference = None
     if not schemes:
         raise PlanError(f"--schemes: none of {', '.join(base['schemes'])} is implemented "
                         f"(implemented: {', '.join(sorted(implemented))})")
@@ -398,11 +413,28 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
     seed_list = list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise PlanError("--seeds: at least one seed")
-    if base.get("kind") == "background":      # no training: bench/sweep/lbclassic.py
-        from bench.sweep.lbclassic import background_plan
+    return Request(name=name, base=base, changed=changed, schemes=schemes, missing=missing,
+                   seed_list=seed_list, implemented=frozenset(implemented), seed_cap=seed_cap,
+                   seed_width=seed_width, fixed_seeds=fixed_seeds)
 
-        _seed_rule(base, seeds, [], seed_cap, seed_width, fixed_seeds)   # none: --seed-* refused
-        return background_plan(name, base, schemes, seed_list, changed, missing)
+
+def refuse_seed_rule(req: Request) -> None:
+    """A sweep without a seed rule (background only) takes no --seed-cap or
+    --seed-width: PlanError naming the one given."""
+    _seed_rule(req.base, req.base["seeds"], [], req.seed_cap, req.seed_width, req.fixed_seeds)
+
+
+def training_plan(req: Request) -> Plan:
+    """The runs of a training sweep, with the preset's seed rule (SeedRule;
+    ``seeds`` a count is its first seeds, ``seed_cap``/``seed_width`` change
+    it) unless ``fixed_seeds`` or ``seeds`` is a list. Skipped schemes are
+    listed in ``Plan.skipped_schemes``."""
+    name, base, changed, schemes, missing = (req.name, req.base, req.changed, req.schemes,
+                                             req.missing)
+    seeds, seed_list = base["seeds"], req.seed_list
+    reference = base.get("reference")
+    if reference and reference not in req.implemented:
+        reference = None
     if "cdfs" in changed:
         raise PlanError("--cdfs: the lb-classic presets' option (training sweeps use websearch)")
     if "none" in base["models"]:
@@ -413,7 +445,7 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
 
     queueings = _queueings(base.get("queueing"), schemes)
     arms = [arm(s, q) for s in schemes for q in queueings[s]]
-    rule = _seed_rule(base, seeds, arms, seed_cap, seed_width, fixed_seeds)
+    rule = _seed_rule(base, seeds, arms, req.seed_cap, req.seed_width, req.fixed_seeds)
     topologies = [_topology_path(t) for t in base["topologies"]]
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
