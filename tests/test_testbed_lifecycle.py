@@ -425,9 +425,11 @@ def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc, tmp
     if namespaces(user) or paths.state_dir(user).exists():
         pytest.fail(f"a testbed {user!r} exists on this machine; this test would build over it")
     # a prefix recorded by a test run that then died
+    # PYTHONPATH: the checkout's packages, whatever an installed talb holds
     made = subprocess.run([sys.executable, "-c", "import conftest; print(conftest.new_prefix())"],
                           cwd=os.path.dirname(__file__), capture_output=True, text=True, check=True,
-                          env={**os.environ, "TALB_RUN_DIR": str(registry.parent)})
+                          env={**os.environ, "TALB_RUN_DIR": str(registry.parent),
+                               "PYTHONPATH": str(paths.REPO_ROOT)})
     stale = made.stdout.strip()
     owner, start = conftest.recorded_prefixes()[stale]
     assert not conftest.owner_alive(owner, start)
