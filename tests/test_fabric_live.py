@@ -12,7 +12,6 @@ import pytest
 from common import paths
 from datapath.qdisc_stats import QdiscReader
 from netns_topology import LeafSpine
-from netns_topology.state import TestbedError
 from talb.demo import GOODPUT_PER_RATE, uplink_tx
 from testbed import lifecycle
 from workload.iperf import run_iperf3
@@ -157,6 +156,8 @@ def test_status_reports_ports_rates_and_scheme(fabric):
 
 
 def test_up_on_a_running_prefix_refuses_and_leaves_it_intact(fabric):
+    from netns_topology.state import TestbedError
+
     prefix, topo = fabric
     with pytest.raises(TestbedError, match="already up"):
         lifecycle.up(LeafSpine(spines=1, leaves=1, hosts_per_leaf=1), prefix)

@@ -22,7 +22,7 @@ from common import paths
 from common.wire import TensorKey
 from datapath.qdisc_stats import QdiscReader
 from netns_topology import load_topology
-from netns_topology.state import TestbedError, load_topology_of
+from netns_topology.state import load_topology_of
 from talb import send
 from testbed import lifecycle
 from workload.capture import start_capture, tensor_ports
@@ -337,6 +337,8 @@ def test_send_worker_failure_leaves_nothing_behind(fabric, own_tempdir):
     """A sender that fails (a tensor over the 16-bit tensor_len) while the
     receiver waits for it: the error names it, and afterwards no process we
     started is alive or unreaped, and no temporary directory is left."""
+    from netns_topology.state import TestbedError
+
     before = _descendants()
     with pytest.raises(TestbedError, match=r"sender failed: sender 0 on h0: .*tensor_len"):
         send.run(fabric, ["h0"], "h3", tensors=1, size=100_000_000, port=7104,
@@ -348,6 +350,8 @@ def test_send_worker_failure_leaves_nothing_behind(fabric, own_tempdir):
 def test_send_timeout_leaves_nothing_behind(fabric, own_tempdir):
     """The exchange outlasts the timeout: every sender, the receiver and
     the captures are ended and reaped, the temporary directory removed."""
+    from netns_topology.state import TestbedError
+
     before = _descendants()
     with pytest.raises(TestbedError, match="did not finish within 3 s"):
         send.run(fabric, ["h0", "h1"], "h3", tensors=200, size=2_000_000, port=7105,
