@@ -492,9 +492,9 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
         raise ValueError(f"publish_pcm: no PCM for port(s) {missing} of group {ports}")
     fixed = [talb_scheme.pcm_to_fixed(pcm[x]) for x in ports]
     new = FwdGroup.of(
-        ports, pcm=fixed, order=talb_scheme.pcm_order(fixed),
+        ports, pcm=fixed, order=talb_scheme.fixed_pcm_order(fixed),
         threshold=talb_scheme.PCM_ONE if threshold is None else talb_scheme.pcm_to_fixed(threshold),
-        schedule=talb_scheme.smooth_wrr_schedule(talb_scheme.wrr_weights(fixed)))
+        schedule=talb_scheme.smooth_wrr_schedule(talb_scheme.fixed_wrr_weights(fixed)))
     new.flags = g.flags
     maps.groups[gid] = new
     return gid
