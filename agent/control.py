@@ -25,7 +25,7 @@ from agent.maps import (
 __all__ = [
     "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
     "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS", "set_timers",
-    "parse_params", "set_port_rates", "read_port_queues", "set_conga_leaves",
+    "parse_params", "set_port_rates", "read_queue_estimates", "set_conga_leaves",
     "read_conga_tables", "set_release", "set_hash_seed",
     "set_talb_config",
     "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
@@ -399,17 +399,19 @@ def read_conga_tables(maps: SwitchMaps, now_ns: int | None = None) -> dict:
     return out
 
 
-def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
+def read_queue_estimates(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
     """``{ifindex: bytes}``: the data path's queue estimate of each port now
-    (drained to ``now_ns`` as the data path would, agent/schemes/drill.py)."""
-    from agent.schemes.drill import PortQueue
+    (drained to ``now_ns`` as the data path would, agent/schemes/drill.py),
+    from the switch's port_queue and port_rate maps. The real queues (the
+    qdiscs' counters) are workload.measure.read_qdisc_counters'."""
+    from agent.schemes.drill import ModelPortQueue
 
     now = _monotonic_ns() if now_ns is None else now_ns
     out = {}
     for ifindex, p in read_ports(maps).items():
         q, r = maps.port_queue.get(p["port_id"]), maps.port_rate.get(p["port_id"])
-        out[ifindex] = PortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes, q.credit,
-                                 r.burst_bytes).at(now)
+        out[ifindex] = ModelPortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes,
+                                      q.credit, r.burst_bytes).at(now)
     return out
 
 

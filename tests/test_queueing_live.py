@@ -85,12 +85,12 @@ def test_switch_ports_go_to_fifo_and_back(fabric):
         assert testbed.set_queueing(fabric, "fifo") == rec          # already so: nothing done
         # the readers of the port queues: the root (1:) and its classes
         from agent.qdisc_stats import QdiscReader
-        from workload.measure import read_port_queues
+        from workload.measure import read_qdisc_counters
 
         with QdiscReader(paths.netns_name(fabric, "leaf0")) as reader:
             assert reader.read("h2").backlog_bytes >= 0
             assert set(reader.class_bytes("h2")) == {qdisc.PARENT_CLASS, qdisc.band_classid(0)}
-        assert set(read_port_queues(fabric, testbed.load_topology_of(fabric))) == \
+        assert set(read_qdisc_counters(fabric, testbed.load_topology_of(fabric))) == \
             set(_switch_ports(fabric))
     finally:
         testbed.set_queueing(fabric, "bands")

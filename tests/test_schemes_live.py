@@ -263,7 +263,7 @@ def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
     and h1 -> h3, 200 Mbit/s offered to leaf0's uplinks (200 Mbit/s on the
     default fabric, 150 on the asymmetric one: there a queue stands).
     Numbers, printed; docs/schemes.md quotes them."""
-    from agent.control import read_port_queues
+    from agent.control import read_queue_estimates
     from agent.maps import SwitchMaps
     from agent.qdisc_stats import QdiscReader
 
@@ -293,7 +293,7 @@ def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             real = {n: reader.read(n).backlog_bytes for n in uplinks}
-            est = read_port_queues(maps)
+            est = read_queue_estimates(maps)
             pairs += [(n, real[n], est[ifindex[n]]) for n in uplinks]
             time.sleep(0.01)
         for th in threads:

@@ -353,16 +353,16 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
         window_ports = measure.PortCounters(cfg.prefix, topo)   # this thread's: maps of its own
         stack.callback(window_ports.close)
         tcp_before = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
-        queues_before = measure.read_port_queues(cfg.prefix, topo)
+        queues_before = measure.read_qdisc_counters(cfg.prefix, topo)
         with measure.Sampler(ports, host_ports) as sampler:
             try:
                 bg.start()
                 t0 = bg.t0_ns / 1e9
                 total = 2 * margin + window
                 _sleep_until(t0 + margin, t0, total, on_progress)
-                w0 = (time.monotonic(), window_ports.read(), measure.read_port_queues(cfg.prefix, topo))
+                w0 = (time.monotonic(), window_ports.read(), measure.read_qdisc_counters(cfg.prefix, topo))
                 _sleep_until(t0 + margin + window, t0, total, on_progress)
-                w1 = (time.monotonic(), window_ports.read(), measure.read_port_queues(cfg.prefix, topo))
+                w1 = (time.monotonic(), window_ports.read(), measure.read_qdisc_counters(cfg.prefix, topo))
                 _sleep_until(t0 + total, t0, total, on_progress)
                 say(f"window done; waiting for the flows to finish (at most {drain:g} s)")
                 result = bg.stop(drain_s=drain)
@@ -371,7 +371,7 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
                     bg.stop(drain_s=-1e9)        # now: every process ended by its pid
                 raise
         t_end = time.monotonic()
-        queues_after = measure.read_port_queues(cfg.prefix, topo)
+        queues_after = measure.read_qdisc_counters(cfg.prefix, topo)
         tcp_after = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
     fabric["agent"] = _agent_settings(cfg.prefix)
 

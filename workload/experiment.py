@@ -586,7 +586,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         counters_before = ports.read() if ports else None
         if injector is not None:
             injector.prepare()
-        queues_before = measure.read_port_queues(cfg.prefix, topo)
+        queues_before = measure.read_qdisc_counters(cfg.prefix, topo)
         t0 = time.monotonic()
         deadline = t0 + cfg.timeout_s
         bg = _prepare_background(cfg, topo, hosts, scaling, plan, link_bps, say)
@@ -643,7 +643,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         wire, wire_info = read_wire_times(cfg.prefix, node_hosts, nodes.events)
         # the training's counters, before the background's rest runs alone
         counters_after = ports.read() if ports else None
-        queues_after = queues_before and measure.read_port_queues(cfg.prefix, topo)
+        queues_after = queues_before and measure.read_qdisc_counters(cfg.prefix, topo)
         tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                      for h in used}
         fabric["agent"] = _agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
