@@ -7,7 +7,7 @@ flow completion time, bytes verified, and which uplink(s) carried it (more
 than one would break tensor integrity).
 
 A tensor is its sender's: the report and the split detection key captured
-packets by (source address, tensor_id) (talb.wire.TensorKey), as the
+packets by (source address, tensor_id) (talb.wire.WireTensorKey), as the
 switches do, so several sources, and several runs side by side, never mix
 their tensors even when two hosts' ids coincide. Each sender process draws
 its ids from a worker slot of its host (workload/id_slots.py).
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from talb import paths, testbed
-from talb.wire import TensorKey
+from talb.wire import WireTensorKey
 from workload.capture import CaptureError, start_capture, tensor_ports
 from workload.netexec import ns_popen, stop
 from workload.snowflake import DEFAULT_WORKER_BITS
@@ -53,8 +53,8 @@ class TensorResult:
     src_ip: str = ""
 
     @property
-    def key(self) -> TensorKey:
-        return TensorKey(self.src_ip, self.tensor_id)
+    def key(self) -> WireTensorKey:
+        return WireTensorKey(self.src_ip, self.tensor_id)
 
     @property
     def split(self) -> bool:
@@ -237,7 +237,7 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
     for s in sorted(sent, key=lambda r: (r["worker"], r["seq"])):
         r = received.get((s["worker"], s["seq"]))
         src = worker_src[s["worker"]]
-        key = TensorKey(hosts[src].ip, s["tensor_id"])
+        key = WireTensorKey(hosts[src].ip, s["tensor_id"])
         results.append(TensorResult(
             worker=s["worker"], src=src, seq=s["seq"], tensor_id=s["tensor_id"],
             layer=s["layer"], bytes=s["bytes"], len_pkts=s["len_pkts"],

@@ -22,7 +22,7 @@ from conftest import new_prefix
 from agent.qdisc_stats import QdiscReader
 from netns_topology import load_topology
 from talb import paths, send, testbed
-from talb.wire import TensorKey
+from talb.wire import WireTensorKey
 from workload.capture import start_capture, tensor_ports
 
 pytestmark = pytest.mark.live
@@ -201,10 +201,10 @@ def _tensors_begun_at_leaf0(prefix: str) -> int:
     return c["talb_completed"] + c["talb_midstream"]
 
 
-def _spines_of(captures) -> dict[TensorKey, set]:
-    """{TensorKey: spines whose ports saw its tagged packets}. Spines name
+def _spines_of(captures) -> dict[WireTensorKey, set]:
+    """{WireTensorKey: spines whose ports saw its tagged packets}. Spines name
     their ports after the leaves, so each spine's captures are read apart."""
-    out: dict[TensorKey, set] = {}
+    out: dict[WireTensorKey, set] = {}
     for c in captures:
         spine = c.netns.rsplit("-", 1)[1]
         for key in tensor_ports([c]):

@@ -180,7 +180,7 @@ class ModelPacket:
 
     def key(self) -> tuple[str, int]:
         """(src, tensor_id): the tensor's key in the switch's table -- ids
-        are unique per sending host only (talb.wire.TensorKey)."""
+        are unique per sending host only (talb.wire.WireTensorKey)."""
         if self.src is None:
             raise ValueError(f"ModelPacket.src: a tagged packet (tensor_id {self.tensor_id}) "
                              "needs its sender's address, None given")
