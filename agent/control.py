@@ -23,7 +23,8 @@ from agent.maps import (
 )
 
 __all__ = [
-    "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
+    "SchemeError", "scheme_id_of", "port_flags", "program_switch", "read_port_stats", "read_ports",
+    "read_counters",
     "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS", "set_timers",
     "parse_params", "set_port_rates", "read_queue_estimates", "set_conga_leaves",
     "read_conga_tables", "set_release", "set_hash_seed",
@@ -49,7 +50,10 @@ class SchemeError(ValueError):
     """Unknown scheme name, or one the data path does not implement yet."""
 
 
-def _scheme_id(name: str) -> int:
+def scheme_id_of(name: str) -> int:
+    """The data path's id of scheme ``name`` (any case); SchemeError (a
+    ValueError) when no such scheme, or the data path does not implement it.
+    Callers check a user's --scheme with it before touching a fabric."""
     key = str(name).lower()
     if key not in SCHEMES:
         raise SchemeError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}")
@@ -62,7 +66,7 @@ def _scheme_id(name: str) -> int:
 
 def _fallback_id(name: str, what: str) -> int:
     """The id of a scheme TaLB may hand untagged packets to."""
-    fid = _scheme_id(name)
+    fid = scheme_id_of(name)
     if fid == SCHEMES["talb"]:
         raise SchemeError(f"{what}: TaLB cannot be its own fallback (untagged packets "
                           f"carry no tensor)")
@@ -106,7 +110,7 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
 
     Returns ``{"ports": n, "routes": n, "groups": {group_id: [ifindex]}}``.
     """
-    scheme_id = None if scheme is None else _scheme_id(scheme)
+    scheme_id = None if scheme is None else scheme_id_of(scheme)
     if len(ports) > TALB_MAX_PORTS:
         raise ValueError(f"ports: {len(ports)} ports, at most TALB_MAX_PORTS={TALB_MAX_PORTS}")
     by_ifindex: dict[int, tuple[int, int]] = {}
@@ -298,7 +302,7 @@ def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None 
     unknown or not implemented scheme, a key the scheme does not take, or a
     value out of range -- naming the key and the value. Returns the
     effective parameters (:func:`scheme_params`)."""
-    scheme_id = _scheme_id(name)
+    scheme_id = scheme_id_of(name)
     scheme = SCHEME_NAMES[scheme_id]
     params = dict(params or {})
     with config_update(maps) as cfg:    # an error below: nothing written

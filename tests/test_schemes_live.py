@@ -282,9 +282,8 @@ def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
 
     threads = [threading.Thread(target=transfer, args=a) for a in (("h0", "h2", 5321),
                                                                   ("h1", "h3", 5322))]
-    from agent.datapath import _ifindex, _ipr
-    with _ipr(ns(prefix, "leaf0")) as ipr:
-        ifindex = {n: _ifindex(ipr, n, ns(prefix, "leaf0")) for n in uplinks}
+    from agent.datapath import link_ifindexes
+    ifindex = link_ifindexes(ns(prefix, "leaf0"), uplinks)
     with QdiscReader(ns(prefix, "leaf0")) as reader, \
             SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
         for th in threads:

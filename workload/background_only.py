@@ -52,8 +52,7 @@ from pathlib import Path
 
 from talb import paths, testbed
 from workload import measure
-from workload.run_record import RESULTS_FORMAT, software_versions, write_results
-from workload.run_record import agent_settings as _agent_settings
+from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
 from workload.testbed_use import testbed_for
 
 NO_MODEL = "none"
@@ -228,10 +227,10 @@ def validate(cfg) -> None:
     _need(cfg.fault is None, "--fault", cfg.fault,
           "faults are injected into training; --model none has no training to disturb")
     if cfg.scheme is not None:
-        from agent.control import _scheme_id
+        from agent.control import scheme_id_of
 
         try:
-            _scheme_id(cfg.scheme)
+            scheme_id_of(cfg.scheme)
         except ValueError as exc:
             raise ValueError(f"--scheme: {exc}") from None
 
@@ -373,7 +372,7 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
         t_end = time.monotonic()
         queues_after = measure.read_qdisc_counters(cfg.prefix, topo)
         tcp_after = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
-    fabric["agent"] = _agent_settings(cfg.prefix)
+    fabric["agent"] = agent_settings(cfg.prefix)
 
     flows = flow_rows(result.to_dict()["flows"], t0_ns=bg.t0_ns, warmup_s=margin,
                       window_s=window, size_scale=scale, host_rate_bps=rates, base_s=base)

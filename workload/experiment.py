@@ -35,8 +35,7 @@ from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
-from workload.run_record import RESULTS_FORMAT, software_versions, write_results
-from workload.run_record import agent_settings as _agent_settings
+from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
 from workload.testbed_use import testbed_for
 from workload.scaling import MSS_BYTES
 from workload.tensor_sender import MAX_TENSOR_PKTS
@@ -130,10 +129,10 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
                     "batch_size": "--batch-size"}.get(field)
             raise ValueError(f"{flag}:{rest}" if flag else str(exc)) from None
     if cfg.scheme is not None:
-        from agent.control import _scheme_id
+        from agent.control import scheme_id_of
 
         try:
-            _scheme_id(cfg.scheme)
+            scheme_id_of(cfg.scheme)
         except ValueError as exc:
             raise ValueError(f"--scheme: {exc}") from None
     from workload.background import CDF_FILES
@@ -190,8 +189,11 @@ def place(topo, arch: str, workers: int, servers: int) -> dict[str, list]:
     return {"workers": order[:workers], "servers": order[workers:need] if arch == "ps" else []}
 
 
-def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
-    """Set the scheme on every switch (when asked) and read back what is in effect."""
+def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
+    """Set the scheme on every switch (when asked) and read back what is in
+    effect: a results file's ``fabric`` record (the run adds the agent's
+    settings at its end). TestbedError for a bridge testbed: its hosts
+    cannot tag tensors."""
     state = testbed.read_state(prefix)
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            # the switch ports' queues in effect (the topology's, or a FIFO: testbed.set_queueing)
@@ -314,8 +316,13 @@ class _Nodes:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        self.join_readers(timeout=2)
+
+    def join_readers(self, timeout: float) -> None:
+        """Wait (each at most ``timeout``) until every node's output is read
+        to its end: after the nodes exited, their last records are queued."""
         for t in self._readers:
-            t.join(timeout=2)
+            t.join(timeout=timeout)
 
     def dump_stacks(self) -> None:
         """Every live node prints its threads' stacks to stderr (faulthandler)."""
@@ -539,7 +546,7 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
 
 def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:
     topo = testbed.load_topology_of(cfg.prefix)
-    fabric = _fabric_settings(cfg.prefix, topo, cfg.scheme)
+    fabric = fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
     profile = profile or _profile(cfg)
     hosts = place(topo, cfg.arch, cfg.workers, cfg.servers)
@@ -634,8 +641,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                     raise RunError(f"timeout: the run took longer than {cfg.timeout_s:g} s; "
                                    f"{_outstanding(nodes.events)}")
                 time.sleep(0.05)
-            for t in nodes._readers:
-                t.join(timeout=10)
+            nodes.join_readers(timeout=10)
             nodes.drain(on_event)
         duration = time.monotonic() - t0
         training_end_ns = time.monotonic_ns()
@@ -646,7 +652,7 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
         queues_after = queues_before and measure.read_qdisc_counters(cfg.prefix, topo)
         tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
                      for h in used}
-        fabric["agent"] = _agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
+        fabric["agent"] = agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
         live.finish(tcp_before, tcp_after, ports and measure.uplink_spread(
             topo, counters_before, counters_after, duration))
         if bg is not None:

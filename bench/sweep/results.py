@@ -150,7 +150,7 @@ def mechanism(results: dict, samples_per_s: float | None) -> dict:
 RUNS_ARCHIVE = "runs.tar.xz"
 
 
-def _archived(out: Path, keys: set[str]):
+def archived_results(out: Path, keys: set[str]):
     """(key, results) for each run of ``keys`` found in ``out``/runs.tar.xz,
     read as a stream, one file at a time (the files are tens of MB)."""
     import tarfile
@@ -212,7 +212,7 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
         except (OSError, json.JSONDecodeError):
             lacking[spec.key()] = row
         rows.append(row)
-    for key, res in _archived(out, set(lacking)):
+    for key, res in archived_results(out, set(lacking)):
         _fill(lacking.pop(key), res, f"runs/{key}.json")
     for key, row in lacking.items():
         row["status"] = "failed" if failed and key in failed else "missing"
