@@ -111,6 +111,29 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
     Returns ``{"ports": n, "routes": n, "groups": {group_id: [ifindex]}}``.
     """
     scheme_id = None if scheme is None else scheme_id_of(scheme)
+    by_ifindex = _port_table(ports)
+    routes = _route_table(groups, by_ifindex)
+    _install_ports(maps, by_ifindex)
+    group_ids, gone_ids = _install_groups(maps, set(routes.values()))
+    _install_routes(maps, routes, group_ids)
+    _remove_groups(maps, set(group_ids.values()), gone_ids)
+    # config: only when asked to set something in it
+    if scheme_id is not None or hash_seed is not None:
+        with config_update(maps) as cfg:
+            if scheme_id is not None:
+                cfg.scheme = scheme_id
+            if hash_seed is not None:
+                cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
+    return {
+        "ports": len(by_ifindex),
+        "routes": len(routes),
+        "groups": {gid: list(t) for t, gid in sorted(group_ids.items(), key=lambda x: x[1])},
+    }
+
+
+def _port_table(ports: Sequence[PortSpec]) -> dict[int, tuple[int, int]]:
+    """{ifindex: (port id, flags)} of program_switch's ``ports``; ValueError
+    for too many, a malformed entry or an ifindex twice."""
     if len(ports) > TALB_MAX_PORTS:
         raise ValueError(f"ports: {len(ports)} ports, at most TALB_MAX_PORTS={TALB_MAX_PORTS}")
     by_ifindex: dict[int, tuple[int, int]] = {}
@@ -123,7 +146,13 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
         if int(ifindex) in by_ifindex:
             raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex} listed twice")
         by_ifindex[int(ifindex)] = (pid, port_flags(is_host, up))
+    return by_ifindex
 
+
+def _route_table(groups: Mapping[str, Sequence[int]],
+                 by_ifindex: dict) -> dict[int, tuple[int, ...]]:
+    """{destination address as an int: its ports}; ValueError for a bad
+    address, too many ports or a port the switch does not have."""
     routes: dict[int, tuple[int, ...]] = {}
     for dst, members in groups.items():
         try:
@@ -138,21 +167,29 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
         if unknown:
             raise ValueError(f"groups[{dst}]: ifindex {unknown} not among the switch's ports")
         routes[key] = members
+    return routes
 
-    # ports (new and changed first, stale last)
+
+def _install_ports(maps: SwitchMaps, by_ifindex: dict[int, tuple[int, int]]) -> None:
+    """The ports map: new and changed ports first, stale ones last."""
     for ifindex, (pid, flags) in by_ifindex.items():
         maps.ports[ifindex] = PortInfo(pid, flags)
     for ifindex in list(maps.ports.keys()):
         if ifindex not in by_ifindex:
             maps.ports.delete(ifindex)
 
-    # groups: keep the ids of tuples already installed
+
+def _install_groups(maps: SwitchMaps, wanted: set[tuple[int, ...]]
+                    ) -> tuple[dict[tuple[int, ...], int], set[int]]:
+    """Every wanted port tuple a group: a tuple already installed keeps its
+    id, a new one takes the lowest free id, its TaLB state cleared, its
+    group written with neutral TaLB data. ({tuple: group id}, the ids of
+    installed groups no longer wanted)."""
     installed = {tuple(g.ports()): gid for gid, g in maps.groups.items()}
-    wanted = sorted(set(routes.values()), key=lambda t: (installed.get(t, 1 << 32), t))
     tuple_to_id: dict[tuple[int, ...], int] = {}
     used = set(installed.values())
     next_id = 0
-    for t in wanted:
+    for t in sorted(wanted, key=lambda t: (installed.get(t, 1 << 32), t)):
         if t in installed:
             tuple_to_id[t] = installed[t]
             continue
@@ -161,36 +198,30 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
         tuple_to_id[t] = next_id
         used.add(next_id)
     fresh_ids = {gid for t, gid in tuple_to_id.items() if t not in installed}
-    gone_ids = set(installed.values()) - set(tuple_to_id.values())
     _reset_group_state(maps, fresh_ids)
     for t, gid in tuple_to_id.items():
         if gid in fresh_ids:
             maps.groups[gid] = FwdGroup.of(t)
+    return tuple_to_id, set(installed.values()) - set(tuple_to_id.values())
 
-    # fwd
+
+def _install_routes(maps: SwitchMaps, routes: dict[int, tuple[int, ...]],
+                    group_ids: dict[tuple[int, ...], int]) -> None:
+    """The fwd map: every destination to its group, then stale ones removed."""
     for key, t in routes.items():
-        maps.fwd[IPv4Key(key)] = tuple_to_id[t]
+        maps.fwd[IPv4Key(key)] = group_ids[t]
     for k in list(maps.fwd.keys()):
         if k.addr not in routes:
             maps.fwd.delete(k)
-    keep = set(tuple_to_id.values())
+
+
+def _remove_groups(maps: SwitchMaps, keep: set[int], gone_ids: set[int]) -> None:
+    """Groups no route uses any more removed (after fwd stopped naming
+    them), and the TaLB state of the ids that went away cleared."""
     for gid in list(maps.groups.keys()):
         if gid not in keep:
             maps.groups.delete(gid)
     _reset_group_state(maps, gone_ids)
-
-    # config: only when asked to set something in it
-    if scheme_id is not None or hash_seed is not None:
-        with config_update(maps) as cfg:
-            if scheme_id is not None:
-                cfg.scheme = scheme_id
-            if hash_seed is not None:
-                cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
-    return {
-        "ports": len(by_ifindex),
-        "routes": len(routes),
-        "groups": {gid: list(t) for t, gid in sorted(tuple_to_id.items(), key=lambda x: x[1])},
-    }
 
 
 # --- runtime config -------------------------------------------------------------
