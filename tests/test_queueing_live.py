@@ -16,8 +16,7 @@ import time
 import pytest
 from pyroute2 import IPRoute
 
-from conftest import new_prefix
-from helpers import free_port
+from helpers import free_port, up_fabric
 from netns_topology import LeafSpine, qdisc
 from talb import paths, send, testbed
 
@@ -32,10 +31,7 @@ FIFO = {qdisc.band_qdisc_handle(0): 160_000}
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(LeafSpine(**TOPO), prefix)
-    return prefix
+    return up_fabric(request, LeafSpine(**TOPO)).prefix
 
 
 def _tree(prefix: str, node: str, ifname: str) -> tuple[dict, dict, set]:

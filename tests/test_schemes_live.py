@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_prefix
-from helpers import wait_for_streams
-from netns_topology import LeafSpine, load_topology
+from helpers import up_fabric, wait_for_streams
+from netns_topology import LeafSpine
 from talb import paths, testbed
 from talb.demo import uplink_tx
 from workload.iperf import run_iperf3
@@ -34,14 +33,10 @@ SCHEMES = ("rps", "letflow", "drill", "conga")
 
 @pytest.fixture(scope="module", params=list(TOPOLOGIES))
 def fabric(request, bcc):
-    prefix = new_prefix()
     path = TOPOLOGIES[request.param]
-    topo = load_topology(path) if path else LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
     # `talb testbed up --scheme drill` on the asymmetric fabric
-    if request.param == "asymmetric":
-        topo.scheme = "drill"
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix)
+    prefix, topo = up_fabric(request, path or LeafSpine(spines=2, leaves=2, hosts_per_leaf=2),
+                             scheme="drill" if request.param == "asymmetric" else None)
     initial = {s["name"]: s["scheme"] for s in testbed.status(prefix)["switches"]}
     assert set(initial.values()) == {topo.scheme}, initial
     return request.param, prefix, topo

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_prefix
-from helpers import free_port
+from helpers import free_port, up_fabric
 from netns_topology import load_topology
 from talb import paths, testbed
 
@@ -28,12 +27,9 @@ DERIVED = {"flowlet_timeout_us": 1940, "conga_dre_us": 485, "conga_alpha_shift":
 
 @pytest.fixture(scope="module")
 def fig10(request, bcc):
-    prefix = new_prefix()
     topo = load_topology(ROOT / "topologies" / "fig10.yaml")
     topo.rto_min = "10ms"
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix, agent={"metrics_port": free_port()})
-    return prefix, topo
+    return up_fabric(request, topo, agent=True)
 
 
 def _config(prefix, switch):
