@@ -26,15 +26,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.sweep import plots
+from bench.sweep import plots, results
 from bench.sweep.plan import Plan, PlanError, RunSpec, topology_path
-from bench.sweep.layout import result_path
-from bench.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, estimate, holm, tost
-from bench.sweep.summary import md_table
+from bench.sweep.results import find, read_rows
+from bench.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, holm, tost
+from bench.sweep.summary import ANALYSIS_FILE, md_table, report_head
 
 NO_MODEL = "none"
 #: sweep options that only mean something for training
@@ -160,9 +159,7 @@ def _class_metrics(flows: list[tuple], base_s: float) -> dict:
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[dict], dict]:
     """One row per planned run (status ok, cpu_bound, failed, missing) and
     {topology: pooled base latency B}. Results from OUT/runs/ or OUT/runs.tar.xz."""
-    from bench.sweep.results import archived_results
-
-    rows, flows, lacking = [], {}, {}
+    flows = {}
 
     def fill(row, res, rel):
         head = res["headline"]
@@ -176,22 +173,13 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[d
                    cpu_guard=res["summary"]["cpu_guard"].get("reason"))
         flows[row["key"]] = _window_flows(res)
 
-    for spec in plan.runs:
-        row = {"key": spec.key(), "topology": spec.topology, "scheme": spec.scheme,
-               "background_cdf": spec.background_cdf, "load": spec.load, "seed": spec.seed,
-               "agent": spec.agent, "size_scale": spec.background_size_scale,
-               "window_s": spec.background_s}
-        path = result_path(out, spec)
-        try:
-            fill(row, json.loads(path.read_text()), str(path.relative_to(out)))
-        except (OSError, json.JSONDecodeError):
-            lacking[spec.key()] = row
-        rows.append(row)
-    for key, res in archived_results(out, set(lacking)):
-        fill(lacking.pop(key), res, f"runs/{key}.json")
-    for key, row in lacking.items():
-        row["status"] = "failed" if failed and key in failed else "missing"
-        row["error"] = (failed or {}).get(key, {}).get("error")
+    def new_row(spec: RunSpec) -> dict:
+        return {"key": spec.key(), "topology": spec.topology, "scheme": spec.scheme,
+                "background_cdf": spec.background_cdf, "load": spec.load, "seed": spec.seed,
+                "agent": spec.agent, "size_scale": spec.background_size_scale,
+                "window_s": spec.background_s}
+
+    rows = read_rows(plan, out, failed, new_row, fill)
     bases = {}
     for r in rows:
         if r.get("base_latency_run_s") is not None:
@@ -207,29 +195,9 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[d
 
 def points(rows: list[dict]) -> list[dict]:
     """Per point (every parameter but the seed): runs counted (status ok),
-    excluded, censored flows, an Estimate per LB_METRICS."""
-    by: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by.setdefault(tuple(r[f] for f in POINT_FIELDS), []).append(r)
-    out = []
-    for key, rs in by.items():
-        ok = [r for r in rs if r["status"] == "ok"]
-        p = dict(zip(POINT_FIELDS, key))
-        p.update(runs=len(rs), counted=len(ok), cpu_bound=sum(r["status"] == "cpu_bound" for r in rs),
-                 failed=sum(r["status"] in ("failed", "missing") for r in rs),
-                 censored=sum(r.get("all_censored") or 0 for r in ok),
-                 flows=sum(r.get("all_flows") or 0 for r in ok),
-                 est={m: estimate([r.get(m) for r in ok]) for m in LB_METRICS})
-        out.append(p)
-    return out
-
-
-def _find(pts, **match):
-    return next((p for p in pts if all(p.get(k) == v for k, v in match.items())), None)
-
-
-def _est(p, metric) -> Estimate:
-    return p["est"][metric] if p else estimate([])
+    excluded, censored and all flows, an Estimate per LB_METRICS."""
+    return results.points(rows, POINT_FIELDS, LB_METRICS,
+                          {"censored": "all_censored", "flows": "all_flows"})
 
 
 # --- topologies: which is which --------------------------------------------------------------
@@ -405,7 +373,7 @@ def directions(rows: list[dict], pts: list[dict]) -> list[dict]:
                                                      {**kw, "scheme": b})
                         t["pair"] = pr
                         t["p"], t["p_eq"] = _test_pvalues(pr, logs, expect)
-                        t["censored"] = sum(_find(mine, scheme=s, load=load)["censored"]
+                        t["censored"] = sum(find(mine, scheme=s, load=load)["censored"]
                                             for s in (a, b))
                         family.append(t)
                     tests.append(t)
@@ -497,7 +465,7 @@ def vs_ecmp_md(rows, pts) -> list[str]:
         for cdf in sorted({p["background_cdf"] for p in pts}):
             for load in sorted({p["load"] for p in pts if p["topology"] == topo}):
                 kw = {"topology": topo, "background_cdf": cdf, "load": load, "agent": "default"}
-                if not _find(pts, scheme="ecmp", **kw):
+                if not find(pts, scheme="ecmp", **kw):
                     continue
                 for s in plots.series_order({p["scheme"] for p in pts if p["scheme"] != "ecmp"
                                               and all(p[k] == v for k, v in kw.items())}):
@@ -619,23 +587,7 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
 
 
 def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s) -> str:
-    from bench.sweep.summary import ANALYSIS_FILE
-    from workload.run_record import software_versions
-
-    sw = software_versions()
-    st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}
-    ran_on = sorted({r["commit"] for r in rows if r.get("commit")})
-    L = [f"# talb bench: {plan.name}", "", plan.description, "",
-         f"Runs made at commit {', '.join(ran_on) or '-'}. Report written "
-         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit "
-         f"{sw['commit']}{' (dirty)' if sw['commit_dirty'] else ''}, kernel {sw['kernel']}, "
-         f"{sw['cpus']} CPUs, Python {sw['python']}."
-         + (f" Wall time of this invocation: {wall_s / 60:.1f} min." if wall_s else ""), "",
-         f"Runs: {len(rows)} planned, {st['ok']} counted, {st['cpu_bound']} CPU-bound (excluded), "
-         f"{st['failed']} failed, {st['missing']} not run yet.", ""]
-    if plan.skipped_schemes:
-        L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
-              f"{', '.join(plan.skipped_schemes)}.", ""]
+    L = report_head(plan, rows, wall_s)
     L += ["## What runs", "",
           "No training: `talb run --model none` (workload/background_only.py). Poisson flows "
           "from every host to random hosts on the other leaf, sizes from the CDF (scaled), one "

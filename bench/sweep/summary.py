@@ -646,12 +646,6 @@ def _rto_md(rows: list[dict], metric: str) -> list[str]:
     return L
 
 
-def _machine() -> dict:
-    from workload.run_record import software_versions
-
-    return software_versions()
-
-
 def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
     """CSV, points, plots and summary.md from what ``out`` holds now."""
     if plan.figure == "lb_classic":     # background only: its own report (bench/sweep/lbclassic.py)
@@ -681,10 +675,14 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
             "factorial": factorial, "pairing": pairs}
 
 
-def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
-    sw = _machine()
+def report_head(plan: Plan, rows: list[dict], wall_s: float | None) -> list[str]:
+    """summary.md's first lines (every sweep's, lb-classic's too): title and
+    description, the commits the runs were made at and the one writing the
+    report, the runs by status, the schemes skipped."""
+    from workload.run_record import software_versions
+
+    sw = software_versions()
     st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}
-    first = plan.runs[0] if plan.runs else None
     # the code the runs ran on (each results file says), not the one writing this report
     ran_on = sorted({r["commit"] for r in rows if r.get("commit")})
     L = [f"# talb bench: {plan.name}", "", plan.description, "",
@@ -698,6 +696,12 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
     if plan.skipped_schemes:
         L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
               f"{', '.join(plan.skipped_schemes)}.", ""]
+    return L
+
+
+def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
+    first = plan.runs[0] if plan.runs else None
+    L = report_head(plan, rows, wall_s)
     L += ["## Effective parameters", ""]
     if first:
         dims = {f: sorted({getattr(r, f) for r in plan.runs}, key=str) for f in SPEC_FIELDS}
