@@ -213,17 +213,12 @@ def _need(cond: bool, flag: str, value, what: str) -> None:
 def validate(cfg) -> None:
     """What a background-only run needs; the CLI refuses the training-only
     flags before this (talb/cli_run.py)."""
-    from workload.background import CDF_FILES
+    from workload.background import check_options
 
     _need(cfg.model == NO_MODEL, "--model", cfg.model, f"{NO_MODEL!r} for a background-only run")
     _need(0.0 < cfg.load < 1.0, "--load", cfg.load,
           "--model none runs background flows only, so it needs a load in (0, 1)")
-    _need(cfg.background_cdf in CDF_FILES, "--background-cdf", cfg.background_cdf,
-          f"one of {', '.join(CDF_FILES)}")
-    _need(cfg.background_s is None or cfg.background_s > 0, "--background-duration",
-          cfg.background_s, "a positive number of seconds")
-    _need(cfg.background_size_scale is None or 0 < cfg.background_size_scale <= 1,
-          "--background-size-scale", cfg.background_size_scale, "a factor in (0, 1]")
+    check_options(cfg.background_cdf, cfg.background_s, cfg.background_size_scale)
     _need(cfg.fault is None, "--fault", cfg.fault,
           "faults are injected into training; --model none has no training to disturb")
     if cfg.scheme is not None:
@@ -243,22 +238,15 @@ def _fabric(prefix: str, topo, scheme: str | None) -> dict:
         raise testbed.TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): it has no "
             f"load-balancing scheme to measure; run on a testbed built with the bpf data path")
-    from agent.control import read_config, set_scheme
-    from agent.maps import SwitchMaps
-
     from agent import timers
+    from agent.fabric import switch_configs
 
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            "queueing": testbed.queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            # what the link rate gives (docs/schemes.md); switch_config holds what is in force
            "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": topo.rto_min,
-           "switch_config": {}, "agent": None}
-    for sw in topo.switches:
-        with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
-            if scheme:
-                set_scheme(maps, scheme)
-            out["switch_config"][sw.name] = read_config(maps)
+           "switch_config": switch_configs(topo, prefix, scheme), "agent": None}
     return out
 
 

@@ -135,14 +135,9 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
             scheme_id_of(cfg.scheme)
         except ValueError as exc:
             raise ValueError(f"--scheme: {exc}") from None
-    from workload.background import CDF_FILES
+    from workload.background import check_options
 
-    _need(cfg.background_cdf in CDF_FILES, "--background-cdf", cfg.background_cdf,
-          f"one of {', '.join(CDF_FILES)}")
-    _need(cfg.background_s is None or cfg.background_s > 0, "--background-duration",
-          cfg.background_s, "a positive number of seconds")
-    _need(cfg.background_size_scale is None or 0 < cfg.background_size_scale <= 1,
-          "--background-size-scale", cfg.background_size_scale, "a factor in (0, 1]")
+    check_options(cfg.background_cdf, cfg.background_s, cfg.background_size_scale)
     from netns_topology.qdisc import QUEUEINGS
 
     _need(cfg.queueing is None or cfg.queueing in QUEUEINGS, "--queueing", cfg.queueing,
@@ -206,18 +201,13 @@ def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
             f"cannot tag tensors; run on a testbed built with the bpf data path")
     from agent import timers
-    from agent.control import read_config, set_scheme
-    from agent.maps import SwitchMaps
+    from agent.fabric import switch_configs
 
     # what the link rate gives (docs/schemes.md); switch_config and the
     # agent's config hold what is in force (derived, or set explicitly)
     out["timers"] = timers.for_topology(topo).to_dict()
     out["rto_min_ms"] = topo.rto_min      # None: the kernel's default, 200 ms
-    for sw in topo.switches:
-        with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
-            if scheme:
-                set_scheme(maps, scheme)
-            out["switch_config"][sw.name] = read_config(maps)
+    out["switch_config"] = switch_configs(topo, prefix, scheme)
     return out
 
 
@@ -501,9 +491,7 @@ def _outstanding(events: list[dict]) -> str:
 def _results_path(cfg: RunConfig) -> Path:
     if cfg.out:
         return Path(cfg.out)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return Path("runs") / (f"{stamp}-{cfg.model}-{cfg.arch}-{cfg.scheme or 'fabric'}"
-                           f"-load{cfg.load:g}-seed{cfg.seed}.json")
+    return Path("runs") / f"{run_metrics.run_id_of(cfg)}.json"
 
 
 # --- the run ---------------------------------------------------------------------------
