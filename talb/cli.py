@@ -150,8 +150,8 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
         state = testbed.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
                            progress=_progress)
     except AgentError as exc:
-        hint = (f"; another testbed's agent may hold it: pick another --metrics-port, leave "
-                f"it out (the default takes the next free port), or --no-agent"
+        hint = ("; another testbed's agent may hold it: pick another --metrics-port, leave "
+                "it out (the default takes the next free port), or --no-agent"
                 if "in use" in str(exc) else "")
         raise testbed.TestbedError(f"{exc}{hint}") from None
     console.print(f"[green]up[/] in {state['build_seconds']} s")

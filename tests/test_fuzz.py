@@ -539,7 +539,7 @@ class SwitchCheck:
                                                              self.push_room), self.push_room)
         if problems:
             pytest.fail(f"counters do not add up ({self.where}, {n} frames):\n  "
-                        + "\n  ".join(problems) + f"\n  deltas: "
+                        + "\n  ".join(problems) + "\n  deltas: "
                         + str({k: x for k, x in d.items() if x}), pytrace=False)
 
 

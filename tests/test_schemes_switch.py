@@ -361,8 +361,6 @@ def test_drill_matches_model(sw):
     @hypothesis.given(st.integers(1, 2**32 - 1), st.integers(1, 4), st.integers(0, 2),
                       st.lists(step, min_size=1, max_size=30))
     def check(state, d, m, steps):
-        from agent import control
-
         sw.reset("drill", {"d": d, "m": m}, rng=state)
         rng = Rng(state)
         memory = [0, 0]
@@ -683,7 +681,7 @@ def test_conga_matches_model(sw):
     """New flowlets against the model: local metrics from each uplink's DRE
     (decayed to the instant the program decided: the chosen port's DRE
     update records it), remote metrics with aging, random ties."""
-    from agent.maps import CongaDre, CongaMetric, PortRate
+    from agent.maps import CongaDre, CongaMetric
     from agent.schemes.conga import CongaModel, CongaParams, Dre, Entry, metric
     from agent.schemes.pick import Rng
 

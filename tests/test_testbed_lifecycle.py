@@ -137,7 +137,7 @@ def test_hostile_node_names_in_a_topology_file_are_refused(prefix, tmp_path, bad
                                     "links": [{"between": [h, "s0"]} for h in ("h0", "h1", bad)]}))
     result = talb("testbed", "up", "--prefix", prefix, "--topology", str(topo), "--no-agent")
     assert result.returncode == 1
-    assert f"hosts[2].name: must be 1-12 lowercase" in result.stderr and repr(bad) in result.stderr
+    assert "hosts[2].name: must be 1-12 lowercase" in result.stderr and repr(bad) in result.stderr
     assert_nothing_left(prefix)
 
 
