@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from bench.sweep import plan as planmod
 from bench.sweep.plan import ALL_SCHEMES, PlanError, build_plan
-from bench.sweep.runner import result_path, run_plan
+from bench.sweep.runner import run_plan
 from bench.sweep.stats import estimate, overlap, t_quantile
 from bench.sweep.summary import finish
 

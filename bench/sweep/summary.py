@@ -261,7 +261,7 @@ def _headline_md(pvo) -> list[str]:
                            if r["unpaired_seeds"] else "")
         body.append([r["number"], r["paper"], r["ours"], r["diff"], r["where"], n, p,
                      r["verdict"], r["paper_effect"], r.get("ours_handoff", "-")])
-    return [_md_table(cols, body)]
+    return [md_table(cols, body)]
 
 
 def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
@@ -277,7 +277,7 @@ def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
         return arm(s, q) if a == "default" else f"{arm(s, q)}/{a}"
     for cell, members in sorted(cells.items(), key=lambda c: tuple(map(str, c[0]))):
         kw = dict(zip((*_GROUP, "load"), cell))
-        ms = sorted(members, key=lambda m: (plots._series_order([m[0]])[0], m[1], m[2]))
+        ms = sorted(members, key=lambda m: (plots.series_order([m[0]])[0], m[1], m[2]))
         for i, (sa, qa, aa) in enumerate(ms):
             for sb, qb, ab in ms[i + 1:]:
                 for metric in OUTCOME_METRICS:
@@ -340,7 +340,7 @@ def factorial_table(rows: list[dict], pts: list[dict]) -> list[dict]:
         for load in sorted({p["load"] for p in ref if tuple(p[f] for f in _GROUP) == g}):
             kw = {**dict(zip(_GROUP, g)), "load": load, "agent": "default"}
             ran = {(p["scheme"], p["queueing"]) for p in ref if all(p[k] == v for k, v in kw.items())}
-            bases = [b for b in plots._series_order(sorted({s for s, _ in ran} - {"talb"}))
+            bases = [b for b in plots.series_order(sorted({s for s, _ in ran} - {"talb"}))
                      if {(b, "bands"), (b, "fifo")} <= ran]
             if not {("talb", "bands"), ("talb", "fifo")} <= ran or not bases:
                 continue
@@ -433,7 +433,7 @@ def _factorial_md(table: list[dict]) -> list[str]:
                                _ratio(pr, metric),
                                _p(pr.p) + (f" ({_p(r['p_holm'])})" if pr.p is not None else ""),
                                r["verdict"]])
-        L += [_md_table((["group"] if many else []) + ["load", "vs", "effect", "n",
+        L += [md_table((["group"] if many else []) + ["load", "vs", "effect", "n",
                                                        "mean [95% CI]", "ratio [95% CI]",
                                                        "p (Holm)", "verdict"], body), ""]
     return L
@@ -462,7 +462,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             # TaLB under each queueing against each scheme under the same one, or,
             # where a scheme never ran under it, under its own (fig10-paper)
             for qt in sorted(ran.get("talb", ()), key=("bands", "fifo").index):
-                for base in plots._series_order(sorted(set(ran) - {"talb"})):
+                for base in plots.series_order(sorted(set(ran) - {"talb"})):
                     for qb in (sorted(ran[base]) if qt not in ran[base] else [qt]):
                         cells.append((g, load, qt, arm(base, qb), [
                             compare(rows, m, {**kw, "scheme": "talb", "queueing": qt},
@@ -497,7 +497,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             + (" `/fifo`: the switch ports queued in one FIFO each instead of the topology's "
                "priority bands; TaLB is compared with each scheme under the same queueing, or, "
                "where the scheme never ran under it, under the scheme's own." if queueings else ""),
-            "", _md_table(cols, body), ""]
+            "", md_table(cols, body), ""]
 
 
 def _points_table(pts, metrics) -> str:
@@ -506,7 +506,7 @@ def _points_table(pts, metrics) -> str:
          .replace("_pct", "").replace("_", " ") for m in metrics]
     prow = []
     for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
-                                        p["load"], plots._series_order([p["scheme"]])[0],
+                                        p["load"], plots.series_order([p["scheme"]])[0],
                                         p["queueing"])):
         vals = []
         for m in metrics:
@@ -516,10 +516,11 @@ def _points_table(pts, metrics) -> str:
                      p["agent"], f"{p['load']:g}",
                      f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
                      p["cpu_bound"] + p["failed"], *vals])
-    return _md_table(cols, prow)
+    return md_table(cols, prow)
 
 
-def _md_table(header: list[str], rows: list[list]) -> str:
+def md_table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table (every summary.md's tables, lb-classic's too)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
@@ -561,7 +562,7 @@ def _ablation_md(rows, pts) -> list[str]:
     body = [[f"{load:g}", p["agent"], p["counted"], _fmt(p["est"]["short_fct_mean_s"]),
              _fmt(p["est"]["short_fct_p99_s"]), _fmt(p["est"]["all_fct_mean_s"]), cell(d), cell(e)]
             for load, p, d, e in cells]
-    L += [_md_table(["load", "setting", "n", "short AFCT ms", "short p99 ms", "all AFCT ms",
+    L += [md_table(["load", "setting", "n", "short AFCT ms", "short p99 ms", "all AFCT ms",
                      "short AFCT vs default", "short AFCT vs ECMP"], body), ""]
     return L
 
@@ -606,7 +607,7 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
         why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
                "more": "more seeds wanted: the sweep stopped before the rule was done (or ran before it existed)"}[d["status"]]
         body.append([where, str(len(d["seeds"])), widths, why])
-    L += [_md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
+    L += [md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
                     body) if body else "No headline point has runs yet.", ""]
     return L + _rto_md(rows, rule.metric)
 
@@ -645,12 +646,6 @@ def _rto_md(rows: list[dict], metric: str) -> list[str]:
     return L
 
 
-def _machine() -> dict:
-    from workload.run_record import software_versions
-
-    return software_versions()
-
-
 def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
     """CSV, points, plots and summary.md from what ``out`` holds now."""
     if plan.figure == "lb_classic":     # background only: its own report (bench/sweep/lbclassic.py)
@@ -680,10 +675,14 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
             "factorial": factorial, "pairing": pairs}
 
 
-def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
-    sw = _machine()
+def report_head(plan: Plan, rows: list[dict], wall_s: float | None) -> list[str]:
+    """summary.md's first lines (every sweep's, lb-classic's too): title and
+    description, the commits the runs were made at and the one writing the
+    report, the runs by status, the schemes skipped."""
+    from workload.run_record import software_versions
+
+    sw = software_versions()
     st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}
-    first = plan.runs[0] if plan.runs else None
     # the code the runs ran on (each results file says), not the one writing this report
     ran_on = sorted({r["commit"] for r in rows if r.get("commit")})
     L = [f"# talb bench: {plan.name}", "", plan.description, "",
@@ -697,10 +696,16 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
     if plan.skipped_schemes:
         L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
               f"{', '.join(plan.skipped_schemes)}.", ""]
+    return L
+
+
+def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
+    first = plan.runs[0] if plan.runs else None
+    L = report_head(plan, rows, wall_s)
     L += ["## Effective parameters", ""]
     if first:
         dims = {f: sorted({getattr(r, f) for r in plan.runs}, key=str) for f in SPEC_FIELDS}
-        L += [_md_table(["parameter", "values"], [[k, ", ".join(str(v) for v in vs)]
+        L += [md_table(["parameter", "values"], [[k, ", ".join(str(v) for v in vs)]
                                                    for k, vs in dims.items()]), ""]
         agents = {r.agent: dict(r.agent_opts) for r in plan.runs}
         L += ["Agent settings (AgentConfig fields over the defaults of agent/config.py): "
