@@ -253,7 +253,7 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
                 r["verdict"] = _word(r["pair"].verdict(r["p_holm"], r["p_equiv_holm"]))
             else:
                 r["verdict"] = _word(r["pair"].verdict()) + " (uncorrected)"
-        if r.get("on_handoff"):
+        if r.get("on_handoff") and r["n"]:       # a row with numbers: say which FCT
             r["verdict"] += f"; {NO_NETFCT}"
     return out
 
