@@ -202,6 +202,18 @@ static __always_inline int parse_talb_option(struct iphdr *iph, void *data_end,
 	return 0;
 }
 
+/* 1 if the TaLB option is there as a host sends it -- type 0x9E, length
+ * 12, the only option (IHL 8) -- so the last hop may strip it
+ * (parse_talb_option's `strippable`, without the walk: for a header whose
+ * first option was just removed), else 0. */
+static __always_inline int parse_strippable_talb_option(struct iphdr *iph, void *data_end)
+{
+	struct talb_opt *t = (struct talb_opt *)(iph + 1);
+
+	return (void *)(t + 1) <= data_end && iph->ihl * 4 == TALB_IP_BASE_LEN + TALB_IPOPT_LEN &&
+	       t->type == TALB_IPOPT_TYPE && t->len == TALB_IPOPT_LEN;
+}
+
 /* CONGA's option, which is always the first one when present (the source
  * leaf pushes it right after the base header): 1 with its bytes in *o,
  * else 0 (IHL too small, another first option, or a bad length/version). */
