@@ -38,7 +38,7 @@
 #include "talb/pkt.h"
 #include "talb/conga_option.h"
 #include "talb/schemes/pick.h"
-#include "talb/schemes/letflow.h"    /* the flowlet table and its gap */
+#include "talb/schemes/flowlet.h"    /* the flowlet step LetFlow shares */
 
 #define TALB_CONGA_NO_LEAF      TALB_CONGA_MAX_LEAVES
 
@@ -213,7 +213,8 @@ static __always_inline __u32 conga_ifindex_at(const struct fwd_group *g, __u32 i
 }
 
 /* CONGA's index for a group of n >= 2 ports (the uplinks, at a source
- * leaf): the flowlet's port within the gap, else conga_best.
+ * leaf): the flowlet's port within the gap (schemes/flowlet.h), else
+ * conga_best.
  *
  * Verifier economy: the chosen index is computed from every port's
  * metric; indexing memory with it would make the verifier track all of
@@ -230,14 +231,10 @@ TALB_SCHEME_FN __u32 conga_select(const struct talb_pkt *p, const struct fwd_gro
 	__u32 idx;
 	int i;
 
-	conga_params_of(cfg, &pp);
-	talb_up_ports(g, n, &up);
-	talb_flow_key(p, &key);
-	i = talb_flowlet_keep(&key, g, n, &up, cfg, now);
-	if (i >= 0)
+	i = talb_flowlet_step(p, g, n, cfg, now, &key, &up);
+	if (i != TALB_FLOWLET_NEW)
 		return i;
-	if (!up.k)
-		return 0;
+	conga_params_of(cfg, &pp);
 	idx = conga_best(g, &up, dst_leaf, &pp, now);
 	talb_flowlet_start(&key, conga_ifindex_at(g, idx), now);
 	return idx;
