@@ -127,6 +127,32 @@ static __always_inline void talb_tail(struct __sk_buff *skb, const struct talb_p
 	scheme_progs.call(skb, scheme);
 }
 
+/* A scheme program's start: what talb_tail handed over -- the packet into
+ * *pkt, its group looked up again into *g (replaced meanwhile?); the
+ * clock, group id and flags stay in the returned slot. NULL, counted as
+ * CNT_PASS_GROUP_EMPTY, when there is nothing to decide on: the caller
+ * passes the packet to the stack. */
+static __always_inline struct talb_scratch *talb_scratch_take(const struct talb_config *cfg,
+							      struct talb_pkt *pkt,
+							      struct fwd_group **g)
+{
+	__u32 zero = 0, gid;
+	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+
+	if (!s || !cfg) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* cannot happen: arrays */
+		return 0;
+	}
+	*pkt = s->pkt;
+	gid = s->gid;
+	*g = groups.lookup(&gid);
+	if (!talb_group_usable(*g)) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* replaced meanwhile */
+		return 0;
+	}
+	return s;
+}
+
 /* The main program: parse, route; single-port groups and ECMP decide
  * here, every other scheme in its own program (talb_scheme_entry),
  * reached by a tail call -- each program is verified on its own, so the
@@ -190,26 +216,19 @@ int talb_switch_tc(struct __sk_buff *skb)
  * TALB_SCRATCH_REMEMBER when TaLB remembers the fallback's port. */
 static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme)
 {
-	__u32 zero = 0, idx, flags, gid, fb, dcnt = CNT_DECISION_ECMP;
+	__u32 idx, flags, gid, fb, dcnt = CNT_DECISION_ECMP;
 	const struct talb_config *cfg = talb_config_get();
-	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+	struct talb_scratch *s;
 	struct talb_pkt pkt;
 	struct fwd_group *g;
 	__u64 now;
 
-	if (!s || !cfg) {
-		talb_count(CNT_PASS_GROUP_EMPTY);       /* cannot happen: arrays */
+	s = talb_scratch_take(cfg, &pkt, &g);
+	if (!s)
 		return TC_ACT_OK;
-	}
-	pkt = s->pkt;
 	now = s->now;
 	gid = s->gid;
 	flags = s->flags;
-	g = groups.lookup(&gid);
-	if (!g || g->n_ports == 0 || g->n_ports > TALB_MAX_GROUP_PORTS) {
-		talb_count(CNT_PASS_GROUP_EMPTY);       /* replaced meanwhile */
-		return TC_ACT_OK;
-	}
 	if (scheme == TALB_SCHEME_TALB) {
 		idx = talb_scheme_select(&pkt, g, gid, cfg, now);
 		if (idx < TALB_USE_FALLBACK)
@@ -255,9 +274,9 @@ int talb_scheme_talb(struct __sk_buff *skb)
  * option is pushed, raised or stripped at every hop, schemes/conga.h). */
 int talb_scheme_conga(struct __sk_buff *skb)
 {
-	__u32 zero = 0, idx = 0, dcnt = CNT_DECISION_SINGLE, gid, dst_leaf;
+	__u32 idx = 0, dcnt = CNT_DECISION_SINGLE, dst_leaf;
 	const struct talb_config *cfg = talb_config_get();
-	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+	struct talb_scratch *s;
 	struct talb_verdict v = {};
 	struct conga_opt opt = {};
 	struct conga_params pp;
@@ -270,18 +289,10 @@ int talb_scheme_conga(struct __sk_buff *skb)
 	__u64 now;
 	int has;
 
-	if (!s || !cfg) {
-		talb_count(CNT_PASS_GROUP_EMPTY);
+	s = talb_scratch_take(cfg, &pkt, &g);
+	if (!s)
 		return TC_ACT_OK;
-	}
-	pkt = s->pkt;
 	now = s->now;
-	gid = s->gid;
-	g = groups.lookup(&gid);
-	if (!g || g->n_ports == 0 || g->n_ports > TALB_MAX_GROUP_PORTS) {
-		talb_count(CNT_PASS_GROUP_EMPTY);
-		return TC_ACT_OK;
-	}
 	conga_params_of(cfg, &pp);
 	in = ports.lookup(&pkt.ingress_ifindex);
 	in_flags = in ? in->flags : 0;

@@ -147,13 +147,19 @@ static __always_inline const struct talb_config *talb_config_get(void)
 	return config.lookup(&zero);
 }
 
+/* A group the data path may index: present, with 1..TALB_MAX_GROUP_PORTS
+ * ports. */
+static __always_inline int talb_group_usable(const struct fwd_group *g)
+{
+	return g && g->n_ports != 0 && g->n_ports <= TALB_MAX_GROUP_PORTS;
+}
+
 /* Route: the packet's forwarding group. 1 with *g and *gid set, or 0 with
  * v->reason = the CNT_PASS_* why the packet goes to the stack. */
 static __always_inline int talb_route(const struct talb_pkt *p, struct talb_verdict *v,
 				      struct fwd_group **g, __u32 *gid)
 {
 	__u32 *id = fwd.lookup((__be32 *)&p->daddr_be);
-	__u32 n;
 
 	if (!id) {
 		v->reason = CNT_PASS_NO_ROUTE;
@@ -161,12 +167,7 @@ static __always_inline int talb_route(const struct talb_pkt *p, struct talb_verd
 	}
 	*gid = *id;
 	*g = groups.lookup(id);
-	if (!*g) {
-		v->reason = CNT_PASS_GROUP_EMPTY;
-		return 0;
-	}
-	n = (*g)->n_ports;
-	if (n == 0 || n > TALB_MAX_GROUP_PORTS) {
+	if (!talb_group_usable(*g)) {
 		v->reason = CNT_PASS_GROUP_EMPTY;
 		return 0;
 	}
