@@ -33,12 +33,6 @@
 #include "talb/schemes/conga.h"
 #include "talb/schemes/talb.h"
 
-#ifndef ETH_P_IP
-#define ETH_P_IP 0x0800
-#endif
-#define TALB_IP_MF      0x2000  /* more fragments */
-#define TALB_IP_OFFSET  0x1FFF  /* fragment offset mask */
-
 /* Parse Ethernet -> IPv4 -> TCP/UDP ports. Returns 1 for an IPv4 packet
  * with all the headers it claims, 0 (with v->reason) otherwise. */
 static __always_inline int talb_extract(void *data, void *data_end,
@@ -98,7 +92,7 @@ static __always_inline int talb_extract(void *data, void *data_end,
 		if (r)
 			talb_count(r);
 	}
-	if (iph->frag_off & bpf_htons(TALB_IP_MF | TALB_IP_OFFSET)) {
+	if (ipv4_is_fragment(iph)) {
 		/* Every fragment of a datagram (the first one too) hashes
 		 * with ports 0, so that all of them take one path. */
 		p->flags |= TALB_PKT_FRAGMENT;

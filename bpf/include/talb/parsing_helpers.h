@@ -94,6 +94,16 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 	return iph->protocol;
 }
 
+#define TALB_IP_MF      0x2000  /* more fragments */
+#define TALB_IP_OFFSET  0x1FFF  /* fragment offset mask */
+
+/* Any fragment of a datagram, the first one too (more fragments, or an
+ * offset). For a header parse_iphdr accepted. */
+static __always_inline int ipv4_is_fragment(const struct iphdr *iph)
+{
+	return (iph->frag_off & bpf_htons(TALB_IP_MF | TALB_IP_OFFSET)) != 0;
+}
+
 /* Verifier economy. A branch comparing two values narrows the verifier's
  * ranges of both, and every narrowed range is a state of its own through
  * the rest of the program. talb_lt(a, b) branches on a sign bit computed
