@@ -1,5 +1,6 @@
 """Model of ``bpf/include/talb/schemes/letflow.h``: LetFlow (Vanini et al.,
-NSDI 2017), flowlets on random ports."""
+NSDI 2017), flowlets on random ports; and of the flowlet step it shares with
+CONGA, ``bpf/include/talb/schemes/flowlet.h`` (flowlet_keep, flowlet_start)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -25,9 +26,10 @@ def signed64(x: int) -> int:
 
 def flowlet_keep(flowlets: dict, counters: Counter, key, ifindexes: Sequence[int], mask: int,
                  timeout_ns: int, now_ns: int) -> int:
-    """talb_flowlet_keep, the step LetFlow and CONGA share: the index of the
-    flow's flowlet port when its last packet came at most the gap ago and the
-    port is usable (last seen refreshed), else -1 (a new flowlet)."""
+    """talb_flowlet_step (schemes/flowlet.h) up to its new-flowlet decision,
+    the step LetFlow and CONGA share: the index of the flow's flowlet port
+    when its last packet came at most the gap ago and the port is usable
+    (last seen refreshed), else -1 (a new flowlet)."""
     f = flowlets.get(key)
     if f is None or signed64(now_ns - f.last_seen_ns) > timeout_ns:
         return -1
@@ -40,7 +42,7 @@ def flowlet_keep(flowlets: dict, counters: Counter, key, ifindexes: Sequence[int
 
 
 def flowlet_start(flowlets: dict, counters: Counter, key, ifindex: int, now_ns: int) -> None:
-    """talb_flowlet_start: record a new flowlet on ``ifindex``."""
+    """talb_flowlet_start (schemes/flowlet.h): record a new flowlet on ``ifindex``."""
     flowlets[key] = Flowlet(ifindex, now_ns)
     counters["flowlet_new"] += 1
 
