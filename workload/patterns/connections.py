@@ -112,6 +112,7 @@ class Conn:
         self.jobs: list = []
         self.pending = 0          # jobs queued or being written
         self.thread = None
+        self.cv = threading.Condition(lanes.lock)   # wakes this connection's writer only
 
     def idle(self) -> bool:
         """Nothing of ours pending and every byte written acknowledged.
@@ -119,19 +120,18 @@ class Conn:
         return self.pending == 0 and self.sender.unacked_bytes() == 0
 
     def _write(self) -> None:
-        cv = self.lanes.cv
         while True:
-            with cv:
-                cv.wait_for(lambda: self.jobs or self.lanes.closing)
+            with self.cv:
+                self.cv.wait_for(lambda: self.jobs or self.lanes.closing)
                 if not self.jobs:
                     return
                 _key, _seq, job = heapq.heappop(self.jobs)
             try:
                 job(self)
             finally:
-                with cv:
+                with self.cv:
                     self.pending -= 1
-                    cv.notify_all()
+                    self.lanes.cv.notify_all()      # the dispatcher, close()
 
 
 class Lanes:
@@ -155,7 +155,8 @@ class Lanes:
         if inline and (model != "pair" or len(socks) != 1):
             raise ValueError("inline: the pair model's one connection only")
         self.model, self.inline = model, inline
-        self.cv = threading.Condition()
+        self.lock = threading.Lock()
+        self.cv = threading.Condition(self.lock)   # the dispatcher and close() wait on it
         self.closing = False
         self.conns = [Conn(self, i, s, tx) for i, (s, tx) in enumerate(zip(socks, senders))]
         self.by_class = {c: self.conns[i] for i, c in enumerate(classes or [])}
@@ -175,13 +176,13 @@ class Lanes:
         if self.inline:
             job(self.conns[0])
             return
-        with self.cv:
+        with self.lock:
             if self.model == "pool":
                 heapq.heappush(self._waiting, (key, next(self._seq), job))
+                self.cv.notify_all()
             else:
-                conn = self.by_class[cls] if self.model == "class" else self.conns[0]
-                self._queue(conn, key, job)
-            self.cv.notify_all()
+                self._queue(self.by_class[cls] if self.model == "class" else self.conns[0],
+                            key, job)
 
     def send_on(self, index: int, key, job) -> None:
         """A write on connection ``index`` (a reply on the connection its
@@ -189,13 +190,14 @@ class Lanes:
         if self.inline:
             job(self.conns[index])
             return
-        with self.cv:
+        with self.lock:
             self._queue(self.conns[index], key, job)
-            self.cv.notify_all()
 
     def _queue(self, conn: Conn, key, job) -> None:
+        """Call with the lock held."""
         conn.pending += 1
         heapq.heappush(conn.jobs, (key, next(self._seq), job))
+        conn.cv.notify()
 
     def _dispatch(self) -> None:
         """pool: the first waiting tensor (key order) to the first idle
@@ -212,7 +214,6 @@ class Lanes:
                     continue
                 key, _seq, job = heapq.heappop(self._waiting)
                 self._queue(conn, key, job)
-                self.cv.notify_all()
 
     def close(self) -> None:
         """Once every job given is written: stop the threads."""
@@ -222,5 +223,7 @@ class Lanes:
             self.cv.wait_for(lambda: not self._waiting and all(c.pending == 0 for c in self.conns))
             self.closing = True
             self.cv.notify_all()
+            for c in self.conns:
+                c.cv.notify()
         for t in self.threads:
             t.join()
