@@ -301,3 +301,57 @@ def test_head_of_line_is_per_connection():
     apart = service_times([t(0, 0, 10_000_000), t(1, 1_000_000, 12_000_000)])
     assert [s for _, s in same] == pytest.approx([0.010, 0.002])
     assert [s for _, s in apart] == pytest.approx([0.010, 0.011])
+
+
+# --- a sweep over connection models, from fake results ----------------------------------------
+def _fake(spec):
+    """Short AFCT: ECMP 100 ms on a pair's connection, 60 on a pool; TaLB 80% of ECMP's on each."""
+    fct = {"pair": 0.100, "pool:8": 0.060}[spec.connections] * (0.8 if spec.scheme == "talb" else 1)
+    fct *= 1 + 0.01 * spec.seed + (0.002 * spec.seed ** 2 if spec.scheme == "talb" else 0)
+    head = {"scheme": spec.scheme, "queueing": "bands", "connections": spec.connections,
+            "samples_per_s": 10 / fct, "iteration_time_s": fct, "cpu_bound": False}
+    for cls in ("short", "long", "all", "trailing"):
+        head.update({f"{cls}_fct_mean_s": fct, f"{cls}_fct_p99_s": 2 * fct, f"{cls}_censored": 0,
+                     f"{cls}_netfct_mean_s": fct / 2, f"{cls}_netfct_p99_s": fct,
+                     f"{cls}_conn_wait_mean_s": 0.001})
+    return {"format": "talb-run/1", "config": {"workers": 4, "servers": 1, "arch": "ps"},
+            "model": {"batch_size": 32}, "placement": {"workers": [], "servers": []},
+            "fabric": {"queueing": {"mode": "bands"}}, "scaling": {"time_scale": 1.0},
+            "connections": {"model": spec.connections}, "flags": {"cpu_bound": False},
+            "headline": head, "software": {"commit": "c0ffee"}, "tensors": [],
+            "summary": {"cpu_guard": {"flagged": False, "cpu_busy_mean": 0.5, "reason": "test"}}}
+
+
+def test_a_sweep_over_models_pairs_by_seed_and_compares_like_with_like(tmp_path):
+    import json
+
+    from bench.sweep.runner import run_plan
+    from bench.sweep.summary import finish
+
+    p = build_plan("quick", implemented=frozenset({"ecmp", "talb"}), schemes=["ecmp", "talb"],
+                   loads=[0.8], seeds=3, connections=["pair", "pool:8"])
+    run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake(s))), progress=False)
+    res = finish(p, tmp_path)
+    rows = res["rows"]
+    assert {(r["connections"], r["connections_in_effect"]) for r in rows} == {
+        ("pair", "pair"), ("pool:8", "pool:8")}
+    assert all(r["all_conn_wait_mean_s"] == 0.001 for r in rows)
+    csv = (tmp_path / "runs.csv").read_text().splitlines()[0].split(",")
+    assert "connections" in csv and "connections_in_effect" in csv
+    # TaLB against ECMP on the same connections, once per model
+    afct = [r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT vs ECMP"]
+    assert len(afct) == 2
+    pool = next(r for r in afct if "pool:8 connections" in r["where"])
+    pair = next(r for r in afct if "pool:8" not in r["where"])
+    for r in (pool, pair):
+        assert r["n"] == 3 and r["pair"].ratio == pytest.approx(0.8, rel=0.02)
+    # paired.csv pairs the models of one scheme too, by seed
+    paired = (tmp_path / "paired.csv").read_text()
+    assert ",talb,talb/pool:8,short_fct_mean_s," in paired
+    # every arm's runs of a seed were paired (one background plan, one start)
+    md = (tmp_path / "summary.md").read_text()
+    assert "| connections | pair, pool:8 |" in md                 # effective parameters
+    assert "talb/pool:8" in md and "ecmp/pool:8" in md
+    for panels in res["plots"].values():
+        for lines in panels.values():
+            assert sorted(lines) == ["ecmp", "ecmp/pool:8", "talb", "talb/pool:8"]
