@@ -26,7 +26,8 @@ from agent.datapath import (  # noqa: F401  (ensure_bpffs, remove_pins: see the 
 )
 from agent.host_maps import HostMaps
 
-__all__ = ["HostDatapath", "HOST_SRC", "HOST_PROG_NAME", "egress_filter"]
+__all__ = ["HostDatapath", "HOST_SRC", "HOST_PROG_NAME", "egress_filter",
+           "ensure_bpffs", "remove_pins"]   # the last two re-exported from agent/datapath.py
 
 HOST_SRC = Path(BPF_SRC_DIR) / "host_tc.c"
 HOST_PROG_NAME = "talb_host_tc"

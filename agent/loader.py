@@ -32,6 +32,8 @@ from agent.maps import CFG_RELEASE_SK, CONST, SCHEMES, SwitchMaps, TalbConfig
 __all__ = [
     "ensure_bpffs", "is_bpffs", "expand_source", "SwitchDatapath", "remove_pins",
     "PROG_NAME", "FILTER_PRIO", "FILTER_HANDLE", "default_hash_seed", "ingress_filter",
+    # re-exported from agent/datapath.py
+    "BPF_FS_MAGIC", "BPFFS_DIR", "TC_H_CLSACT_EGRESS", "TC_H_CLSACT_INGRESS",
 ]
 
 SWITCH_SRC = Path(BPF_SRC_DIR) / "switch_tc.c"

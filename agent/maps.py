@@ -38,7 +38,7 @@ CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "constants.h"
 __all__ = [
     "CONST", "SCHEMES", "SCHEME_NAMES", "IMPLEMENTED_SCHEMES", "COUNTER_NAMES",
     "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
-    "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "SchemeScratch",
+    "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "TalbScratch",
     "CongaDre", "CongaMetric",
     "Map",
     "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus", "parse_constants",
@@ -163,6 +163,12 @@ COUNTER_NAMES = counter_names(CONST, "CNT_", TALB_NR_COUNTERS, CONSTANTS_H,
 
 
 # --- structs (mirrors of bpf/include/talb/structs.h) -------------------------
+# Naming rule: a ctypes mirror is its C struct's name in CamelCase (struct
+# tensor_key -> TensorKey, struct host_flow_key -> agent.host_maps.HostFlowKey)
+# and no other class takes that name: a Python model of a data-path struct is
+# named Model... (agent.schemes.drill.ModelPortQueue), a plain value for where
+# it lives (talb.wire.WireTensorKey). A map key that is a bare C integer is
+# named for what it holds (IPv4Key).
 class PortInfo(ctypes.Structure):
     _fields_ = [("port_id", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
 
@@ -237,8 +243,8 @@ class FwdGroup(ctypes.Structure):
 class TensorKey(ctypes.Structure):
     """tensors key: mirror of struct tensor_key -- the sender's IPv4 address
     and the tensor_id, both in host byte order (as the data path parsed
-    them). ``TensorKey.of("10.0.0.1", 0x12345678)``; ``.wire()`` is the
-    same key as talb.wire.TensorKey."""
+    them). ``TensorKey.of("10.0.0.1", 0x12345678)``; ``.as_tuple()`` is
+    the same key as talb.wire.WireTensorKey, the form every tool uses."""
 
     _fields_ = [("saddr", ctypes.c_uint32), ("tensor_id", ctypes.c_uint32)]
 
@@ -251,7 +257,7 @@ class TensorKey(ctypes.Structure):
         return str(ipaddress.IPv4Address(self.saddr))
 
     def as_tuple(self) -> tuple[str, int]:
-        """``(src, tensor_id)``: equal to talb.wire.TensorKey of the same tensor."""
+        """``(src, tensor_id)``: equal to talb.wire.WireTensorKey of the same tensor."""
         return self.src, self.tensor_id
 
     def __str__(self) -> str:
@@ -323,7 +329,8 @@ class CongaMetric(ctypes.Structure):
 
 class FlowKey(ctypes.Structure):
     """flowlets key: a 5-tuple in host byte order (struct flow_key).
-    ``FlowKey.of("10.0.0.1", "10.0.0.2", 40000, 5201, 6)``."""
+    ``FlowKey.of("10.0.0.1", "10.0.0.2", 40000, 5201, 6)``; ``.as_tuple()``
+    is the key of the Python models (agent/schemes/letflow.py)."""
 
     _fields_ = [
         ("saddr", ctypes.c_uint32),
@@ -381,7 +388,7 @@ class TalbPkt(ctypes.Structure):
     ]
 
 
-class SchemeScratch(ctypes.Structure):
+class TalbScratch(ctypes.Structure):
     """struct talb_scratch: what the main program passes to a scheme's program."""
 
     _fields_ = [("pkt", TalbPkt), ("now", ctypes.c_uint64), ("gid", ctypes.c_uint32),
@@ -445,7 +452,7 @@ class Map:
     Keys may be given as ``key_type`` instances, as the argument of its
     constructor (an int for integer keys, ``IPv4Key(int)``) or, for a struct
     key, as a tuple of its ``of`` (``("10.0.0.1", tensor_id)``, a
-    talb.wire.TensorKey, for ``TensorKey``); values of simple
+    talb.wire.WireTensorKey, for ``TensorKey``); values of simple
     ctypes types come back as Python ints, structs as ctypes instances.
     For per-CPU maps ``get`` sums over CPUs; ``get_percpu`` lists them.
     """
@@ -680,7 +687,7 @@ MAP_SPECS = MappingProxyType({
     "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
     "scheme_progs": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_PROG_ARRAY),
-    "scheme_scratch": (ctypes.c_uint32, SchemeScratch, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "scheme_scratch": (ctypes.c_uint32, TalbScratch, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
     "rng": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
     "flowlets": (FlowKey, Flowlet, sc.BPF_MAP_TYPE_LRU_HASH),
     "port_rate": (ctypes.c_uint32, PortRate, sc.BPF_MAP_TYPE_ARRAY),

@@ -247,21 +247,31 @@ def print_background_summary(r: dict) -> None:
     tcp = s["tcp"]["total"]
     console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
                   f"{tcp['reordering']} reordering events, {tcp.get('timeouts', 0)} timeouts")
+    _print_uplink_spread(s)
+    _print_cpu_guard(s)
+    console.print(f"  results: {r['path']}")
+
+
+def _ms(v) -> str:
+    return f"{v * 1e3:.1f}" if v is not None else "-"
+
+
+def _print_uplink_spread(s: dict) -> None:
+    """How evenly each leaf's uplinks carried the run (both summaries)."""
     if s["uplinks"]:
         console.print("  uplink spread (max-min)/mean: "
                       + ", ".join(f"{k} {v['spread']:.2f}" for k, v in s["uplinks"]["leaves"].items()
                                   if v["spread"] is not None))
+
+
+def _print_cpu_guard(s: dict) -> None:
+    """The CPU's mean load and whether the run was CPU-bound (both summaries)."""
     g = s["cpu_guard"]
     cpu = f"CPU {g['cpu_busy_mean']:.0%} busy on average" if g["cpu_busy_mean"] is not None else "CPU -"
     if g["flagged"]:
         console.print(f"  [bold red]CPU-bound run:[/] {g['reason']} ({cpu})")
     else:
         console.print(f"  {cpu}; not CPU-bound ({g['reason']})")
-    console.print(f"  results: {r['path']}")
-
-
-def _ms(v) -> str:
-    return f"{v * 1e3:.1f}" if v is not None else "-"
 
 
 def print_summary(r: dict) -> None:
@@ -305,22 +315,14 @@ def print_summary(r: dict) -> None:
     tcp = s["tcp"]["total"]
     console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
                   f"{tcp['reordering']} reordering events")
-    if s["uplinks"]:
-        console.print(f"  uplink spread (max-min)/mean: "
-                      + ", ".join(f"{k} {v['spread']:.2f}" for k, v in s["uplinks"]["leaves"].items()
-                                  if v["spread"] is not None))
+    _print_uplink_spread(s)
     bg = s.get("background")
     if bg:
         cover = "" if r["load"]["background_covered"] else " [yellow](ended before training did)[/]"
         console.print(f"  background {r['load']['cdf']}: {bg['done']} flows done, {bg['censored']} "
                       f"censored, {bg['failed']} failed, {bg['not_started']} not started; FCT mean "
                       f"{_ms(bg.get('all_fct_mean_s'))} ms, p99 {_ms(bg.get('all_fct_p99_s'))} ms{cover}")
-    g = s["cpu_guard"]
-    cpu = f"CPU {g['cpu_busy_mean']:.0%} busy on average" if g["cpu_busy_mean"] is not None else "CPU -"
-    if g["flagged"]:
-        console.print(f"  [bold red]CPU-bound run:[/] {g['reason']} ({cpu})")
-    else:
-        console.print(f"  {cpu}; not CPU-bound ({g['reason']})")
+    _print_cpu_guard(s)
     cn = r.get("connections")
     if cn and cn.get("cpu_s_total") is not None:
         flows = list(cn["flows_carrying_tensors"].values())

@@ -26,10 +26,9 @@ from agent import daemon
 from agent.control import ecmp_index, read_config, read_groups, read_port_stats, set_scheme
 from agent.maps import SwitchMaps
 from agent.rtnl import LinkEvents
-from conftest import new_prefix
-from helpers import free_port, wait_for_streams
+from helpers import free_port, up_fabric, wait_for_streams
 from netns_topology import LeafSpine
-from talb import paths, send, testbed
+from talb import paths, send
 from workload.iperf import run_iperf3
 
 pytestmark = pytest.mark.live
@@ -39,17 +38,9 @@ WINDOW_S = 0.005
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
     topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
     topo.set_link("leaf0", "spine1", rate="50mbit")
-
-    def cleanup():
-        daemon.stop_background(prefix)
-        testbed.down(prefix)
-
-    request.addfinalizer(cleanup)
-    testbed.up(topo, prefix)
-    return prefix, topo
+    return up_fabric(request, topo)
 
 
 #: the agent configuration a test gets unless it asks for another

@@ -101,14 +101,10 @@ def test_bad_input_names_the_field():
 # --- live: a small fabric ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    from conftest import new_prefix
-    from netns_topology import load_topology
-    from talb import paths, testbed
+    from helpers import up_fabric
+    from talb import paths
 
-    topo = load_topology(paths.REPO_ROOT / "topologies" / "leafspine.yaml")
-    prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix)
+    prefix, topo = up_fabric(request, paths.REPO_ROOT / "topologies" / "leafspine.yaml")
     return topo, prefix
 
 

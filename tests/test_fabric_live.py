@@ -10,8 +10,7 @@ import time
 import pytest
 
 from agent.qdisc_stats import QdiscReader
-from conftest import new_prefix
-from helpers import wait_for_streams
+from helpers import up_fabric, wait_for_streams
 from netns_topology import LeafSpine
 from talb import paths, testbed
 from talb.demo import GOODPUT_PER_RATE, uplink_tx
@@ -25,11 +24,7 @@ RATE = 100_000_000
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix)
-    return prefix, topo
+    return up_fabric(request, LeafSpine(spines=2, leaves=2, hosts_per_leaf=2))
 
 
 def ns(prefix, node):

@@ -12,9 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import new_prefix
-from helpers import free_port, processes_in_hosts
-from netns_topology import load_topology
+from helpers import processes_in_hosts, up_fabric
 from talb import paths, testbed
 from tiny_model import tiny_profile
 from workload.experiment import RunConfig, run
@@ -32,10 +30,7 @@ WORKERS = {"ps": 2, "allreduce": 3}
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
-    return prefix
+    return up_fabric(request, TOPOLOGY, agent=True).prefix
 
 
 def _switches(prefix, fn):

@@ -33,10 +33,8 @@ import time
 
 import pytest
 
-from conftest import new_prefix
-from helpers import free_port, socket_in
-from netns_topology import load_topology
-from talb import paths, testbed
+from helpers import socket_in, up_fabric
+from talb import paths
 from tiny_model import tiny_profile
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
@@ -58,11 +56,7 @@ FRAME = 1448 + WIRE_OVERHEAD
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    topo = load_topology(TOPOLOGY)
-    testbed.up(topo, prefix, agent={"metrics_port": free_port()})
-    return prefix, topo
+    return up_fabric(request, TOPOLOGY, agent=True)
 
 
 def _host(topo, name):

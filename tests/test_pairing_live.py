@@ -13,10 +13,8 @@ import pytest
 
 from bench.sweep import pairing as pc
 from bench.sweep.results import CELL_FIELDS
-from conftest import new_prefix
-from helpers import free_port, processes_in_hosts
-from netns_topology import load_topology
-from talb import paths, testbed
+from helpers import processes_in_hosts, up_fabric
+from talb import paths
 from tiny_model import tiny_profile
 from workload.experiment import GO_LEAD_S, RunConfig, run
 from workload.scaling import scaling_for
@@ -29,10 +27,7 @@ PLAN_S = 4.0          # the background's planned seconds: training takes ~1 s
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
-    return prefix
+    return up_fabric(request, TOPOLOGY, agent=True).prefix
 
 
 def _run(fabric, tmp_path, scheme, **kw):

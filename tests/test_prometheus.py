@@ -17,10 +17,10 @@ import urllib.request
 import pytest
 
 from agent import daemon
-from conftest import new_prefix, skip_or_fail
-from helpers import free_port
+from conftest import skip_or_fail
+from helpers import free_port, up_fabric
 from netns_topology import LeafSpine
-from talb import paths, testbed
+from talb import paths
 from workload.iperf import run_iperf3
 
 pytestmark = pytest.mark.live
@@ -50,15 +50,7 @@ def prometheus_bin():
 
 @pytest.fixture(scope="module")
 def agent_port(request, bcc):
-    prefix = new_prefix()
-
-    def cleanup():
-        daemon.stop_background(prefix)
-        testbed.down(prefix)
-
-    request.addfinalizer(cleanup)
-    topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
-    testbed.up(topo, prefix)
+    prefix, topo = up_fabric(request, LeafSpine(spines=2, leaves=2, hosts_per_leaf=2))
     port = free_port()
     daemon.start_background(prefix, metrics_port=port)
     return prefix, topo, port

@@ -294,9 +294,9 @@ def test_two_senders_same_tensor_id_are_two_tensors(sw):
     assert c["talb_midstream"] == 0 and c["talb_reroute"] == 0
     # user space reads and removes them by the pair (agent/maps.py TensorKey)
     from agent import control
-    from talb.wire import TensorKey
+    from talb.wire import WireTensorKey
 
-    assert sw.maps.tensors[TensorKey(SRC2, tid)].layer == 5
+    assert sw.maps.tensors[WireTensorKey(SRC2, tid)].layer == 5
     assert sw.maps.tensors.get((SRC, tid)).layer == 0
     assert sorted(str(k) for k in sw.maps.tensors.keys()) == [
         f"{SRC}/0x00000001", f"{SRC}/{tid:#010x}", f"{SRC2}/{tid:#010x}"]

@@ -352,10 +352,11 @@ def uplink_spread(topo, before: dict, after: dict, duration_s: float) -> dict:
     return {"leaves": leaves, "mean_spread": statistics.fmean(spreads) if spreads else None}
 
 
-def read_port_queues(prefix: str, topo) -> dict[tuple[str, str], tuple[int, int]] | None:
+def read_qdisc_counters(prefix: str, topo) -> dict[tuple[str, str], tuple[int, int]] | None:
     """Drops and sent bytes of every switch port's root qdisc (the port
     queue, agent/qdisc_stats.py): {(switch, port): (drops, sent_bytes)};
-    None for a fabric without shaping (no qdisc to read)."""
+    None for a fabric without shaping (no qdisc to read). (DRILL's estimate
+    of the same queues, from a switch's maps: agent.control.read_queue_estimates.)"""
     from agent.qdisc_stats import QdiscReader
     from talb.paths import netns_name
 

@@ -66,7 +66,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent import bpf_syscall as sc
-from agent.host_maps import HOST_MAX_TAGGED_FLOWS, HOST_RING_SLOTS, FlowKey, HostDesc, HostMaps, HostRing
+from agent.host_maps import (HOST_MAX_TAGGED_FLOWS, HOST_RING_SLOTS, HostDesc, HostFlowKey,
+                             HostMaps, HostRing)
 from talb import paths
 from workload.id_slots import DEFAULT_CLAIM_TIMEOUT, SlotIds, host_ids, slot_dir
 from workload.snowflake import Snowflake
@@ -194,7 +195,7 @@ def _shared_generator(worker_id: int) -> Snowflake:
         return _generators[worker_id]
 
 
-def _host_ids(location: HostLocation | None, key: FlowKey, timeout: float) -> SlotIds:
+def _host_ids(location: HostLocation | None, key: HostFlowKey, timeout: float) -> SlotIds:
     if location is not None:
         return host_ids(slot_dir(location.prefix, location.host), timeout=timeout,
                         label=f"host {location.host} of testbed {location.prefix}")
@@ -235,7 +236,7 @@ class TensorSender:
         if overrun_timeout is not None and not overrun_timeout >= 0:
             raise ValueError(f"overrun_timeout: must be >= 0 seconds or None, got {overrun_timeout!r}")
         self.sock = sock
-        self.key = FlowKey.of_socket(sock)
+        self.key = HostFlowKey.of_socket(sock)
         self.overrun_timeout = overrun_timeout
         location = None
         if pin_dir is None or (worker_id is None and ids is None):

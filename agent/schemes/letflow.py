@@ -11,8 +11,6 @@ from agent.schemes.pick import Rng, pick_up, port_index, up_mask
 
 DEFAULT_FLOWLET_US = CONST["TALB_DEFAULT_FLOWLET_US"]
 
-FlowKey = tuple  # (saddr, daddr, sport, dport, proto)
-
 
 @dataclass
 class Flowlet:
@@ -49,7 +47,9 @@ def flowlet_start(flowlets: dict, counters: Counter, key, ifindex: int, now_ns: 
 
 @dataclass
 class LetFlowModel:
-    """The flowlet table and the decision. ``timeout_us`` 0: the default."""
+    """The flowlet table and the decision. ``timeout_us`` 0: the default.
+    Flows are keyed by (saddr, daddr, sport, dport, proto), as
+    agent.maps.FlowKey.as_tuple() gives them."""
 
     timeout_us: int = 0
     flowlets: dict = field(default_factory=dict)
@@ -59,7 +59,7 @@ class LetFlowModel:
     def timeout_ns(self) -> int:
         return (self.timeout_us or DEFAULT_FLOWLET_US) * 1000
 
-    def select(self, key: FlowKey, ifindexes: Sequence[int], up: Collection[int] | None,
+    def select(self, key: tuple, ifindexes: Sequence[int], up: Collection[int] | None,
                rng: Rng, now_ns: int) -> int:
         mask = up_mask(ifindexes, up)
         i = flowlet_keep(self.flowlets, self.counters, key, ifindexes, mask, self.timeout_ns, now_ns)

@@ -336,7 +336,10 @@ SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "t
                 "background_size_scale", "queueing", "connections", "cdfs")
 
 
-def _topology_path(t: str) -> str:
+def topology_path(t: str) -> str:
+    """A --topologies entry (a bare name of topologies/, or a file) as the
+    plan records it: relative to the repository when inside it. PlanError
+    when there is no such file."""
     from pathlib import Path
 
     p = Path(t)
@@ -433,7 +436,7 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
     conns = _connections(base.get("connections"))
     arms = [arm(s, q, c) for s in schemes for q in queueings[s] for c in conns]
     rule = _seed_rule(base, seeds, arms, seed_cap, seed_width, fixed_seeds, conns)
-    topologies = [_topology_path(t) for t in base["topologies"]]
+    topologies = [topology_path(t) for t in base["topologies"]]
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
     # setting innermost: what a sweep compares runs back to back, so a slow drift of

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import MappingProxyType
 
 from bench.sweep import pairing
 from bench.sweep.plan import Plan, RunSpec
@@ -155,7 +156,7 @@ def mechanism(results: dict, samples_per_s: float | None) -> dict:
 RUNS_ARCHIVE = "runs.tar.xz"
 
 
-def _archived(out: Path, keys: set[str]):
+def archived_results(out: Path, keys: set[str]):
     """(key, results) for each run of ``keys`` found in ``out``/runs.tar.xz,
     read as a stream, one file at a time (the files are tens of MB)."""
     import tarfile
@@ -206,21 +207,32 @@ def _fill(row: dict, res: dict, rel: str) -> None:
 
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
     """One row per planned run: its parameters, status (ok, cpu_bound,
-    failed, missing) and headline numbers. A run's results file is read
-    from ``out``/runs/, or, when not there, from ``out``/runs.tar.xz (a
-    committed directory: no need to unpack it to redo the report)."""
+    failed, missing) and headline numbers."""
+    def new_row(spec: RunSpec) -> dict:
+        return {"key": spec.key(), **{f: getattr(spec, f) for f in SPEC_FIELDS},
+                "agent_opts": json.dumps(dict(spec.agent_opts), sort_keys=True)}
+
+    return read_rows(plan, out, failed, new_row, _fill)
+
+
+def read_rows(plan: Plan, out: Path, failed: dict | None, new_row, fill) -> list[dict]:
+    """``new_row(spec)`` per planned run, in plan order, filled by
+    ``fill(row, results, path relative to out)`` from its results file in
+    ``out``/runs/, or, when not there, in ``out``/runs.tar.xz (a committed
+    directory: no need to unpack it to redo the report). A run with
+    neither gets status "failed" (with its error) when ``failed`` names
+    it, else "missing"."""
     rows, lacking = [], {}
     for spec in plan.runs:
+        row = new_row(spec)
         path = result_path(out, spec)
-        row = {"key": spec.key(), **{f: getattr(spec, f) for f in SPEC_FIELDS},
-               "agent_opts": json.dumps(dict(spec.agent_opts), sort_keys=True)}
         try:
-            _fill(row, json.loads(path.read_text()), str(path.relative_to(out)))
+            fill(row, json.loads(path.read_text()), str(path.relative_to(out)))
         except (OSError, json.JSONDecodeError):
             lacking[spec.key()] = row
         rows.append(row)
-    for key, res in _archived(out, set(lacking)):
-        _fill(lacking.pop(key), res, f"runs/{key}.json")
+    for key, res in archived_results(out, set(lacking)):
+        fill(lacking.pop(key), res, f"runs/{key}.json")
     for key, row in lacking.items():
         row["status"] = "failed" if failed and key in failed else "missing"
         row["error"] = (failed or {}).get(key, {}).get("error")
@@ -253,22 +265,27 @@ def point_key(spec_or_row) -> tuple:
     return tuple(get(f) for f in POINT_FIELDS)
 
 
-def points(rows: list[dict]) -> list[dict]:
-    """Per point (every parameter but the seed): the parameters, the runs
-    counted (status ok), excluded ones, and an Estimate per metric."""
+def points(rows: list[dict], fields: tuple[str, ...] = POINT_FIELDS,
+           metrics: tuple[str, ...] = METRICS,
+           totals: dict[str, str] = MappingProxyType({"censored": "all_censored"})) -> list[dict]:
+    """Per point (the rows alike in ``fields``: every parameter but the
+    seed): the parameters, the runs counted (status ok) and excluded, per
+    ``totals`` entry {name: row column} that column summed over the counted
+    runs, and an Estimate per metric."""
     by: dict[tuple, list[dict]] = {}
     for r in rows:
-        by.setdefault(point_key(r), []).append(r)
+        by.setdefault(tuple(r[f] for f in fields), []).append(r)
     out = []
     for key, rs in by.items():
         ok = [r for r in rs if r["status"] == "ok"]
-        p = dict(zip(POINT_FIELDS, key))
+        p = dict(zip(fields, key))
         p["runs"] = len(rs)
         p["counted"] = len(ok)
         p["cpu_bound"] = sum(r["status"] == "cpu_bound" for r in rs)
         p["failed"] = sum(r["status"] in ("failed", "missing") for r in rs)
-        p["censored"] = sum(r.get("all_censored") or 0 for r in ok)
-        p["est"] = {m: estimate([r.get(m) for r in ok]) for m in METRICS}
+        for name, column in totals.items():
+            p[name] = sum(r.get(column) or 0 for r in ok)
+        p["est"] = {m: estimate([r.get(m) for r in ok]) for m in metrics}
         out.append(p)
     return out
 

@@ -29,8 +29,9 @@ PAPER_FCT = {
 }
 #: network FCT metric -> the same statistic of the FCT from the hand-off
 FCT_FROM_HANDOFF = {m: m.replace("_netfct_", "_fct_") for m in PAPER_FCT}
-#: the verdict of a network-FCT row whose runs never recorded wire times
-NO_NETFCT = "no network FCT in these runs (recorded before wire times: see the FCT column)"
+#: what a network-FCT row says when its runs never recorded wire times: it is
+#: judged on the FCT from the hand-off instead (see _headline_row)
+NO_NETFCT = "on the FCT from the hand-off: no network FCT in these runs (recorded before wire times)"
 PAPER_SPEEDUP = 2.37    # "training speed up to 2.37x" (issue 11; testbed, sec. IV-B)
 PAPER_LOAD = 0.8
 ANALYSIS_FILE = "analysis.md"
@@ -167,24 +168,30 @@ def _recorded(rows, metric, kw) -> bool:
 def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
     ta, ba = paper_sides(pts, base)
     where += _sides_note(ta, ba)
+    # Runs recorded before wire times (the committed ones up to issue 17 item 4)
+    # have no network FCT: the row is judged on the FCT from the hand-off,
+    # labelled, and keeps its place in the Holm family, so the other rows'
+    # corrections do not change with the age of the data.
+    on_handoff = (metric in FCT_FROM_HANDOFF and not _recorded(rows, metric, kw)
+                  and _recorded(rows, FCT_FROM_HANDOFF[metric], kw))
+    metric = FCT_FROM_HANDOFF[metric] if on_handoff else metric
     pr, lone = compare(rows, metric, {**kw, **ta}, {**kw, **ba})
     t, b = est(find(pts, **kw, **ta), metric), est(find(pts, **kw, **ba), metric)
     k = 1 if metric == "samples_per_s" else 1e3
     row = {"number": number, "paper": paper, "metric": metric, "pair": pr, "where": where,
            "n": pr.n, "unpaired_seeds": lone, "talb_ms": _fmt(t, k), "base_ms": _fmt(b, k),
            "ours": _ratio(pr, metric), "diff": _diff(pr, metric), "p": pr.p,
-           "p_equiv": pr.p_equiv, "paper_effect": "-", "ours_handoff": "-"}
+           "p_equiv": pr.p_equiv, "paper_effect": "-", "ours_handoff": "-", "on_handoff": on_handoff}
     if metric in FCT_FROM_HANDOFF:        # the same number on the FCT from the hand-off
         old = FCT_FROM_HANDOFF[metric]
         pr_old, _ = compare(rows, old, {**kw, **ta}, {**kw, **ba})
         row["pair_handoff"] = pr_old
         row["ours_handoff"] = _ratio(pr_old, old)
+    elif on_handoff:                      # the row's own numbers are the hand-off's
+        row["pair_handoff"], row["ours_handoff"] = pr, row["ours"]
     if pr.n == 0:
         if find(pts, scheme="talb") is None:
             row["verdict"] = "TaLB not run"
-        elif metric in FCT_FROM_HANDOFF and find(pts, scheme=base) is not None \
-                and not _recorded(rows, metric, kw) and _recorded(rows, FCT_FROM_HANDOFF[metric], kw):
-            row["verdict"] = NO_NETFCT
         elif t.mean is None or b.mean is None:
             row["verdict"] = _missing(rows, pts, base, kw, ta, ba)
         else:
@@ -253,12 +260,13 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
         for r, q in zip(fam, holm([r[key] for r in fam])):
             r[key + "_holm"] = q
     for r in out:
-        if "verdict" in r:
-            continue
-        if r["holm"]:
-            r["verdict"] = _word(r["pair"].verdict(r["p_holm"], r["p_equiv_holm"]))
-        else:
-            r["verdict"] = _word(r["pair"].verdict()) + " (uncorrected)"
+        if "verdict" not in r:
+            if r["holm"]:
+                r["verdict"] = _word(r["pair"].verdict(r["p_holm"], r["p_equiv_holm"]))
+            else:
+                r["verdict"] = _word(r["pair"].verdict()) + " (uncorrected)"
+        if r.get("on_handoff") and r["n"]:       # a row with numbers: say which FCT
+            r["verdict"] += f"; {NO_NETFCT}"
     return out
 
 
@@ -273,7 +281,7 @@ def _headline_md(pvo) -> list[str]:
                            if r["unpaired_seeds"] else "")
         body.append([r["number"], r["paper"], r["ours"], r["diff"], r["where"], n, p,
                      r["verdict"], r["paper_effect"], r.get("ours_handoff", "-")])
-    return [_md_table(cols, body)]
+    return [md_table(cols, body)]
 
 
 def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
@@ -289,7 +297,7 @@ def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
         return arm(s, q, c) if a == "default" else f"{arm(s, q, c)}/{a}"
     for cell, members in sorted(cells.items(), key=lambda c: tuple(map(str, c[0]))):
         kw = dict(zip((*_CELL, "load"), cell))
-        ms = sorted(members, key=lambda m: (plots._series_order([m[0]])[0], m[1], m[2], m[3]))
+        ms = sorted(members, key=lambda m: (plots.series_order([m[0]])[0], m[1], m[2], m[3]))
         for i, (sa, qa, ca, aa) in enumerate(ms):
             for sb, qb, cb, ab in ms[i + 1:]:
                 for metric in OUTCOME_METRICS:
@@ -355,7 +363,7 @@ def factorial_table(rows: list[dict], pts: list[dict]) -> list[dict]:
         for load in sorted({p["load"] for p in ref if tuple(p[f] for f in _GROUP) == g}):
             kw = {**dict(zip(_GROUP, g)), "load": load, "agent": "default"}
             ran = {(p["scheme"], p["queueing"]) for p in ref if all(p[k] == v for k, v in kw.items())}
-            bases = [b for b in plots._series_order(sorted({s for s, _ in ran} - {"talb"}))
+            bases = [b for b in plots.series_order(sorted({s for s, _ in ran} - {"talb"}))
                      if {(b, "bands"), (b, "fifo")} <= ran]
             if not {("talb", "bands"), ("talb", "fifo")} <= ran or not bases:
                 continue
@@ -448,7 +456,7 @@ def _factorial_md(table: list[dict]) -> list[str]:
                                _ratio(pr, metric),
                                _p(pr.p) + (f" ({_p(r['p_holm'])})" if pr.p is not None else ""),
                                r["verdict"]])
-        L += [_md_table((["group"] if many else []) + ["load", "vs", "effect", "n",
+        L += [md_table((["group"] if many else []) + ["load", "vs", "effect", "n",
                                                        "mean [95% CI]", "ratio [95% CI]",
                                                        "p (Holm)", "verdict"], body), ""]
     return L
@@ -477,7 +485,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             # TaLB under each queueing against each scheme under the same one, or,
             # where a scheme never ran under it, under its own (fig10-paper)
             for qt in sorted(ran.get("talb", ()), key=("bands", "fifo").index):
-                for base in plots._series_order(sorted(set(ran) - {"talb"})):
+                for base in plots.series_order(sorted(set(ran) - {"talb"})):
                     for qb in (sorted(ran[base]) if qt not in ran[base] else [qt]):
                         cells.append((g, load, qt, arm(base, qb), [
                             compare(rows, m, {**kw, "scheme": "talb", "queueing": qt},
@@ -512,7 +520,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             + (" `/fifo`: the switch ports queued in one FIFO each instead of the topology's "
                "priority bands; TaLB is compared with each scheme under the same queueing, or, "
                "where the scheme never ran under it, under the scheme's own." if queueings else ""),
-            "", _md_table(cols, body), ""]
+            "", md_table(cols, body), ""]
 
 
 def _points_table(pts, metrics) -> str:
@@ -522,7 +530,7 @@ def _points_table(pts, metrics) -> str:
     prow = []
     for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
                                         p["load"], p["connections"],
-                                        plots._series_order([p["scheme"]])[0], p["queueing"])):
+                                        plots.series_order([p["scheme"]])[0], p["queueing"])):
         vals = []
         for m in metrics:
             scale = 1e3 if "fct" in m or m.endswith("_mean_s") else (100 if m.endswith("_gap") else 1)
@@ -532,10 +540,11 @@ def _points_table(pts, metrics) -> str:
                      p["agent"], f"{p['load']:g}",
                      f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
                      p["cpu_bound"] + p["failed"], *vals])
-    return _md_table(cols, prow)
+    return md_table(cols, prow)
 
 
-def _md_table(header: list[str], rows: list[list]) -> str:
+def md_table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table (every summary.md's tables, lb-classic's too)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
@@ -577,7 +586,7 @@ def _ablation_md(rows, pts) -> list[str]:
     body = [[f"{load:g}", p["agent"], p["counted"], _fmt(p["est"]["short_fct_mean_s"]),
              _fmt(p["est"]["short_fct_p99_s"]), _fmt(p["est"]["all_fct_mean_s"]), cell(d), cell(e)]
             for load, p, d, e in cells]
-    L += [_md_table(["load", "setting", "n", "short AFCT ms", "short p99 ms", "all AFCT ms",
+    L += [md_table(["load", "setting", "n", "short AFCT ms", "short p99 ms", "all AFCT ms",
                      "short AFCT vs default", "short AFCT vs ECMP"], body), ""]
     return L
 
@@ -622,7 +631,7 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
         why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
                "more": "more seeds wanted: the sweep stopped before the rule was done (or ran before it existed)"}[d["status"]]
         body.append([where, str(len(d["seeds"])), widths, why])
-    L += [_md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
+    L += [md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
                     body) if body else "No headline point has runs yet.", ""]
     return L + _rto_md(rows, rule.metric)
 
@@ -661,12 +670,6 @@ def _rto_md(rows: list[dict], metric: str) -> list[str]:
     return L
 
 
-def _machine() -> dict:
-    from workload.run_record import software_versions
-
-    return software_versions()
-
-
 def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
     """CSV, points, plots and summary.md from what ``out`` holds now."""
     if plan.figure == "lb_classic":     # background only: its own report (bench/sweep/lbclassic.py)
@@ -696,10 +699,14 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
             "factorial": factorial, "pairing": pairs}
 
 
-def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
-    sw = _machine()
+def report_head(plan: Plan, rows: list[dict], wall_s: float | None) -> list[str]:
+    """summary.md's first lines (every sweep's, lb-classic's too): title and
+    description, the commits the runs were made at and the one writing the
+    report, the runs by status, the schemes skipped."""
+    from workload.run_record import software_versions
+
+    sw = software_versions()
     st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}
-    first = plan.runs[0] if plan.runs else None
     # the code the runs ran on (each results file says), not the one writing this report
     ran_on = sorted({r["commit"] for r in rows if r.get("commit")})
     L = [f"# talb bench: {plan.name}", "", plan.description, "",
@@ -713,10 +720,16 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
     if plan.skipped_schemes:
         L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
               f"{', '.join(plan.skipped_schemes)}.", ""]
+    return L
+
+
+def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
+    first = plan.runs[0] if plan.runs else None
+    L = report_head(plan, rows, wall_s)
     L += ["## Effective parameters", ""]
     if first:
         dims = {f: sorted({getattr(r, f) for r in plan.runs}, key=str) for f in SPEC_FIELDS}
-        L += [_md_table(["parameter", "values"], [[k, ", ".join(str(v) for v in vs)]
+        L += [md_table(["parameter", "values"], [[k, ", ".join(str(v) for v in vs)]
                                                    for k, vs in dims.items()]), ""]
         agents = {r.agent: dict(r.agent_opts) for r in plan.runs}
         L += ["Agent settings (AgentConfig fields over the defaults of agent/config.py): "
@@ -745,7 +758,9 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "column gives the same ratio on the FCT from the hand-off to the socket, which also "
           "counts the wait in the sender's socket buffer behind the connection's earlier "
           "tensors (docs/workload.md, \"Measurement\"). Runs recorded before wire times have "
-          "no network FCT: their FCT rows say so and keep only that column.", "",
+          "no network FCT: their FCT rows are judged on the FCT from the hand-off instead, "
+          "say so in the verdict, and stay in the Holm family (its size does not change "
+          "with the age of the data).", "",
           *_headline_md(pvo), "",
           _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
           "run on both sides." + _sides_md(pvo), "", pairing.verdict_line(pairs), ""]

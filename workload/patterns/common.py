@@ -118,16 +118,18 @@ def payload(key: str, nbytes: int) -> bytearray:
     return body
 
 
-def recv_exact(conn: socket.socket, n: int) -> bytearray | None:
-    buf = bytearray(n)
+def recv_exact(conn: socket.socket, buf: bytearray) -> bool:
+    """Fill all of ``buf`` from ``conn``; False at EOF before it is full.
+    Into the caller's buffer, so a receive loop can reuse one (the tensor
+    receivers here and in workload/tensor_app.py)."""
     view = memoryview(buf)
-    got = 0
+    n, got = len(view), 0
     while got < n:
         k = conn.recv_into(view[got:], n - got)
         if k == 0:
-            return None
+            return False
         got += k
-    return buf
+    return True
 
 
 def send_message(sender, kind: str, src: int, dst: int, it: int, p: Partition, step: int,
@@ -168,8 +170,8 @@ def send_ack(sock: socket.socket, src: int, dst: int, it: int, p: Partition) -> 
 def recv_message(conn: socket.socket) -> dict | None:
     """The next message on ``conn`` (None at EOF), with its check done and
     the time its last byte reached the application."""
-    head = recv_exact(conn, HEADER.size)
-    if head is None:
+    head = bytearray(HEADER.size)
+    if not recv_exact(conn, head):
         return None
     magic, kind, layer, src, dst, step, it, pid, length, digest = HEADER.unpack(head)
     if magic != MAGIC:
@@ -177,9 +179,10 @@ def recv_message(conn: socket.socket) -> dict | None:
     if KINDS.get(kind) == "ack":
         return {"kind": "ack", "layer": layer, "src": src, "dst": dst, "step": step, "it": it,
                 "pid": pid, "ok": True}
-    body = recv_exact(conn, length)
+    body = bytearray(length)
+    complete = recv_exact(conn, body)
     t = time.monotonic_ns()
-    if body is None:
+    if not complete:
         raise RuntimeError(f"connection closed inside a {KINDS.get(kind)} message "
                            f"(iteration {it}, partition {pid})")
     key = msg_key(KINDS[kind], src, dst, it, pid, step)
@@ -215,8 +218,8 @@ def accept(srv: socket.socket) -> tuple[socket.socket, int]:
 def accept_indexed(srv: socket.socket) -> tuple[socket.socket, int, int]:
     """The next connection, the node that opened it and its index among that node's."""
     conn, _ = srv.accept()
-    hello = recv_exact(conn, HELLO.size)
-    if hello is None or HELLO.unpack(hello)[0] != MAGIC:
+    hello = bytearray(HELLO.size)
+    if not recv_exact(conn, hello) or HELLO.unpack(hello)[0] != MAGIC:
         raise RuntimeError("a peer connected without saying who it is")
     _magic, peer, index = HELLO.unpack(hello)
     return conn, peer, index
