@@ -28,10 +28,8 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import new_prefix
-from helpers import free_port
-from netns_topology import load_topology
-from talb import paths, testbed
+from helpers import up_fabric
+from talb import paths
 from tiny_model import tiny_profile
 from workload.experiment import RunConfig, place, run
 from workload.scaling import scaling_for
@@ -44,11 +42,8 @@ ITERATIONS = 3
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    topo = load_topology(TOPOLOGY)
-    testbed.up(topo, prefix, agent={"metrics_port": free_port()})
-    return prefix, topo
+    f = up_fabric(request, TOPOLOGY, agent=True)
+    return f.prefix, f.topo
 
 
 def _run(prefix, tmp_path, arch, workers, connections, servers=1, **kw):
@@ -208,11 +203,7 @@ BENCH_ROUNDS = 2
 
 @pytest.fixture(scope="module")
 def fig10_fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(load_topology(paths.REPO_ROOT / "topologies" / "fig10.yaml"), prefix,
-               agent={"metrics_port": free_port()})
-    return prefix
+    return up_fabric(request, paths.REPO_ROOT / "topologies" / "fig10.yaml", agent=True).prefix
 
 
 @pytest.mark.bench

@@ -274,7 +274,7 @@ def points(rows: list[dict], fields: tuple[str, ...] = POINT_FIELDS,
     runs, and an Estimate per metric."""
     by: dict[tuple, list[dict]] = {}
     for r in rows:
-        by.setdefault(tuple(r[f] for f in fields), []).append(r)
+        by.setdefault(tuple(field(r, f) for f in fields), []).append(r)
     out = []
     for key, rs in by.items():
         ok = [r for r in rs if r["status"] == "ok"]
