@@ -93,6 +93,11 @@ class RunConfig:
     # "fifo" (one FIFO per port, the same bytes); None: as the fabric is now.
     # Set before the run and put back after it on a testbed the run did not build.
     queueing: str | None = None
+    # How tensors travel between a worker and a server (ring: neighbours):
+    # "pair" (one connection, as ps-lite), "class" (one per priority class) or
+    # "pool:N" (N pre-opened, one tensor per idle connection);
+    # workload/patterns/connections.py, docs/workload.md "Connections".
+    connections: str = "pair"
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -142,6 +147,9 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
 
     _need(cfg.queueing is None or cfg.queueing in QUEUEINGS, "--queueing", cfg.queueing,
           f"one of {', '.join(QUEUEINGS)}")
+    from workload.patterns import connections
+
+    cfg.connections = connections.canonical(cfg.connections)   # ValueError names --connections
     if cfg.fault is not None:
         from workload.faults import parse_fault
 
@@ -223,6 +231,52 @@ def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict) -> dict:
         "servers": [{"host": h.name, "ip": h.ip, "port": cfg.base_port + 1 + i}
                     for i, h in enumerate(hosts["servers"])],
     }
+
+
+def connections_plan(cfg: RunConfig, parts, topo) -> dict:
+    """The plan's connection model (workload/patterns/connections.py).
+    ``class``: each partition's class is the priority band its layer is
+    marked into on the switches (band_of: band 1 + layer // layers_per_band,
+    the last band taking the rest), from the topology's queue whatever the
+    run's queueing, so that bands and fifo runs open the same connections;
+    numbered from 0. A topology with one band has one class."""
+    from workload.patterns import connections
+
+    mode, n = connections.parse(cfg.connections)
+    if mode == "pool":
+        return {"model": "pool", "n": n}
+    if mode == "pair":
+        return {"model": "pair"}
+    from agent.schemes.talb import band_of
+
+    q = topo.queue
+    bands = [band_of(True, p.layer, len(q.bands), q.layers_per_band) for p in parts]
+    return {"model": "class", "bands": len(q.bands), "layers_per_band": q.layers_per_band,
+            "class_of": [max(b - 1, 0) for b in bands]}
+
+
+def connections_record(cfg: RunConfig, plan: dict, events: list[dict]) -> dict:
+    """What the run's connection model was and cost: the model, the
+    connections each pair opened, per direction (sending node > receiving
+    node) how many distinct connections carried tensors, and per node its
+    CPU seconds and most threads at once (the nodes' "cost" records)."""
+    conns = plan.get("connections") or {"model": "pair"}
+    used: dict[str, set] = {}
+    for e in events:
+        if e.get("ev") == "tx":
+            used.setdefault(f"{e['src']}>{e['dst']}", set()).add(
+                tuple(e["ports"]) if e.get("ports") else e.get("conn", 0))
+    flows = {k: len(v) for k, v in sorted(used.items())}
+    cost = {str(e["node"]): {"cpu_s": e["cpu_s"], "threads": e["threads"]}
+            for e in events if e.get("ev") == "cost"}
+    return {"model": cfg.connections,
+            "pool_size": conns.get("n"),
+            "classes": len(set(conns["class_of"])) if conns["model"] == "class" else None,
+            "class_of_partition": conns.get("class_of"),
+            "flows_carrying_tensors": flows,
+            "nodes": cost,
+            "cpu_s_total": sum(c["cpu_s"] for c in cost.values()) if cost else None,
+            "threads_max": max((c["threads"] for c in cost.values()), default=None)}
 
 
 def _die_with_parent() -> None:
@@ -657,6 +711,7 @@ def _setup(cfg: RunConfig, profile, scaling, built: bool) -> _Setup:
                          f"16-bit tensor length ({MAX_TENSOR_PKTS} packets); choose a smaller size, "
                          f"got {cfg.partition_bytes}")
     plan = make_plan(cfg, profile, scaling, parts, hosts)
+    plan["connections"] = connections_plan(cfg, parts, topo)
     pattern = get_pattern(cfg.arch)
     return _Setup(topo, fabric, profile, hosts, link_bps, scaling, parts, plan, pattern,
                   pattern.nodes(plan))
@@ -874,6 +929,7 @@ def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
     """One flat row of the numbers a sweep compares (issue 11's CSV)."""
     schemes = sorted({c["scheme"] for c in fabric["switch_config"].values()})
     row = {"scheme": ",".join(schemes) or "bridge", "queueing": fabric["queueing"]["mode"],
+           "connections": cfg.connections,
            "model": cfg.model, "arch": cfg.arch,
            "workers": cfg.workers, "servers": cfg.servers if cfg.arch == "ps" else 0,
            "load": cfg.load, "seed": cfg.seed, "samples_per_s": speed["samples_per_s"],
@@ -886,6 +942,8 @@ def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
         row[f"{name}_netfct_mean_s"] = block["netfct"]["mean_s"]
         row[f"{name}_netfct_p99_s"] = block["netfct"]["p99_s"]
         row[f"{name}_sendbuf_wait_mean_s"] = block["sendbuf_wait"]["mean_s"]
+        # the wait for a connection before the hand-off (connection models)
+        row[f"{name}_conn_wait_mean_s"] = block["conn_wait"]["mean_s"]
         row[f"{name}_wire_missing"] = block["wire_missing"]
     return row
 
@@ -932,6 +990,8 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "scheduler": {"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
                       "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
         "placement": {k: [h.name for h in v] for k, v in hosts.items()},
+        # the connection model in effect and what it cost (docs/workload.md, "Connections")
+        "connections": connections_record(cfg, plan, events),
         "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
                  "background_covered": pairing["background"]["covered"]
                  if background and pairing else None,

@@ -291,6 +291,12 @@ class TensorSender:
         fcntl.ioctl(self.sock.fileno(), termios.TIOCOUTQ, buf)  # SIOCOUTQ: write_seq - snd_una
         return buf[0]
 
+    def unacked_bytes(self) -> int:
+        """Bytes written to the socket and not yet acknowledged by the peer
+        (SIOCOUTQ): 0 when everything sent so far has been acknowledged
+        (the pool connection model's "idle", workload/patterns/connections.py)."""
+        return self._outq()
+
     def stream_offset(self) -> int:
         """Offset of the next byte written to the socket: acked + unacked
         bytes, from two system calls. An ACK landing between them moves its

@@ -40,7 +40,7 @@ NO_MODEL = "none"
 TRAINING_FIELDS = {"models": "--models", "archs": "--archs", "target_rates": "--target-rates",
                    "workers": "--workers", "servers": "--servers", "iterations": "--iterations",
                    "warmup": "--warmup", "scaling": "--scaling",
-                   "queueing": "--queueing"}
+                   "queueing": "--queueing", "connections": "--connections"}
 CLASSES = ("short", "long", "all")
 #: per point: normalised FCT (nfct) and FCT per class, and the mechanism
 LB_METRICS = tuple(f"{c}_{m}" for c in CLASSES for m in ("nfct_mean", "nfct_p99", "fct_mean_s",

@@ -147,7 +147,7 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
         if kind == "ablation":
             series = lambda p: p["agent"] if p["scheme"] == "talb" else f"{p['scheme']} (reference)"  # noqa: E731
         else:
-            series = lambda p: arm(p["scheme"], p["queueing"])  # noqa: E731
+            series = lambda p: arm(p["scheme"], p["queueing"], p.get("connections", "pair"))  # noqa: E731
         for gkey, gpts in group_by(pts, keys).items():
             fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
             for i, (ax, (metric, ptitle, scale, unit)) in enumerate(zip(axes[0], panels)):
@@ -164,7 +164,8 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
             fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
             for ax, model in zip(axes[0], models):
                 draw_panel(ax, [p for p in gpts if p["model"] == model], x="target_link_bps",
-                       series=lambda p: arm(p["scheme"], p["queueing"]), metric="samples_per_s", scale=1,
+                       series=lambda p: arm(p["scheme"], p["queueing"], p.get("connections", "pair")),
+                       metric="samples_per_s", scale=1,
                        title=model, ylabel="samples/s (target scale)",
                        xlabel="target link rate (Gbit/s)", xscale=1e-9)
                 _bounds(ax, [p for p in gpts if p["model"] == model], "target_link_bps", 1e-9)

@@ -44,7 +44,16 @@ def _fmt(e, scale=1e3, digits=1) -> str:
     return s + (f" ± {e.half_width * scale:.{digits}f}" if e.half_width is not None else " (n=1)")
 
 
-_GROUP = ("topology", "model", "arch", "target_link_bps")
+#: what the comparisons of TaLB and a baseline hold fixed: TaLB on pool
+#: connections is compared with a baseline on pool connections
+_GROUP = ("topology", "model", "arch", "target_link_bps", "connections")
+#: paired.csv's cells: every arm of a point, connection models included
+_CELL = tuple(f for f in _GROUP if f != "connections")
+
+
+def _conn(c) -> str:
+    """A group's connection model for a label ("" for one connection per pair)."""
+    return "" if c in (None, "pair") else f", {c} connections"
 #: the headline numbers TaLB is compared on, lower is better but for the speed
 COMPARED = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
             "samples_per_s")
@@ -208,7 +217,8 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
             for g in groups:
                 kw = {**dict(zip(_GROUP, g)), "agent": "default", "load": at}
                 r = _headline_row(rows, ref, f"{what} vs {base.upper()}", f"−{paper[base]:.0%}",
-                                  metric, base, kw, f"{Path(g[0]).stem}, {g[1]}, load {at:g}")
+                                  metric, base, kw,
+                                  f"{Path(g[0]).stem}, {g[1]}{_conn(g[4])}, load {at:g}")
                 if r["pair"].ratio_low is not None:      # the paper's numbers are at 0.8 load
                     r["paper_effect"] = r["pair"].excludes_ratio(1 - paper[base]) \
                         if at == PAPER_LOAD else f"- (paper's is at load {PAPER_LOAD:g})"
@@ -219,7 +229,8 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
             out.append({**_headline_row(rows, ref, f"training speed vs {base.upper()}",
                                         f"up to {PAPER_SPEEDUP}× (its best point)",
                                         "samples_per_s", base, kw,
-                                        f"{g[1]}, {g[3] / 1e9:g}G, load {at:g}"), "holm": True})
+                                        f"{g[1]}, {g[3] / 1e9:g}G{_conn(g[4])}, load {at:g}"),
+                        "holm": True})
     for base in PAPER_BASELINES:
         best = None
         ta, ba = paper_sides(ref, base)
@@ -240,7 +251,8 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
             continue
         _, p, kw = best
         r = _headline_row(rows, ref, number, f"up to {PAPER_SPEEDUP}×", "samples_per_s", base, kw,
-                          f"{p['model']}, {p['target_link_bps'] / 1e9:g}G, load {p['load']:g}")
+                          f"{p['model']}, {p['target_link_bps'] / 1e9:g}G{_conn(p['connections'])}, "
+                          f"load {p['load']:g}")
         r["paper_effect"] = r["pair"].excludes_ratio(PAPER_SPEEDUP) or "-"
         out.append({**r, "holm": False})
     fam = [r for r in out if r["holm"]]
@@ -277,22 +289,25 @@ def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
     outcome metric, paired by seed: the rows of paired.csv (raw p-values)."""
     cells: dict[tuple, set] = {}
     for p in pts:
-        cells.setdefault(tuple(p[f] for f in (*_GROUP, "load")), set()).add(
-            (p["scheme"], p["queueing"], p["agent"]))
+        cells.setdefault(tuple(p[f] for f in (*_CELL, "load")), set()).add(
+            (p["scheme"], p["queueing"], p["connections"], p["agent"]))
     out = []
 
-    def name(s, q, a):
-        return arm(s, q) if a == "default" else f"{arm(s, q)}/{a}"
+    def name(s, q, c, a):
+        return arm(s, q, c) if a == "default" else f"{arm(s, q, c)}/{a}"
     for cell, members in sorted(cells.items(), key=lambda c: tuple(map(str, c[0]))):
-        kw = dict(zip((*_GROUP, "load"), cell))
-        ms = sorted(members, key=lambda m: (plots.series_order([m[0]])[0], m[1], m[2]))
-        for i, (sa, qa, aa) in enumerate(ms):
-            for sb, qb, ab in ms[i + 1:]:
+        kw = dict(zip((*_CELL, "load"), cell))
+        ms = sorted(members, key=lambda m: (plots.series_order([m[0]])[0], m[1], m[2], m[3]))
+        for i, (sa, qa, ca, aa) in enumerate(ms):
+            for sb, qb, cb, ab in ms[i + 1:]:
                 for metric in OUTCOME_METRICS:
-                    pr, lone = compare(rows, metric, {**kw, "scheme": sa, "queueing": qa, "agent": aa},
-                                       {**kw, "scheme": sb, "queueing": qb, "agent": ab})
-                    out.append({**kw, "a": name(sa, qa, aa), "b": name(sb, qb, ab), "metric": metric,
-                                **pr.to_dict(), "unpaired_seeds": " ".join(map(str, lone))})
+                    pr, lone = compare(rows, metric, {**kw, "scheme": sa, "queueing": qa,
+                                                      "connections": ca, "agent": aa},
+                                       {**kw, "scheme": sb, "queueing": qb, "connections": cb,
+                                        "agent": ab})
+                    out.append({**kw, "a": name(sa, qa, ca, aa), "b": name(sb, qb, cb, ab),
+                                "metric": metric, **pr.to_dict(),
+                                "unpaired_seeds": " ".join(map(str, lone))})
     return out
 
 
@@ -433,8 +448,8 @@ def _factorial_md(table: list[dict]) -> list[str]:
         body = []
         for r in fam:
             pr = r["pair"]
-            grp = [f"{Path(r['topology']).stem}, {r['model']}, {r['target_link_bps'] / 1e9:g}G"] \
-                if many else []
+            grp = [f"{Path(r['topology']).stem}, {r['model']}, {r['target_link_bps'] / 1e9:g}G"
+                   f"{_conn(r['connections'])}"] if many else []
             body.append(grp + [f"{r['load']:g}", (r["baseline"] or "-").upper(),
                                EFFECTS[r["effect"]][0].format(B=(r["baseline"] or "").upper()),
                                str(pr.n), _diff(pr, metric).rsplit(" ", 1)[0] if pr.n else "-",
@@ -483,7 +498,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
     queueings = any(c[2] != "bands" or "/" in c[3] for c in cells)
     body, i = [], 0
     for g, load, qt, base, prs in cells:
-        line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G"] if many else []) + \
+        line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G{_conn(g[4])}"] if many else []) + \
             [f"{load:g}"] + ([arm("talb", qt)] if queueings else []) + \
             [base, str(min(pr.n for pr in prs))]
         for m, pr in zip(COMPARED, prs):
@@ -514,13 +529,14 @@ def _points_table(pts, metrics) -> str:
          .replace("_pct", "").replace("_", " ") for m in metrics]
     prow = []
     for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
-                                        p["load"], plots.series_order([p["scheme"]])[0],
-                                        p["queueing"])):
+                                        p["load"], p["connections"],
+                                        plots.series_order([p["scheme"]])[0], p["queueing"])):
         vals = []
         for m in metrics:
             scale = 1e3 if "fct" in m or m.endswith("_mean_s") else (100 if m.endswith("_gap") else 1)
             vals.append(_fmt(p["est"][m], scale, 2 if m == "uplink_spread" else 1))
-        prow.append([Path(p["topology"]).stem, p["model"], arm(p["scheme"], p["queueing"]),
+        prow.append([Path(p["topology"]).stem, p["model"],
+                     arm(p["scheme"], p["queueing"], p["connections"]),
                      p["agent"], f"{p['load']:g}",
                      f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
                      p["cpu_bound"] + p["failed"], *vals])
