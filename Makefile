@@ -65,7 +65,7 @@ bench: setup
 	$(PYTEST) -m bench -s -q
 
 clean:
-	-@[ -x $(TALB) ] && $(TALB) monitoring down || true
-	-@[ -x $(TALB) ] && $(TALB) testbed down --prefix $(call shq,$(PREFIX)) || true
+	-@[ -x $(call shq,$(TALB)) ] && $(call shq,$(TALB)) monitoring down || true
+	-@[ -x $(call shq,$(TALB)) ] && $(call shq,$(TALB)) testbed down --prefix $(call shq,$(PREFIX)) || true
 	-@VENV=$(call shq,$(VENV)) bash scripts/talb-link.sh remove
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(call shq,$(VENV)) .pytest_cache .hypothesis *.egg-info

@@ -105,6 +105,9 @@ class SwitchMonitor:
         self._qdiscs: dict[int, QdiscStats] = {}
         self._slow = {"counters": {}, "scheme": None, "tensors": None}
         self.latest: SwitchReading | None = None
+        #: False: each window computes the PCMs but writes nothing to the
+        #: maps (bench/agent_loop.py times the window without publish_pcm).
+        self.publishes = True
 
     # -- set-up --------------------------------------------------------------
     def bind(self, specs: list[PortSpec]) -> None:
@@ -184,7 +187,7 @@ class SwitchMonitor:
                 pcm = pcm_math.group_pcm([util[x] for x in g.distinct],
                                          [delay[x] for x in g.distinct],
                                          self.config.w1, self.config.w2)
-                if self._publish(g, dict(zip(g.distinct, pcm))):
+                if not self.publishes or self._publish(g, dict(zip(g.distinct, pcm))):
                     groups.append(GroupReading(g.gid, g.label, g.names,
                                                tuple(pcm), tuple(pcm_math.wrr_weights(pcm))))
         reading = SwitchReading(self.name, now, win.dt_s if win else None, tuple(readings),

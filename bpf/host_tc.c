@@ -75,7 +75,7 @@ int talb_host_tc(struct __sk_buff *skb)
 		host_count(HOST_CNT_NOT_TCP);
 		return TC_ACT_OK;
 	}
-	if (iph->frag_off & bpf_htons(HOST_IP_MF | HOST_IP_OFFSET)) {
+	if (ipv4_is_fragment(iph)) {
 		host_count(HOST_CNT_UNTAGGED_FRAGMENT);
 		return TC_ACT_OK;
 	}

@@ -24,7 +24,8 @@
  * option before a host port (PORT_HOST) when the packet is exactly as a
  * host sends it -- IHL 8, the option (type 0x9E, length 12) the only one,
  * right after the base header: the 12 bytes bpf_skb_adjust_room(-12,
- * BPF_ADJ_ROOM_NET) removes -- and fixes IHL, total length and checksum.
+ * BPF_ADJ_ROOM_NET) removes -- and fixes IHL, total length and checksum
+ * (talb/ipopt.h ipopt_strip; CONGA's option goes in and out the same way).
  * Any other packet with an option of type 0x9E (after other options, or
  * followed by more: hosts never send such, and a second 0x9E behind ours
  * would survive the strip) is dropped where it meets a host: arriving from
@@ -48,120 +49,17 @@
 #include "talb/structs.h"
 #include "talb/maps.h"
 #include "talb/decision.h"
+#include "talb/ipopt.h"
 #include "talb/skb.h"
 
-/* Remove the first IPv4 option (ours: 12 bytes right after the base
- * header) and fix IHL, total length and checksum. The checksum is updated
- * incrementally (RFC 1624 through bpf_csum_diff): minus the old first
- * word and the option's 12 bytes, plus the new first word. 0 on success;
- * on failure the packet is as it was, or unusable (the caller drops it). */
-static __always_inline int talb_strip_option(struct __sk_buff *skb)
-{
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct iphdr *iph = data + sizeof(struct ethhdr);
-	__u32 from[1 + TALB_IPOPT_LEN / 4];
-	__u32 to[1];
-	__u8 *w0 = (__u8 *)to;
-	__s64 diff;
-
-	if ((void *)iph + TALB_IP_BASE_LEN + TALB_IPOPT_LEN > data_end)
-		return -1;
-	/* the first 32-bit word (version/IHL, TOS, total length) and the
-	 * option, as they are */
-	__builtin_memcpy(&from[0], iph, 4);
-	__builtin_memcpy(&from[1], (__u8 *)iph + TALB_IP_BASE_LEN, TALB_IPOPT_LEN);
-	to[0] = from[0];
-	w0[0] -= TALB_IPOPT_LEN / 4;                       /* IHL, low nibble */
-	*(__be16 *)&w0[2] = bpf_htons(bpf_ntohs(iph->tot_len) - TALB_IPOPT_LEN);
-	diff = bpf_csum_diff(from, sizeof(from), to, sizeof(to), 0);
-	if (diff < 0)
-		return -1;
-	if (bpf_skb_adjust_room(skb, -TALB_IPOPT_LEN, BPF_ADJ_ROOM_NET, 0))
-		return -1;
-	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), to, sizeof(to), 0))
-		return -1;
-	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
-				0, diff, 0))
-		return -1;
-	return 0;
-}
-
-/* CONGA's option (schemes/conga.h) on the packet. The checksum is fixed
- * incrementally (RFC 1624, bpf_csum_diff) like talb_strip_option's. */
-
-/* Push `o` right after the base header (in front of any other option):
- * IHL + 2, total length + 8. 0 on success; -1 with the packet as it was
- * (no room: IHL would pass 15), or unusable (the caller drops it). */
-static __always_inline int conga_push(struct __sk_buff *skb, const struct conga_opt *o)
-{
-	__u32 from[1], to[1 + TALB_CONGA_IPOPT_LEN / 4];
-	__u8 *w0 = (__u8 *)to;
-	__s64 diff;
-
-	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), from, sizeof(from)))
-		return -1;
-	to[0] = from[0];
-	if ((w0[0] & 0x0F) + TALB_CONGA_IPOPT_LEN / 4 > 15)
-		return -1;
-	w0[0] += TALB_CONGA_IPOPT_LEN / 4;
-	*(__be16 *)&w0[2] = bpf_htons(bpf_ntohs(*(__be16 *)&w0[2]) + TALB_CONGA_IPOPT_LEN);
-	__builtin_memcpy(&to[1], o, TALB_CONGA_IPOPT_LEN);
-	/* the header's sum: minus the old first word, plus the new one and
-	 * the option */
-	diff = bpf_csum_diff(from, sizeof(from), to, sizeof(to), 0);
-	if (diff < 0)
-		return -1;
-	if (bpf_skb_adjust_room(skb, TALB_CONGA_IPOPT_LEN, BPF_ADJ_ROOM_NET, 0))
-		return -1;
-	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), to, 4, 0) ||
-	    bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + TALB_IP_BASE_LEN, &to[1],
-				TALB_CONGA_IPOPT_LEN, 0))
-		return -2;
-	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
-				0, diff, 0))
-		return -2;
-	return 0;
-}
-
-/* Remove the first option, CONGA's (8 bytes). 0 on success. */
-static __always_inline int conga_strip(struct __sk_buff *skb)
-{
-	__u32 from[1 + TALB_CONGA_IPOPT_LEN / 4], to[1];
-	__u8 *w0 = (__u8 *)to;
-	__s64 diff;
-
-	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), from, 4) ||
-	    bpf_skb_load_bytes(skb, sizeof(struct ethhdr) + TALB_IP_BASE_LEN, &from[1],
-			       TALB_CONGA_IPOPT_LEN))
-		return -1;
-	to[0] = from[0];
-	w0[0] -= TALB_CONGA_IPOPT_LEN / 4;
-	*(__be16 *)&w0[2] = bpf_htons(bpf_ntohs(*(__be16 *)&w0[2]) - TALB_CONGA_IPOPT_LEN);
-	diff = bpf_csum_diff(from, sizeof(from), to, sizeof(to), 0);
-	if (diff < 0)
-		return -1;
-	if (bpf_skb_adjust_room(skb, -TALB_CONGA_IPOPT_LEN, BPF_ADJ_ROOM_NET, 0))
-		return -1;
-	if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr), to, sizeof(to), 0))
-		return -1;
-	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
-				0, diff, 0))
-		return -1;
-	return 0;
-}
-
-/* Raise the option's CE to `ce` (its 16-bit word with FB_LBTag). */
+/* Raise CONGA's CE to `ce` (the option's 16-bit word with FB_LBTag). */
 static __always_inline int conga_raise(struct __sk_buff *skb, const struct conga_opt *o,
 				       __u8 ce)
 {
-	__u32 off = sizeof(struct ethhdr) + TALB_IP_BASE_LEN + offsetof(struct conga_opt, ce);
 	__u8 old[2] = { o->ce, o->fb_lbtag }, new[2] = { ce, o->fb_lbtag };
 
-	if (bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check),
-				*(__be16 *)old, *(__be16 *)new, 2))
-		return -1;
-	return bpf_skb_store_bytes(skb, off, new, 2, 0);
+	return ipopt_store16(skb, offsetof(struct conga_opt, ce), *(__be16 *)old,
+			     *(__be16 *)new);
 }
 
 /* Act on a forwarding verdict: the last hop's strip, the band, the
@@ -174,7 +72,7 @@ static __always_inline int talb_act(struct __sk_buff *skb, struct talb_pkt *pkt,
 			talb_count(CNT_DROP_OPT_POSITION);
 			return TC_ACT_SHOT;
 		}
-		if (talb_strip_option(skb)) {
+		if (ipopt_strip(skb, TALB_IPOPT_LEN)) {
 			talb_count(CNT_DROP_STRIP_FAIL);
 			return TC_ACT_SHOT;
 		}
@@ -227,6 +125,32 @@ static __always_inline void talb_tail(struct __sk_buff *skb, const struct talb_p
 	s->gid = gid;
 	s->flags = flags;
 	scheme_progs.call(skb, scheme);
+}
+
+/* A scheme program's start: what talb_tail handed over -- the packet into
+ * *pkt, its group looked up again into *g (replaced meanwhile?); the
+ * clock, group id and flags stay in the returned slot. NULL, counted as
+ * CNT_PASS_GROUP_EMPTY, when there is nothing to decide on: the caller
+ * passes the packet to the stack. */
+static __always_inline struct talb_scratch *talb_scratch_take(const struct talb_config *cfg,
+							      struct talb_pkt *pkt,
+							      struct fwd_group **g)
+{
+	__u32 zero = 0, gid;
+	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+
+	if (!s || !cfg) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* cannot happen: arrays */
+		return 0;
+	}
+	*pkt = s->pkt;
+	gid = s->gid;
+	*g = groups.lookup(&gid);
+	if (!talb_group_usable(*g)) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* replaced meanwhile */
+		return 0;
+	}
+	return s;
 }
 
 /* The main program: parse, route; single-port groups and ECMP decide
@@ -292,26 +216,19 @@ int talb_switch_tc(struct __sk_buff *skb)
  * TALB_SCRATCH_REMEMBER when TaLB remembers the fallback's port. */
 static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme)
 {
-	__u32 zero = 0, idx, flags, gid, fb, dcnt = CNT_DECISION_ECMP;
+	__u32 idx, flags, gid, fb, dcnt = CNT_DECISION_ECMP;
 	const struct talb_config *cfg = talb_config_get();
-	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+	struct talb_scratch *s;
 	struct talb_pkt pkt;
 	struct fwd_group *g;
 	__u64 now;
 
-	if (!s || !cfg) {
-		talb_count(CNT_PASS_GROUP_EMPTY);       /* cannot happen: arrays */
+	s = talb_scratch_take(cfg, &pkt, &g);
+	if (!s)
 		return TC_ACT_OK;
-	}
-	pkt = s->pkt;
 	now = s->now;
 	gid = s->gid;
 	flags = s->flags;
-	g = groups.lookup(&gid);
-	if (!g || g->n_ports == 0 || g->n_ports > TALB_MAX_GROUP_PORTS) {
-		talb_count(CNT_PASS_GROUP_EMPTY);       /* replaced meanwhile */
-		return TC_ACT_OK;
-	}
 	if (scheme == TALB_SCHEME_TALB) {
 		idx = talb_scheme_select(&pkt, g, gid, cfg, now);
 		if (idx < TALB_USE_FALLBACK)
@@ -357,9 +274,9 @@ int talb_scheme_talb(struct __sk_buff *skb)
  * option is pushed, raised or stripped at every hop, schemes/conga.h). */
 int talb_scheme_conga(struct __sk_buff *skb)
 {
-	__u32 zero = 0, idx = 0, dcnt = CNT_DECISION_SINGLE, gid, dst_leaf;
+	__u32 idx = 0, dcnt = CNT_DECISION_SINGLE, dst_leaf;
 	const struct talb_config *cfg = talb_config_get();
-	struct talb_scratch *s = scheme_scratch.lookup(&zero);
+	struct talb_scratch *s;
 	struct talb_verdict v = {};
 	struct conga_opt opt = {};
 	struct conga_params pp;
@@ -372,18 +289,10 @@ int talb_scheme_conga(struct __sk_buff *skb)
 	__u64 now;
 	int has;
 
-	if (!s || !cfg) {
-		talb_count(CNT_PASS_GROUP_EMPTY);
+	s = talb_scratch_take(cfg, &pkt, &g);
+	if (!s)
 		return TC_ACT_OK;
-	}
-	pkt = s->pkt;
 	now = s->now;
-	gid = s->gid;
-	g = groups.lookup(&gid);
-	if (!g || g->n_ports == 0 || g->n_ports > TALB_MAX_GROUP_PORTS) {
-		talb_count(CNT_PASS_GROUP_EMPTY);
-		return TC_ACT_OK;
-	}
 	conga_params_of(cfg, &pp);
 	in = ports.lookup(&pkt.ingress_ifindex);
 	in_flags = in ? in->flags : 0;
@@ -422,13 +331,13 @@ int talb_scheme_conga(struct __sk_buff *skb)
 			int r;
 
 			conga_feedback(dst_leaf, &pp, now, &o);
-			r = conga_push(skb, &o);
-			if (r == 0) {
+			r = ipopt_push(skb, &o, TALB_CONGA_IPOPT_LEN);
+			if (r == TALB_OPT_DONE) {
 				talb_count(CNT_CONGA_PUSHED);
 				pkt.len = skb->len;
 			} else {
 				talb_count(CNT_CONGA_PUSH_FAIL);
-				if (r == -2)
+				if (r == TALB_OPT_BROKEN)
 					return TC_ACT_SHOT;     /* half-written */
 			}
 		} else if (has && q > opt.ce) {
@@ -436,24 +345,19 @@ int talb_scheme_conga(struct __sk_buff *skb)
 				talb_count(CNT_CONGA_CE_RAISED);
 		}
 	} else if (has) {
-		struct talb_opt *t;
-
 		conga_record(&opt, now);
-		if (conga_strip(skb)) {
+		if (ipopt_strip(skb, TALB_CONGA_IPOPT_LEN)) {
 			talb_count(CNT_CONGA_DROP_STRIP_FAIL);
 			return TC_ACT_SHOT;
 		}
 		talb_count(CNT_CONGA_STRIPPED);
 		pkt.len = skb->len;
-		/* The TaLB option, if any, is first now: strippable as a host
-		 * sent it (parse_talb_option's rule: type and length right,
-		 * the only option) -- without parsing the packet again. */
+		/* The TaLB option, if any, is first now: strippable when it is
+		 * as a host sent it (checked without parsing it all again). */
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
 		iph = data + sizeof(struct ethhdr);
-		t = (struct talb_opt *)(iph + 1);
-		if ((void *)(t + 1) <= data_end && iph->ihl * 4 == TALB_IP_BASE_LEN + TALB_IPOPT_LEN &&
-		    t->type == TALB_IPOPT_TYPE && t->len == TALB_IPOPT_LEN)
+		if (parse_strippable_talb_option(iph, data_end))
 			pkt.flags |= TALB_PKT_OPT_STRIP;
 	}
 	return talb_act(skb, &pkt, &v);

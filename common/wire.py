@@ -49,11 +49,13 @@ class IPOption_TaLB(IPOption):
     ]
 
 
-class TensorKey(NamedTuple):
+class WireTensorKey(NamedTuple):
     """What identifies one tensor fabric-wide: the sender's IPv4 address and
     its tensor_id. Ids are unique per sending host only (workload/snowflake.py),
     so every switch table and every tool that attributes packets to tensors
-    keys by both (docs/talb-decisions.md)."""
+    keys by both (docs/talb-decisions.md). The switch's tensors map holds it
+    as datapath.structs.TensorKey (the ctypes mirror of struct tensor_key); a map
+    lookup accepts this form."""
     src: str            # dotted IPv4 address of the sending host
     tensor_id: int
 
@@ -99,10 +101,10 @@ def talb_header_of(pkt) -> TaLBHeader | None:
     return None
 
 
-def tensor_key_of(pkt) -> TensorKey | None:
-    """The TensorKey (IP source, tensor_id) of a tagged scapy packet, or None
+def tensor_key_of(pkt) -> WireTensorKey | None:
+    """The WireTensorKey (IP source, tensor_id) of a tagged scapy packet, or None
     if untagged: the one way tools attribute a captured packet to a tensor."""
     hdr = talb_header_of(pkt)
     if hdr is None:
         return None
-    return TensorKey(pkt[IP].src, hdr.tensor_id)
+    return WireTensorKey(pkt[IP].src, hdr.tensor_id)

@@ -24,9 +24,10 @@ from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-expor
 from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo
 
 __all__ = [
-    "SchemeError", "port_flags", "program_switch", "read_port_stats", "read_ports", "read_counters",
+    "SchemeError", "scheme_id_of", "port_flags", "program_switch", "read_port_stats", "read_ports",
+    "read_counters",
     "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS", "set_timers",
-    "parse_params", "set_port_rates", "read_port_queues", "set_conga_leaves",
+    "parse_params", "set_port_rates", "read_queue_estimates", "set_conga_leaves",
     "read_conga_tables", "set_release", "set_hash_seed",
     "set_talb_config",
     "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
@@ -50,7 +51,10 @@ class SchemeError(ValueError):
     """Unknown scheme name, or one the data path does not implement yet."""
 
 
-def _scheme_id(name: str) -> int:
+def scheme_id_of(name: str) -> int:
+    """The data path's id of scheme ``name`` (any case); SchemeError (a
+    ValueError) when no such scheme, or the data path does not implement it.
+    Callers check a user's --scheme with it before touching a fabric."""
     key = str(name).lower()
     if key not in SCHEMES:
         raise SchemeError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}")
@@ -63,7 +67,7 @@ def _scheme_id(name: str) -> int:
 
 def _fallback_id(name: str, what: str) -> int:
     """The id of a scheme TaLB may hand untagged packets to."""
-    fid = _scheme_id(name)
+    fid = scheme_id_of(name)
     if fid == SCHEMES["talb"]:
         raise SchemeError(f"{what}: TaLB cannot be its own fallback (untagged packets "
                           f"carry no tensor)")
@@ -107,7 +111,30 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
 
     Returns ``{"ports": n, "routes": n, "groups": {group_id: [ifindex]}}``.
     """
-    scheme_id = None if scheme is None else _scheme_id(scheme)
+    scheme_id = None if scheme is None else scheme_id_of(scheme)
+    by_ifindex = _port_table(ports)
+    routes = _route_table(groups, by_ifindex)
+    _install_ports(maps, by_ifindex)
+    group_ids, gone_ids = _install_groups(maps, set(routes.values()))
+    _install_routes(maps, routes, group_ids)
+    _remove_groups(maps, set(group_ids.values()), gone_ids)
+    # config: only when asked to set something in it
+    if scheme_id is not None or hash_seed is not None:
+        with config_update(maps) as cfg:
+            if scheme_id is not None:
+                cfg.scheme = scheme_id
+            if hash_seed is not None:
+                cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
+    return {
+        "ports": len(by_ifindex),
+        "routes": len(routes),
+        "groups": {gid: list(t) for t, gid in sorted(group_ids.items(), key=lambda x: x[1])},
+    }
+
+
+def _port_table(ports: Sequence[PortSpec]) -> dict[int, tuple[int, int]]:
+    """{ifindex: (port id, flags)} of program_switch's ``ports``; ValueError
+    for too many, a malformed entry or an ifindex twice."""
     if len(ports) > TALB_MAX_PORTS:
         raise ValueError(f"ports: {len(ports)} ports, at most TALB_MAX_PORTS={TALB_MAX_PORTS}")
     by_ifindex: dict[int, tuple[int, int]] = {}
@@ -120,7 +147,13 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
         if int(ifindex) in by_ifindex:
             raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex} listed twice")
         by_ifindex[int(ifindex)] = (pid, port_flags(is_host, up))
+    return by_ifindex
 
+
+def _route_table(groups: Mapping[str, Sequence[int]],
+                 by_ifindex: dict) -> dict[int, tuple[int, ...]]:
+    """{destination address as an int: its ports}; ValueError for a bad
+    address, too many ports or a port the switch does not have."""
     routes: dict[int, tuple[int, ...]] = {}
     for dst, members in groups.items():
         try:
@@ -135,21 +168,29 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
         if unknown:
             raise ValueError(f"groups[{dst}]: ifindex {unknown} not among the switch's ports")
         routes[key] = members
+    return routes
 
-    # ports (new and changed first, stale last)
+
+def _install_ports(maps: SwitchMaps, by_ifindex: dict[int, tuple[int, int]]) -> None:
+    """The ports map: new and changed ports first, stale ones last."""
     for ifindex, (pid, flags) in by_ifindex.items():
         maps.ports[ifindex] = PortInfo(pid, flags)
     for ifindex in list(maps.ports.keys()):
         if ifindex not in by_ifindex:
             maps.ports.delete(ifindex)
 
-    # groups: keep the ids of tuples already installed
+
+def _install_groups(maps: SwitchMaps, wanted: set[tuple[int, ...]]
+                    ) -> tuple[dict[tuple[int, ...], int], set[int]]:
+    """Every wanted port tuple a group: a tuple already installed keeps its
+    id, a new one takes the lowest free id, its TaLB state cleared, its
+    group written with neutral TaLB data. ({tuple: group id}, the ids of
+    installed groups no longer wanted)."""
     installed = {tuple(g.ports()): gid for gid, g in maps.groups.items()}
-    wanted = sorted(set(routes.values()), key=lambda t: (installed.get(t, 1 << 32), t))
     tuple_to_id: dict[tuple[int, ...], int] = {}
     used = set(installed.values())
     next_id = 0
-    for t in wanted:
+    for t in sorted(wanted, key=lambda t: (installed.get(t, 1 << 32), t)):
         if t in installed:
             tuple_to_id[t] = installed[t]
             continue
@@ -158,36 +199,30 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
         tuple_to_id[t] = next_id
         used.add(next_id)
     fresh_ids = {gid for t, gid in tuple_to_id.items() if t not in installed}
-    gone_ids = set(installed.values()) - set(tuple_to_id.values())
     _reset_group_state(maps, fresh_ids)
     for t, gid in tuple_to_id.items():
         if gid in fresh_ids:
             maps.groups[gid] = FwdGroup.of(t)
+    return tuple_to_id, set(installed.values()) - set(tuple_to_id.values())
 
-    # fwd
+
+def _install_routes(maps: SwitchMaps, routes: dict[int, tuple[int, ...]],
+                    group_ids: dict[tuple[int, ...], int]) -> None:
+    """The fwd map: every destination to its group, then stale ones removed."""
     for key, t in routes.items():
-        maps.fwd[IPv4Key(key)] = tuple_to_id[t]
+        maps.fwd[IPv4Key(key)] = group_ids[t]
     for k in list(maps.fwd.keys()):
         if k.addr not in routes:
             maps.fwd.delete(k)
-    keep = set(tuple_to_id.values())
+
+
+def _remove_groups(maps: SwitchMaps, keep: set[int], gone_ids: set[int]) -> None:
+    """Groups no route uses any more removed (after fwd stopped naming
+    them), and the TaLB state of the ids that went away cleared."""
     for gid in list(maps.groups.keys()):
         if gid not in keep:
             maps.groups.delete(gid)
     _reset_group_state(maps, gone_ids)
-
-    # config: only when asked to set something in it
-    if scheme_id is not None or hash_seed is not None:
-        with config_update(maps) as cfg:
-            if scheme_id is not None:
-                cfg.scheme = scheme_id
-            if hash_seed is not None:
-                cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
-    return {
-        "ports": len(by_ifindex),
-        "routes": len(routes),
-        "groups": {gid: list(t) for t, gid in sorted(tuple_to_id.items(), key=lambda x: x[1])},
-    }
 
 
 # --- runtime config -------------------------------------------------------------
@@ -299,7 +334,7 @@ def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None 
     unknown or not implemented scheme, a key the scheme does not take, or a
     value out of range -- naming the key and the value. Returns the
     effective parameters (:func:`scheme_params`)."""
-    scheme_id = _scheme_id(name)
+    scheme_id = scheme_id_of(name)
     scheme = SCHEME_NAMES[scheme_id]
     params = dict(params or {})
     with config_update(maps) as cfg:    # an error below: nothing written
@@ -400,17 +435,19 @@ def read_conga_tables(maps: SwitchMaps, now_ns: int | None = None) -> dict:
     return out
 
 
-def read_port_queues(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
+def read_queue_estimates(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
     """``{ifindex: bytes}``: the data path's queue estimate of each port now
-    (drained to ``now_ns`` as the data path would, datapath/schemes/drill.py)."""
-    from datapath.schemes.drill import PortQueue
+    (drained to ``now_ns`` as the data path would, datapath/schemes/drill.py),
+    from the switch's port_queue and port_rate maps. The real queues (the
+    qdiscs' counters) are workload.measure.read_qdisc_counters'."""
+    from datapath.schemes.drill import ModelPortQueue
 
     now = _monotonic_ns() if now_ns is None else now_ns
     out = {}
     for ifindex, p in read_ports(maps).items():
         q, r = maps.port_queue.get(p["port_id"]), maps.port_rate.get(p["port_id"])
-        out[ifindex] = PortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes, q.credit,
-                                 r.burst_bytes).at(now)
+        out[ifindex] = ModelPortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes,
+                                      q.credit, r.burst_bytes).at(now)
     return out
 
 
@@ -493,9 +530,9 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
         raise ValueError(f"publish_pcm: no PCM for port(s) {missing} of group {ports}")
     fixed = [talb_scheme.pcm_to_fixed(pcm[x]) for x in ports]
     new = FwdGroup.of(
-        ports, pcm=fixed, order=talb_scheme.pcm_order(fixed),
+        ports, pcm=fixed, order=talb_scheme.fixed_pcm_order(fixed),
         threshold=talb_scheme.PCM_ONE if threshold is None else talb_scheme.pcm_to_fixed(threshold),
-        schedule=talb_scheme.smooth_wrr_schedule(talb_scheme.wrr_weights(fixed)))
+        schedule=talb_scheme.smooth_wrr_schedule(talb_scheme.fixed_wrr_weights(fixed)))
     new.flags = g.flags
     maps.groups[gid] = new
     return gid

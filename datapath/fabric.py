@@ -17,17 +17,12 @@ from typing import Callable
 
 from common import paths
 from datapath import timers
-from datapath.control import (program_switch, set_conga_leaves, set_port_rates, set_talb_config,
-                              set_timers)
+from datapath.control import (program_switch, read_config, set_conga_leaves, set_port_rates,
+                              set_scheme, set_talb_config, set_timers)
 from datapath.host_loader import HostDatapath
 from datapath.loader import SwitchDatapath
 from datapath.maps import SwitchMaps
-from datapath.program import _ifindex, _ipr, ensure_bpffs
-
-
-def _ifindexes(netns: str, names: list[str]) -> dict[str, int]:
-    with _ipr(netns) as ipr:
-        return {name: _ifindex(ipr, name, netns) for name in names}
+from datapath.program import ensure_bpffs, link_ifindexes
 
 
 def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
@@ -35,7 +30,7 @@ def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
     """(Re)install one switch's ports and forwarding groups from the topology."""
     netns = paths.netns_name(prefix, switch)
     ports = topo.ports(switch)
-    ifindex = _ifindexes(netns, [p.name for p in ports])
+    ifindex = link_ifindexes(netns, [p.name for p in ports])
     port_rows = [(p.name, ifindex[p.name], p.kind == "host", p.up) for p in ports]
     groups = {ip: [ifindex[name] for name in names]
               for ip, names in topo.forwarding_groups(switch).items()}
@@ -59,6 +54,18 @@ def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
     # time at its slowest multipath link (datapath/timers.py, docs/schemes.md).
     # Only here, on a fresh data path: `talb scheme --param` overrides them.
     set_timers(maps, timers.for_topology(topo))
+
+
+def switch_configs(topo, prefix: str, scheme: str | None = None) -> dict[str, dict]:
+    """{switch: its config (control.read_config)} of a running fabric, after
+    setting ``scheme`` on every switch when given (what a run records)."""
+    out = {}
+    for sw in topo.switches:
+        with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
+            if scheme:
+                set_scheme(maps, scheme)
+            out[sw.name] = read_config(maps)
+    return out
 
 
 def _attach_switch(topo_dict: dict, prefix: str, name: str) -> str:

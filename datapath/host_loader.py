@@ -26,7 +26,8 @@ from datapath.program import (  # noqa: F401  (ensure_bpffs, remove_pins: see th
     BPF_SRC_DIR, BpfDatapath, ensure_bpffs, find_filter, remove_pins,
 )
 
-__all__ = ["HostDatapath", "HOST_SRC", "HOST_PROG_NAME", "egress_filter"]
+__all__ = ["HostDatapath", "HOST_SRC", "HOST_PROG_NAME", "egress_filter",
+           "ensure_bpffs", "remove_pins"]   # the last two re-exported from datapath/program.py
 
 HOST_SRC = Path(BPF_SRC_DIR) / "host_tc.c"
 HOST_PROG_NAME = "talb_host_tc"

@@ -2,7 +2,7 @@
 
 * Constants come from ``bpf/include/talb/host_constants.h``, parsed at import
   with common/c_constants.py's parser (``HOST_CONST`` and the names below).
-* ctypes mirrors of ``bpf/include/talb/host_structs.h``: :class:`FlowKey`,
+* ctypes mirrors of ``bpf/include/talb/host_structs.h``: :class:`HostFlowKey`,
   :class:`HostIsn`, :class:`HostDesc`, :class:`HostRing`, :class:`HostWire`.
 * :class:`HostMaps`: one host's maps, opened from its pin directory
   (``common.paths.pin_dir(prefix, host)``) by name, each a typed
@@ -24,7 +24,7 @@ from datapath.maps import MapSet
 
 __all__ = [
     "HOST_CONSTANTS_H", "HOST_CONST", "HOST_RING_SLOTS", "HOST_ISN_ACTIVE",
-    "HOST_COUNTER_NAMES", "FlowKey", "HostIsn", "HostDesc", "HostRing", "HostWire",
+    "HOST_COUNTER_NAMES", "HostFlowKey", "HostIsn", "HostDesc", "HostRing", "HostWire",
     "HOST_MAX_WIRE_TENSORS", "HOST_WIRE_STALE_NS",
     "HOST_MAP_SPECS", "HostMaps",
 ]
@@ -53,8 +53,11 @@ HOST_COUNTER_NAMES = counter_names(HOST_CONST, "HOST_CNT_", HOST_NR_COUNTERS, HO
 
 
 # --- structs (mirrors of bpf/include/talb/host_structs.h) ---------------------
-class FlowKey(ctypes.BigEndianStructure):
-    """A flow as the host sends it (network byte order, as in the headers)."""
+# Each mirror is named after its C struct (naming rule: datapath/structs.py).
+class HostFlowKey(ctypes.BigEndianStructure):
+    """flow_isn and flow_rings key (struct host_flow_key): a flow as the
+    host sends it, network byte order as in the headers. Not the switch's
+    flowlets key (datapath.structs.FlowKey: host byte order, with the protocol)."""
 
     _fields_ = [
         ("saddr", ctypes.c_uint32),
@@ -64,12 +67,12 @@ class FlowKey(ctypes.BigEndianStructure):
     ]
 
     @classmethod
-    def of(cls, saddr, sport: int, daddr, dport: int) -> "FlowKey":
+    def of(cls, saddr, sport: int, daddr, dport: int) -> "HostFlowKey":
         return cls(int(ipaddress.IPv4Address(saddr)), int(ipaddress.IPv4Address(daddr)),
                    sport, dport)
 
     @classmethod
-    def of_socket(cls, sock) -> "FlowKey":
+    def of_socket(cls, sock) -> "HostFlowKey":
         """The key of a connected IPv4 TCP socket's outgoing packets."""
         (laddr, lport), (raddr, rport) = sock.getsockname()[:2], sock.getpeername()[:2]
         return cls.of(laddr, lport, raddr, rport)
@@ -128,7 +131,7 @@ class HostWire(ctypes.Structure):
         return self.last_ns != 0
 
 
-assert ctypes.sizeof(FlowKey) == 12 and ctypes.sizeof(HostDesc) == 20
+assert ctypes.sizeof(HostFlowKey) == 12 and ctypes.sizeof(HostDesc) == 20
 assert ctypes.sizeof(HostWire) == 32
 
 
@@ -136,8 +139,8 @@ assert ctypes.sizeof(HostWire) == 32
 #: map name (as declared in bpf/include/talb/host_maps.h and pinned) ->
 #: (key type, value type, kernel map type)
 HOST_MAP_SPECS = MappingProxyType({
-    "flow_isn": (FlowKey, HostIsn, sc.BPF_MAP_TYPE_LRU_HASH),
-    "flow_rings": (FlowKey, HostRing, sc.BPF_MAP_TYPE_HASH),
+    "flow_isn": (HostFlowKey, HostIsn, sc.BPF_MAP_TYPE_LRU_HASH),
+    "flow_rings": (HostFlowKey, HostRing, sc.BPF_MAP_TYPE_HASH),
     "tensor_wire": (ctypes.c_uint32, HostWire, sc.BPF_MAP_TYPE_LRU_HASH),
     "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
 })

@@ -34,6 +34,8 @@ from datapath.structs import TalbConfig
 __all__ = [
     "ensure_bpffs", "is_bpffs", "expand_source", "SwitchDatapath", "remove_pins",
     "PROG_NAME", "FILTER_PRIO", "FILTER_HANDLE", "default_hash_seed", "ingress_filter",
+    # re-exported from datapath/program.py
+    "BPF_FS_MAGIC", "BPFFS_DIR", "TC_H_CLSACT_EGRESS", "TC_H_CLSACT_INGRESS",
 ]
 
 SWITCH_SRC = Path(BPF_SRC_DIR) / "switch_tc.c"

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from datapath import bpf_syscall as sc
 from datapath.structs import (CongaDre, CongaMetric, DrillMem, Flowlet, FlowKey, FwdGroup,
                               GroupState, IPv4Key, PortInfo, PortQueue, PortRate, PortStats,
-                              SchemeScratch, TalbConfig, TensorEntry, TensorKey)
+                              TalbConfig, TalbScratch, TensorEntry, TensorKey)
 
 __all__ = ["Map", "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus"]
 
@@ -64,7 +64,7 @@ class Map:
     Keys may be given as ``key_type`` instances, as the argument of its
     constructor (an int for integer keys, ``IPv4Key(int)``) or, for a struct
     key, as a tuple of its ``of`` (``("10.0.0.1", tensor_id)``, a
-    common.wire.TensorKey, for ``TensorKey``); values of simple
+    common.wire.WireTensorKey, for ``TensorKey``); values of simple
     ctypes types come back as Python ints, structs as ctypes instances.
     For per-CPU maps ``get`` sums over CPUs; ``get_percpu`` lists them.
     """
@@ -299,7 +299,7 @@ MAP_SPECS = MappingProxyType({
     "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
     "scheme_progs": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_PROG_ARRAY),
-    "scheme_scratch": (ctypes.c_uint32, SchemeScratch, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
+    "scheme_scratch": (ctypes.c_uint32, TalbScratch, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
     "rng": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
     "flowlets": (FlowKey, Flowlet, sc.BPF_MAP_TYPE_LRU_HASH),
     "port_rate": (ctypes.c_uint32, PortRate, sc.BPF_MAP_TYPE_ARRAY),

@@ -26,7 +26,8 @@ from datapath import bpf_syscall as sc
 from datapath.maps import MapSet
 
 __all__ = [
-    "BpfDatapath", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "remove_pins",
+    "BpfDatapath", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "link_ifindexes",
+    "remove_pins",
     "INCLUDE_DIR", "FILTER_PRIO", "FILTER_HANDLE", "TC_H_CLSACT_INGRESS", "TC_H_CLSACT_EGRESS",
     "VERIFIER_BUDGET_SHARE",
 ]
@@ -150,6 +151,13 @@ def _ifindex(ipr, ifname: str, netns: str | None) -> int:
     if not idx:
         raise OSError(errno.ENODEV, f"no device {ifname!r} in netns {netns or '(current)'}")
     return idx[0]
+
+
+def link_ifindexes(netns: str | None, names: list[str]) -> dict[str, int]:
+    """``{name: ifindex}`` of the links ``names`` in ``netns`` (None: this
+    namespace); OSError(ENODEV) naming the first that is missing."""
+    with _ipr(netns) as ipr:
+        return {name: _ifindex(ipr, name, netns) for name in names}
 
 
 def find_filter(netns: str | None, ifname: str, direction: str, prog_name: str) -> dict | None:

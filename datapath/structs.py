@@ -16,11 +16,17 @@ from common.c_constants import (TALB_DRILL_MAX_M, TALB_MAX_GROUP_PORTS, TALB_NR_
 
 __all__ = [
     "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
-    "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "SchemeScratch",
+    "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "TalbScratch",
     "CongaDre", "CongaMetric",
 ]
 
 
+# Naming rule: a ctypes mirror is its C struct's name in CamelCase (struct
+# tensor_key -> TensorKey, struct host_flow_key -> datapath.host_maps.HostFlowKey)
+# and no other class takes that name: a Python model of a data-path struct is
+# named Model... (datapath.schemes.drill.ModelPortQueue), a plain value for where
+# it lives (common.wire.WireTensorKey). A map key that is a bare C integer is
+# named for what it holds (IPv4Key).
 class PortInfo(ctypes.Structure):
     _fields_ = [("port_id", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
 
@@ -95,8 +101,8 @@ class FwdGroup(ctypes.Structure):
 class TensorKey(ctypes.Structure):
     """tensors key: mirror of struct tensor_key -- the sender's IPv4 address
     and the tensor_id, both in host byte order (as the data path parsed
-    them). ``TensorKey.of("10.0.0.1", 0x12345678)``; ``.wire()`` is the
-    same key as common.wire.TensorKey."""
+    them). ``TensorKey.of("10.0.0.1", 0x12345678)``; ``.as_tuple()`` is
+    the same key as common.wire.WireTensorKey, the form every tool uses."""
 
     _fields_ = [("saddr", ctypes.c_uint32), ("tensor_id", ctypes.c_uint32)]
 
@@ -109,7 +115,7 @@ class TensorKey(ctypes.Structure):
         return str(ipaddress.IPv4Address(self.saddr))
 
     def as_tuple(self) -> tuple[str, int]:
-        """``(src, tensor_id)``: equal to common.wire.TensorKey of the same tensor."""
+        """``(src, tensor_id)``: equal to common.wire.WireTensorKey of the same tensor."""
         return self.src, self.tensor_id
 
     def __str__(self) -> str:
@@ -181,7 +187,8 @@ class CongaMetric(ctypes.Structure):
 
 class FlowKey(ctypes.Structure):
     """flowlets key: a 5-tuple in host byte order (struct flow_key).
-    ``FlowKey.of("10.0.0.1", "10.0.0.2", 40000, 5201, 6)``."""
+    ``FlowKey.of("10.0.0.1", "10.0.0.2", 40000, 5201, 6)``; ``.as_tuple()``
+    is the key of the Python models (datapath/schemes/letflow.py)."""
 
     _fields_ = [
         ("saddr", ctypes.c_uint32),
@@ -239,7 +246,7 @@ class TalbPkt(ctypes.Structure):
     ]
 
 
-class SchemeScratch(ctypes.Structure):
+class TalbScratch(ctypes.Structure):
     """struct talb_scratch: what the main program passes to a scheme's program."""
 
     _fields_ = [("pkt", TalbPkt), ("now", ctypes.c_uint64), ("gid", ctypes.c_uint32),

@@ -153,8 +153,8 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
         state = lifecycle.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
                              progress=_progress)
     except AgentError as exc:
-        hint = (f"; another testbed's agent may hold it: pick another --metrics-port, leave "
-                f"it out (the default takes the next free port), or --no-agent"
+        hint = ("; another testbed's agent may hold it: pick another --metrics-port, leave "
+                "it out (the default takes the next free port), or --no-agent"
                 if "in use" in str(exc) else "")
         raise TestbedError(f"{exc}{hint}") from None
     console.print(f"[green]up[/] in {state['build_seconds']} s")
@@ -396,7 +396,7 @@ def _tensor_table(prefix: str, topo, switch: str) -> dict:
 
 
 def _print_tensor_table(st: dict, limit: int) -> None:
-    from common.wire import TensorKey  # scapy: loaded only when a table is printed
+    from common.wire import WireTensorKey   # scapy: loaded only when a table is printed
 
     t = Table(title=f"{st['switch']} (scheme {st['scheme']}, fallback {st['fallback']}): "
                     f"{st['entries']} live tensors (limit {st['limit']}), {st['done']} done "
@@ -410,7 +410,7 @@ def _print_tensor_table(st: dict, limit: int) -> None:
     for col in ("layer", "age", "idle"):
         t.add_column(col, justify="right")
     for r in st["tensors"][:max(0, limit)]:
-        t.add_row(str(TensorKey(r["src"], r["tensor_id"])), str(r["tensor_len"]),
+        t.add_row(str(WireTensorKey(r["src"], r["tensor_id"])), str(r["tensor_len"]),
                   str(r["received"]),
                   r["prev_port_name"], str(r["layer"]), f"{r['age_s'] * 1e3:.1f} ms",
                   f"{r['idle_s'] * 1e3:.1f} ms")

@@ -111,6 +111,12 @@ def sweep_options(f):
                           "every scheme under each (bands,fifo), SCHEME=Q names one scheme's "
                           "(talb=bands,*=fifo: TaLB with bands, the rest FIFO) [bands; "
                           "fig10-factorial: bands,fifo; fig10-paper: talb=bands,*=fifo]."),
+        click.option("--connections", callback=_list(str), metavar="LIST",
+                     help="TCP connections per worker-server pair, per run: pair (one, as "
+                          "ps-lite), class (one per priority class), pool:N (N pre-opened, one "
+                          "tensor per idle connection: the paper's flows, sec. V-A); a list runs "
+                          "every scheme under each, paired by seed (pair,pool:8) [pair] "
+                          "(docs/workload.md, Connections)."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (experiments/sweep/plan.py AGENT_SETTINGS)."),
         click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
@@ -135,7 +141,7 @@ def sweep_options(f):
 
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
-          out_dir, sweep_prefix, dry_run, report_only, cdfs=None) -> None:
+          out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None) -> None:
     from common import paths
     from experiments.sweep import seeds as seedrule
     from experiments.sweep.kinds import build_plan, finish
@@ -145,7 +151,8 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     try:
         plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
-                          target_rates=target_rates, queueing=queueing, agents=agents, workers=workers,
+                          target_rates=target_rates, queueing=queueing, connections=connections,
+                          agents=agents, workers=workers,
                           servers=servers, iterations=iterations, seed_cap=seed_cap,
                           seed_width=seed_width, fixed_seeds=fixed_seeds, cdfs=cdfs)
     except PlanError as exc:
@@ -154,9 +161,10 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
         f"bench-{preset or 'sweep'}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     plan = seedrule.with_recorded(plan, out)       # seeds an earlier invocation added
     console.print(f"[bold]{plan.name}[/]: {plan.description}")
-    queueings = plan.counts("queueing")
+    queueings, conns = plan.counts("queueing"), plan.counts("connections")
     console.print(f"  {len(plan.runs)} runs; schemes {plan.counts('scheme')}"
                   + (f"; queueing {queueings}" if set(queueings) != {"bands"} else "")
+                  + (f"; connections {conns}" if set(conns) != {"pair"} else "")
                   + f"; results in {out}")
     rule = plan.seed_rule
     if rule:

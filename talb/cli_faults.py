@@ -26,10 +26,10 @@ def _list(choices):
 
 
 def _seconds(ctx, param, value):
-    from workload.faults import _seconds as seconds
+    from workload.faults import parse_seconds
 
     try:
-        return seconds(value, param.name, value)
+        return parse_seconds(value, param.name, value)
     except ValueError as exc:
         raise click.BadParameter(str(exc).replace("--fault: ", "")) from None
 

@@ -3,7 +3,6 @@ the main command group by :func:`register` (talb/cli.py calls it)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 from rich.console import Console

@@ -74,6 +74,15 @@ def _models() -> list[str]:
                    "priority bands) or fifo (one FIFO per port holding the same bytes); put back "
                    "afterwards on a testbed that was up [as the fabric is now] "
                    "(docs/experiments.md, Queueing).")
+@click.option("--connections", default="pair", show_default=True, metavar="pair|class|pool:N",
+              help="TCP connections between a worker and a server (ring all-reduce: between "
+                   "neighbours): pair, one (ps-lite, BytePS: a tensor waits behind its pair's "
+                   "earlier ones); class, one per priority class (the switch band of the "
+                   "tensor's layer), each with its own sending thread; pool:N (N 1..64), N "
+                   "opened before training, each tensor on an idle one (all its bytes "
+                   "acknowledged), waiting for one otherwise: every tensor a flow of its own, "
+                   "the paper's simulation (sec. V-A). Both directions (docs/workload.md, "
+                   "Connections).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--iterations", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Training iterations, warm-up included.")
@@ -166,7 +175,8 @@ TRAINING_ONLY = {"arch": "--arch", "workers": "--workers", "servers": "--servers
                  "target_link_bps": "--target-link-rate", "scaling_mode": "--scaling",
                  "gpu": "--gpu", "gpu_speed": "--gpu-speed", "batch_size": "--batch-size",
                  "partition_bytes": "--partition-size", "credit_bytes": "--credit",
-                 "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault"}
+                 "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault",
+                 "connections": "--connections"}
 
 
 def _run_background_only(opts: dict) -> None:
@@ -237,21 +247,31 @@ def print_background_summary(r: dict) -> None:
     tcp = s["tcp"]["total"]
     console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
                   f"{tcp['reordering']} reordering events, {tcp.get('timeouts', 0)} timeouts")
+    _print_uplink_spread(s)
+    _print_cpu_guard(s)
+    console.print(f"  results: {r['path']}")
+
+
+def _ms(v) -> str:
+    return f"{v * 1e3:.1f}" if v is not None else "-"
+
+
+def _print_uplink_spread(s: dict) -> None:
+    """How evenly each leaf's uplinks carried the run (both summaries)."""
     if s["uplinks"]:
         console.print("  uplink spread (max-min)/mean: "
                       + ", ".join(f"{k} {v['spread']:.2f}" for k, v in s["uplinks"]["leaves"].items()
                                   if v["spread"] is not None))
+
+
+def _print_cpu_guard(s: dict) -> None:
+    """The CPU's mean load and whether the run was CPU-bound (both summaries)."""
     g = s["cpu_guard"]
     cpu = f"CPU {g['cpu_busy_mean']:.0%} busy on average" if g["cpu_busy_mean"] is not None else "CPU -"
     if g["flagged"]:
         console.print(f"  [bold red]CPU-bound run:[/] {g['reason']} ({cpu})")
     else:
         console.print(f"  {cpu}; not CPU-bound ({g['reason']})")
-    console.print(f"  results: {r['path']}")
-
-
-def _ms(v) -> str:
-    return f"{v * 1e3:.1f}" if v is not None else "-"
 
 
 def print_summary(r: dict) -> None:
@@ -262,7 +282,8 @@ def print_summary(r: dict) -> None:
     console.print(f"[bold]{cfg['model']}[/] {cfg['arch']} x{cfg['workers']}"
                   + (f":{cfg['servers']}" if cfg["arch"] == "ps" else "")
                   + f", scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}"
-                  + f", queueing {(r['fabric'].get('queueing') or {}).get('mode', 'bands')}")
+                  + f", queueing {(r['fabric'].get('queueing') or {}).get('mode', 'bands')}"
+                  + f", connections {cfg.get('connections', 'pair')}")
     console.print(f"  scaling {sc['mode']}: target {sc['target_link_bps'] / 1e9:g} Gbit/s -> testbed "
                   f"{sc['testbed_link_bps'] / 1e6:g} Mbit/s, bytes x{sc['byte_scale']:.4g}, "
                   f"time x{sc['time_scale']:.4g}; model {r['model']['target_bytes']:,} B at target, "
@@ -294,22 +315,20 @@ def print_summary(r: dict) -> None:
     tcp = s["tcp"]["total"]
     console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
                   f"{tcp['reordering']} reordering events")
-    if s["uplinks"]:
-        console.print(f"  uplink spread (max-min)/mean: "
-                      + ", ".join(f"{k} {v['spread']:.2f}" for k, v in s["uplinks"]["leaves"].items()
-                                  if v["spread"] is not None))
+    _print_uplink_spread(s)
     bg = s.get("background")
     if bg:
         cover = "" if r["load"]["background_covered"] else " [yellow](ended before training did)[/]"
         console.print(f"  background {r['load']['cdf']}: {bg['done']} flows done, {bg['censored']} "
                       f"censored, {bg['failed']} failed, {bg['not_started']} not started; FCT mean "
                       f"{_ms(bg.get('all_fct_mean_s'))} ms, p99 {_ms(bg.get('all_fct_p99_s'))} ms{cover}")
-    g = s["cpu_guard"]
-    cpu = f"CPU {g['cpu_busy_mean']:.0%} busy on average" if g["cpu_busy_mean"] is not None else "CPU -"
-    if g["flagged"]:
-        console.print(f"  [bold red]CPU-bound run:[/] {g['reason']} ({cpu})")
-    else:
-        console.print(f"  {cpu}; not CPU-bound ({g['reason']})")
+    _print_cpu_guard(s)
+    cn = r.get("connections")
+    if cn and cn.get("cpu_s_total") is not None:
+        flows = list(cn["flows_carrying_tensors"].values())
+        console.print(f"  connections {cn['model']}: {min(flows, default=0)}-{max(flows, default=0)} "
+                      f"carrying tensors per direction of a pair; nodes used "
+                      f"{cn['cpu_s_total']:.2f} CPU s, at most {cn['threads_max']} threads a node")
     bad = s["tensors"]["corrupted"]
     if bad:
         console.print(f"  [bold red]{bad} tensors failed their checksum[/]")

@@ -7,7 +7,7 @@ flow completion time, bytes verified, and which uplink(s) carried it (more
 than one would break tensor integrity).
 
 A tensor is its sender's: the report and the split detection key captured
-packets by (source address, tensor_id) (common.wire.TensorKey), as the
+packets by (source address, tensor_id) (common.wire.WireTensorKey), as the
 switches do, so several sources, and several runs side by side, never mix
 their tensors even when two hosts' ids coincide. Each sender process draws
 its ids from a worker slot of its host (workload/id_slots.py).
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import paths
-from common.wire import TensorKey
+from common.wire import WireTensorKey
 from netns_topology.state import TestbedError, load_topology_of
 from workload.capture import CaptureError, start_capture, tensor_ports
 from workload.netexec import ns_popen, stop
@@ -54,8 +54,8 @@ class TensorResult:
     src_ip: str = ""
 
     @property
-    def key(self) -> TensorKey:
-        return TensorKey(self.src_ip, self.tensor_id)
+    def key(self) -> WireTensorKey:
+        return WireTensorKey(self.src_ip, self.tensor_id)
 
     @property
     def split(self) -> bool:
@@ -142,6 +142,46 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
     tensors of different hosts to share ids, as tests do)."""
     topo = load_topology_of(prefix)
     hosts = {h.name: h for h in topo.hosts}
+    _check_request(prefix, hosts, srcs, dst, tensors, layers, size, senders, timeout)
+    workers = len(srcs) * senders
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
+    tmp = None if pcap_dir else tempfile.mkdtemp(prefix="talb-send-")
+    pcaps = Path(pcap_dir or tmp)
+    local = all(hosts[s].leaf == hosts[dst].leaf for s in srcs)
+    captures = []
+    procs: list[subprocess.Popen] = []
+    try:
+        pcaps.mkdir(parents=True, exist_ok=True)
+        src_leaves = sorted({hosts[s].leaf for s in srcs})
+        _start_captures(captures, prefix, topo, src_leaves, pcaps)
+        say(f"capturing tagged packets leaving {', '.join(src_leaves)} on "
+            f"{len(captures)} uplinks" + (f" -> {pcaps}" if pcap_dir else ""))
+        _start_receiver(procs, prefix, dst, port, workers, min(left(), 30.0))
+        say(f"receiver on {dst} ({hosts[dst].ip}:{port}); {workers} sender(s) x {tensors} tensors "
+            f"of {size} bytes over {layers} layer(s)")
+        what = ["--tensors", str(tensors), "--layers", str(layers), "--size", str(size)]
+        if fixed_ids is not None:
+            what += ["--fixed-ids", str(fixed_ids)]
+        worker_src = _start_senders(procs, prefix, srcs, senders, hosts[dst].ip, port, what)
+        sent, received = _records(procs, _communicate_all(procs, left()), worker_src, dst, timeout)
+        ports = _tagged_ports(captures)
+    finally:
+        for proc in procs:
+            stop(proc)
+        for cap in captures:
+            cap.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return SendReport(_join(sent, received, worker_src, hosts, ports), pcap_dir, local)
+
+
+def _check_request(prefix: str, hosts: dict, srcs: list[str], dst: str, tensors: int,
+                   layers: int, size: int, senders: int, timeout: float) -> None:
+    """TestbedError naming the option that is out of range or names no host."""
     for name in [*srcs, dst]:
         if name not in hosts:
             raise TestbedError(f"host: no host '{name}' in testbed '{prefix}' "
@@ -159,89 +199,92 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
     _check(senders, "--senders", 1, MAX_SENDERS_PER_HOST)
     if not timeout > 0:
         raise TestbedError(f"timeout: must be > 0 seconds, got {timeout!r}")
-    workers = len(srcs) * senders
-    deadline = time.monotonic() + timeout
 
-    def left() -> float:
-        return max(deadline - time.monotonic(), 0.0)
 
-    tmp = None if pcap_dir else tempfile.mkdtemp(prefix="talb-send-")
-    pcaps = Path(pcap_dir or tmp)
-    src_leaves = sorted({hosts[s].leaf for s in srcs})
-    local = all(hosts[s].leaf == hosts[dst].leaf for s in srcs)
-    captures = []
-    procs: list[subprocess.Popen] = []
-    try:
-        pcaps.mkdir(parents=True, exist_ok=True)
-        for leaf in src_leaves:
-            for p in topo.ports(leaf):
-                if p.kind == "fabric" and p.up:
-                    captures.append(start_capture(paths.netns_name(prefix, leaf), p.name,
-                                                  pcaps / f"{leaf}-{p.name}.pcap"))
-        say(f"capturing tagged packets leaving {', '.join(src_leaves)} on "
-            f"{len(captures)} uplinks" + (f" -> {pcaps}" if pcap_dir else ""))
+def _start_captures(captures: list, prefix: str, topo, leaves: list[str], pcaps: Path) -> None:
+    """A capture on every up uplink of ``leaves``, each appended to
+    ``captures`` as it starts (so the caller stops those begun if one fails)."""
+    for leaf in leaves:
+        for p in topo.ports(leaf):
+            if p.kind == "fabric" and p.up:
+                captures.append(start_capture(paths.netns_name(prefix, leaf), p.name,
+                                              pcaps / f"{leaf}-{p.name}.pcap"))
 
-        receiver = ns_popen(paths.netns_name(prefix, dst),
-                            [*APP, "receive", "--port", str(port), "--connections", str(workers)])
-        procs.append(receiver)
-        ready = _readline(receiver, min(left(), 30.0))
-        if '"ready"' not in ready:
-            stop(receiver)
+
+def _start_receiver(procs: list, prefix: str, dst: str, port: int, connections: int,
+                    timeout: float) -> None:
+    """The verifying receiver in ``dst``, appended to ``procs``, once it
+    listens; TestbedError when it does not within ``timeout``."""
+    receiver = ns_popen(paths.netns_name(prefix, dst),
+                        [*APP, "receive", "--port", str(port), "--connections", str(connections)])
+    procs.append(receiver)
+    ready = _readline(receiver, timeout)
+    if '"ready"' not in ready:
+        stop(receiver)
+        raise TestbedError(
+            f"receiver on {dst} did not start: "
+            f"{ready.strip() or _last_line(receiver.stderr.read(), receiver.returncode)}")
+
+
+def _start_senders(procs: list, prefix: str, srcs: list[str], senders: int, dst_ip: str,
+                   port: int, what: list[str]) -> dict[int, str]:
+    """``senders`` sender processes per source host, appended to ``procs``;
+    ``what``: their tensor options. {worker: its host}."""
+    worker_src = {}
+    for i, src in enumerate(srcs):
+        for k in range(senders):
+            w = i * senders + k
+            worker_src[w] = src
+            procs.append(ns_popen(paths.netns_name(prefix, src), [
+                *APP, "send", "--dst", dst_ip, "--port", str(port), "--worker", str(w), *what]))
+    return worker_src
+
+
+def _records(procs: list, outputs: list, worker_src: dict, dst: str,
+             timeout: float) -> tuple[list[dict], dict]:
+    """(what the senders sent, {(worker, seq): what the receiver got}) from
+    the processes' outputs (the receiver's first); TestbedError naming a
+    sender that failed or never finished."""
+    sent, errors = [], []
+    for w, proc in enumerate(procs[1:]):
+        if outputs[w + 1] is None:
             raise TestbedError(
-                f"receiver on {dst} did not start: "
-                f"{ready.strip() or _last_line(receiver.stderr.read(), receiver.returncode)}")
-        say(f"receiver on {dst} ({hosts[dst].ip}:{port}); {workers} sender(s) x {tensors} tensors "
-            f"of {size} bytes over {layers} layer(s)")
+                f"sender {w} on {worker_src[w]} did not finish within {timeout:g} s "
+                "(every sender and the receiver were ended)")
+        out, err = outputs[w + 1]
+        if proc.returncode != 0:
+            errors.append(f"sender {w} on {worker_src[w]}: {_last_line(err, proc.returncode)}")
+        sent += [r for r in _read_json_lines(out) if "tensor_id" in r]
+    if errors:
+        raise TestbedError("sender failed: " + "; ".join(errors))
+    if outputs[0] is None:
+        raise TestbedError(f"receiver on {dst} did not finish after its senders")
+    received = {(r["worker"], r["seq"]): r for r in _read_json_lines(outputs[0][0])
+                if "seq" in r}
+    return sent, received
 
-        worker_src = {}
-        for i, src in enumerate(srcs):
-            for k in range(senders):
-                w = i * senders + k
-                worker_src[w] = src
-                ids = [] if fixed_ids is None else ["--fixed-ids", str(fixed_ids)]
-                procs.append(ns_popen(paths.netns_name(prefix, src), [
-                    *APP, "send", "--dst", hosts[dst].ip, "--port", str(port), "--worker", str(w),
-                    "--tensors", str(tensors), "--layers", str(layers), "--size", str(size), *ids]))
 
-        outputs = _communicate_all(procs, left())
-        sent, errors = [], []
-        for w, proc in enumerate(procs[1:]):
-            if outputs[w + 1] is None:
-                raise TestbedError(
-                    f"sender {w} on {worker_src[w]} did not finish within {timeout:g} s "
-                    "(every sender and the receiver were ended)")
-            out, err = outputs[w + 1]
-            if proc.returncode != 0:
-                errors.append(f"sender {w} on {worker_src[w]}: {_last_line(err, proc.returncode)}")
-            sent += [r for r in _read_json_lines(out) if "tensor_id" in r]
-        if errors:
-            raise TestbedError("sender failed: " + "; ".join(errors))
-        if outputs[0] is None:
-            raise TestbedError(f"receiver on {dst} did not finish after its senders")
-        received = {(r["worker"], r["seq"]): r for r in _read_json_lines(outputs[0][0])
-                    if "seq" in r}
-        for cap in captures:
-            cap.stop()
-        try:
-            ports = tensor_ports(captures)
-        except CaptureError as exc:
-            raise TestbedError(str(exc)) from None
-    finally:
-        for proc in procs:
-            stop(proc)
-        for cap in captures:
-            cap.stop()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+def _tagged_ports(captures: list) -> dict:
+    """The captures stopped and read: {WireTensorKey: {port: tagged packets}}."""
+    for cap in captures:
+        cap.stop()
+    try:
+        return tensor_ports(captures)
+    except CaptureError as exc:
+        raise TestbedError(str(exc)) from None
 
+
+def _join(sent: list[dict], received: dict, worker_src: dict, hosts: dict,
+          ports: dict) -> list[TensorResult]:
+    """One result per sent tensor: its FCT, whether it arrived intact, its uplinks."""
     results = []
     for s in sorted(sent, key=lambda r: (r["worker"], r["seq"])):
         r = received.get((s["worker"], s["seq"]))
         src = worker_src[s["worker"]]
-        key = TensorKey(hosts[src].ip, s["tensor_id"])
+        key = WireTensorKey(hosts[src].ip, s["tensor_id"])
         results.append(TensorResult(
             worker=s["worker"], src=src, seq=s["seq"], tensor_id=s["tensor_id"],
             layer=s["layer"], bytes=s["bytes"], len_pkts=s["len_pkts"],
             fct_s=(r["t_done_ns"] - s["t_start_ns"]) / 1e9 if r else None,
             ok=bool(r and r["ok"]), uplinks=ports.get(key, {}), src_ip=key.src))
-    return SendReport(results, pcap_dir, local)
+    return results

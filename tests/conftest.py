@@ -10,6 +10,8 @@
   their records dropped; nothing is ever removed for what its name looks
   like (``t42exp`` is a valid user prefix). At session end a prefix that
   left nothing behind drops its record.
+* A live testbed for a test module: tests/helpers.py :func:`up_fabric`
+  (a new prefix, and a finalizer that takes the testbed down).
 * Under CI=true a test that would be skipped for lack of root or a kernel
   feature fails instead: a CI run that skips the namespace tests is a failed run.
 * A test marked ``alone`` needs the machine (nearly) to itself: before it

@@ -6,6 +6,10 @@
 * :func:`wait_for_streams`: until iperf3 clients in a namespace are sending
   (their connections established), so a test judges traffic that runs
   rather than assuming it started within a fixed sleep.
+* :func:`up_fabric`: a live testbed under a prefix of the test's own,
+  taken down by a finalizer (a module's ``fabric`` fixture is one call).
+* :func:`spine_captures`, :func:`spines_of`, :func:`sends_at_once`: which
+  spine carried each tensor while several `talb send` runs go at once.
 * :func:`loaded_switch` and :class:`ProgTestSwitch`: the switch program
   loaded (not attached) in a namespace of veth ports, packets run through it
   with ``BPF_PROG_TEST_RUN`` (test_bpf_datapath.py, test_talb_switch.py).
@@ -19,8 +23,11 @@ import select
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
 
 from conftest import new_prefix, skip_or_fail
 
@@ -104,6 +111,100 @@ def wait_for_streams(ns: str, streams: dict[int, int], timeout: float = 15.0) ->
             pytest.fail(f"iperf3 clients in {ns} not all sending after {timeout:g} s: server "
                         f"ports {sorted(short)} lack streams (established: {conns})")
         time.sleep(0.05)
+
+
+# --- live fabrics ------------------------------------------------------------------------
+class LiveFabric(NamedTuple):
+    """A testbed a test built: ``prefix, topo = fabric``."""
+
+    prefix: str
+    topo: object
+
+
+def up_fabric(request, topology, *, agent: bool | dict = False, datapath: str = "bpf",
+              scheme: str | None = None) -> LiveFabric:
+    """`talb testbed up` under a new prefix of the test's own (conftest's
+    new_prefix: recorded in the registry before anything is built), taken
+    down (its agent first) by a finalizer of ``request`` whatever happens:
+    call it from a fixture, which needs ``bcc`` (or ``root`` for the bridge).
+
+    ``topology``: a topology file or a Topology object. ``agent``: True, the
+    PCM agent with its metrics on a free port; a dict, those AgentConfig
+    options; False, none. ``datapath``: "bpf" or "bridge". ``scheme``:
+    replaces the topology's."""
+    from netns_topology import load_topology
+    from testbed import lifecycle
+
+    topo = load_topology(topology) if isinstance(topology, (str, os.PathLike)) else topology
+    if scheme is not None:
+        topo.scheme = scheme
+    if agent is True:
+        agent = {"metrics_port": free_port()}
+    prefix = new_prefix()
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(topo, prefix, datapath=datapath, agent=agent if agent is not False else None)
+    return LiveFabric(prefix, topo)
+
+
+# --- which spine carried each tensor --------------------------------------------------------
+@contextmanager
+def spine_captures(prefix: str, directory: Path):
+    """Every port of every spine of testbed ``prefix`` captured inbound
+    while the block runs (pcaps in ``directory``): yields the captures,
+    stopped at the end whatever happens. Read them with :func:`spines_of`."""
+    from common import paths
+    from netns_topology.state import load_topology_of
+    from workload.capture import start_capture
+
+    topo = load_topology_of(prefix)
+    caps = []
+    try:
+        for spine in (s.name for s in topo.switches if s.role == "spine"):
+            for p in topo.ports(spine):
+                caps.append(start_capture(paths.netns_name(prefix, spine), p.name,
+                                          Path(directory) / f"{spine}-{p.name}.pcap",
+                                          direction="in"))
+        yield caps
+    finally:
+        for c in caps:
+            c.stop()
+
+
+def spines_of(captures) -> dict:
+    """{WireTensorKey: spines whose ports saw its tagged packets}. Spines name
+    their ports after the leaves, so each spine's captures are read apart."""
+    from workload.capture import tensor_ports
+
+    out: dict = {}
+    for c in captures:
+        spine = c.netns.rsplit("-", 1)[1]
+        for key in tensor_ports([c]):
+            out.setdefault(key, set()).add(spine)
+    return out
+
+
+def sends_at_once(prefix: str, runs: dict[str, dict], join_s: float) -> tuple[dict, list[str]]:
+    """`talb send` runs at the same time, one thread each. ``runs``: {name:
+    send.run's arguments after the prefix (srcs, dst, keywords)}. Returns
+    ({name: SendReport}, ["name: error", ...]) once all ended (each waited
+    for at most ``join_s``)."""
+    from talb import send
+
+    reports: dict = {}
+    errors: list[str] = []
+
+    def one(name: str, kw: dict) -> None:
+        try:
+            reports[name] = send.run(prefix, **kw)
+        except Exception as exc:  # the caller asserts there are none
+            errors.append(f"{name}: {exc!r}")
+
+    threads = [threading.Thread(target=one, args=item) for item in runs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join_s)
+    return reports, errors
 
 
 @contextmanager

@@ -29,10 +29,8 @@ from datapath.control import ecmp_index, read_config, read_groups, read_port_sta
 from datapath.maps import SwitchMaps
 from netns_topology import LeafSpine
 from talb import send
-from testbed import lifecycle
 from workload.iperf import run_iperf3
-from conftest import new_prefix
-from helpers import free_port, wait_for_streams
+from helpers import free_port, up_fabric, wait_for_streams
 
 pytestmark = pytest.mark.live
 
@@ -41,17 +39,9 @@ WINDOW_S = 0.005
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
     topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
     topo.set_link("leaf0", "spine1", rate="50mbit")
-
-    def cleanup():
-        daemon.stop_background(prefix)
-        lifecycle.down(prefix)
-
-    request.addfinalizer(cleanup)
-    lifecycle.up(topo, prefix)
-    return prefix, topo
+    return up_fabric(request, topo)
 
 
 #: the agent configuration a test gets unless it asks for another

@@ -102,14 +102,9 @@ def test_bad_input_names_the_field():
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
     from common import paths
-    from netns_topology import load_topology
-    from testbed import lifecycle
-    from conftest import new_prefix
+    from helpers import up_fabric
 
-    topo = load_topology(paths.REPO_ROOT / "topologies" / "leafspine.yaml")
-    prefix = new_prefix()
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(topo, prefix)
+    prefix, topo = up_fabric(request, paths.REPO_ROOT / "topologies" / "leafspine.yaml")
     return topo, prefix
 
 

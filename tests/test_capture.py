@@ -10,7 +10,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
-from common.wire import IPOption_TaLB, TensorKey
+from common.wire import IPOption_TaLB, WireTensorKey
 from workload.capture import CaptureError, PortCapture, tensor_ports
 
 
@@ -37,8 +37,8 @@ def test_tensors_are_keyed_by_source_and_id(tmp_path):
                     _tagged("10.0.0.1", 7, 1), Ether() / IP(src="10.0.0.1") / TCP()])
     wrpcap(str(b), [_tagged("10.0.0.2", 7, 1)])
     got = tensor_ports([_capture(a, ifname="spine0"), _capture(b, ifname="spine1")])
-    assert got == {TensorKey("10.0.0.1", 7): {"spine0": 2},
-                   TensorKey("10.0.0.2", 7): {"spine0": 1, "spine1": 1}}
+    assert got == {WireTensorKey("10.0.0.1", 7): {"spine0": 2},
+                   WireTensorKey("10.0.0.2", 7): {"spine0": 1, "spine1": 1}}
 
 
 def test_missing_pcap_is_an_error_naming_port_and_file(tmp_path):

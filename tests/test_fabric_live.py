@@ -16,8 +16,7 @@ from talb.demo import GOODPUT_PER_RATE, uplink_tx
 from testbed import lifecycle
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
-from conftest import new_prefix
-from helpers import wait_for_streams
+from helpers import up_fabric, wait_for_streams
 
 pytestmark = pytest.mark.live
 
@@ -26,11 +25,7 @@ RATE = 100_000_000
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(topo, prefix)
-    return prefix, topo
+    return up_fabric(request, LeafSpine(spines=2, leaves=2, hosts_per_leaf=2))
 
 
 def ns(prefix, node):

@@ -13,13 +13,10 @@ import subprocess
 import pytest
 
 from common import paths
-from netns_topology import load_topology
 from netns_topology.state import load_topology_of
-from testbed import lifecycle
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
-from conftest import new_prefix
-from helpers import free_port, processes_in_hosts
+from helpers import processes_in_hosts, up_fabric
 from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
@@ -34,10 +31,7 @@ WORKERS = {"ps": 2, "allreduce": 3}
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
-    return prefix
+    return up_fabric(request, TOPOLOGY, agent=True).prefix
 
 
 def _switches(prefix, fn):

@@ -539,7 +539,7 @@ class SwitchCheck:
                                                              self.push_room), self.push_room)
         if problems:
             pytest.fail(f"counters do not add up ({self.where}, {n} frames):\n  "
-                        + "\n  ".join(problems) + f"\n  deltas: "
+                        + "\n  ".join(problems) + "\n  deltas: "
                         + str({k: x for k, x in d.items() if x}), pytrace=False)
 
 
@@ -686,19 +686,19 @@ def host_dp(bcc, tmp_path_factory):
 
 
 def install_host_plan(maps, rings: dict, isns: dict):
-    from datapath.host_maps import FlowKey, HostDesc, HostIsn, HostRing
+    from datapath.host_maps import HostDesc, HostFlowKey, HostIsn, HostRing
 
     maps.flow_isn.clear()
     maps.flow_rings.clear()
     maps.tensor_wire.clear()
     for (s, d, sp, dp), (isn, flags) in isns.items():
-        maps.flow_isn[FlowKey(int.from_bytes(s, "big"), int.from_bytes(d, "big"), sp, dp)] = \
+        maps.flow_isn[HostFlowKey(int.from_bytes(s, "big"), int.from_bytes(d, "big"), sp, dp)] = \
             HostIsn(isn, flags)
     for (s, d, sp, dp), descs in rings.items():
         ring = HostRing()
         for i, (start, end, tid, lp, mss, layer) in enumerate(descs):
             ring.desc[i] = HostDesc(start, end, tid, lp, mss, layer)
-        maps.flow_rings[FlowKey(int.from_bytes(s, "big"), int.from_bytes(d, "big"), sp, dp)] = \
+        maps.flow_rings[HostFlowKey(int.from_bytes(s, "big"), int.from_bytes(d, "big"), sp, dp)] = \
             ring
 
 
@@ -726,7 +726,7 @@ HOST_BATCH = 1000
 
 
 def test_host_tagger_fuzz(host_dp, tally, request):
-    from datapath.host_maps import FlowKey
+    from datapath.host_maps import HostFlowKey
 
     frames = fuzz_frames(request.config)
     seed = tally.seed
@@ -782,7 +782,7 @@ def test_host_tagger_fuzz(host_dp, tally, request):
                         pytrace=False)
         # the maps as the model says (ISNs learned, rings dropped by SYNs)
         for key in gen.flows:
-            fk = FlowKey(int.from_bytes(key[0], "big"), int.from_bytes(key[1], "big"),
+            fk = HostFlowKey(int.from_bytes(key[0], "big"), int.from_bytes(key[1], "big"),
                          key[2], key[3])
             isn = maps.flow_isn.get(fk)
             got_isn = None if isn is None else (isn.isn, isn.flags)

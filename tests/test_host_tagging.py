@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib
 import json
 import os
 import random
@@ -75,9 +76,9 @@ class Host:
         return {k: v for k, v in self.maps.read_counters().items() if v}
 
     def key(self, src=SRC, sport=SPORT, dst=DST, dport=DPORT):
-        from datapath.host_maps import FlowKey
+        from datapath.host_maps import HostFlowKey
 
-        return FlowKey.of(src, sport, dst, dport)
+        return HostFlowKey.of(src, sport, dst, dport)
 
     def set_isn(self, isn: int, active: bool = True, **key):
         from datapath.host_maps import HOST_ISN_ACTIVE, HostIsn
@@ -131,7 +132,7 @@ def ip_checksum_ok(frame: bytes) -> bool:
     from scapy.layers.inet import IP
     from scapy.layers.l2 import Ether
 
-    import common.wire  # noqa: F401  (registers IPOption_TaLB: the option parses as itself)
+    importlib.import_module("common.wire")  # registers IPOption_TaLB: the option parses as itself
 
     ip = Ether(frame)[IP]
     fresh = ip.copy()
@@ -806,7 +807,7 @@ def check_stream(segments, records, stream: bytes) -> dict:
 def test_kernel_counts_the_syn_in_bytes_acked_on_the_active_side_only(pair):
     """The fact the library's stream offsets rest on (tensor_sender.py), and
     the program's record of which side opened the flow."""
-    from datapath.host_maps import FlowKey
+    from datapath.host_maps import HostFlowKey
     from workload.tensor_sender import _TCPI_BYTES_ACKED
 
     def acked(s):
@@ -823,8 +824,8 @@ def test_kernel_counts_the_syn_in_bytes_acked_on_the_active_side_only(pair):
             time.sleep(0.01)
         assert (acked(cli), acked(conn)) == (1001, 77)
         with pair.maps("h1") as m1, pair.maps("h2") as m2:
-            assert m1.flow_isn[FlowKey.of_socket(cli)].active
-            assert not m2.flow_isn[FlowKey.of_socket(conn)].active
+            assert m1.flow_isn[HostFlowKey.of_socket(cli)].active
+            assert not m2.flow_isn[HostFlowKey.of_socket(conn)].active
 
 
 def test_live_tensors_tagged_retransmission_keeps_tag_plain_flow_untagged(pair, record_property,
@@ -1017,7 +1018,7 @@ def test_stream_offset_exact_while_acks_land_between_its_reads(pair):
 
 
 def test_errors_name_the_problem(pair, tmp_path):
-    from datapath.host_maps import FlowKey
+    from datapath.host_maps import HostFlowKey
     from workload.tensor_sender import TensorSender, TensorSenderError
 
     rx = Receiver(pair.ns["h2"], DST)
@@ -1048,7 +1049,7 @@ def test_errors_name_the_problem(pair, tmp_path):
             assert tx.stream_offset() == 0  # nothing was sent
         # opened before the program saw the SYN: simulated by forgetting its ISN
         with pair.maps("h1") as m:
-            m.flow_isn.delete(FlowKey.of_socket(sock))
+            m.flow_isn.delete(HostFlowKey.of_socket(sock))
         with pytest.raises(TensorSenderError, match=r"never saw this connection open.*talb testbed up"):
             TensorSender(sock, pin_dir=pair.pin["h1"])
         _finish(sock, b"")
@@ -1061,7 +1062,7 @@ def test_errors_name_the_problem(pair, tmp_path):
 def test_untagged_when_connection_predates_the_program(pair):
     """A flow whose SYN the program never saw goes out untagged, counted."""
     from datapath.host_loader import HostDatapath, egress_filter
-    from datapath.host_maps import FlowKey, HostDesc, HostRing
+    from datapath.host_maps import HostDesc, HostFlowKey, HostRing
 
     HostDatapath(pair.ns["h1"], pair.pin["h1"]).detach(["eth0"])
     assert egress_filter(pair.ns["h1"], "eth0") is None
@@ -1076,7 +1077,7 @@ def test_untagged_when_connection_predates_the_program(pair):
         with pair.maps("h1") as m:
             ring = HostRing()
             ring.desc[0] = HostDesc(0, 50_000, 1, 35, MSS, 0)
-            m.flow_rings[FlowKey.of_socket(sock)] = ring  # a ring, but no ISN
+            m.flow_rings[HostFlowKey.of_socket(sock)] = ring  # a ring, but no ISN
             before = m.read_counters()
             sock.sendall(b"p" * 50_000)
             _finish(sock, b"p" * 50_000)

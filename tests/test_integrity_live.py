@@ -10,15 +10,10 @@ tensors. The spines' ports are captured inbound.
 """
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from netns_topology import load_topology
-from talb import send
-from testbed import lifecycle
-from conftest import new_prefix
-from test_talb_live import TOPOLOGY, _spine_captures, _spines_of
+from common import paths
+from helpers import sends_at_once, spine_captures, spines_of, up_fabric
 
 pytestmark = pytest.mark.live
 
@@ -26,47 +21,29 @@ SENDERS = 4                 # processes per sending host
 TENSORS = 313               # per sender: 16 x 313 = 5,008 tensors
 SIZE = 12_000               # bytes per tensor: 9 packets (one MSS is 1,448 B)
 RUNS = ((("h0", "h1"), "h3", 7300), (("h4", "h5"), "h2", 7301))
+TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
 
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(load_topology(TOPOLOGY), prefix)
-    return prefix
+    return up_fabric(request, TOPOLOGY).prefix
 
 
 def test_five_thousand_tensors_from_sixteen_senders_never_split(fabric, tmp_path):
     prefix = fabric
-    reports: dict[str, send.SendReport] = {}
-    errors: list[str] = []
-
-    def one(srcs, dst, port):
-        try:
-            reports[dst] = send.run(prefix, list(srcs), dst, tensors=TENSORS, layers=4,
-                                    size=SIZE, senders=SENDERS, port=port,
-                                    pcap_dir=str(tmp_path / dst), say=lambda _m: None,
-                                    timeout=400)
-        except Exception as exc:  # reported below
-            errors.append(f"{','.join(srcs)} -> {dst}: {exc!r}")
-
-    caps = _spine_captures(prefix, tmp_path)
-    try:
-        runs = [threading.Thread(target=one, args=r) for r in RUNS]
-        for t in runs:
-            t.start()
-        for t in runs:
-            t.join(450)
-    finally:
-        for c in caps:
-            c.stop()
+    with spine_captures(prefix, tmp_path) as caps:
+        reports, errors = sends_at_once(prefix, {
+            dst: dict(srcs=list(srcs), dst=dst, tensors=TENSORS, layers=4, size=SIZE,
+                      senders=SENDERS, port=port, pcap_dir=str(tmp_path / dst),
+                      say=lambda _m: None, timeout=400)
+            for srcs, dst, port in RUNS}, join_s=450)
     assert not errors, errors
     tensors = [t for r in reports.values() for t in r.tensors]
     assert len(tensors) == 2 * 2 * SENDERS * TENSORS >= 5000
     assert len({t.key for t in tensors}) == len(tensors), "a (source, id) sent twice"
     bad = [str(t.key) for t in tensors if not t.ok]
     assert not bad, f"{len(bad)} tensors arrived damaged or incomplete: {bad[:5]}"
-    spines = _spines_of(caps)
+    spines = spines_of(caps)
     wrong = {str(k): sorted(v) for k, v in spines.items() if len(v) != 1}
     assert not wrong, f"{len(wrong)} of {len(spines)} tensors on both spines: " \
         f"{dict(list(wrong.items())[:5])}"

@@ -34,12 +34,9 @@ import time
 import pytest
 
 from common import paths
-from netns_topology import load_topology
-from testbed import lifecycle
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
-from conftest import new_prefix
-from helpers import free_port, socket_in
+from helpers import socket_in, up_fabric
 from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
@@ -59,11 +56,7 @@ FRAME = 1448 + WIRE_OVERHEAD
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    topo = load_topology(TOPOLOGY)
-    lifecycle.up(topo, prefix, agent={"metrics_port": free_port()})
-    return prefix, topo
+    return up_fabric(request, TOPOLOGY, agent=True)
 
 
 def _host(topo, name):

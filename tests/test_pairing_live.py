@@ -14,12 +14,9 @@ import pytest
 from common import paths
 from experiments.sweep import pairing as pc
 from experiments.sweep.results import CELL_FIELDS
-from netns_topology import load_topology
-from testbed import lifecycle
 from workload.experiment import GO_LEAD_S, RunConfig, run
 from workload.scaling import scaling_for
-from conftest import new_prefix
-from helpers import free_port, processes_in_hosts
+from helpers import processes_in_hosts, up_fabric
 from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
@@ -30,10 +27,7 @@ PLAN_S = 4.0          # the background's planned seconds: training takes ~1 s
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
-    return prefix
+    return up_fabric(request, TOPOLOGY, agent=True).prefix
 
 
 def _run(fabric, tmp_path, scheme, **kw):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agent import pcm
 from agent.pcm import PortLoad
-from datapath.schemes.talb import pcm_to_fixed, smooth_wrr_schedule, wrr_weights as fixed_weights
+from datapath.schemes.talb import pcm_to_fixed, smooth_wrr_schedule, fixed_wrr_weights
 
 C = 100e6          # bit/s
 FRAME = 1500       # bytes
@@ -221,7 +221,7 @@ def test_published_schedule_follows_the_weights(g):
     within one slot."""
     p = pcm.group_pcm(*g)
     fixed = [pcm_to_fixed(x) for x in p]
-    schedule = smooth_wrr_schedule(fixed_weights(fixed))
+    schedule = smooth_wrr_schedule(fixed_wrr_weights(fixed))
     counts = Counter(schedule)
     share = pcm.wrr_weights(p)
     for i in range(len(p)):

@@ -19,10 +19,9 @@ import pytest
 from agent import daemon
 from common import paths
 from netns_topology import LeafSpine
-from testbed import lifecycle
 from workload.iperf import run_iperf3
-from conftest import new_prefix, skip_or_fail
-from helpers import free_port
+from conftest import skip_or_fail
+from helpers import free_port, up_fabric
 
 pytestmark = pytest.mark.live
 
@@ -51,15 +50,7 @@ def prometheus_bin():
 
 @pytest.fixture(scope="module")
 def agent_port(request, bcc):
-    prefix = new_prefix()
-
-    def cleanup():
-        daemon.stop_background(prefix)
-        lifecycle.down(prefix)
-
-    request.addfinalizer(cleanup)
-    topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
-    lifecycle.up(topo, prefix)
+    prefix, topo = up_fabric(request, LeafSpine(spines=2, leaves=2, hosts_per_leaf=2))
     port = free_port()
     daemon.start_background(prefix, metrics_port=port)
     return prefix, topo, port

@@ -21,8 +21,7 @@ from netns_topology import LeafSpine, qdisc
 from netns_topology.state import load_topology_of, queueing_of, read_state
 from talb import send
 from testbed import lifecycle
-from conftest import new_prefix
-from helpers import free_port
+from helpers import free_port, up_fabric
 
 pytestmark = pytest.mark.live
 
@@ -35,10 +34,7 @@ FIFO = {qdisc.band_qdisc_handle(0): 160_000}
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(LeafSpine(**TOPO), prefix)
-    return prefix
+    return up_fabric(request, LeafSpine(**TOPO)).prefix
 
 
 def _tree(prefix: str, node: str, ifname: str) -> tuple[dict, dict, set]:
@@ -88,12 +84,12 @@ def test_switch_ports_go_to_fifo_and_back(fabric):
         assert lifecycle.set_queueing(fabric, "fifo") == rec          # already so: nothing done
         # the readers of the port queues: the root (1:) and its classes
         from datapath.qdisc_stats import QdiscReader
-        from workload.measure import read_port_queues
+        from workload.measure import read_qdisc_counters
 
         with QdiscReader(paths.netns_name(fabric, "leaf0")) as reader:
             assert reader.read("h2").backlog_bytes >= 0
             assert set(reader.class_bytes("h2")) == {qdisc.PARENT_CLASS, qdisc.band_classid(0)}
-        assert set(read_port_queues(fabric, load_topology_of(fabric))) == \
+        assert set(read_qdisc_counters(fabric, load_topology_of(fabric))) == \
             set(_switch_ports(fabric))
     finally:
         lifecycle.set_queueing(fabric, "bands")

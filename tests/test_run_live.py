@@ -14,15 +14,12 @@ import signal
 import pytest
 
 from common import paths
-from netns_topology import load_topology
 from netns_topology.state import load_topology_of
-from testbed import lifecycle
 from workload.experiment import RunConfig, RunError, run
 from workload.patterns import allreduce, ps
 from workload.patterns.common import HEADER
 from workload.scaling import scaling_for
-from conftest import new_prefix
-from helpers import free_port, processes_in_hosts
+from helpers import processes_in_hosts, up_fabric
 from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
@@ -33,10 +30,7 @@ ITERATIONS = 3
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(load_topology(TOPOLOGY), prefix, agent={"metrics_port": free_port()})
-    return prefix
+    return up_fabric(request, TOPOLOGY, agent=True).prefix
 
 
 def _run(fabric, tmp_path, arch, workers, servers=1, **kw):

@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 
 from common import paths
-from netns_topology import LeafSpine, load_topology
+from netns_topology import LeafSpine
 from talb.demo import uplink_tx
 from testbed import lifecycle
 from workload.iperf import run_iperf3
-from conftest import new_prefix
-from helpers import wait_for_streams
+from helpers import up_fabric, wait_for_streams
 
 pytestmark = pytest.mark.live
 
@@ -35,14 +34,10 @@ SCHEMES = ("rps", "letflow", "drill", "conga")
 
 @pytest.fixture(scope="module", params=list(TOPOLOGIES))
 def fabric(request, bcc):
-    prefix = new_prefix()
     path = TOPOLOGIES[request.param]
-    topo = load_topology(path) if path else LeafSpine(spines=2, leaves=2, hosts_per_leaf=2)
     # `talb testbed up --scheme drill` on the asymmetric fabric
-    if request.param == "asymmetric":
-        topo.scheme = "drill"
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(topo, prefix)
+    prefix, topo = up_fabric(request, path or LeafSpine(spines=2, leaves=2, hosts_per_leaf=2),
+                             scheme="drill" if request.param == "asymmetric" else None)
     initial = {s["name"]: s["scheme"] for s in lifecycle.status(prefix)["switches"]}
     assert set(initial.values()) == {topo.scheme}, initial
     return request.param, prefix, topo
@@ -264,7 +259,7 @@ def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
     and h1 -> h3, 200 Mbit/s offered to leaf0's uplinks (200 Mbit/s on the
     default fabric, 150 on the asymmetric one: there a queue stands).
     Numbers, printed; docs/schemes.md quotes them."""
-    from datapath.control import read_port_queues
+    from datapath.control import read_queue_estimates
     from datapath.maps import SwitchMaps
     from datapath.qdisc_stats import QdiscReader
 
@@ -283,9 +278,8 @@ def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
 
     threads = [threading.Thread(target=transfer, args=a) for a in (("h0", "h2", 5321),
                                                                   ("h1", "h3", 5322))]
-    from datapath.program import _ifindex, _ipr
-    with _ipr(ns(prefix, "leaf0")) as ipr:
-        ifindex = {n: _ifindex(ipr, n, ns(prefix, "leaf0")) for n in uplinks}
+    from datapath.program import link_ifindexes
+    ifindex = link_ifindexes(ns(prefix, "leaf0"), uplinks)
     with QdiscReader(ns(prefix, "leaf0")) as reader, \
             SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
         for th in threads:
@@ -294,7 +288,7 @@ def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             real = {n: reader.read(n).backlog_bytes for n in uplinks}
-            est = read_port_queues(maps)
+            est = read_queue_estimates(maps)
             pairs += [(n, real[n], est[ifindex[n]]) for n in uplinks]
             time.sleep(0.01)
         for th in threads:

@@ -323,7 +323,7 @@ def test_drill_estimate_drains_at_link_rate_and_caps_at_limit(sw):
     sw.reset("drill", {"d": 1, "m": 0}, down=("p2", "p3", "p4"))
     now = mono_ns()
     _set_queue(sw, "p1", 100_000, now - 4_000_000)   # 4 ms at 12.5 MB/s: 50 kB gone
-    est = control.read_port_queues(sw.maps, now_ns=now)[sw.ifindex["p1"]]
+    est = control.read_queue_estimates(sw.maps, now_ns=now)[sw.ifindex["p1"]]
     assert est == 50_000
     # a full bucket: a burst's worth leaves at once (the bucket's filling is
     # in test_drill_matches_model). At 8 kbit/s from here on, so that the
@@ -345,7 +345,7 @@ def test_drill_estimate_drains_at_link_rate_and_caps_at_limit(sw):
 
 
 def test_drill_matches_model(sw):
-    from datapath.schemes.drill import PortQueue, drill_select
+    from datapath.schemes.drill import ModelPortQueue, drill_select
     from datapath.schemes.pick import Rng
 
     step = st.one_of(
@@ -361,8 +361,6 @@ def test_drill_matches_model(sw):
     @hypothesis.given(st.integers(1, 2**32 - 1), st.integers(1, 4), st.integers(0, 2),
                       st.lists(step, min_size=1, max_size=30))
     def check(state, d, m, steps):
-        from datapath import control
-
         sw.reset("drill", {"d": d, "m": m}, rng=state)
         rng = Rng(state)
         memory = [0, 0]
@@ -375,7 +373,7 @@ def test_drill_matches_model(sw):
             if s[0] == "queue":         # an estimate set s[3] us ago, credit s[4]
                 _set_queue(sw, s[1], s[2], mono_ns() - s[3] * 1000, s[4])
                 continue
-            before = {p: PortQueue(b, t, RATE_BPS // 8, LIMIT, c, BURST)
+            before = {p: ModelPortQueue(b, t, RATE_BPS // 8, LIMIT, c, BURST)
                       for p, (b, t, c) in _queues(sw).items()}
             data = tcp(payload=b"z" * s[1])
             port = sw.send(data)
@@ -685,7 +683,7 @@ def test_conga_matches_model(sw):
     update records it), remote metrics with aging, random ties."""
     from datapath.schemes.conga import CongaModel, CongaParams, Dre, Entry, metric
     from datapath.schemes.pick import Rng
-    from datapath.structs import CongaDre, CongaMetric, PortRate
+    from datapath.structs import CongaDre, CongaMetric
 
     params = CongaParams(age_us=5_000)
     dre_st = st.tuples(st.integers(0, 40_000), st.integers(0, 3_000))     # bytes, us ago

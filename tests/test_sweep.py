@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from experiments.sweep import plan as planmod
 from experiments.sweep.kinds import build_plan, finish
 from experiments.sweep.plan import ALL_SCHEMES, PlanError
-from experiments.sweep.runner import result_path, run_plan
+from experiments.sweep.runner import run_plan
 from experiments.sweep.stats import estimate, overlap, t_quantile
 
 ALL = frozenset(ALL_SCHEMES)
@@ -355,17 +355,24 @@ def test_headline_without_talb_says_so(tmp_path):
     assert row["verdict"] == "TaLB not run" and row["unpaired_seeds"] == [] and row["n"] == 0
 
 
-def test_runs_from_before_wire_times_report_no_network_fct(tmp_path):
-    """Results recorded before wire times (the committed ones): the report is
-    made, the FCT rows say network FCT is not available and keep the FCT from
-    the hand-off beside; nothing is made up."""
+def test_runs_from_before_wire_times_fall_back_to_the_handoff_fct(tmp_path):
+    """Results recorded before wire times (the committed ones): the FCT rows
+    are judged on the FCT from the hand-off, say so, and stay in the Holm
+    family (the same family as with wire times); nothing is made up."""
     res = _sweep(tmp_path, ["ecmp", "talb"], 3, wire=False)
+    with_wire = _sweep(tmp_path / "wire", ["ecmp", "talb"], 3)
     for number in ("short-flow AFCT vs ECMP", "short-flow p99 FCT vs ECMP",
                    "long-flow AFCT vs ECMP", "overall AFCT vs ECMP"):
         row = next(r for r in res["paper_vs_ours"] if r["number"] == number)
-        assert row["verdict"].startswith("no network FCT in these runs"), row["verdict"]
-        assert row["n"] == 0 and row["ours"] == "-" and row["paper_effect"] == "-"
-        assert row["ours_handoff"].startswith("-50% [-50%, -50%]")
+        assert row["verdict"].endswith("no network FCT in these runs (recorded before wire times)")
+        assert row["verdict"].startswith("TaLB better; on the FCT from the hand-off"), row["verdict"]
+        assert "_fct_" in row["metric"]                    # a hand-off metric
+        assert row["n"] == 3 and row["ours"].startswith("-50% [-50%, -50%]")
+        assert row["ours_handoff"] == row["ours"] and row["holm"]
+        assert row["paper_effect"] != "-"
+    family = [r["number"] for r in res["paper_vs_ours"] if r["holm"] and r["p"] is not None]
+    assert family == [r["number"] for r in with_wire["paper_vs_ours"]
+                      if r["holm"] and r["p"] is not None]
     assert next(r for r in res["paper_vs_ours"]
                 if r["number"] == "short-flow AFCT vs RPS")["verdict"] == "not run"
     speed = next(r for r in res["paper_vs_ours"] if r["number"] == "training speed vs ECMP")

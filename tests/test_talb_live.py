@@ -12,21 +12,17 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from common import paths
-from common.wire import TensorKey
 from datapath.qdisc_stats import QdiscReader
-from netns_topology import load_topology
 from netns_topology.state import load_topology_of
 from talb import send
-from testbed import lifecycle
 from workload.capture import start_capture, tensor_ports
-from conftest import new_prefix
+from helpers import sends_at_once, spine_captures, spines_of, up_fabric
 
 pytestmark = pytest.mark.live
 
@@ -37,10 +33,7 @@ PS = "h5"
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    prefix = new_prefix()
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(load_topology(TOPOLOGY), prefix)
-    return prefix
+    return up_fabric(request, TOPOLOGY).prefix
 
 
 @pytest.fixture(scope="module")
@@ -175,22 +168,6 @@ def _set_scheme(prefix: str, name: str) -> None:
             set_scheme(maps, name)
 
 
-def _spine_captures(prefix: str, directory: Path) -> list:
-    """Every spine port, inbound: which spine carried each tagged packet."""
-    topo = load_topology_of(prefix)
-    caps = []
-    try:
-        for spine in SPINES:
-            for p in topo.ports(spine):
-                caps.append(start_capture(paths.netns_name(prefix, spine), p.name,
-                                          directory / f"{spine}-{p.name}.pcap", direction="in"))
-    except BaseException:
-        for c in caps:
-            c.stop()
-        raise
-    return caps
-
-
 def _tensors_begun_at_leaf0(prefix: str) -> int:
     """Tensors leaf0's TaLB table has seen begin: each ends either completed
     (its entry placed at the first packet, done at LAST) or, its first
@@ -204,17 +181,6 @@ def _tensors_begun_at_leaf0(prefix: str) -> int:
     return c["talb_completed"] + c["talb_midstream"]
 
 
-def _spines_of(captures) -> dict[TensorKey, set]:
-    """{TensorKey: spines whose ports saw its tagged packets}. Spines name
-    their ports after the leaves, so each spine's captures are read apart."""
-    out: dict[TensorKey, set] = {}
-    for c in captures:
-        spine = c.netns.rsplit("-", 1)[1]
-        for key in tensor_ports([c]):
-            out.setdefault(key, set()).add(spine)
-    return out
-
-
 @pytest.mark.parametrize("scheme", ["talb", "ecmp"])
 def test_two_hosts_same_ids_side_by_side_never_merge(fabric, tmp_path, scheme):
     """Two `talb send` runs at once from the two hosts of leaf0 (h0 -> h3,
@@ -224,35 +190,22 @@ def test_two_hosts_same_ids_side_by_side_never_merge(fabric, tmp_path, scheme):
     h1's tensors follow or cut short h0's entries, and get split."""
     prefix = fabric
     _set_scheme(prefix, scheme)
-    reports: dict[str, object] = {}
-    errors = []
-
-    def one(src, dst, port):
-        try:
-            reports[src] = send.run(prefix, [src], dst, tensors=16, layers=3, size=150_000,
-                                    port=port, fixed_ids=FORCED_ID, say=lambda _m: None,
-                                    pcap_dir=str(tmp_path / src), timeout=120)
-        except Exception as exc:  # reported below
-            errors.append(f"{src}: {exc!r}")
-
     begun = _tensors_begun_at_leaf0(prefix)
-    caps = _spine_captures(prefix, tmp_path)
     try:
-        runs = [threading.Thread(target=one, args=a) for a in (("h0", "h3", 7100), ("h1", "h4", 7101))]
-        for t in runs:
-            t.start()
-        for t in runs:
-            t.join(180)
+        with spine_captures(prefix, tmp_path) as caps:
+            reports, errors = sends_at_once(prefix, {
+                src: dict(srcs=[src], dst=dst, tensors=16, layers=3, size=150_000, port=port,
+                          fixed_ids=FORCED_ID, say=lambda _m: None,
+                          pcap_dir=str(tmp_path / src), timeout=120)
+                for src, dst, port in (("h0", "h3", 7100), ("h1", "h4", 7101))}, join_s=180)
     finally:
-        for c in caps:
-            c.stop()
         _set_scheme(prefix, "talb")
     assert not errors, errors
     tensors = [t for r in reports.values() for t in r.tensors]
     assert len(tensors) == 2 * 16
     assert {t.tensor_id for t in reports["h0"].tensors} == {t.tensor_id for t in reports["h1"].tensors}
     assert all(t.ok for t in tensors), [(t.src, t.seq) for t in tensors if not t.ok]
-    spines = _spines_of(caps)
+    spines = spines_of(caps)
     wrong = {str(k): sorted(v) for k, v in spines.items() if len(v) != 1}
     assert not wrong, f"under {scheme}, tensors on no spine or on both: {wrong}"
     assert set(spines) == {t.key for t in tensors}, \

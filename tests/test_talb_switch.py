@@ -293,10 +293,10 @@ def test_two_senders_same_tensor_id_are_two_tensors(sw):
     assert c["talb_inserted"] == 3 and c["talb_hit"] == 6 and c["talb_case1"] == 2
     assert c["talb_midstream"] == 0 and c["talb_reroute"] == 0
     # user space reads and removes them by the pair (datapath/structs.py TensorKey)
-    from common.wire import TensorKey
+    from common.wire import WireTensorKey
     from datapath import control
 
-    assert sw.maps.tensors[TensorKey(SRC2, tid)].layer == 5
+    assert sw.maps.tensors[WireTensorKey(SRC2, tid)].layer == 5
     assert sw.maps.tensors.get((SRC, tid)).layer == 0
     assert sorted(str(k) for k in sw.maps.tensors.keys()) == [
         f"{SRC}/0x00000001", f"{SRC}/{tid:#010x}", f"{SRC2}/{tid:#010x}"]

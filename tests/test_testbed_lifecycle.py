@@ -139,7 +139,7 @@ def test_hostile_node_names_in_a_topology_file_are_refused(prefix, tmp_path, bad
                                     "links": [{"between": [h, "s0"]} for h in ("h0", "h1", bad)]}))
     result = talb("testbed", "up", "--prefix", prefix, "--topology", str(topo), "--no-agent")
     assert result.returncode == 1
-    assert f"hosts[2].name: must be 1-12 lowercase" in result.stderr and repr(bad) in result.stderr
+    assert "hosts[2].name: must be 1-12 lowercase" in result.stderr and repr(bad) in result.stderr
     assert_nothing_left(prefix)
 
 
@@ -287,7 +287,7 @@ def test_second_testbed_agent_takes_the_next_free_metrics_port(prefix):
     from agent.config import DEFAULT_METRICS_PORT, METRICS_PORT_TRIES
     from agent.daemon import log_file, running_pid
     from talb import monitoring
-    from workload.experiment import _agent_settings
+    from workload.run_record import agent_settings
 
     second, third = new_prefix(), new_prefix()   # `prefix`'s fixture takes the first down
     agent_args = [a for a in SMALL if a != "--no-agent"]
@@ -316,7 +316,7 @@ def test_second_testbed_agent_takes_the_next_free_metrics_port(prefix):
             assert f"agent pid {pid} (metrics http://127.0.0.1:{port}/metrics)" in st.stdout
             targets = {e["labels"]["testbed"]: e["targets"] for e in monitoring.agent_targets()}
             assert targets[p] == [f"127.0.0.1:{port}"]
-            recorded = _agent_settings(p)   # what `talb run` writes into its results
+            recorded = agent_settings(p)   # what `talb run` writes into its results
             assert recorded["metrics"] == f"127.0.0.1:{port}"
             assert recorded["config"]["metrics_port"] == port
         taken = served[second]

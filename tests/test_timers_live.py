@@ -16,8 +16,7 @@ import pytest
 from common import paths
 from netns_topology import load_topology
 from testbed import lifecycle
-from conftest import new_prefix
-from helpers import free_port
+from helpers import free_port, up_fabric
 
 pytestmark = pytest.mark.live
 
@@ -29,12 +28,9 @@ DERIVED = {"flowlet_timeout_us": 1940, "conga_dre_us": 485, "conga_alpha_shift":
 
 @pytest.fixture(scope="module")
 def fig10(request, bcc):
-    prefix = new_prefix()
     topo = load_topology(ROOT / "topologies" / "fig10.yaml")
     topo.rto_min = "10ms"
-    request.addfinalizer(lambda: lifecycle.down(prefix))
-    lifecycle.up(topo, prefix, agent={"metrics_port": free_port()})
-    return prefix, topo
+    return up_fabric(request, topo, agent=True)
 
 
 def _config(prefix, switch):
@@ -69,7 +65,7 @@ def _cli(*args):
 
 def test_a_25mbit_fabric_reports_the_derived_timers(fig10):
     from datapath import timers
-    from workload.experiment import _fabric_settings
+    from workload.experiment import fabric_settings
 
     prefix, topo = fig10
     derived = timers.for_topology(topo)
@@ -96,14 +92,14 @@ def test_a_25mbit_fabric_reports_the_derived_timers(fig10):
     assert "(set" not in out, out
 
     # what a `talb run` records (workload/experiment.py)
-    fabric = _fabric_settings(prefix, topo, None)
+    fabric = fabric_settings(prefix, topo, None)
     assert fabric["timers"]["flowlet_us"] == 1940 and fabric["timers"]["window_s"] == 0.0194
     assert fabric["timers"]["rules"]["window_us"] == "max(40 slots, 5000 us)"
     assert fabric["switch_config"]["leaf0"]["flowlet_timeout_us"] == 1940
     assert fabric["rto_min_ms"] == 10 and fabric["topology"]["rto_min"] == "10ms"
-    from workload.experiment import _agent_settings
+    from workload.run_record import agent_settings
 
-    assert _agent_settings(prefix)["config"]["window_s"] == pytest.approx(0.0194)
+    assert agent_settings(prefix)["config"]["window_s"] == pytest.approx(0.0194)
 
 
 def test_explicit_values_win(fig10):

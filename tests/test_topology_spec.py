@@ -138,7 +138,7 @@ def test_hostile_node_names_are_refused_naming_the_field_and_value(name):
             "links": [{"between": [h, "s0"]} for h in ("h0", "h1")]}
     with pytest.raises(TopologyError) as info:
         topology_from_dict(spec)
-    assert str(info.value).startswith(f"hosts[2].name: must be 1-12 lowercase") \
+    assert str(info.value).startswith("hosts[2].name: must be 1-12 lowercase") \
         and repr(name) in str(info.value)
     with pytest.raises(TopologyError, match=r"^switches\[1\]\.name: "):
         topology_from_dict({"switches": ["s0", name]})

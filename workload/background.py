@@ -174,6 +174,21 @@ class PlannedFlow:
     start_s: float          # offset from the run's start
 
 
+def check_options(cdf: str, duration_s: float | None, size_scale: float | None) -> None:
+    """The background options every run kind takes (`talb run`'s
+    --background-cdf, --background-duration, --background-size-scale):
+    ValueError naming the flag of the first out of range."""
+    def need(cond: bool, flag: str, value, what: str) -> None:
+        if not cond:
+            raise ValueError(f"{flag}: {what}, got {value!r}")
+
+    need(cdf in CDF_FILES, "--background-cdf", cdf, f"one of {', '.join(CDF_FILES)}")
+    need(duration_s is None or duration_s > 0, "--background-duration", duration_s,
+         "a positive number of seconds")
+    need(size_scale is None or 0 < size_scale <= 1, "--background-size-scale", size_scale,
+         "a factor in (0, 1]")
+
+
 def _check_load(load) -> float:
     if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0.0 <= load <= 1.0:
         raise ValueError(f"load: must be within [0, 1] (fraction of capacity_bps), got {load!r}")

@@ -53,8 +53,7 @@ from pathlib import Path
 from common import paths
 from netns_topology.state import TestbedError, load_topology_of, queueing_of, read_state
 from workload import measure
-from workload.run_record import RESULTS_FORMAT, software_versions, write_results
-from workload.run_record import agent_settings as _agent_settings
+from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
 from workload.testbed_use import testbed_for
 
 NO_MODEL = "none"
@@ -215,24 +214,19 @@ def _need(cond: bool, flag: str, value, what: str) -> None:
 def validate(cfg) -> None:
     """What a background-only run needs; the CLI refuses the training-only
     flags before this (talb/cli_run.py)."""
-    from workload.background import CDF_FILES
+    from workload.background import check_options
 
     _need(cfg.model == NO_MODEL, "--model", cfg.model, f"{NO_MODEL!r} for a background-only run")
     _need(0.0 < cfg.load < 1.0, "--load", cfg.load,
           "--model none runs background flows only, so it needs a load in (0, 1)")
-    _need(cfg.background_cdf in CDF_FILES, "--background-cdf", cfg.background_cdf,
-          f"one of {', '.join(CDF_FILES)}")
-    _need(cfg.background_s is None or cfg.background_s > 0, "--background-duration",
-          cfg.background_s, "a positive number of seconds")
-    _need(cfg.background_size_scale is None or 0 < cfg.background_size_scale <= 1,
-          "--background-size-scale", cfg.background_size_scale, "a factor in (0, 1]")
+    check_options(cfg.background_cdf, cfg.background_s, cfg.background_size_scale)
     _need(cfg.fault is None, "--fault", cfg.fault,
           "faults are injected into training; --model none has no training to disturb")
     if cfg.scheme is not None:
-        from datapath.control import _scheme_id
+        from datapath.control import scheme_id_of
 
         try:
-            _scheme_id(cfg.scheme)
+            scheme_id_of(cfg.scheme)
         except ValueError as exc:
             raise ValueError(f"--scheme: {exc}") from None
 
@@ -245,22 +239,15 @@ def _fabric(prefix: str, topo, scheme: str | None) -> dict:
         raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): it has no "
             f"load-balancing scheme to measure; run on a testbed built with the bpf data path")
-    from datapath.control import read_config, set_scheme
-    from datapath.maps import SwitchMaps
-
     from datapath import timers
+    from datapath.fabric import switch_configs
 
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            "queueing": queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            # what the link rate gives (docs/schemes.md); switch_config holds what is in force
            "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": topo.rto_min,
-           "switch_config": {}, "agent": None}
-    for sw in topo.switches:
-        with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
-            if scheme:
-                set_scheme(maps, scheme)
-            out["switch_config"][sw.name] = read_config(maps)
+           "switch_config": switch_configs(topo, prefix, scheme), "agent": None}
     return out
 
 
@@ -354,16 +341,16 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
         window_ports = measure.PortCounters(cfg.prefix, topo)   # this thread's: maps of its own
         stack.callback(window_ports.close)
         tcp_before = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
-        queues_before = measure.read_port_queues(cfg.prefix, topo)
+        queues_before = measure.read_qdisc_counters(cfg.prefix, topo)
         with measure.Sampler(ports, host_ports) as sampler:
             try:
                 bg.start()
                 t0 = bg.t0_ns / 1e9
                 total = 2 * margin + window
                 _sleep_until(t0 + margin, t0, total, on_progress)
-                w0 = (time.monotonic(), window_ports.read(), measure.read_port_queues(cfg.prefix, topo))
+                w0 = (time.monotonic(), window_ports.read(), measure.read_qdisc_counters(cfg.prefix, topo))
                 _sleep_until(t0 + margin + window, t0, total, on_progress)
-                w1 = (time.monotonic(), window_ports.read(), measure.read_port_queues(cfg.prefix, topo))
+                w1 = (time.monotonic(), window_ports.read(), measure.read_qdisc_counters(cfg.prefix, topo))
                 _sleep_until(t0 + total, t0, total, on_progress)
                 say(f"window done; waiting for the flows to finish (at most {drain:g} s)")
                 result = bg.stop(drain_s=drain)
@@ -372,9 +359,9 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
                     bg.stop(drain_s=-1e9)        # now: every process ended by its pid
                 raise
         t_end = time.monotonic()
-        queues_after = measure.read_port_queues(cfg.prefix, topo)
+        queues_after = measure.read_qdisc_counters(cfg.prefix, topo)
         tcp_after = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
-    fabric["agent"] = _agent_settings(cfg.prefix)
+    fabric["agent"] = agent_settings(cfg.prefix)
 
     flows = flow_rows(result.to_dict()["flows"], t0_ns=bg.t0_ns, warmup_s=margin,
                       window_s=window, size_scale=scale, host_rate_bps=rates, base_s=base)

@@ -37,8 +37,7 @@ from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
-from workload.run_record import RESULTS_FORMAT, software_versions, write_results
-from workload.run_record import agent_settings as _agent_settings
+from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
 from workload.scaling import MSS_BYTES
 from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
 from workload.tensor_sender import MAX_TENSOR_PKTS
@@ -96,6 +95,11 @@ class RunConfig:
     # "fifo" (one FIFO per port, the same bytes); None: as the fabric is now.
     # Set before the run and put back after it on a testbed the run did not build.
     queueing: str | None = None
+    # How tensors travel between a worker and a server (ring: neighbours):
+    # "pair" (one connection, as ps-lite), "class" (one per priority class) or
+    # "pool:N" (N pre-opened, one tensor per idle connection);
+    # workload/patterns/connections.py, docs/workload.md "Connections".
+    connections: str = "pair"
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -132,24 +136,22 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
                     "batch_size": "--batch-size"}.get(field)
             raise ValueError(f"{flag}:{rest}" if flag else str(exc)) from None
     if cfg.scheme is not None:
-        from datapath.control import _scheme_id
+        from datapath.control import scheme_id_of
 
         try:
-            _scheme_id(cfg.scheme)
+            scheme_id_of(cfg.scheme)
         except ValueError as exc:
             raise ValueError(f"--scheme: {exc}") from None
-    from workload.background import CDF_FILES
+    from workload.background import check_options
 
-    _need(cfg.background_cdf in CDF_FILES, "--background-cdf", cfg.background_cdf,
-          f"one of {', '.join(CDF_FILES)}")
-    _need(cfg.background_s is None or cfg.background_s > 0, "--background-duration",
-          cfg.background_s, "a positive number of seconds")
-    _need(cfg.background_size_scale is None or 0 < cfg.background_size_scale <= 1,
-          "--background-size-scale", cfg.background_size_scale, "a factor in (0, 1]")
+    check_options(cfg.background_cdf, cfg.background_s, cfg.background_size_scale)
     from netns_topology.qdisc import QUEUEINGS
 
     _need(cfg.queueing is None or cfg.queueing in QUEUEINGS, "--queueing", cfg.queueing,
           f"one of {', '.join(QUEUEINGS)}")
+    from workload.patterns import connections
+
+    cfg.connections = connections.canonical(cfg.connections)   # ValueError names --connections
     if cfg.fault is not None:
         from workload.faults import parse_fault
 
@@ -192,8 +194,11 @@ def place(topo, arch: str, workers: int, servers: int) -> dict[str, list]:
     return {"workers": order[:workers], "servers": order[workers:need] if arch == "ps" else []}
 
 
-def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
-    """Set the scheme on every switch (when asked) and read back what is in effect."""
+def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
+    """Set the scheme on every switch (when asked) and read back what is in
+    effect: a results file's ``fabric`` record (the run adds the agent's
+    settings at its end). TestbedError for a bridge testbed: its hosts
+    cannot tag tensors."""
     state = read_state(prefix)
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            # the switch ports' queues in effect (the topology's, or a FIFO: testbed.set_queueing)
@@ -206,18 +211,13 @@ def _fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
             f"cannot tag tensors; run on a testbed built with the bpf data path")
     from datapath import timers
-    from datapath.control import read_config, set_scheme
-    from datapath.maps import SwitchMaps
+    from datapath.fabric import switch_configs
 
     # what the link rate gives (docs/schemes.md); switch_config and the
     # agent's config hold what is in force (derived, or set explicitly)
     out["timers"] = timers.for_topology(topo).to_dict()
     out["rto_min_ms"] = topo.rto_min      # None: the kernel's default, 200 ms
-    for sw in topo.switches:
-        with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
-            if scheme:
-                set_scheme(maps, scheme)
-            out["switch_config"][sw.name] = read_config(maps)
+    out["switch_config"] = switch_configs(topo, prefix, scheme)
     return out
 
 
@@ -233,6 +233,52 @@ def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict) -> dict:
         "servers": [{"host": h.name, "ip": h.ip, "port": cfg.base_port + 1 + i}
                     for i, h in enumerate(hosts["servers"])],
     }
+
+
+def connections_plan(cfg: RunConfig, parts, topo) -> dict:
+    """The plan's connection model (workload/patterns/connections.py).
+    ``class``: each partition's class is the priority band its layer is
+    marked into on the switches (band_of: band 1 + layer // layers_per_band,
+    the last band taking the rest), from the topology's queue whatever the
+    run's queueing, so that bands and fifo runs open the same connections;
+    numbered from 0. A topology with one band has one class."""
+    from workload.patterns import connections
+
+    mode, n = connections.parse(cfg.connections)
+    if mode == "pool":
+        return {"model": "pool", "n": n}
+    if mode == "pair":
+        return {"model": "pair"}
+    from datapath.schemes.talb import band_of
+
+    q = topo.queue
+    bands = [band_of(True, p.layer, len(q.bands), q.layers_per_band) for p in parts]
+    return {"model": "class", "bands": len(q.bands), "layers_per_band": q.layers_per_band,
+            "class_of": [max(b - 1, 0) for b in bands]}
+
+
+def connections_record(cfg: RunConfig, plan: dict, events: list[dict]) -> dict:
+    """What the run's connection model was and cost: the model, the
+    connections each pair opened, per direction (sending node > receiving
+    node) how many distinct connections carried tensors, and per node its
+    CPU seconds and most threads at once (the nodes' "cost" records)."""
+    conns = plan.get("connections") or {"model": "pair"}
+    used: dict[str, set] = {}
+    for e in events:
+        if e.get("ev") == "tx":
+            used.setdefault(f"{e['src']}>{e['dst']}", set()).add(
+                tuple(e["ports"]) if e.get("ports") else e.get("conn", 0))
+    flows = {k: len(v) for k, v in sorted(used.items())}
+    cost = {str(e["node"]): {"cpu_s": e["cpu_s"], "threads": e["threads"]}
+            for e in events if e.get("ev") == "cost"}
+    return {"model": cfg.connections,
+            "pool_size": conns.get("n"),
+            "classes": len(set(conns["class_of"])) if conns["model"] == "class" else None,
+            "class_of_partition": conns.get("class_of"),
+            "flows_carrying_tensors": flows,
+            "nodes": cost,
+            "cpu_s_total": sum(c["cpu_s"] for c in cost.values()) if cost else None,
+            "threads_max": max((c["threads"] for c in cost.values()), default=None)}
 
 
 def _die_with_parent() -> None:
@@ -316,8 +362,13 @@ class _Nodes:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        self.join_readers(timeout=2)
+
+    def join_readers(self, timeout: float) -> None:
+        """Wait (each at most ``timeout``) until every node's output is read
+        to its end: after the nodes exited, their last records are queued."""
         for t in self._readers:
-            t.join(timeout=2)
+            t.join(timeout=timeout)
 
     def dump_stacks(self) -> None:
         """Every live node prints its threads' stacks to stderr (faulthandler)."""
@@ -496,9 +547,7 @@ def _outstanding(events: list[dict]) -> str:
 def _results_path(cfg: RunConfig) -> Path:
     if cfg.out:
         return Path(cfg.out)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return Path("runs") / (f"{stamp}-{cfg.model}-{cfg.arch}-{cfg.scheme or 'fabric'}"
-                           f"-load{cfg.load:g}-seed{cfg.seed}.json")
+    return Path("runs") / f"{run_metrics.run_id_of(cfg)}.json"
 
 
 # --- the run ---------------------------------------------------------------------------
@@ -540,13 +589,120 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
 
 
 def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:
+    run = _setup(cfg, profile, scaling, built)
+    held = _Held(_write_plan(run.plan), _fault_injector(cfg, run, say), _Nodes(),
+                 # Monitoring hook (issue 12): the run's live /metrics, fed the node records
+                 # as they arrive.
+                 run_metrics.LiveRun.start(cfg, run.profile, run.scaling,
+                                           _target_bytes_fn(cfg, run.parts, cfg.workers),
+                                           on_event))
+    try:
+        trained = _train(cfg, run, held, on_nodes, say)
+    except RunError as exc:
+        held.nodes.kill_all()
+        raise _with_node_log(exc, held.nodes, cfg) from None
+    finally:
+        fault = held.close()
+
+    c = held.counters
+    results = _results(cfg, run.profile, run.scaling, run.parts, run.plan, run.pattern,
+                       run.fabric, run.hosts, held.nodes.events, trained.duration,
+                       c.tcp_before, c.tcp_after, c.before, c.after, run.topo,
+                       trained.samples, c.have_links, trained.background,
+                       queues=(c.queues_before, c.queues_after), pairing=trained.pairing,
+                       wire=trained.wire)
+    if fault is not None:
+        from workload import faults
+
+        results["fault"] = faults.report(fault, results["tensors"])
+    write_results(results, _results_path(cfg))
+    return results
+
+
+def _train(cfg: RunConfig, run: _Setup, held: _Held, on_nodes, say) -> _Trained:
+    """Counters before; background and nodes started, started together,
+    waited for; counters after; the background's plan to its end."""
+    held.counters = _Counters(cfg.prefix, run)
+    held.counters.read_before()
+    if held.injector is not None:
+        held.injector.prepare()
+    held.counters.read_queues_before()
+    t0 = time.monotonic()
+    deadline = t0 + cfg.timeout_s
+    held.bg = _prepare_background(cfg, run.topo, run.hosts, run.scaling, run.plan, run.link_bps,
+                                  say)
+    if held.bg is not None:
+        say(f"background load {cfg.load:g}: {held.bg.params['planned_flows']} "
+            f"{cfg.background_cdf} flows planned over {held.bg.duration_s:.1f} s")
+    start_ns, samples = _run_nodes(cfg, run, held, deadline, on_nodes, say)
+    duration = time.monotonic() - t0
+    training_end_ns = time.monotonic_ns()
+    # every tensor is through the senders' TC egress: their wire times
+    wire = read_wire_times(cfg.prefix, run.node_hosts, held.nodes.events)
+    # the training's counters, before the background's rest runs alone
+    held.counters.read_after()
+    run.fabric["agent"] = agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
+    c = held.counters
+    held.live.finish(c.tcp_before, c.tcp_after,
+                     c.ports and measure.uplink_spread(run.topo, c.before, c.after, duration))
+    background = None
+    if held.bg is not None:
+        background = _finish_background(held.bg, duration, say)
+        held.bg = None
+    pairing = pairing_record(held.nodes.events, start_ns, background, training_end_ns,
+                             time.monotonic_ns())
+    return _Trained(duration, samples, background, pairing, wire)
+
+
+def _run_nodes(cfg: RunConfig, run: _Setup, held: _Held, deadline: float, on_nodes,
+               say) -> tuple[int, list]:
+    """Start the nodes (and the fault's clock), start them and the background
+    together, wait until training is over: (the start instant, the CPU
+    sampler's samples)."""
+    on_event, nodes = held.live.on_event, held.nodes
+    with measure.Sampler(held.counters.ports, held.counters.host_ports) as sampler:
+        _start_nodes(cfg, run, nodes, held.run_dir / "plan.json", on_event, say)
+        if held.injector is not None:
+            held.injector.start(time.monotonic_ns())
+        if on_nodes:
+            on_nodes({name: p.pid for name, p in nodes.procs})
+        start_ns = _start_together(nodes, held.bg, deadline, on_event)
+        _wait_for_training(cfg, run, nodes, deadline, on_event)
+    return start_ns, sampler.samples
+
+
+# --- the run's steps ---------------------------------------------------------------------
+@dataclass
+class _Setup:
+    """A training run as derived from its configuration and the fabric,
+    before anything starts."""
+
+    topo: object
+    fabric: dict                # the results' "fabric" record (fabric_settings)
+    profile: object
+    hosts: dict                 # {"workers": [...], "servers": [...]} (place)
+    link_bps: float             # the slowest host link the nodes use
+    scaling: object
+    parts: list
+    plan: dict
+    pattern: object
+    node_roles: list            # (role, rank) per node id
+
+    @property
+    def node_hosts(self) -> list:
+        """The host of each node id: workers first, then servers."""
+        return self.hosts["workers"] + self.hosts["servers"]
+
+
+def _setup(cfg: RunConfig, profile, scaling, built: bool) -> _Setup:
+    """Set the scheme, place the nodes, scale and partition the model and
+    plan the run; ValueError when a partition is too large to be one tensor."""
     topo = load_topology_of(cfg.prefix)
-    fabric = _fabric_settings(cfg.prefix, topo, cfg.scheme)
+    fabric = fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
     profile = profile or _profile(cfg)
     hosts = place(topo, cfg.arch, cfg.workers, cfg.servers)
-    used = hosts["workers"] + hosts["servers"]
-    link_bps = min(topo.ports(h.name)[0].rate_bps for h in used)
+    link_bps = min(topo.ports(h.name)[0].rate_bps for h in hosts["workers"] + hosts["servers"])
     target_sizes = [p.target_bytes for p in partition_model(profile, cfg.partition_bytes)]
     scaling = scaling or _scaling(cfg, link_bps, target_sizes)
     parts = partition_model(profile, cfg.partition_bytes, scaling.tensor_bytes)
@@ -557,139 +713,182 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                          f"16-bit tensor length ({MAX_TENSOR_PKTS} packets); choose a smaller size, "
                          f"got {cfg.partition_bytes}")
     plan = make_plan(cfg, profile, scaling, parts, hosts)
+    plan["connections"] = connections_plan(cfg, parts, topo)
     pattern = get_pattern(cfg.arch)
-    node_roles = pattern.nodes(plan)
-    node_hosts = hosts["workers"] + hosts["servers"]
+    return _Setup(topo, fabric, profile, hosts, link_bps, scaling, parts, plan, pattern,
+                  pattern.nodes(plan))
 
+
+def _write_plan(plan: dict) -> Path:
+    """A directory holding plan.json, readable by the nodes."""
     run_dir = Path(tempfile.mkdtemp(prefix="talb-run-"))
-    plan_path = run_dir / "plan.json"
-    plan_path.write_text(json.dumps(plan))
+    (run_dir / "plan.json").write_text(json.dumps(plan))
     os.chmod(run_dir, 0o755)
-    ports = bg = background = None
-    injector = fault = None
-    if cfg.fault:   # checked against the fabric before anything starts
-        from workload import faults
+    return run_dir
 
-        injector = faults.FaultInjector(faults.parse_fault(cfg.fault), cfg.prefix, topo, used,
-                                        seed=cfg.seed, say=say)
-    nodes = _Nodes()
-    # Monitoring hook (issue 12): the run's live /metrics, fed the node records as they arrive.
-    live = run_metrics.LiveRun.start(cfg, profile, scaling, _target_bytes_fn(cfg, parts, cfg.workers),
-                                     on_event)
-    on_event = live.on_event
-    try:
-        tcp_before = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
-                      for h in used}
-        have_links = fabric["datapath"] == "bpf"
-        if have_links:
-            ports = measure.PortCounters(cfg.prefix, topo)
-        host_ports = {(h.leaf, p.name): p.rate_bps for h in used
-                      for p in topo.ports(h.leaf) if p.peer == h.name}
-        counters_before = ports.read() if ports else None
-        if injector is not None:
-            injector.prepare()
-        queues_before = measure.read_port_queues(cfg.prefix, topo)
-        t0 = time.monotonic()
-        deadline = t0 + cfg.timeout_s
-        bg = _prepare_background(cfg, topo, hosts, scaling, plan, link_bps, say)
-        if bg is not None:
-            say(f"background load {cfg.load:g}: {bg.params['planned_flows']} {cfg.background_cdf} "
-                f"flows planned over {bg.duration_s:.1f} s")
-        with measure.Sampler(ports, host_ports) as sampler:
-            servers = [(i, r) for i, r in enumerate(node_roles) if r[0] == "server"]
-            for i, (role, rank) in servers:   # servers listen before workers connect
-                nodes.start(f"n{i}", paths.netns_name(cfg.prefix, node_hosts[i].name),
-                            [*NODE, str(plan_path), role, str(rank)])
-            if servers:
-                _wait_ready(nodes, {f"n{i}" for i, _ in servers}, time.monotonic() + 30, on_event)
-            for i, (role, rank) in enumerate(node_roles):
-                if role != "server":
-                    nodes.start(f"n{i}", paths.netns_name(cfg.prefix, node_hosts[i].name),
-                                [*NODE, str(plan_path), role, str(rank)])
-            say(f"{len(node_roles)} nodes running")
-            if injector is not None:
-                injector.start(time.monotonic_ns())
-            if on_nodes:
-                on_nodes({name: p.pid for name, p in nodes.procs})
-            # Pairing (docs/experiments.md): every node connects first; then one
-            # start instant, a little ahead, is the background's t0 and the
-            # moment every worker starts training, so every scheme at a seed
-            # sees the same background flows at the same times into training.
-            _wait_ready(nodes, {name for name, _ in nodes.procs},
-                        min(deadline, time.monotonic() + 60), on_event, ev="set")
-            if bg is not None:
-                bg.wait_ready()
-            start_ns = time.monotonic_ns() + int(GO_LEAD_S * 1e9)
-            if bg is not None:
-                bg.go(start_ns)
-            nodes.go(start_ns)
-            while not nodes.all_done():
-                nodes.drain(on_event)
-                bad = nodes.failed()
-                if bad:
-                    name = bad[0]
-                    host = node_hosts[int(name[1:])].name
-                    raise RunError(f"node {name} ({node_roles[int(name[1:])][0]} on {host}) failed "
-                                   f"(exit {bad[1].returncode}): {_error_tail(nodes, name)}")
-                if time.monotonic() > deadline:
-                    nodes.dump_stacks()
-                    raise RunError(f"timeout: the run took longer than {cfg.timeout_s:g} s; "
-                                   f"{_outstanding(nodes.events)}")
-                time.sleep(0.05)
-            for t in nodes._readers:
-                t.join(timeout=10)
-            nodes.drain(on_event)
-        duration = time.monotonic() - t0
-        training_end_ns = time.monotonic_ns()
-        # every tensor is through the senders' TC egress: their wire times
-        wire, wire_info = read_wire_times(cfg.prefix, node_hosts, nodes.events)
-        # the training's counters, before the background's rest runs alone
-        counters_after = ports.read() if ports else None
-        queues_after = queues_before and measure.read_port_queues(cfg.prefix, topo)
-        tcp_after = {h.name: measure.read_tcp_counters(paths.netns_name(cfg.prefix, h.name))
-                     for h in used}
-        fabric["agent"] = _agent_settings(cfg.prefix)   # read late: its first snapshot takes a window
-        live.finish(tcp_before, tcp_after, ports and measure.uplink_spread(
-            topo, counters_before, counters_after, duration))
-        if bg is not None:
-            # never cut at training's end: the whole plan, the same for every scheme
-            # (flows still open at the planned end + the drain are censored)
-            left = (bg.t0_ns - time.monotonic_ns()) / 1e9 + bg.duration_s
-            if left > 0:
-                say(f"training done; the background's plan runs {left:.1f} s more")
-            background = bg.stop(drain_s=background_drain_s(bg.duration_s)).to_dict()
-            background["params"]["training_s"] = duration
-            bg.close()
-            bg = None
-        pairing = pairing_record(nodes.events, start_ns, background, training_end_ns,
-                                 time.monotonic_ns())
-    except RunError as exc:
-        nodes.kill_all()
-        log = _results_path(cfg).with_suffix(".nodes.log")
-        log.parent.mkdir(parents=True, exist_ok=True)
-        nodes.write_log(log)
-        raise RunError(f"{exc} (every node's error output: {log})") from None
-    finally:
-        if injector is not None:   # first: no link left down, no agent left dead
-            fault = injector.close()
-        live.close()
-        nodes.kill_all()
-        if bg is not None:            # a failed run: every background process ends too
-            _stop_now(bg)
-            bg.close()
-        if ports is not None:
-            ports.close()
-        shutil.rmtree(run_dir, ignore_errors=True)
 
-    results = _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, nodes.events,
-                       duration, tcp_before, tcp_after, counters_before, counters_after, topo,
-                       sampler.samples, have_links, background,
-                       queues=(queues_before, queues_after), pairing=pairing,
-                       wire=(wire, wire_info))
-    if fault is not None:
-        results["fault"] = faults.report(fault, results["tensors"])
-    write_results(results, _results_path(cfg))
-    return results
+def _fault_injector(cfg: RunConfig, run: _Setup, say):
+    """The run's fault injector, or None; checked against the fabric before
+    anything starts."""
+    if not cfg.fault:
+        return None
+    from workload import faults
+
+    return faults.FaultInjector(faults.parse_fault(cfg.fault), cfg.prefix, run.topo,
+                                run.node_hosts, seed=cfg.seed, say=say)
+
+
+@dataclass
+class _Held:
+    """What a run holds while it runs; :meth:`close` ends it all on every path."""
+
+    run_dir: Path               # plan.json for the nodes
+    injector: object            # workload.faults.FaultInjector, or None
+    nodes: _Nodes
+    live: object                # run_metrics.LiveRun
+    counters: _Counters | None = None
+    bg: object = None           # the background load until its plan is over
+
+    def close(self):
+        """End everything, in this order; the fault's record (None: no fault)."""
+        fault = None
+        if self.injector is not None:   # first: no link left down, no agent left dead
+            fault = self.injector.close()
+        self.live.close()
+        self.nodes.kill_all()
+        if self.bg is not None:            # a failed run: every background process ends too
+            _stop_now(self.bg)
+            self.bg.close()
+        if self.counters is not None:
+            self.counters.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        return fault
+
+
+@dataclass
+class _Trained:
+    """What training gave, beside the counters and the nodes' records."""
+
+    duration: float             # nodes started to nodes done, s
+    samples: list               # the CPU sampler's
+    background: dict | None
+    pairing: dict
+    wire: tuple                 # read_wire_times'
+
+
+class _Counters:
+    """The kernel's TCP counters of the nodes' hosts, the switches' port
+    counters (bpf data path only) and the port qdiscs, read before and
+    after training."""
+
+    def __init__(self, prefix: str, run: _Setup):
+        self.prefix, self.topo, self.hosts = prefix, run.topo, run.node_hosts
+        self.have_links = run.fabric["datapath"] == "bpf"
+        self.ports = None
+        self.before = self.after = self.queues_before = self.queues_after = None
+        self.tcp_before = self.tcp_after = None
+        self.host_ports = {(h.leaf, p.name): p.rate_bps for h in self.hosts
+                           for p in self.topo.ports(h.leaf) if p.peer == h.name}
+
+    def _tcp(self) -> dict:
+        return {h.name: measure.read_tcp_counters(paths.netns_name(self.prefix, h.name))
+                for h in self.hosts}
+
+    def read_before(self) -> None:
+        self.tcp_before = self._tcp()
+        if self.have_links:
+            self.ports = measure.PortCounters(self.prefix, self.topo)
+        self.before = self.ports.read() if self.ports else None
+
+    def read_queues_before(self) -> None:
+        self.queues_before = measure.read_qdisc_counters(self.prefix, self.topo)
+
+    def read_after(self) -> None:
+        self.after = self.ports.read() if self.ports else None
+        self.queues_after = self.queues_before and measure.read_qdisc_counters(self.prefix,
+                                                                              self.topo)
+        self.tcp_after = self._tcp()
+
+    def close(self) -> None:
+        if self.ports is not None:
+            self.ports.close()
+
+
+def _start_nodes(cfg: RunConfig, run: _Setup, nodes: _Nodes, plan_path: Path, on_event,
+                 say) -> None:
+    """One process per node in its host's namespace: servers first, and
+    once they listen, the workers that connect to them."""
+    def start(i: int, role: str, rank: int) -> None:
+        nodes.start(f"n{i}", paths.netns_name(cfg.prefix, run.node_hosts[i].name),
+                    [*NODE, str(plan_path), role, str(rank)])
+
+    servers = [(i, r) for i, r in enumerate(run.node_roles) if r[0] == "server"]
+    for i, (role, rank) in servers:
+        start(i, role, rank)
+    if servers:
+        _wait_ready(nodes, {f"n{i}" for i, _ in servers}, time.monotonic() + 30, on_event)
+    for i, (role, rank) in enumerate(run.node_roles):
+        if role != "server":
+            start(i, role, rank)
+    say(f"{len(run.node_roles)} nodes running")
+
+
+def _start_together(nodes: _Nodes, bg, deadline: float, on_event) -> int:
+    """Pairing (docs/experiments.md): every node connects first; then one
+    start instant, a little ahead, is the background's t0 and the moment
+    every worker starts training, so every scheme at a seed sees the same
+    background flows at the same times into training. Returns the instant."""
+    _wait_ready(nodes, {name for name, _ in nodes.procs},
+                min(deadline, time.monotonic() + 60), on_event, ev="set")
+    if bg is not None:
+        bg.wait_ready()
+    start_ns = time.monotonic_ns() + int(GO_LEAD_S * 1e9)
+    if bg is not None:
+        bg.go(start_ns)
+    nodes.go(start_ns)
+    return start_ns
+
+
+def _wait_for_training(cfg: RunConfig, run: _Setup, nodes: _Nodes, deadline: float,
+                       on_event) -> None:
+    """Until every node is done and its output read; RunError when a node
+    fails or the run passes its timeout."""
+    while not nodes.all_done():
+        nodes.drain(on_event)
+        bad = nodes.failed()
+        if bad:
+            name = bad[0]
+            host = run.node_hosts[int(name[1:])].name
+            raise RunError(f"node {name} ({run.node_roles[int(name[1:])][0]} on {host}) failed "
+                           f"(exit {bad[1].returncode}): {_error_tail(nodes, name)}")
+        if time.monotonic() > deadline:
+            nodes.dump_stacks()
+            raise RunError(f"timeout: the run took longer than {cfg.timeout_s:g} s; "
+                           f"{_outstanding(nodes.events)}")
+        time.sleep(0.05)
+    nodes.join_readers(timeout=10)
+    nodes.drain(on_event)
+
+
+def _finish_background(bg, training_s: float, say) -> dict:
+    """Wait for the background's whole plan, never cut at training's end
+    (the same for every scheme; flows still open at the planned end + the
+    drain are censored), then end it: its record."""
+    left = (bg.t0_ns - time.monotonic_ns()) / 1e9 + bg.duration_s
+    if left > 0:
+        say(f"training done; the background's plan runs {left:.1f} s more")
+    background = bg.stop(drain_s=background_drain_s(bg.duration_s)).to_dict()
+    background["params"]["training_s"] = training_s
+    bg.close()
+    return background
+
+
+def _with_node_log(exc: RunError, nodes: _Nodes, cfg: RunConfig) -> RunError:
+    """``exc`` naming the file where every node's error output now is."""
+    log = _results_path(cfg).with_suffix(".nodes.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    nodes.write_log(log)
+    return RunError(f"{exc} (every node's error output: {log})")
 
 
 #: where a run's wire times come from (results["wire"]["point"], docs/workload.md)
@@ -732,6 +931,7 @@ def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
     """One flat row of the numbers a sweep compares (issue 11's CSV)."""
     schemes = sorted({c["scheme"] for c in fabric["switch_config"].values()})
     row = {"scheme": ",".join(schemes) or "bridge", "queueing": fabric["queueing"]["mode"],
+           "connections": cfg.connections,
            "model": cfg.model, "arch": cfg.arch,
            "workers": cfg.workers, "servers": cfg.servers if cfg.arch == "ps" else 0,
            "load": cfg.load, "seed": cfg.seed, "samples_per_s": speed["samples_per_s"],
@@ -744,6 +944,8 @@ def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
         row[f"{name}_netfct_mean_s"] = block["netfct"]["mean_s"]
         row[f"{name}_netfct_p99_s"] = block["netfct"]["p99_s"]
         row[f"{name}_sendbuf_wait_mean_s"] = block["sendbuf_wait"]["mean_s"]
+        # the wait for a connection before the hand-off (connection models)
+        row[f"{name}_conn_wait_mean_s"] = block["conn_wait"]["mean_s"]
         row[f"{name}_wire_missing"] = block["wire_missing"]
     return row
 
@@ -790,6 +992,8 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "scheduler": {"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
                       "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
         "placement": {k: [h.name for h in v] for k, v in hosts.items()},
+        # the connection model in effect and what it cost (docs/workload.md, "Connections")
+        "connections": connections_record(cfg, plan, events),
         "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
                  "background_covered": pairing["background"]["covered"]
                  if background and pairing else None,

@@ -77,7 +77,10 @@ class FaultSpec:
         return float(self.params.get("for", 0.0))
 
 
-def _seconds(value: str, what: str, text: str) -> float:
+def parse_seconds(value: str, what: str, text: str) -> float:
+    """A fault's time (``2s``, ``500ms``, ``1.5``) in seconds; ValueError
+    naming ``what`` and the whole fault ``text``. `talb bench faults`
+    parses its --at and --for with it too."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*", value)
     if not m:
         raise ValueError(f"--fault: {what} must be a time like 2s, 500ms or 1.5, got {value!r} "
@@ -96,7 +99,7 @@ def parse_fault(text: str) -> FaultSpec:
         raise ValueError(f"--fault: unknown kind {kind!r} (kinds: {', '.join(KINDS)}), got {raw!r}")
     if not at_sep or not at.strip():
         raise ValueError(f"--fault: when? expected {SYNTAX}, got {raw!r}")
-    at_s = _seconds(at, "AT", raw)
+    at_s = parse_seconds(at, "AT", raw)
     params = dict(KINDS[kind])
     for item in (rest.split(",") if sep else []):
         key, eq, value = item.partition("=")
@@ -107,7 +110,7 @@ def parse_fault(text: str) -> FaultSpec:
             takes = ", ".join(KINDS[kind]) or "no keys"
             raise ValueError(f"--fault: {kind} takes {takes}; got {key}={value} in {raw!r}")
         if key == "for":
-            params[key] = _seconds(value, "for", raw)
+            params[key] = parse_seconds(value, "for", raw)
             if params[key] <= 0:
                 raise ValueError(f"--fault: for must be > 0, got {value!r} in {raw!r}")
         elif key in ("limit", "rate"):
@@ -121,10 +124,10 @@ def parse_fault(text: str) -> FaultSpec:
         else:
             params[key] = value
     if kind == "scheme":
-        from datapath.control import _scheme_id
+        from datapath.control import scheme_id_of
 
         try:
-            _scheme_id(params["to"])
+            scheme_id_of(params["to"])
         except ValueError as exc:
             raise ValueError(f"--fault: to={params['to']}: {exc}") from None
     if kind == "table-full":

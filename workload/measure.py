@@ -140,7 +140,11 @@ def join_tensors(events: list[dict], target_bytes_of, warmup: int,
             "key": e["k"], "kind": e["kind"], "src": e["src"], "dst": e["dst"],
             "iteration": e["it"], "partition": e["pid"], "step": e["step"], "layer": e["layer"],
             "bytes": e["bytes"], "target_bytes": target, "class": size_class(target),
-            "tensor_id": e["tensor_id"], "t_admit_ns": e.get("t_admit_ns"), "t_start_ns": e["t_ns"],
+            "tensor_id": e["tensor_id"],
+            # the connection it went on: index in its pair, [local, remote] ports
+            "conn": e.get("conn", 0), "ports": e.get("ports"),
+            "t_admit_ns": e.get("t_admit_ns"), "t_queued_ns": e.get("t_queued_ns"),
+            "t_start_ns": e["t_ns"],
             "t_kernel_ns": kernel, "t_wire_first_ns": first, "t_wire_last_ns": last,
             "t_wire_latest_ns": w["latest_ns"] if w else None,
             "wire_packets": w["packets"] if w else None,
@@ -149,6 +153,9 @@ def join_tensors(events: list[dict], target_bytes_of, warmup: int,
             "netfct_s": _span_s(first, done),
             "sendbuf_wait_s": _span_s(kernel, first),
             "sched_wait_s": _span_s(e.get("t_admit_ns"), kernel),
+            # ready to go -> handed to its socket: the wait for its connection
+            # (the connection model's queue; before the FCT's start)
+            "conn_wait_s": _span_s(e.get("t_queued_ns"), e["t_ns"]),
             "ok": bool(r and r["ok"]), "censored": r is None,
             "warmup": e["it"] < warmup,
         })
@@ -169,7 +176,7 @@ def tensor_summary(tensors: list[dict], workers: int | None = None) -> dict:
         delivered tensors lack wire times (no network FCT)."""
         done = [t for t in ts if not t["censored"]]
         out = stats([t["fct_s"] for t in done], len(ts) - len(done))
-        for name in ("netfct", "sendbuf_wait", "sched_wait"):
+        for name in ("netfct", "sendbuf_wait", "sched_wait", "conn_wait"):
             vals = [t[f"{name}_s"] for t in done if t.get(f"{name}_s") is not None]
             out[name] = {"n": len(vals), **_moments(vals)}
         out["wire_missing"] = len(done) - out["netfct"]["n"]
@@ -345,10 +352,11 @@ def uplink_spread(topo, before: dict, after: dict, duration_s: float) -> dict:
     return {"leaves": leaves, "mean_spread": statistics.fmean(spreads) if spreads else None}
 
 
-def read_port_queues(prefix: str, topo) -> dict[tuple[str, str], tuple[int, int]] | None:
+def read_qdisc_counters(prefix: str, topo) -> dict[tuple[str, str], tuple[int, int]] | None:
     """Drops and sent bytes of every switch port's root qdisc (the port
     queue, datapath/qdisc_stats.py): {(switch, port): (drops, sent_bytes)};
-    None for a fabric without shaping (no qdisc to read)."""
+    None for a fabric without shaping (no qdisc to read). (DRILL's estimate
+    of the same queues, from a switch's maps: datapath.control.read_queue_estimates.)"""
     from common.paths import netns_name
     from datapath.qdisc_stats import QdiscReader
 

@@ -272,7 +272,8 @@ def read_endpoints() -> list[dict]:
 
 # --- the runner's hook (workload/experiment.py) -------------------------------------------
 def run_id_of(cfg) -> str:
-    """A run's id: what its results file is named after (experiment._results_path)."""
+    """A run's id: its results file is runs/<id>.json unless --out names one
+    (workload/experiment.py)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     return f"{stamp}-{cfg.model}-{cfg.arch}-{cfg.scheme or 'fabric'}-load{cfg.load:g}-seed{cfg.seed}"
 

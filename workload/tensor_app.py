@@ -28,6 +28,8 @@ import sys
 import threading
 import time
 
+from workload.patterns.common import recv_exact
+
 HEADER = struct.Struct("!4sHIB3xQ32s")  # magic, worker, seq, layer, length, sha256
 MAGIC = b"TLB1"
 
@@ -47,21 +49,10 @@ def _emit(obj: dict) -> None:
     sys.stdout.flush()
 
 
-def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> bool:
-    view = memoryview(buf)[:n]
-    got = 0
-    while got < n:
-        k = conn.recv_into(view[got:], n - got)
-        if k == 0:
-            return False
-        got += k
-    return True
-
-
 def _serve(conn: socket.socket, lock: threading.Lock) -> None:
     head = bytearray(HEADER.size)
     with conn:
-        while _recv_exact(conn, HEADER.size, head):
+        while recv_exact(conn, head):
             t_first = time.monotonic_ns()
             magic, worker, seq, layer, length, digest = HEADER.unpack(head)
             if magic != MAGIC:
@@ -69,7 +60,7 @@ def _serve(conn: socket.socket, lock: threading.Lock) -> None:
                     _emit({"error": f"bad magic {magic!r}: stream out of step"})
                 return
             body = bytearray(length)
-            complete = _recv_exact(conn, length, body)
+            complete = recv_exact(conn, body)
             t_done = time.monotonic_ns()
             ok = complete and hashlib.sha256(body).digest() == digest
             with lock:

@@ -67,7 +67,7 @@ from pathlib import Path
 
 from common import paths
 from datapath import bpf_syscall as sc
-from datapath.host_maps import (HOST_MAX_TAGGED_FLOWS, HOST_RING_SLOTS, FlowKey, HostDesc,
+from datapath.host_maps import (HOST_MAX_TAGGED_FLOWS, HOST_RING_SLOTS, HostDesc, HostFlowKey,
                                 HostMaps, HostRing)
 from workload.id_slots import DEFAULT_CLAIM_TIMEOUT, SlotIds, host_ids, slot_dir
 from workload.snowflake import Snowflake
@@ -195,7 +195,7 @@ def _shared_generator(worker_id: int) -> Snowflake:
         return _generators[worker_id]
 
 
-def _host_ids(location: HostLocation | None, key: FlowKey, timeout: float) -> SlotIds:
+def _host_ids(location: HostLocation | None, key: HostFlowKey, timeout: float) -> SlotIds:
     if location is not None:
         return host_ids(slot_dir(location.prefix, location.host), timeout=timeout,
                         label=f"host {location.host} of testbed {location.prefix}")
@@ -236,7 +236,7 @@ class TensorSender:
         if overrun_timeout is not None and not overrun_timeout >= 0:
             raise ValueError(f"overrun_timeout: must be >= 0 seconds or None, got {overrun_timeout!r}")
         self.sock = sock
-        self.key = FlowKey.of_socket(sock)
+        self.key = HostFlowKey.of_socket(sock)
         self.overrun_timeout = overrun_timeout
         location = None
         if pin_dir is None or (worker_id is None and ids is None):
@@ -290,6 +290,12 @@ class TensorSender:
         buf = array.array("i", [0])
         fcntl.ioctl(self.sock.fileno(), termios.TIOCOUTQ, buf)  # SIOCOUTQ: write_seq - snd_una
         return buf[0]
+
+    def unacked_bytes(self) -> int:
+        """Bytes written to the socket and not yet acknowledged by the peer
+        (SIOCOUTQ): 0 when everything sent so far has been acknowledged
+        (the pool connection model's "idle", workload/patterns/connections.py)."""
+        return self._outq()
 
     def stream_offset(self) -> int:
         """Offset of the next byte written to the socket: acked + unacked

@@ -7,6 +7,7 @@ file, so that the C and the Python of a scheme can be read side by side:
     ecmp.py     schemes/ecmp.h     5-tuple hash mod n
     rps.py      schemes/rps.h      a random usable port per packet
     letflow.py  schemes/letflow.h  flowlets on random ports
+                schemes/flowlet.h  the flowlet step LetFlow and CONGA share
     drill.py    schemes/drill.h    DRILL(d, m) over per-port queue estimates
     conga.py    schemes/conga.h    CONGA: DRE, leaf-to-leaf tables, flowlets
     talb.py     schemes/talb.h     TaLB (and what the agent publishes for it)

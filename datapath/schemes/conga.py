@@ -1,6 +1,8 @@
 """Model of ``bpf/include/talb/schemes/conga.h``: CONGA (Alizadeh et al.,
 SIGCOMM 2014) leaf to leaf -- the DRE, its quantised metric, the source
-leaf's choice for a new flowlet, and the two tables the option feeds."""
+leaf's choice for a new flowlet, and the two tables the option feeds. The
+flowlet step is LetFlow's (``bpf/include/talb/schemes/flowlet.h``, modelled
+by letflow.py's flowlet_keep and flowlet_start)."""
 from __future__ import annotations
 
 from collections import Counter

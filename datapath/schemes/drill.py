@@ -17,9 +17,10 @@ _INF = (1 << 64) - 1
 
 
 @dataclass
-class PortQueue:
+class ModelPortQueue:
     """A port's shaper as the estimate models it (struct port_queue with its
-    port_rate): backlog and bucket credit at last_ns."""
+    port_rate; datapath.structs.PortQueue is the C struct's mirror): backlog and
+    bucket credit at last_ns."""
 
     bytes: int = 0
     last_ns: int = 0

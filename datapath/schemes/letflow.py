@@ -1,5 +1,6 @@
 """Model of ``bpf/include/talb/schemes/letflow.h``: LetFlow (Vanini et al.,
-NSDI 2017), flowlets on random ports."""
+NSDI 2017), flowlets on random ports; and of the flowlet step it shares with
+CONGA, ``bpf/include/talb/schemes/flowlet.h`` (flowlet_keep, flowlet_start)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -10,8 +11,6 @@ from common.c_constants import CONST
 from datapath.schemes.pick import Rng, pick_up, port_index, up_mask
 
 DEFAULT_FLOWLET_US = CONST["TALB_DEFAULT_FLOWLET_US"]
-
-FlowKey = tuple  # (saddr, daddr, sport, dport, proto)
 
 
 @dataclass
@@ -27,9 +26,10 @@ def signed64(x: int) -> int:
 
 def flowlet_keep(flowlets: dict, counters: Counter, key, ifindexes: Sequence[int], mask: int,
                  timeout_ns: int, now_ns: int) -> int:
-    """talb_flowlet_keep, the step LetFlow and CONGA share: the index of the
-    flow's flowlet port when its last packet came at most the gap ago and the
-    port is usable (last seen refreshed), else -1 (a new flowlet)."""
+    """talb_flowlet_step (schemes/flowlet.h) up to its new-flowlet decision,
+    the step LetFlow and CONGA share: the index of the flow's flowlet port
+    when its last packet came at most the gap ago and the port is usable
+    (last seen refreshed), else -1 (a new flowlet)."""
     f = flowlets.get(key)
     if f is None or signed64(now_ns - f.last_seen_ns) > timeout_ns:
         return -1
@@ -42,14 +42,16 @@ def flowlet_keep(flowlets: dict, counters: Counter, key, ifindexes: Sequence[int
 
 
 def flowlet_start(flowlets: dict, counters: Counter, key, ifindex: int, now_ns: int) -> None:
-    """talb_flowlet_start: record a new flowlet on ``ifindex``."""
+    """talb_flowlet_start (schemes/flowlet.h): record a new flowlet on ``ifindex``."""
     flowlets[key] = Flowlet(ifindex, now_ns)
     counters["flowlet_new"] += 1
 
 
 @dataclass
 class LetFlowModel:
-    """The flowlet table and the decision. ``timeout_us`` 0: the default."""
+    """The flowlet table and the decision. ``timeout_us`` 0: the default.
+    Flows are keyed by (saddr, daddr, sport, dport, proto), as
+    datapath.structs.FlowKey.as_tuple() gives them."""
 
     timeout_us: int = 0
     flowlets: dict = field(default_factory=dict)
@@ -59,7 +61,7 @@ class LetFlowModel:
     def timeout_ns(self) -> int:
         return (self.timeout_us or DEFAULT_FLOWLET_US) * 1000
 
-    def select(self, key: FlowKey, ifindexes: Sequence[int], up: Collection[int] | None,
+    def select(self, key: tuple, ifindexes: Sequence[int], up: Collection[int] | None,
                rng: Rng, now_ns: int) -> int:
         mask = up_mask(ifindexes, up)
         i = flowlet_keep(self.flowlets, self.counters, key, ifindexes, mask, self.timeout_ns, now_ns)

@@ -4,8 +4,8 @@
 ``bpf/include/talb/schemes/talb.h`` is the decision in C; this module is the
 same decision, step by step, with no kernel in sight. It serves three ends:
 
-* the published data: :func:`pcm_to_fixed`, :func:`pcm_order`,
-  :func:`wrr_weights` and :func:`smooth_wrr_schedule` compute what
+* the published data: :func:`pcm_to_fixed`, :func:`fixed_pcm_order`,
+  :func:`fixed_wrr_weights` and :func:`smooth_wrr_schedule` compute what
   ``datapath.control.publish_pcm`` writes into a forwarding group (the data path
   only reads it);
 * :class:`TalbModel`, a model switch (tensor table, live layers per group,
@@ -37,13 +37,15 @@ HTB_MAJOR = CONST["TALB_HTB_MAJOR"]
 BAND_MINOR_BASE = CONST["TALB_BAND_MINOR_BASE"]
 
 __all__ = [
-    "PCM_ONE", "SCHED_MAX", "pcm_to_fixed", "pcm_from_fixed", "pcm_order", "wrr_weights",
-    "smooth_wrr_schedule", "band_of", "band_priority", "ModelGroup", "ModelPacket",
+    "PCM_ONE", "SCHED_MAX", "pcm_to_fixed", "pcm_from_fixed", "fixed_pcm_order",
+    "fixed_wrr_weights", "smooth_wrr_schedule", "band_of", "band_priority", "ModelGroup", "ModelPacket",
     "TalbModel",
 ]
 
 
 # --- what the agent publishes ----------------------------------------------------
+# In the data path's fixed point (0..PCM_ONE), hence ``fixed_``: agent/pcm.py's
+# pcm_order and wrr_weights are the paper's float maths on P_i in [0, 1].
 def pcm_to_fixed(p: float) -> int:
     """P_i in [0, 1] -> the data path's fixed point (0..TALB_PCM_ONE)."""
     p = float(p)
@@ -56,12 +58,12 @@ def pcm_from_fixed(x: int) -> float:
     return x / PCM_ONE
 
 
-def pcm_order(pcm: Sequence[int]) -> list[int]:
-    """Indices by PCM, lowest first; ties keep group order (stable)."""
+def fixed_pcm_order(pcm: Sequence[int]) -> list[int]:
+    """Indices by fixed-point PCM, lowest first; ties keep group order (stable)."""
     return sorted(range(len(pcm)), key=lambda i: (pcm[i], i))
 
 
-def wrr_weights(pcm: Sequence[int], slots: int = SCHED_MAX) -> list[int]:
+def fixed_wrr_weights(pcm: Sequence[int], slots: int = SCHED_MAX) -> list[int]:
     """Integer CASE 2 weights proportional to the residuals ``1 - P_i``
     (DESIGN section 5), summing to at most ``slots`` and reduced by their gcd
     so that the schedule is as short as the proportions allow.
@@ -149,9 +151,9 @@ class ModelGroup:
                   threshold: float | None = None) -> "ModelGroup":
         """What publish_pcm writes for these float PCMs."""
         fixed = [pcm_to_fixed(p) for p in pcm]
-        return cls(list(ifindex), fixed, pcm_order(fixed),
+        return cls(list(ifindex), fixed, fixed_pcm_order(fixed),
                    PCM_ONE if threshold is None else pcm_to_fixed(threshold),
-                   smooth_wrr_schedule(wrr_weights(fixed)))
+                   smooth_wrr_schedule(fixed_wrr_weights(fixed)))
 
     @classmethod
     def from_fwd_group(cls, g) -> "ModelGroup":
@@ -178,7 +180,7 @@ class ModelPacket:
 
     def key(self) -> tuple[str, int]:
         """(src, tensor_id): the tensor's key in the switch's table -- ids
-        are unique per sending host only (common.wire.TensorKey)."""
+        are unique per sending host only (common.wire.WireTensorKey)."""
         if self.src is None:
             raise ValueError(f"ModelPacket.src: a tagged packet (tensor_id {self.tensor_id}) "
                              "needs its sender's address, None given")

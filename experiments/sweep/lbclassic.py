@@ -26,21 +26,21 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.sweep import plots
-from experiments.sweep.layout import result_path
-from experiments.sweep.plan import Plan, PlanError, RunSpec, _topology_path
-from experiments.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, estimate, holm, tost
+from experiments.sweep import plots, results
+from experiments.sweep.plan import Plan, PlanError, RunSpec, topology_path
+from experiments.sweep.results import find, read_rows
+from experiments.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, holm, tost
+from experiments.sweep.summary import ANALYSIS_FILE, md_table, report_head
 
 NO_MODEL = "none"
 #: sweep options that only mean something for training
 TRAINING_FIELDS = {"models": "--models", "archs": "--archs", "target_rates": "--target-rates",
                    "workers": "--workers", "servers": "--servers", "iterations": "--iterations",
                    "warmup": "--warmup", "scaling": "--scaling",
-                   "queueing": "--queueing"}
+                   "queueing": "--queueing", "connections": "--connections"}
 CLASSES = ("short", "long", "all")
 #: per point: normalised FCT (nfct) and FCT per class, and the mechanism
 LB_METRICS = tuple(f"{c}_{m}" for c in CLASSES for m in ("nfct_mean", "nfct_p99", "fct_mean_s",
@@ -88,7 +88,7 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
     if scale_given is not None and not 0 < scale_given <= 1:
         raise PlanError(f"--background-size-scale: a factor in (0, 1], got {scale_given!r}")
     runs = []
-    for topo in (_topology_path(t) for t in base["topologies"]):
+    for topo in (topology_path(t) for t in base["topologies"]):
         path = Path(topo) if Path(topo).is_absolute() else paths.REPO_ROOT / topo
         try:
             capacity = even_capacity_bps(load_topology(path))
@@ -159,9 +159,7 @@ def _class_metrics(flows: list[tuple], base_s: float) -> dict:
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[dict], dict]:
     """One row per planned run (status ok, cpu_bound, failed, missing) and
     {topology: pooled base latency B}. Results from OUT/runs/ or OUT/runs.tar.xz."""
-    from experiments.sweep.results import _archived
-
-    rows, flows, lacking = [], {}, {}
+    flows = {}
 
     def fill(row, res, rel):
         head = res["headline"]
@@ -175,22 +173,13 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[d
                    cpu_guard=res["summary"]["cpu_guard"].get("reason"))
         flows[row["key"]] = _window_flows(res)
 
-    for spec in plan.runs:
-        row = {"key": spec.key(), "topology": spec.topology, "scheme": spec.scheme,
-               "background_cdf": spec.background_cdf, "load": spec.load, "seed": spec.seed,
-               "agent": spec.agent, "size_scale": spec.background_size_scale,
-               "window_s": spec.background_s}
-        path = result_path(out, spec)
-        try:
-            fill(row, json.loads(path.read_text()), str(path.relative_to(out)))
-        except (OSError, json.JSONDecodeError):
-            lacking[spec.key()] = row
-        rows.append(row)
-    for key, res in _archived(out, set(lacking)):
-        fill(lacking.pop(key), res, f"runs/{key}.json")
-    for key, row in lacking.items():
-        row["status"] = "failed" if failed and key in failed else "missing"
-        row["error"] = (failed or {}).get(key, {}).get("error")
+    def new_row(spec: RunSpec) -> dict:
+        return {"key": spec.key(), "topology": spec.topology, "scheme": spec.scheme,
+                "background_cdf": spec.background_cdf, "load": spec.load, "seed": spec.seed,
+                "agent": spec.agent, "size_scale": spec.background_size_scale,
+                "window_s": spec.background_s}
+
+    rows = read_rows(plan, out, failed, new_row, fill)
     bases = {}
     for r in rows:
         if r.get("base_latency_run_s") is not None:
@@ -206,29 +195,9 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[d
 
 def points(rows: list[dict]) -> list[dict]:
     """Per point (every parameter but the seed): runs counted (status ok),
-    excluded, censored flows, an Estimate per LB_METRICS."""
-    by: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by.setdefault(tuple(r[f] for f in POINT_FIELDS), []).append(r)
-    out = []
-    for key, rs in by.items():
-        ok = [r for r in rs if r["status"] == "ok"]
-        p = dict(zip(POINT_FIELDS, key))
-        p.update(runs=len(rs), counted=len(ok), cpu_bound=sum(r["status"] == "cpu_bound" for r in rs),
-                 failed=sum(r["status"] in ("failed", "missing") for r in rs),
-                 censored=sum(r.get("all_censored") or 0 for r in ok),
-                 flows=sum(r.get("all_flows") or 0 for r in ok),
-                 est={m: estimate([r.get(m) for r in ok]) for m in LB_METRICS})
-        out.append(p)
-    return out
-
-
-def _find(pts, **match):
-    return next((p for p in pts if all(p.get(k) == v for k, v in match.items())), None)
-
-
-def _est(p, metric) -> Estimate:
-    return p["est"][metric] if p else estimate([])
+    excluded, censored and all flows, an Estimate per LB_METRICS."""
+    return results.points(rows, POINT_FIELDS, LB_METRICS,
+                          {"censored": "all_censored", "flows": "all_flows"})
 
 
 # --- topologies: which is which --------------------------------------------------------------
@@ -404,7 +373,7 @@ def directions(rows: list[dict], pts: list[dict]) -> list[dict]:
                                                      {**kw, "scheme": b})
                         t["pair"] = pr
                         t["p"], t["p_eq"] = _test_pvalues(pr, logs, expect)
-                        t["censored"] = sum(_find(mine, scheme=s, load=load)["censored"]
+                        t["censored"] = sum(find(mine, scheme=s, load=load)["censored"]
                                             for s in (a, b))
                         family.append(t)
                     tests.append(t)
@@ -432,12 +401,6 @@ def directions(rows: list[dict], pts: list[dict]) -> list[dict]:
 
 
 # --- text ------------------------------------------------------------------------------------
-def _md_table(header, body) -> str:
-    from experiments.sweep.summary import _md_table as t
-
-    return t(header, body)
-
-
 def _ratio(pr: Paired) -> str:
     if pr is None or pr.ratio is None:
         return "-"
@@ -477,7 +440,7 @@ def _directions_md(dirs: list[dict]) -> list[str]:
         body.append([d.claim, d.source, f"{Path(r['topology']).stem}, {r['cdf']}, "
                      f"load {r['load']:g}" if r["load"] is not None else "-",
                      d.metric.replace("_", " "), tests, f"**{r['verdict']}**"])
-    L += [_md_table(["direction", "source", "where", "metric", "tests (a/b − 1 [95% CI])",
+    L += [md_table(["direction", "source", "where", "metric", "tests (a/b − 1 [95% CI])",
                      "here"], body), ""]
     return L
 
@@ -502,9 +465,9 @@ def vs_ecmp_md(rows, pts) -> list[str]:
         for cdf in sorted({p["background_cdf"] for p in pts}):
             for load in sorted({p["load"] for p in pts if p["topology"] == topo}):
                 kw = {"topology": topo, "background_cdf": cdf, "load": load, "agent": "default"}
-                if not _find(pts, scheme="ecmp", **kw):
+                if not find(pts, scheme="ecmp", **kw):
                     continue
-                for s in plots._series_order({p["scheme"] for p in pts if p["scheme"] != "ecmp"
+                for s in plots.series_order({p["scheme"] for p in pts if p["scheme"] != "ecmp"
                                               and all(p[k] == v for k, v in kw.items())}):
                     cells.append((topo, cdf, load, s, [
                         _compare(rows, m, {**kw, "scheme": s}, {**kw, "scheme": "ecmp"})
@@ -530,7 +493,7 @@ def vs_ecmp_md(rows, pts) -> list[str]:
             "by chance alone if nothing differed); † marks one that stands after Holm's "
             "correction across this table. Every pair of schemes at every point, with raw "
             "p-values: `paired.csv`.", "",
-            _md_table(["fabric", "CDF", "load", "scheme", "n"] + [t for _, t in VS_ECMP], body), ""]
+            md_table(["fabric", "CDF", "load", "scheme", "n"] + [t for _, t in VS_ECMP], body), ""]
 
 
 def _fmt(e: Estimate, scale=1.0, digits=2) -> str:
@@ -546,14 +509,14 @@ def _points_md(pts) -> str:
             "all FCT mean ms", "delivered", "reorder /kseg", "CPU"]
     body = []
     for p in sorted(pts, key=lambda p: (p["topology"], p["background_cdf"], p["load"],
-                                        plots._series_order([p["scheme"]])[0])):
+                                        plots.series_order([p["scheme"]])[0])):
         e = p["est"]
         body.append([Path(p["topology"]).stem, p["background_cdf"], f"{p['load']:g}", p["scheme"],
                      p["counted"], p["cpu_bound"] + p["failed"], p["flows"], p["censored"],
                      *(_fmt(e[m]) for m, _ in PANELS),
                      _fmt(e["all_fct_mean_s"], 1e3, 1), _fmt(e["delivered_load"]),
                      _fmt(e["reorder_per_kseg"], 1, 1), _fmt(e["cpu_busy_mean"], 100, 0)])
-    return _md_table(cols, body)
+    return md_table(cols, body)
 
 
 def render(pts: list[dict], out: Path, title: str) -> dict:
@@ -564,18 +527,18 @@ def render(pts: list[dict], out: Path, title: str) -> dict:
     from matplotlib.ticker import FuncFormatter
 
     manifest: dict = {}
-    for (topo, cdf), gpts in plots._group(pts, ("topology", "background_cdf")).items():
+    for (topo, cdf), gpts in plots.group_by(pts, ("topology", "background_cdf")).items():
         fig, axes = plt.subplots(2, 3, figsize=(12.6, 7.2), squeeze=False)
         for ax, (metric, ptitle) in zip([axes[0][0], axes[1][0], axes[0][1], axes[1][1],
                                          axes[0][2], axes[1][2]], PANELS):
-            plots._panel(ax, gpts, x="load", series=lambda p: p["scheme"], metric=metric,
+            plots.draw_panel(ax, gpts, x="load", series=lambda p: p["scheme"], metric=metric,
                          scale=1.0, title=ptitle, ylabel="FCT / ideal", xlabel="load")
             if ax.containers:
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
                 ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-        fig.suptitle(f"{title} — {plots._name((topo, cdf))}", fontsize=10)
-        plots._save(fig, Path(out) / f"{plots._name((topo, cdf))}.png", manifest)
+        fig.suptitle(f"{title} — {plots.figure_name((topo, cdf))}", fontsize=10)
+        plots.save_figure(fig, Path(out) / f"{plots.figure_name((topo, cdf))}.png", manifest)
     (Path(out) / "plots.json").write_text(json.dumps(manifest, indent=1))
     return manifest
 
@@ -587,7 +550,7 @@ def paired_rows(rows, pts) -> list[dict]:
                    key=lambda c: tuple(map(str, c)))
     for topo, cdf, load, agent in cells:
         kw = {"topology": topo, "background_cdf": cdf, "load": load, "agent": agent}
-        ss = plots._series_order({p["scheme"] for p in pts if all(p[k] == v for k, v in kw.items())})
+        ss = plots.series_order({p["scheme"] for p in pts if all(p[k] == v for k, v in kw.items())})
         for i, a in enumerate(ss):
             for b in ss[i + 1:]:
                 for m in [m for m, _ in PANELS] + ["reorder_per_kseg"]:
@@ -624,22 +587,7 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
 
 
 def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s) -> str:
-    from experiments.sweep.summary import ANALYSIS_FILE, _machine
-
-    sw = _machine()
-    st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}
-    ran_on = sorted({r["commit"] for r in rows if r.get("commit")})
-    L = [f"# talb bench: {plan.name}", "", plan.description, "",
-         f"Runs made at commit {', '.join(ran_on) or '-'}. Report written "
-         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit "
-         f"{sw['commit']}{' (dirty)' if sw['commit_dirty'] else ''}, kernel {sw['kernel']}, "
-         f"{sw['cpus']} CPUs, Python {sw['python']}."
-         + (f" Wall time of this invocation: {wall_s / 60:.1f} min." if wall_s else ""), "",
-         f"Runs: {len(rows)} planned, {st['ok']} counted, {st['cpu_bound']} CPU-bound (excluded), "
-         f"{st['failed']} failed, {st['missing']} not run yet.", ""]
-    if plan.skipped_schemes:
-        L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
-              f"{', '.join(plan.skipped_schemes)}.", ""]
+    L = report_head(plan, rows, wall_s)
     L += ["## What runs", "",
           "No training: `talb run --model none` (workload/background_only.py). Poisson flows "
           "from every host to random hosts on the other leaf, sizes from the CDF (scaled), one "
@@ -653,16 +601,16 @@ def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s) -> str:
           "≤ 100 KB, long ≥ 1 MB, all = every flow. Mean and p99 (nearest rank) over the "
           "finished flows of a run; a point is the mean over its seeds.", ""]
     kinds = {t: fabric_kind(t) for t in sorted({r.topology for r in plan.runs})}
-    L += [_md_table(["fabric", "kind", "base latency B (runs, min-max)"],
+    L += [md_table(["fabric", "kind", "base latency B (runs, min-max)"],
                     [[Path(t).stem, k, (f"{bases[t]['base_s'] * 1e3:.3f} ms ({bases[t]['runs']}, "
                                         f"{bases[t]['min_s'] * 1e3:.3f}-{bases[t]['max_s'] * 1e3:.3f})")
                       if t in bases else "-"] for t, k in kinds.items()]), ""]
-    dims = {"schemes": sorted({r.scheme for r in plan.runs}, key=lambda s: plots._series_order([s])),
+    dims = {"schemes": sorted({r.scheme for r in plan.runs}, key=lambda s: plots.series_order([s])),
             "CDFs (size scale)": sorted({f"{r.background_cdf} (x{r.background_size_scale:g})"
                                          for r in plan.runs}),
             "loads": sorted({r.load for r in plan.runs}), "seeds": sorted({r.seed for r in plan.runs}),
             "agent settings": sorted({r.agent for r in plan.runs})}
-    L += [_md_table(["parameter", "values"], [[k, ", ".join(map(str, v))] for k, v in dims.items()]),
+    L += [md_table(["parameter", "values"], [[k, ", ".join(map(str, v))] for k, v in dims.items()]),
           "", "Windows D (s) by fabric, CDF and load: "
           + "; ".join(f"{Path(t).stem} {c}: " + ", ".join(
               f"{ld:g}→{w:g}" for ld, w in sorted({(r.load, r.background_s) for r in plan.runs

@@ -50,10 +50,12 @@ def fields(results: dict) -> dict:
 
 
 def _who(r: dict) -> str:
-    """A run's arm: scheme, /queueing when not the topology's bands, /agent
-    setting when not the default."""
+    """A run's arm: scheme, /queueing when not the topology's bands,
+    /connections when not pair, /agent setting when not the default."""
     q, a = r.get("queueing") or "bands", r.get("agent") or "default"
-    return r["scheme"] + ("" if q == "bands" else f"/{q}") + ("" if a == "default" else f"/{a}")
+    c = r.get("connections") or "pair"
+    return r["scheme"] + ("" if q == "bands" else f"/{q}") + ("" if c == "pair" else f"/{c}") + \
+        ("" if a == "default" else f"/{a}")
 
 
 def check(rows: list[dict], cell_fields: tuple[str, ...]) -> list[dict]:

@@ -88,6 +88,8 @@ class RunSpec:
     agent_opts: tuple = ()   # sorted (name, value) pairs of AgentConfig fields
     background_size_scale: float | None = None   # None: the tensors' byte scale
     queueing: str = "bands"  # the switch ports' queues: the topology's, or one FIFO per port
+    # TCP connections a worker-server pair uses: pair, class, pool:N (workload/patterns/connections.py)
+    connections: str = "pair"
     # model "none" (lb-classic): the measured window of background flows, s
     background_s: float | None = None
 
@@ -101,6 +103,8 @@ class RunSpec:
                 del d[f]
         if d["queueing"] == "bands":      # every run before issue 18 queued as its topology
             del d["queueing"]
+        if d["connections"] == "pair":    # and had one connection per pair
+            del d["connections"]
         return d
 
     def key(self) -> str:
@@ -113,20 +117,32 @@ class RunSpec:
         if self.model == "none":        # background only (lb-classic)
             return f"{topo} {self.background_cdf} {self.scheme} load {self.load:g} seed {self.seed}"
         agent = "" if self.agent == "default" else f" agent={self.agent}"
-        return (f"{topo} {self.model} {self.arch} {arm(self.scheme, self.queueing)} load "
+        return (f"{topo} {self.model} {self.arch} "
+                f"{arm(self.scheme, self.queueing, self.connections)} load "
                 f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}")
 
 
-def arm(scheme: str, queueing: str = "bands") -> str:
-    """A scheme under a queueing, as seed-rule pairs, tables and plots name
-    it: ``ecmp`` (the topology's queues, its priority bands), ``ecmp/fifo``."""
-    return scheme if queueing == "bands" else f"{scheme}/{queueing}"
+def arm(scheme: str, queueing: str = "bands", connections: str = "pair") -> str:
+    """A scheme under a queueing and a connection model, as seed-rule pairs,
+    tables and plots name it: ``ecmp`` (the topology's queues, its priority
+    bands; one connection per pair), ``ecmp/fifo``, ``ecmp/pool:8``,
+    ``ecmp/fifo/pool:8``."""
+    return scheme + ("" if queueing == "bands" else f"/{queueing}") + \
+        ("" if connections == "pair" else f"/{connections}")
+
+
+def arm_split(name: str) -> tuple[str, str, str]:
+    """``ecmp/fifo/pool:8`` -> ("ecmp", "fifo", "pool:8"); ``ecmp`` ->
+    ("ecmp", "bands", "pair")."""
+    scheme, *rest = name.split("/")
+    queueing = next((x for x in rest if x in _QUEUEING_ORDER), "bands")
+    connections = next((x for x in rest if x not in _QUEUEING_ORDER), "pair")
+    return scheme, queueing, connections
 
 
 def arm_parts(name: str) -> tuple[str, str]:
     """``ecmp/fifo`` -> ("ecmp", "fifo"); ``ecmp`` -> ("ecmp", "bands")."""
-    scheme, _, queueing = name.partition("/")
-    return scheme, queueing or "bands"
+    return arm_split(name)[:2]
 
 
 @dataclass
@@ -318,10 +334,13 @@ PRESETS["lb-classic-quick"] = dict(
 
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
-                "background_size_scale", "queueing", "cdfs")
+                "background_size_scale", "queueing", "connections", "cdfs")
 
 
-def _topology_path(t: str) -> str:
+def topology_path(t: str) -> str:
+    """A --topologies entry (a bare name of topologies/, or a file) as the
+    plan records it: relative to the repository when inside it. PlanError
+    when there is no such file."""
     from pathlib import Path
 
     p = Path(t)
@@ -444,9 +463,10 @@ def training_plan(req: Request) -> Plan:
         raise PlanError(f"--warmup: below --iterations ({base['iterations']}), got {base['warmup']}")
 
     queueings = _queueings(base.get("queueing"), schemes)
-    arms = [arm(s, q) for s in schemes for q in queueings[s]]
-    rule = _seed_rule(base, seeds, arms, req.seed_cap, req.seed_width, req.fixed_seeds)
-    topologies = [_topology_path(t) for t in base["topologies"]]
+    conns = _connections(base.get("connections"))
+    arms = [arm(s, q, c) for s in schemes for q in queueings[s] for c in conns]
+    rule = _seed_rule(base, seeds, arms, req.seed_cap, req.seed_width, req.fixed_seeds, conns)
+    topologies = [topology_path(t) for t in base["topologies"]]
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
     # setting innermost: what a sweep compares runs back to back, so a slow drift of
@@ -456,11 +476,12 @@ def training_plan(req: Request) -> Plan:
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
         for agent in base["agents"]:
-            for q in _QUEUEING_ORDER:
-                for scheme in schemes:
-                    if q in queueings[scheme]:
-                        runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate,
-                                          agent, q))
+            for c in conns:
+                for q in _QUEUEING_ORDER:
+                    for scheme in schemes:
+                        if q in queueings[scheme]:
+                            runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate,
+                                              agent, q, c))
         if reference:                                   # the reference: once per point
             runs.append(_spec(base, topo, reference, model, arch, load, seed, rate, "default"))
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
@@ -496,10 +517,34 @@ def _queueings(value, schemes: list[str]) -> dict[str, list[str]]:
     return {s: [q for q in _QUEUEING_ORDER if q in spec.get(s, default)] for s in schemes}
 
 
+def _connections(value) -> list[str]:
+    """The connection models of a preset's or --connections's value (None:
+    pair), canonical (``pool:08`` is ``pool:8``), each once, in the order given."""
+    from workload.patterns import connections
+
+    if value is None:
+        value = ["pair"]
+    if isinstance(value, str):
+        value = [value]
+    if not value:
+        raise PlanError("--connections: at least one of pair, class, pool:N")
+    out = []
+    for v in value:
+        try:
+            c = connections.canonical(v)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        if c not in out:
+            out.append(c)
+    return out
+
+
 def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float | None,
-               fixed: bool) -> SeedRule | None:
+               fixed: bool, conns: list[str] = ("pair",)) -> SeedRule | None:
     """The preset's SeedRule with the command line's changes, or None.
-    ``arms``: the sweep's schemes under their queueings (:func:`arm`)."""
+    ``arms``: the sweep's schemes under their queueings and connection
+    models (:func:`arm`); the rule's pairs hold under each model of
+    ``conns`` (TaLB and a baseline on the same connections)."""
     spec = base.get("seed_rule")
     if cap is not None and cap < 1:
         raise PlanError(f"--seed-cap: at least 1, got {cap!r}")
@@ -514,7 +559,11 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
         if asked:
             raise PlanError(f"--seed-{'cap' if cap is not None else 'width'}: {why}")
         return None
-    pairs = tuple((a, b) for a, b in spec.get("pairs", SeedRule.pairs) if a in arms and b in arms)
+    def under(name, c):
+        return arm(*arm_split(name)[:2], c)
+    pairs = tuple((under(a, c), under(b, c)) for c in conns
+                  for a, b in spec.get("pairs", SeedRule.pairs)
+                  if under(a, c) in arms and under(b, c) in arms)
     if not pairs:
         if asked:
             raise PlanError("--seed-cap/--seed-width: the seed rule compares "
@@ -529,11 +578,12 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
                     loads=spec.get("loads", SeedRule.loads))
 
 
-def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands") -> RunSpec:
+def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
+          connections="pair") -> RunSpec:
     servers = base["servers"] if arch == "ps" else 1
     return RunSpec(topology=topo, scheme=scheme, model=model, arch=arch, workers=base["workers"],
                    servers=servers, load=float(load), seed=int(seed), target_link_bps=float(rate),
                    scaling_mode=base["scaling"], iterations=base["iterations"],
                    warmup=base["warmup"], agent=agent,
                    background_size_scale=base.get("background_size_scale"), queueing=queueing,
-                   agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))
+                   connections=connections, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))

@@ -30,14 +30,15 @@ ABLATION_PANELS = FCT_PANELS[:2] + [("all_fct_mean_s", "(c) all tensors: AFCT", 
 SCHEME_ORDER = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
 
-def _group(pts, keys):
+def group_by(pts, keys):
+    """{(values of ``keys``): the points with them}: one figure per group."""
     out: dict[tuple, list] = {}
     for p in pts:
         out.setdefault(tuple(p[k] for k in keys), []).append(p)
     return out
 
 
-def _series_order(names):
+def series_order(names):
     """Schemes in the paper's order; an arm (``ecmp/fifo``, plan.arm) after its scheme."""
     def key(s):
         scheme = str(s).split("/")[0]
@@ -45,9 +46,11 @@ def _series_order(names):
     return sorted(names, key=key)
 
 
-def _panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1.0,
-           legend=True):
-    names = _series_order({series(p) for p in pts})
+def draw_panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1.0,
+               legend=True):
+    """One panel: a line per ``series(p)`` of ``metric`` over ``x``, mean
+    with its 95% error bar, the lines dodged side by side."""
+    names = series_order({series(p) for p in pts})
     xvals = sorted({p[x] * xscale for p in pts})
     span = (xvals[-1] - xvals[0]) or abs(xvals[0]) or 1.0
     dodge = 0.012 * span        # series side by side, so error bars at one x stay apart
@@ -113,14 +116,16 @@ def _lines(fig) -> dict:
     return out
 
 
-def _save(fig, path: Path, manifest: dict) -> None:
+def save_figure(fig, path: Path, manifest: dict) -> None:
+    """Write ``fig`` to ``path``, its drawn lines into ``manifest`` (plots.json)."""
     manifest[path.name] = _lines(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _name(parts) -> str:
+def figure_name(parts) -> str:
+    """A file name from a group's values: ``leafspine-load0.8``, ``10G``."""
     def one(p):
         if isinstance(p, float) and p >= 1e6:          # a link rate
             return f"{p / 1e9:g}G"
@@ -142,29 +147,30 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
         if kind == "ablation":
             series = lambda p: p["agent"] if p["scheme"] == "talb" else f"{p['scheme']} (reference)"  # noqa: E731
         else:
-            series = lambda p: arm(p["scheme"], p["queueing"])  # noqa: E731
-        for gkey, gpts in _group(pts, keys).items():
+            series = lambda p: arm(p["scheme"], p["queueing"], p.get("connections", "pair"))  # noqa: E731
+        for gkey, gpts in group_by(pts, keys).items():
             fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
             for i, (ax, (metric, ptitle, scale, unit)) in enumerate(zip(axes[0], panels)):
-                _panel(ax, gpts, x="load", series=series, metric=metric, scale=scale,
+                draw_panel(ax, gpts, x="load", series=series, metric=metric, scale=scale,
                        title=ptitle, ylabel=unit, xlabel="load",
                        legend=kind != "ablation" or i == len(panels) - 1)
             if kind == "motivation":
                 _bounds(axes[0][-1], gpts, "load")
-            fig.suptitle(f"{title} — {_name(gkey)}", fontsize=10)
-            _save(fig, out / f"{kind}-{_name(gkey)}.png", manifest)
+            fig.suptitle(f"{title} — {figure_name(gkey)}", fontsize=10)
+            save_figure(fig, out / f"{kind}-{figure_name(gkey)}.png", manifest)
     elif kind == "speed_vs_rate":
-        for gkey, gpts in _group(pts, ("topology", "arch", "load", "agent")).items():
+        for gkey, gpts in group_by(pts, ("topology", "arch", "load", "agent")).items():
             models = sorted({p["model"] for p in gpts})
             fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
             for ax, model in zip(axes[0], models):
-                _panel(ax, [p for p in gpts if p["model"] == model], x="target_link_bps",
-                       series=lambda p: arm(p["scheme"], p["queueing"]), metric="samples_per_s", scale=1,
+                draw_panel(ax, [p for p in gpts if p["model"] == model], x="target_link_bps",
+                       series=lambda p: arm(p["scheme"], p["queueing"], p.get("connections", "pair")),
+                       metric="samples_per_s", scale=1,
                        title=model, ylabel="samples/s (target scale)",
                        xlabel="target link rate (Gbit/s)", xscale=1e-9)
                 _bounds(ax, [p for p in gpts if p["model"] == model], "target_link_bps", 1e-9)
-            fig.suptitle(f"{title} — {_name(gkey)}", fontsize=10)
-            _save(fig, out / f"{kind}-{_name(gkey)}.png", manifest)
+            fig.suptitle(f"{title} — {figure_name(gkey)}", fontsize=10)
+            save_figure(fig, out / f"{kind}-{figure_name(gkey)}.png", manifest)
     else:
         raise ValueError(f"figure: unknown kind {kind!r}")
     (out / "plots.json").write_text(json.dumps(manifest, indent=1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import MappingProxyType
 
 from experiments.sweep import pairing
 from experiments.sweep.layout import result_path
@@ -33,15 +34,19 @@ CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censore
             "trailing_wire_missing")
 #: copied into runs.csv beside the metrics (no point estimate of their own)
 SENDBUF = ("short_sendbuf_wait_mean_s", "long_sendbuf_wait_mean_s", "all_sendbuf_wait_mean_s",
-           "trailing_sendbuf_wait_mean_s")
+           "trailing_sendbuf_wait_mean_s",
+           # the wait for a connection before the hand-off (connection models)
+           "short_conn_wait_mean_s", "long_conn_wait_mean_s", "all_conn_wait_mean_s",
+           "trailing_conn_wait_mean_s")
 #: the parameters that tell runs apart (a point: all of them but the seed)
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
-               "background_size_scale", "agent", "queueing")
+               "background_size_scale", "agent", "queueing", "connections")
 POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
 #: a cell: the runs that share a seed's background plan, and are paired by seed
-#: (schemes, agent settings and queueing arms)
-CELL_FIELDS = tuple(f for f in SPEC_FIELDS if f not in ("scheme", "agent", "queueing", "seed"))
+#: (schemes, agent settings, queueing and connection-model arms)
+CELL_FIELDS = tuple(f for f in SPEC_FIELDS
+                    if f not in ("scheme", "agent", "queueing", "connections", "seed"))
 
 
 def _compute_s(model: dict) -> float:
@@ -84,14 +89,15 @@ def access_bound_samples_per_s(results: dict) -> float | None:
 def service_times(tensors: list[dict]) -> list[tuple[dict, float]]:
     """(tensor, own service time) for every measured tensor: from when it
     could first move -- its hand-off to the socket, or the delivery of the
-    tensor before it on the same connection (src -> dst), whichever is later
-    -- to its delivery. TCP delivers a connection's bytes in order, so the
-    rest of its FCT is spent behind earlier tensors of its own connection
+    tensor before it on the same connection (src -> dst, and the
+    connection's index among the pair's: connection models), whichever is
+    later -- to its delivery. TCP delivers a connection's bytes in order, so
+    the rest of its FCT is spent behind earlier tensors of its own connection
     (head of line), which neither a path nor a queue priority can shorten."""
     by: dict[tuple, list[dict]] = {}
     for t in tensors:
         if t.get("fct_s") is not None:
-            by.setdefault((t["src"], t["dst"]), []).append(t)
+            by.setdefault((t["src"], t["dst"], t.get("conn") or 0), []).append(t)
     out = []
     for ts in by.values():
         ts.sort(key=lambda t: t["t_start_ns"])
@@ -150,7 +156,7 @@ def mechanism(results: dict, samples_per_s: float | None) -> dict:
 RUNS_ARCHIVE = "runs.tar.xz"
 
 
-def _archived(out: Path, keys: set[str]):
+def archived_results(out: Path, keys: set[str]):
     """(key, results) for each run of ``keys`` found in ``out``/runs.tar.xz,
     read as a stream, one file at a time (the files are tens of MB)."""
     import tarfile
@@ -173,6 +179,8 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else "ok"
     row["scheme_in_effect"] = head["scheme"]
     row["queueing_in_effect"] = ((res.get("fabric") or {}).get("queueing") or {}).get("mode", "bands")
+    # results from before the connection models had one connection per pair
+    row["connections_in_effect"] = (res.get("connections") or {}).get("model", "pair")
     row["commit"] = (res.get("software") or {}).get("commit")
     for k in (*METRICS, *CENSORED, *SENDBUF, "iteration_time_s"):
         if k in head:
@@ -199,21 +207,32 @@ def _fill(row: dict, res: dict, rel: str) -> None:
 
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
     """One row per planned run: its parameters, status (ok, cpu_bound,
-    failed, missing) and headline numbers. A run's results file is read
-    from ``out``/runs/, or, when not there, from ``out``/runs.tar.xz (a
-    committed directory: no need to unpack it to redo the report)."""
+    failed, missing) and headline numbers."""
+    def new_row(spec: RunSpec) -> dict:
+        return {"key": spec.key(), **{f: getattr(spec, f) for f in SPEC_FIELDS},
+                "agent_opts": json.dumps(dict(spec.agent_opts), sort_keys=True)}
+
+    return read_rows(plan, out, failed, new_row, _fill)
+
+
+def read_rows(plan: Plan, out: Path, failed: dict | None, new_row, fill) -> list[dict]:
+    """``new_row(spec)`` per planned run, in plan order, filled by
+    ``fill(row, results, path relative to out)`` from its results file in
+    ``out``/runs/, or, when not there, in ``out``/runs.tar.xz (a committed
+    directory: no need to unpack it to redo the report). A run with
+    neither gets status "failed" (with its error) when ``failed`` names
+    it, else "missing"."""
     rows, lacking = [], {}
     for spec in plan.runs:
+        row = new_row(spec)
         path = result_path(out, spec)
-        row = {"key": spec.key(), **{f: getattr(spec, f) for f in SPEC_FIELDS},
-               "agent_opts": json.dumps(dict(spec.agent_opts), sort_keys=True)}
         try:
-            _fill(row, json.loads(path.read_text()), str(path.relative_to(out)))
+            fill(row, json.loads(path.read_text()), str(path.relative_to(out)))
         except (OSError, json.JSONDecodeError):
             lacking[spec.key()] = row
         rows.append(row)
-    for key, res in _archived(out, set(lacking)):
-        _fill(lacking.pop(key), res, f"runs/{key}.json")
+    for key, res in archived_results(out, set(lacking)):
+        fill(lacking.pop(key), res, f"runs/{key}.json")
     for key, row in lacking.items():
         row["status"] = "failed" if failed and key in failed else "missing"
         row["error"] = (failed or {}).get(key, {}).get("error")
@@ -231,28 +250,42 @@ def write_csv(rows: list[dict], path: Path) -> None:
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
 
 
+#: a row's value of a field it may lack (rows made before the field existed)
+FIELD_DEFAULTS = {"connections": "pair"}
+
+
+def field(row: dict, name: str):
+    """``row[name]``, or the field's default for a row without it."""
+    return row[name] if name in row or name not in FIELD_DEFAULTS else FIELD_DEFAULTS[name]
+
+
 def point_key(spec_or_row) -> tuple:
     get = (lambda f: getattr(spec_or_row, f)) if isinstance(spec_or_row, RunSpec) \
-        else spec_or_row.__getitem__
+        else (lambda f: field(spec_or_row, f))
     return tuple(get(f) for f in POINT_FIELDS)
 
 
-def points(rows: list[dict]) -> list[dict]:
-    """Per point (every parameter but the seed): the parameters, the runs
-    counted (status ok), excluded ones, and an Estimate per metric."""
+def points(rows: list[dict], fields: tuple[str, ...] = POINT_FIELDS,
+           metrics: tuple[str, ...] = METRICS,
+           totals: dict[str, str] = MappingProxyType({"censored": "all_censored"})) -> list[dict]:
+    """Per point (the rows alike in ``fields``: every parameter but the
+    seed): the parameters, the runs counted (status ok) and excluded, per
+    ``totals`` entry {name: row column} that column summed over the counted
+    runs, and an Estimate per metric."""
     by: dict[tuple, list[dict]] = {}
     for r in rows:
-        by.setdefault(point_key(r), []).append(r)
+        by.setdefault(tuple(field(r, f) for f in fields), []).append(r)
     out = []
     for key, rs in by.items():
         ok = [r for r in rs if r["status"] == "ok"]
-        p = dict(zip(POINT_FIELDS, key))
+        p = dict(zip(fields, key))
         p["runs"] = len(rs)
         p["counted"] = len(ok)
         p["cpu_bound"] = sum(r["status"] == "cpu_bound" for r in rs)
         p["failed"] = sum(r["status"] in ("failed", "missing") for r in rs)
-        p["censored"] = sum(r.get("all_censored") or 0 for r in ok)
-        p["est"] = {m: estimate([r.get(m) for r in ok]) for m in METRICS}
+        for name, column in totals.items():
+            p[name] = sum(r.get(column) or 0 for r in ok)
+        p["est"] = {m: estimate([r.get(m) for r in ok]) for m in metrics}
         out.append(p)
     return out
 
@@ -269,7 +302,8 @@ def seed_values(rows: list[dict], metric: str, **match) -> dict:
     (None where the run has no value); CPU-bound, failed and missing runs
     are left out, so their seeds have nothing to pair."""
     return {r["seed"]: r.get(metric) for r in rows
-            if r["status"] == "ok" and all(r.get(k) == v for k, v in match.items())}
+            if r["status"] == "ok" and all(r.get(k, FIELD_DEFAULTS.get(k)) == v
+                                           for k, v in match.items())}
 
 
 def est(p: dict | None, metric: str) -> Estimate:

@@ -97,6 +97,7 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       target_link_bps=spec.target_link_bps, scaling_mode=spec.scaling_mode,
                       background_cdf=spec.background_cdf,
                       background_size_scale=spec.background_size_scale, queueing=spec.queueing,
+                      connections=spec.connections,
                       prefix=prefix, out=str(path),
                       timeout_s=timeout_s, background_s=spec.background_s))
     return run_one

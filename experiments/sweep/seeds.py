@@ -44,12 +44,17 @@ def headline_loads(rule: SeedRule, plan: Plan) -> set[float]:
 
 
 def _point(spec_or_row) -> tuple:
-    """A point without its scheme and queueing: the arms (plan.arm) at one
-    seed of it are compared."""
+    """A point without its scheme, queueing and connection model: the arms
+    (plan.arm) at one seed of it are compared."""
     d = dict(zip(POINT_FIELDS, point_key(spec_or_row)))
     d.pop("scheme")
     d.pop("queueing")
+    d.pop("connections")
     return tuple(sorted(d.items(), key=lambda kv: kv[0]))
+
+
+def _arm(row: dict) -> str:
+    return arm(row["scheme"], row["queueing"], row.get("connections") or "pair")
 
 
 def decide(plan: Plan, rows: list[dict]) -> list[dict]:
@@ -71,9 +76,9 @@ def decide(plan: Plan, rows: list[dict]) -> list[dict]:
         pairs = []
         for a, b in rule.pairs:
             va = {r["seed"]: r.get(rule.metric) for r in rs
-                  if arm(r["scheme"], r["queueing"]) == a and r["status"] == "ok"}
+                  if _arm(r) == a and r["status"] == "ok"}
             vb = {r["seed"]: r.get(rule.metric) for r in rs
-                  if arm(r["scheme"], r["queueing"]) == b and r["status"] == "ok"}
+                  if _arm(r) == b and r["status"] == "ok"}
             both = sorted(set(va) | set(vb))
             pr = paired([va.get(s) for s in both], [vb.get(s) for s in both],
                         lower_is_better=_lower_is_better(rule.metric))

@@ -30,8 +30,9 @@ PAPER_FCT = {
 }
 #: network FCT metric -> the same statistic of the FCT from the hand-off
 FCT_FROM_HANDOFF = {m: m.replace("_netfct_", "_fct_") for m in PAPER_FCT}
-#: the verdict of a network-FCT row whose runs never recorded wire times
-NO_NETFCT = "no network FCT in these runs (recorded before wire times: see the FCT column)"
+#: what a network-FCT row says when its runs never recorded wire times: it is
+#: judged on the FCT from the hand-off instead (see _headline_row)
+NO_NETFCT = "on the FCT from the hand-off: no network FCT in these runs (recorded before wire times)"
 PAPER_SPEEDUP = 2.37    # "training speed up to 2.37x" (issue 11; testbed, sec. IV-B)
 PAPER_LOAD = 0.8
 ANALYSIS_FILE = "analysis.md"
@@ -44,7 +45,16 @@ def _fmt(e, scale=1e3, digits=1) -> str:
     return s + (f" ± {e.half_width * scale:.{digits}f}" if e.half_width is not None else " (n=1)")
 
 
-_GROUP = ("topology", "model", "arch", "target_link_bps")
+#: what the comparisons of TaLB and a baseline hold fixed: TaLB on pool
+#: connections is compared with a baseline on pool connections
+_GROUP = ("topology", "model", "arch", "target_link_bps", "connections")
+#: paired.csv's cells: every arm of a point, connection models included
+_CELL = tuple(f for f in _GROUP if f != "connections")
+
+
+def _conn(c) -> str:
+    """A group's connection model for a label ("" for one connection per pair)."""
+    return "" if c in (None, "pair") else f", {c} connections"
 #: the headline numbers TaLB is compared on, lower is better but for the speed
 COMPARED = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
             "samples_per_s")
@@ -159,24 +169,30 @@ def _recorded(rows, metric, kw) -> bool:
 def _headline_row(rows, pts, number, paper, metric, base, kw, where) -> dict:
     ta, ba = paper_sides(pts, base)
     where += _sides_note(ta, ba)
+    # Runs recorded before wire times (the committed ones up to issue 17 item 4)
+    # have no network FCT: the row is judged on the FCT from the hand-off,
+    # labelled, and keeps its place in the Holm family, so the other rows'
+    # corrections do not change with the age of the data.
+    on_handoff = (metric in FCT_FROM_HANDOFF and not _recorded(rows, metric, kw)
+                  and _recorded(rows, FCT_FROM_HANDOFF[metric], kw))
+    metric = FCT_FROM_HANDOFF[metric] if on_handoff else metric
     pr, lone = compare(rows, metric, {**kw, **ta}, {**kw, **ba})
     t, b = est(find(pts, **kw, **ta), metric), est(find(pts, **kw, **ba), metric)
     k = 1 if metric == "samples_per_s" else 1e3
     row = {"number": number, "paper": paper, "metric": metric, "pair": pr, "where": where,
            "n": pr.n, "unpaired_seeds": lone, "talb_ms": _fmt(t, k), "base_ms": _fmt(b, k),
            "ours": _ratio(pr, metric), "diff": _diff(pr, metric), "p": pr.p,
-           "p_equiv": pr.p_equiv, "paper_effect": "-", "ours_handoff": "-"}
+           "p_equiv": pr.p_equiv, "paper_effect": "-", "ours_handoff": "-", "on_handoff": on_handoff}
     if metric in FCT_FROM_HANDOFF:        # the same number on the FCT from the hand-off
         old = FCT_FROM_HANDOFF[metric]
         pr_old, _ = compare(rows, old, {**kw, **ta}, {**kw, **ba})
         row["pair_handoff"] = pr_old
         row["ours_handoff"] = _ratio(pr_old, old)
+    elif on_handoff:                      # the row's own numbers are the hand-off's
+        row["pair_handoff"], row["ours_handoff"] = pr, row["ours"]
     if pr.n == 0:
         if find(pts, scheme="talb") is None:
             row["verdict"] = "TaLB not run"
-        elif metric in FCT_FROM_HANDOFF and find(pts, scheme=base) is not None \
-                and not _recorded(rows, metric, kw) and _recorded(rows, FCT_FROM_HANDOFF[metric], kw):
-            row["verdict"] = NO_NETFCT
         elif t.mean is None or b.mean is None:
             row["verdict"] = _missing(rows, pts, base, kw, ta, ba)
         else:
@@ -202,7 +218,8 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
             for g in groups:
                 kw = {**dict(zip(_GROUP, g)), "agent": "default", "load": at}
                 r = _headline_row(rows, ref, f"{what} vs {base.upper()}", f"−{paper[base]:.0%}",
-                                  metric, base, kw, f"{Path(g[0]).stem}, {g[1]}, load {at:g}")
+                                  metric, base, kw,
+                                  f"{Path(g[0]).stem}, {g[1]}{_conn(g[4])}, load {at:g}")
                 if r["pair"].ratio_low is not None:      # the paper's numbers are at 0.8 load
                     r["paper_effect"] = r["pair"].excludes_ratio(1 - paper[base]) \
                         if at == PAPER_LOAD else f"- (paper's is at load {PAPER_LOAD:g})"
@@ -213,7 +230,8 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
             out.append({**_headline_row(rows, ref, f"training speed vs {base.upper()}",
                                         f"up to {PAPER_SPEEDUP}× (its best point)",
                                         "samples_per_s", base, kw,
-                                        f"{g[1]}, {g[3] / 1e9:g}G, load {at:g}"), "holm": True})
+                                        f"{g[1]}, {g[3] / 1e9:g}G{_conn(g[4])}, load {at:g}"),
+                        "holm": True})
     for base in PAPER_BASELINES:
         best = None
         ta, ba = paper_sides(ref, base)
@@ -234,7 +252,8 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
             continue
         _, p, kw = best
         r = _headline_row(rows, ref, number, f"up to {PAPER_SPEEDUP}×", "samples_per_s", base, kw,
-                          f"{p['model']}, {p['target_link_bps'] / 1e9:g}G, load {p['load']:g}")
+                          f"{p['model']}, {p['target_link_bps'] / 1e9:g}G{_conn(p['connections'])}, "
+                          f"load {p['load']:g}")
         r["paper_effect"] = r["pair"].excludes_ratio(PAPER_SPEEDUP) or "-"
         out.append({**r, "holm": False})
     fam = [r for r in out if r["holm"]]
@@ -242,12 +261,13 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
         for r, q in zip(fam, holm([r[key] for r in fam])):
             r[key + "_holm"] = q
     for r in out:
-        if "verdict" in r:
-            continue
-        if r["holm"]:
-            r["verdict"] = _word(r["pair"].verdict(r["p_holm"], r["p_equiv_holm"]))
-        else:
-            r["verdict"] = _word(r["pair"].verdict()) + " (uncorrected)"
+        if "verdict" not in r:
+            if r["holm"]:
+                r["verdict"] = _word(r["pair"].verdict(r["p_holm"], r["p_equiv_holm"]))
+            else:
+                r["verdict"] = _word(r["pair"].verdict()) + " (uncorrected)"
+        if r.get("on_handoff") and r["n"]:       # a row with numbers: say which FCT
+            r["verdict"] += f"; {NO_NETFCT}"
     return out
 
 
@@ -262,7 +282,7 @@ def _headline_md(pvo) -> list[str]:
                            if r["unpaired_seeds"] else "")
         body.append([r["number"], r["paper"], r["ours"], r["diff"], r["where"], n, p,
                      r["verdict"], r["paper_effect"], r.get("ours_handoff", "-")])
-    return [_md_table(cols, body)]
+    return [md_table(cols, body)]
 
 
 def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
@@ -270,22 +290,25 @@ def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
     outcome metric, paired by seed: the rows of paired.csv (raw p-values)."""
     cells: dict[tuple, set] = {}
     for p in pts:
-        cells.setdefault(tuple(p[f] for f in (*_GROUP, "load")), set()).add(
-            (p["scheme"], p["queueing"], p["agent"]))
+        cells.setdefault(tuple(p[f] for f in (*_CELL, "load")), set()).add(
+            (p["scheme"], p["queueing"], p["connections"], p["agent"]))
     out = []
 
-    def name(s, q, a):
-        return arm(s, q) if a == "default" else f"{arm(s, q)}/{a}"
+    def name(s, q, c, a):
+        return arm(s, q, c) if a == "default" else f"{arm(s, q, c)}/{a}"
     for cell, members in sorted(cells.items(), key=lambda c: tuple(map(str, c[0]))):
-        kw = dict(zip((*_GROUP, "load"), cell))
-        ms = sorted(members, key=lambda m: (plots._series_order([m[0]])[0], m[1], m[2]))
-        for i, (sa, qa, aa) in enumerate(ms):
-            for sb, qb, ab in ms[i + 1:]:
+        kw = dict(zip((*_CELL, "load"), cell))
+        ms = sorted(members, key=lambda m: (plots.series_order([m[0]])[0], m[1], m[2], m[3]))
+        for i, (sa, qa, ca, aa) in enumerate(ms):
+            for sb, qb, cb, ab in ms[i + 1:]:
                 for metric in OUTCOME_METRICS:
-                    pr, lone = compare(rows, metric, {**kw, "scheme": sa, "queueing": qa, "agent": aa},
-                                       {**kw, "scheme": sb, "queueing": qb, "agent": ab})
-                    out.append({**kw, "a": name(sa, qa, aa), "b": name(sb, qb, ab), "metric": metric,
-                                **pr.to_dict(), "unpaired_seeds": " ".join(map(str, lone))})
+                    pr, lone = compare(rows, metric, {**kw, "scheme": sa, "queueing": qa,
+                                                      "connections": ca, "agent": aa},
+                                       {**kw, "scheme": sb, "queueing": qb, "connections": cb,
+                                        "agent": ab})
+                    out.append({**kw, "a": name(sa, qa, ca, aa), "b": name(sb, qb, cb, ab),
+                                "metric": metric, **pr.to_dict(),
+                                "unpaired_seeds": " ".join(map(str, lone))})
     return out
 
 
@@ -341,7 +364,7 @@ def factorial_table(rows: list[dict], pts: list[dict]) -> list[dict]:
         for load in sorted({p["load"] for p in ref if tuple(p[f] for f in _GROUP) == g}):
             kw = {**dict(zip(_GROUP, g)), "load": load, "agent": "default"}
             ran = {(p["scheme"], p["queueing"]) for p in ref if all(p[k] == v for k, v in kw.items())}
-            bases = [b for b in plots._series_order(sorted({s for s, _ in ran} - {"talb"}))
+            bases = [b for b in plots.series_order(sorted({s for s, _ in ran} - {"talb"}))
                      if {(b, "bands"), (b, "fifo")} <= ran]
             if not {("talb", "bands"), ("talb", "fifo")} <= ran or not bases:
                 continue
@@ -426,15 +449,15 @@ def _factorial_md(table: list[dict]) -> list[str]:
         body = []
         for r in fam:
             pr = r["pair"]
-            grp = [f"{Path(r['topology']).stem}, {r['model']}, {r['target_link_bps'] / 1e9:g}G"] \
-                if many else []
+            grp = [f"{Path(r['topology']).stem}, {r['model']}, {r['target_link_bps'] / 1e9:g}G"
+                   f"{_conn(r['connections'])}"] if many else []
             body.append(grp + [f"{r['load']:g}", (r["baseline"] or "-").upper(),
                                EFFECTS[r["effect"]][0].format(B=(r["baseline"] or "").upper()),
                                str(pr.n), _diff(pr, metric).rsplit(" ", 1)[0] if pr.n else "-",
                                _ratio(pr, metric),
                                _p(pr.p) + (f" ({_p(r['p_holm'])})" if pr.p is not None else ""),
                                r["verdict"]])
-        L += [_md_table((["group"] if many else []) + ["load", "vs", "effect", "n",
+        L += [md_table((["group"] if many else []) + ["load", "vs", "effect", "n",
                                                        "mean [95% CI]", "ratio [95% CI]",
                                                        "p (Holm)", "verdict"], body), ""]
     return L
@@ -463,7 +486,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             # TaLB under each queueing against each scheme under the same one, or,
             # where a scheme never ran under it, under its own (fig10-paper)
             for qt in sorted(ran.get("talb", ()), key=("bands", "fifo").index):
-                for base in plots._series_order(sorted(set(ran) - {"talb"})):
+                for base in plots.series_order(sorted(set(ran) - {"talb"})):
                     for qb in (sorted(ran[base]) if qt not in ran[base] else [qt]):
                         cells.append((g, load, qt, arm(base, qb), [
                             compare(rows, m, {**kw, "scheme": "talb", "queueing": qt},
@@ -476,7 +499,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
     queueings = any(c[2] != "bands" or "/" in c[3] for c in cells)
     body, i = [], 0
     for g, load, qt, base, prs in cells:
-        line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G"] if many else []) + \
+        line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G{_conn(g[4])}"] if many else []) + \
             [f"{load:g}"] + ([arm("talb", qt)] if queueings else []) + \
             [base, str(min(pr.n for pr in prs))]
         for m, pr in zip(COMPARED, prs):
@@ -498,7 +521,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             + (" `/fifo`: the switch ports queued in one FIFO each instead of the topology's "
                "priority bands; TaLB is compared with each scheme under the same queueing, or, "
                "where the scheme never ran under it, under the scheme's own." if queueings else ""),
-            "", _md_table(cols, body), ""]
+            "", md_table(cols, body), ""]
 
 
 def _points_table(pts, metrics) -> str:
@@ -507,20 +530,22 @@ def _points_table(pts, metrics) -> str:
          .replace("_pct", "").replace("_", " ") for m in metrics]
     prow = []
     for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
-                                        p["load"], plots._series_order([p["scheme"]])[0],
-                                        p["queueing"])):
+                                        p["load"], p["connections"],
+                                        plots.series_order([p["scheme"]])[0], p["queueing"])):
         vals = []
         for m in metrics:
             scale = 1e3 if "fct" in m or m.endswith("_mean_s") else (100 if m.endswith("_gap") else 1)
             vals.append(_fmt(p["est"][m], scale, 2 if m == "uplink_spread" else 1))
-        prow.append([Path(p["topology"]).stem, p["model"], arm(p["scheme"], p["queueing"]),
+        prow.append([Path(p["topology"]).stem, p["model"],
+                     arm(p["scheme"], p["queueing"], p["connections"]),
                      p["agent"], f"{p['load']:g}",
                      f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
                      p["cpu_bound"] + p["failed"], *vals])
-    return _md_table(cols, prow)
+    return md_table(cols, prow)
 
 
-def _md_table(header: list[str], rows: list[list]) -> str:
+def md_table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table (every summary.md's tables, lb-classic's too)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
@@ -562,7 +587,7 @@ def _ablation_md(rows, pts) -> list[str]:
     body = [[f"{load:g}", p["agent"], p["counted"], _fmt(p["est"]["short_fct_mean_s"]),
              _fmt(p["est"]["short_fct_p99_s"]), _fmt(p["est"]["all_fct_mean_s"]), cell(d), cell(e)]
             for load, p, d, e in cells]
-    L += [_md_table(["load", "setting", "n", "short AFCT ms", "short p99 ms", "all AFCT ms",
+    L += [md_table(["load", "setting", "n", "short AFCT ms", "short p99 ms", "all AFCT ms",
                      "short AFCT vs default", "short AFCT vs ECMP"], body), ""]
     return L
 
@@ -607,7 +632,7 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
         why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
                "more": "more seeds wanted: the sweep stopped before the rule was done (or ran before it existed)"}[d["status"]]
         body.append([where, str(len(d["seeds"])), widths, why])
-    L += [_md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
+    L += [md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
                     body) if body else "No headline point has runs yet.", ""]
     return L + _rto_md(rows, rule.metric)
 
@@ -646,12 +671,6 @@ def _rto_md(rows: list[dict], metric: str) -> list[str]:
     return L
 
 
-def _machine() -> dict:
-    from workload.run_record import software_versions
-
-    return software_versions()
-
-
 def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
     """A training sweep's CSV, points, plots and summary.md from what ``out``
     holds now (kinds.py: lb-classic's are lbclassic.py's)."""
@@ -678,10 +697,14 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
             "factorial": factorial, "pairing": pairs}
 
 
-def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
-    sw = _machine()
+def report_head(plan: Plan, rows: list[dict], wall_s: float | None) -> list[str]:
+    """summary.md's first lines (every sweep's, lb-classic's too): title and
+    description, the commits the runs were made at and the one writing the
+    report, the runs by status, the schemes skipped."""
+    from workload.run_record import software_versions
+
+    sw = software_versions()
     st = {s: sum(r["status"] == s for r in rows) for s in ("ok", "cpu_bound", "failed", "missing")}
-    first = plan.runs[0] if plan.runs else None
     # the code the runs ran on (each results file says), not the one writing this report
     ran_on = sorted({r["commit"] for r in rows if r.get("commit")})
     L = [f"# talb bench: {plan.name}", "", plan.description, "",
@@ -695,10 +718,16 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
     if plan.skipped_schemes:
         L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
               f"{', '.join(plan.skipped_schemes)}.", ""]
+    return L
+
+
+def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
+    first = plan.runs[0] if plan.runs else None
+    L = report_head(plan, rows, wall_s)
     L += ["## Effective parameters", ""]
     if first:
         dims = {f: sorted({getattr(r, f) for r in plan.runs}, key=str) for f in SPEC_FIELDS}
-        L += [_md_table(["parameter", "values"], [[k, ", ".join(str(v) for v in vs)]
+        L += [md_table(["parameter", "values"], [[k, ", ".join(str(v) for v in vs)]
                                                    for k, vs in dims.items()]), ""]
         agents = {r.agent: dict(r.agent_opts) for r in plan.runs}
         L += ["Agent settings (AgentConfig fields over the defaults of agent/config.py): "
@@ -727,7 +756,9 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "column gives the same ratio on the FCT from the hand-off to the socket, which also "
           "counts the wait in the sender's socket buffer behind the connection's earlier "
           "tensors (docs/workload.md, \"Measurement\"). Runs recorded before wire times have "
-          "no network FCT: their FCT rows say so and keep only that column.", "",
+          "no network FCT: their FCT rows are judged on the FCT from the hand-off instead, "
+          "say so in the verdict, and stay in the Holm family (its size does not change "
+          "with the age of the data).", "",
           *_headline_md(pvo), "",
           _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
           "run on both sides." + _sides_md(pvo), "", pairing.verdict_line(pairs), ""]

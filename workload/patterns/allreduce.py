@@ -11,6 +11,12 @@ Chunks: ceil(partition bytes / N), at least the scaling's minimum tensor
 size; so a worker sends 2(N-1) chunks per partition, 2(N-1)/N of the model
 when N divides each partition.
 
+Connections (workload/patterns/connections.py): a worker's connections to
+its successor follow the run's model -- one (``pair``), one per priority
+class, or a pool -- and it reads every connection its predecessor opened.
+Over a pool a later step of a partition may arrive before an earlier one;
+the partition is done when all its steps are in.
+
 Starting a partition. ByteScheduler orders each worker's partitions, but
 the ring needs every worker in the same collective: were each worker to
 start partitions by its own scheduler alone, two workers could each hold
@@ -28,8 +34,9 @@ import math
 import socket
 import time
 
+from workload.patterns import connections
 from workload.patterns.common import (
-    WorkerLoop, accept, connect, emit, recv_message, send_message, thread, wait_for_go)
+    WorkerLoop, accept_indexed, connect, emit, recv_message, send_message, thread, wait_for_go)
 from workload.scheduler import Partition
 
 ROLES = ("worker",)
@@ -69,11 +76,15 @@ class _Ring:
         self.pending: dict[tuple[int, int], list[int]] = {}   # steps that may go once started
         self.outq: list[tuple] = []                           # (it, priority, pid, step)
         self.admit_ns: dict[tuple[int, int], int] = {}        # when each partition started here
+        self.got: dict[tuple[int, int], int] = {}             # steps received of each partition
+        self.queued_ns: dict[tuple[int, int, int], int] = {}  # when each send could go
+        self.received_total = 0
         loop.on_ready = self._ready
 
     # all under loop.cv
     def _queue(self, it: int, p: Partition, step: int) -> None:
         heapq.heappush(self.outq, (it, p.priority, p.pid, step))
+        self.queued_ns[(it, p.pid, step)] = time.monotonic_ns()
         self.loop.cv.notify_all()
 
     def _start(self, it: int, p: Partition) -> None:
@@ -106,6 +117,7 @@ class _Ring:
         it, p, step = m["it"], self.loop.parts[m["pid"]], m["step"]
         key = (it, p.pid)
         with self.loop.cv:
+            self.received_total += 1
             if step < self.last:
                 if key in self.started:
                     self._queue(it, p, step + 1)
@@ -113,14 +125,20 @@ class _Ring:
                     self.pending.setdefault(key, []).append(step + 1)
                     if key in self.grad_ready:   # join the collective a peer began
                         self._join(it, p)
-            if step == self.last:
+            # Done once every step is in: on one connection the last step
+            # arrives last; over a pool a later step may overtake an earlier one.
+            self.got[key] = self.got.get(key, 0) + 1
+            if self.got[key] == self.last + 1:
+                del self.got[key]
                 self.loop.partition_done(it, p)
 
     def next_send(self):
+        """(iteration, partition, step, when it could go) of the next send."""
         with self.loop.cv:
             self.loop.cv.wait_for(lambda: self.outq)
             it, _prio, pid, step = heapq.heappop(self.outq)
-        return it, self.loop.parts[pid], step
+            t = self.queued_ns.pop((it, pid, step))
+        return it, self.loop.parts[pid], step, t
 
 
 def _worker(plan: dict, rank: int) -> None:
@@ -133,21 +151,30 @@ def _worker(plan: dict, rank: int) -> None:
     ring = _Ring(loop, n, rank, plan.get("min_tensor_bytes", 1))
     succ, pred = (rank + 1) % n, (rank - 1) % n
     me = plan["workers"][rank]
-    with socket.create_server(("0.0.0.0", me["port"]), backlog=2) as srv:
+    # the connection model per neighbour: k connections to the successor (and
+    # as many from the predecessor), every partition crossing each
+    model = connections.of_plan(plan)["model"]
+    pids = [p.pid for p in loop.parts]
+    k = connections.count(plan, pids)
+    with socket.create_server(("0.0.0.0", me["port"]), backlog=k + 1) as srv:
         emit({"ev": "ready", "node": rank})
-        out = connect(plan["workers"][succ]["ip"], plan["workers"][succ]["port"], rank)
-        inc, peer = accept(srv)
-    if peer != pred:
-        raise RuntimeError(f"worker {rank}: expected node {pred} as predecessor, got {peer}")
-    tx = TensorSender(out)
+        outs = [connect(plan["workers"][succ]["ip"], plan["workers"][succ]["port"], rank, i)
+                for i in range(k)]
+        incs: dict[int, socket.socket] = {}
+        for _ in range(k):
+            inc, peer, index = accept_indexed(srv)
+            if peer != pred:
+                raise RuntimeError(f"worker {rank}: expected node {pred} as predecessor, got {peer}")
+            incs[index] = inc
+    # pair: the transmitting thread writes (as ever)
+    lanes = connections.Lanes(model, outs, [TensorSender(o) for o in outs],
+                              classes=connections.lane_classes(plan, pids), inline=model == "pair")
     expected = plan["iterations"] * len(loop.parts) * steps(n)
     wait_for_go(rank)              # training starts at the run's start instant
 
-    def reader() -> None:
-        for _ in range(expected):
-            m = recv_message(inc)
-            if m is None:
-                raise RuntimeError(f"worker {rank}: predecessor {pred} closed the ring early")
+    def reader(inc: socket.socket) -> None:
+        while (m := recv_message(inc)) is not None:
+            connections.quickack(inc, plan)
             ring.received(m)
 
     def admitter() -> None:
@@ -156,17 +183,31 @@ def _worker(plan: dict, rank: int) -> None:
 
     def transmitter() -> None:
         for _ in range(expected):
-            it, p, step = ring.next_send()
+            it, p, step, t_queued = ring.next_send()
             kind = "reduce" if step < n - 1 else "gather"
-            send_message(tx, kind, rank, succ, it, p, step, chunk_bytes(p, n, ring.min_bytes),
-                         ring.admit_ns.get((it, p.pid)) if step == 0 else None)
+            t_admit = ring.admit_ns.get((it, p.pid)) if step == 0 else None
+            lanes.send((it, p.priority, p.pid, step),
+                       lambda c, it=it, p=p, step=step, kind=kind, t_admit=t_admit, t_q=t_queued:
+                       send_message(c.sender, kind, rank, succ, it, p, step,
+                                    chunk_bytes(p, n, ring.min_bytes), t_admit, conn=c,
+                                    t_queued_ns=t_q),
+                       connections.class_of(plan, p.pid))
 
-    threads = [thread(reader), thread(admitter), thread(transmitter)]
+    readers = [thread(reader, inc) for inc in incs.values()]
+    workers = [thread(admitter), thread(transmitter)]
     loop.run()
-    for t in threads:
+    for t in workers:
         t.join()
-    tx.close()
-    out.shutdown(socket.SHUT_WR)
-    inc.recv(1)   # the predecessor closes once it is done too
-    out.close()
-    inc.close()
+    lanes.close()
+    for c in lanes.conns:
+        c.sender.close()
+        c.sock.shutdown(socket.SHUT_WR)
+    for t in readers:
+        t.join()      # the predecessor closes once it is done too
+    if ring.received_total != expected:
+        raise RuntimeError(f"worker {rank}: predecessor {pred} closed the ring after "
+                           f"{ring.received_total} of {expected} chunks")
+    for c in lanes.conns:
+        c.sock.close()
+    for inc in incs.values():
+        inc.close()

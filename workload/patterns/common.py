@@ -14,17 +14,25 @@ Records:
                                                       the run's start instant t0 came (on stdin
                                                       at t_recv_ns); the node goes on at t_ns
   {"ev": "tx", "k": key, "kind", "src", "dst", "it", "pid", "step", "layer",
-   "bytes", "tensor_id", "t_ns", "t_admit_ns", "t_kernel_ns"}
+   "bytes", "tensor_id", "t_ns", "t_admit_ns", "t_queued_ns", "t_kernel_ns", "conn", "ports"}
                                                       a message handed to the socket: t_ns
                                                       just before TensorSender.send, t_admit_ns
                                                       when the scheduler let it start,
-                                                      t_kernel_ns its first byte to the kernel
+                                                      t_queued_ns when it could go (admitted,
+                                                      aggregated, the ring step before it in)
+                                                      and waited for its connection from,
+                                                      t_kernel_ns its first byte to the kernel;
+                                                      conn: the connection's index in its pair
+                                                      (connection models), ports: its [local,
+                                                      remote] TCP ports
   {"ev": "rx", "k": key, "ok", "t_ns"}                the receiver's application has its last byte
   {"ev": "iter", "node", "it", "t_ns"}                a worker starts iteration it's forward pass
                                                       (layer 0's parameters of it-1 are back)
   {"ev": "layer", "node", "it", "layer", "t_ready_ns", "t_done_ns"}
                                                       gradients ready -> parameters back
   {"ev": "end", "node", "t_ns"}                       a worker has every parameter of the last iteration
+  {"ev": "cost", "node", "cpu_s", "threads"}          the node is done: its CPU seconds (user +
+                                                      system) and the most threads it ran at once
 """
 from __future__ import annotations
 
@@ -47,7 +55,9 @@ HEADER = struct.Struct("!4sBBHHHIIQ32s")
 MAGIC = b"TLBw"
 KINDS = {1: "push", 2: "pull", 3: "reduce", 4: "gather", 5: "ack"}
 KIND_IDS = {v: k for k, v in KINDS.items()}
-HELLO = struct.Struct("!4sH")   # a connection's first bytes: magic, the connecting node
+# a connection's first bytes: magic, the connecting node, the connection's index
+# among its pair's (workload/patterns/connections.py; 0 with one connection a pair)
+HELLO = struct.Struct("!4sHH")
 CONNECT_TIMEOUT_S = 30.0
 
 _out_lock = threading.Lock()
@@ -68,7 +78,12 @@ def fail(exc: BaseException) -> None:
     os._exit(3)
 
 
+_peak_threads = 1
+
+
 def thread(target, *args) -> threading.Thread:
+    global _peak_threads
+
     def body():
         try:
             target(*args)
@@ -76,7 +91,13 @@ def thread(target, *args) -> threading.Thread:
             fail(exc)
     t = threading.Thread(target=body, daemon=True)
     t.start()
+    _peak_threads = max(_peak_threads, threading.active_count())
     return t
+
+
+def peak_threads() -> int:
+    """The most threads this process ran at once (counted as :func:`thread` starts them)."""
+    return max(_peak_threads, threading.active_count())
 
 
 def msg_key(kind: str, src: int, dst: int, it: int, pid: int, step: int) -> str:
@@ -97,23 +118,29 @@ def payload(key: str, nbytes: int) -> bytearray:
     return body
 
 
-def recv_exact(conn: socket.socket, n: int) -> bytearray | None:
-    buf = bytearray(n)
+def recv_exact(conn: socket.socket, buf: bytearray) -> bool:
+    """Fill all of ``buf`` from ``conn``; False at EOF before it is full.
+    Into the caller's buffer, so a receive loop can reuse one (the tensor
+    receivers here and in workload/tensor_app.py)."""
     view = memoryview(buf)
-    got = 0
+    n, got = len(view), 0
     while got < n:
         k = conn.recv_into(view[got:], n - got)
         if k == 0:
-            return None
+            return False
         got += k
-    return buf
+    return True
 
 
 def send_message(sender, kind: str, src: int, dst: int, it: int, p: Partition, step: int,
-                 nbytes: int, t_admit_ns: int | None = None) -> None:
+                 nbytes: int, t_admit_ns: int | None = None, conn=None,
+                 t_queued_ns: int | None = None) -> None:
     """One tensor: header + payload in one TensorSender.send (one TaLB tensor).
     ``t_admit_ns``: when the scheduler let the partition start (a worker's
-    first send of it), for the record."""
+    first send of it), for the record; ``conn``: the connections.Conn it
+    goes on (its index and ports are recorded), None: the pair's one;
+    ``t_queued_ns``: when it was ready to go and began waiting for its
+    connection (the connection model's wait ends at the hand-off)."""
     key = msg_key(kind, src, dst, it, p.pid, step)
     body = payload(key, nbytes)
     head = HEADER.pack(MAGIC, KIND_IDS[kind], p.layer, src, dst, step, it, p.pid, nbytes,
@@ -123,7 +150,8 @@ def send_message(sender, kind: str, src: int, dst: int, it: int, p: Partition, s
     emit({"ev": "tx", "k": key, "kind": kind, "src": src, "dst": dst, "it": it, "pid": p.pid,
           "step": step, "layer": p.layer, "bytes": HEADER.size + nbytes,
           "tensor_id": rec.tensor_id, "t_ns": t, "t_admit_ns": t_admit_ns,
-          "t_kernel_ns": rec.t_kernel_ns})
+          "t_queued_ns": t_queued_ns, "t_kernel_ns": rec.t_kernel_ns, "conn": conn.index if conn is not None else 0,
+          "ports": list(conn.ports) if conn is not None else None})
 
 
 def send_ack(sock: socket.socket, src: int, dst: int, it: int, p: Partition) -> None:
@@ -142,8 +170,8 @@ def send_ack(sock: socket.socket, src: int, dst: int, it: int, p: Partition) -> 
 def recv_message(conn: socket.socket) -> dict | None:
     """The next message on ``conn`` (None at EOF), with its check done and
     the time its last byte reached the application."""
-    head = recv_exact(conn, HEADER.size)
-    if head is None:
+    head = bytearray(HEADER.size)
+    if not recv_exact(conn, head):
         return None
     magic, kind, layer, src, dst, step, it, pid, length, digest = HEADER.unpack(head)
     if magic != MAGIC:
@@ -151,9 +179,10 @@ def recv_message(conn: socket.socket) -> dict | None:
     if KINDS.get(kind) == "ack":
         return {"kind": "ack", "layer": layer, "src": src, "dst": dst, "step": step, "it": it,
                 "pid": pid, "ok": True}
-    body = recv_exact(conn, length)
+    body = bytearray(length)
+    complete = recv_exact(conn, body)
     t = time.monotonic_ns()
-    if body is None:
+    if not complete:
         raise RuntimeError(f"connection closed inside a {KINDS.get(kind)} message "
                            f"(iteration {it}, partition {pid})")
     key = msg_key(KINDS[kind], src, dst, it, pid, step)
@@ -164,8 +193,9 @@ def recv_message(conn: socket.socket) -> dict | None:
             "it": it, "pid": pid, "ok": ok}
 
 
-def connect(ip: str, port: int, me: int) -> socket.socket:
-    """Connect (retrying until the peer listens) and say who we are."""
+def connect(ip: str, port: int, me: int, index: int = 0) -> socket.socket:
+    """Connect (retrying until the peer listens) and say who we are and
+    which of our connections to the peer this is (``index``)."""
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while True:
         try:
@@ -176,16 +206,23 @@ def connect(ip: str, port: int, me: int) -> socket.socket:
                 raise
             time.sleep(0.05)
     sock.settimeout(None)
-    sock.sendall(HELLO.pack(MAGIC, me))
+    sock.sendall(HELLO.pack(MAGIC, me, index))
     return sock
 
 
 def accept(srv: socket.socket) -> tuple[socket.socket, int]:
+    conn, peer, _index = accept_indexed(srv)
+    return conn, peer
+
+
+def accept_indexed(srv: socket.socket) -> tuple[socket.socket, int, int]:
+    """The next connection, the node that opened it and its index among that node's."""
     conn, _ = srv.accept()
-    hello = recv_exact(conn, HELLO.size)
-    if hello is None or HELLO.unpack(hello)[0] != MAGIC:
+    hello = bytearray(HELLO.size)
+    if not recv_exact(conn, hello) or HELLO.unpack(hello)[0] != MAGIC:
         raise RuntimeError("a peer connected without saying who it is")
-    return conn, HELLO.unpack(hello)[1]
+    _magic, peer, index = HELLO.unpack(hello)
+    return conn, peer, index
 
 
 def wait_for_go(node: int, stream=None) -> int:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import resource
 import signal
 import sys
 
 from workload.patterns import get_pattern
-from workload.patterns.common import fail
+from workload.patterns.common import emit, fail, peak_threads
 
 
 def main(argv=None) -> int:
@@ -27,10 +28,15 @@ def main(argv=None) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     with open(path) as f:
         plan = json.load(f)
+    pattern = get_pattern(plan["arch"])
     try:
-        get_pattern(plan["arch"]).run(plan, role, int(rank))
+        pattern.run(plan, role, int(rank))
     except BaseException as exc:  # noqa: BLE001
         fail(exc)
+    # what the node cost (the connection models' price, docs/workload.md "Connections")
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    emit({"ev": "cost", "node": pattern.nodes(plan).index((role, int(rank))),
+          "cpu_s": use.ru_utime + use.ru_stime, "threads": peak_threads()})
     sys.stdout.flush()
     return 0
 

@@ -1,8 +1,10 @@
 """Parameter server: N workers, K servers, partitions sharded over the servers.
 
-Every worker has one TCP connection to every server. A worker PUSHes each
+Every worker has one TCP connection to every server (``pair``; or one per
+priority class, or a pool: workload/patterns/connections.py). A worker PUSHes each
 partition's gradients to the partition's server as the scheduler admits it;
-the server acknowledges each PUSH as it arrives and counts the copies of
+the server acknowledges each PUSH as it arrives (on the connection it came
+in on) and counts the copies of
 that partition; once every worker's copy is in (aggregation: the sum itself
 is not computed, the bytes are checked), PULLs go back to every worker,
 front layers first. A worker's partition is done (its layer's forward step
@@ -24,11 +26,13 @@ from __future__ import annotations
 import heapq
 import socket
 import threading
+import time
 from collections import defaultdict
 
+from workload.patterns import connections
 from workload.patterns.common import (
-    WorkerLoop, accept, connect, emit, partitions_of, recv_message, send_ack, send_message, thread,
-    wait_for_go)
+    WorkerLoop, accept_indexed, connect, emit, partitions_of, recv_message, send_ack,
+    send_message, thread, wait_for_go)
 from workload.scheduler import Partition
 
 ROLES = ("worker", "server")
@@ -78,52 +82,68 @@ def _server(plan: dict, rank: int) -> None:
     owner = shard(list(parts.values()), len(plan["servers"]))
     mine = [pid for pid, s in owner.items() if s == rank]
     expected = plan["iterations"] * len(mine)
+    model = connections.of_plan(plan)["model"]
+    k = connections.count(plan, mine)            # connections per worker
     with socket.create_server(("0.0.0.0", plan["servers"][rank]["port"]),
-                              backlog=n_workers) as srv:
+                              backlog=n_workers * k) as srv:
         emit({"ev": "ready", "node": me})
-        conns = {}
-        for _ in range(n_workers):
-            conn, peer = accept(srv)
-            conns[peer] = conn
+        conns: dict[int, dict[int, socket.socket]] = defaultdict(dict)
+        for _ in range(n_workers * k):
+            conn, peer, index = accept_indexed(srv)
+            conns[peer][index] = conn
+    if sorted(conns) != list(range(n_workers)) or any(sorted(c) != list(range(k))
+                                                      for c in conns.values()):
+        raise RuntimeError(f"server {rank}: expected connections 0..{k - 1} from each of workers "
+                           f"0..{n_workers - 1}, got {({w: sorted(c) for w, c in conns.items()})}")
+    socks = {w: [conns[w][i] for i in range(k)] for w in conns}
+    lanes = {w: connections.Lanes(model, ss, [TensorSender(c) for c in ss],
+                                  classes=connections.lane_classes(plan, mine))
+             for w, ss in socks.items()}
     wait_for_go(me)
-    lock = threading.Condition()
+    lock = threading.Lock()
     copies: dict[tuple[int, int], int] = defaultdict(int)
-    queues: dict[int, list] = {w: [] for w in conns}
 
-    def reader(w: int, conn: socket.socket) -> None:
+    def ack(w: int, it: int, p: Partition):
+        return lambda c: send_ack(c.sock, me, w, it, p)
+
+    def pull(w: int, it: int, p: Partition, t_queued: int):
+        return lambda c: send_message(c.sender, "pull", me, w, it, p, 0, p.nbytes, conn=c,
+                                      t_queued_ns=t_queued)
+
+    def reader(w: int, index: int, conn: socket.socket) -> None:
         while (m := recv_message(conn)) is not None:
+            connections.quickack(conn, plan)
             if m["kind"] != "push" or owner.get(m["pid"]) != rank:
                 raise RuntimeError(f"server {rank}: unexpected {m['kind']} of partition {m['pid']} "
                                    f"from node {w}")
+            it, p = m["it"], parts[m["pid"]]
+            # the ack first, on the connection the PUSH came in on
+            lanes[w].send_on(index, (0, it, 0, p.pid), ack(w, it, p))
             with lock:
-                key = (m["it"], m["pid"])
-                heapq.heappush(queues[w], (0, m["it"], 0, m["pid"]))   # the ack goes first
-                copies[key] += 1
-                if copies[key] == n_workers:   # aggregated: every worker's copy is here
-                    for q in queues.values():
-                        heapq.heappush(q, (1, m["it"], parts[m["pid"]].priority, m["pid"]))
-                lock.notify_all()
+                copies[(it, p.pid)] += 1
+                aggregated = copies[(it, p.pid)] == n_workers   # every worker's copy is here
+            if aggregated:
+                t = time.monotonic_ns()
+                for v, lane in lanes.items():
+                    lane.send((1, it, p.priority, p.pid), pull(v, it, p, t),
+                              connections.class_of(plan, p.pid))
 
-    def writer(w: int, conn: socket.socket) -> None:
-        with TensorSender(conn) as tx:
-            for _ in range(2 * expected):    # an ack and a pull per partition and iteration
-                with lock:
-                    lock.wait_for(lambda: queues[w])
-                    what, it, _prio, pid = heapq.heappop(queues[w])
-                p = parts[pid]
-                if what == 0:
-                    send_ack(conn, me, w, it, p)
-                else:
-                    send_message(tx, "pull", me, w, it, p, 0, p.nbytes)
-
-    readers = [thread(reader, w, c) for w, c in conns.items()]
-    writers = [thread(writer, w, c) for w, c in conns.items()]
-    for t in writers:
-        t.join()
+    readers = [thread(reader, w, i, c) for w, ss in socks.items() for i, c in enumerate(ss)]
     for t in readers:
-        t.join()           # workers close once they have every PULL
-    for c in conns.values():
-        c.close()
+        t.join()           # workers close their side once they have every PULL
+    short = sorted(k for k, n in copies.items() if n != n_workers)
+    if len(copies) != expected or short:
+        raise RuntimeError(f"server {rank}: {len(copies)} of {expected} partitions pushed, "
+                           f"{len(short)} without every worker's copy (e.g. {short[:3]})")
+    for lane in lanes.values():
+        lane.close()       # every ack and PULL written
+    for lane in lanes.values():
+        for c in lane.conns:
+            c.sender.close()          # and acknowledged
+            c.sock.shutdown(socket.SHUT_WR)
+    for ss in socks.values():
+        for c in ss:
+            c.close()
 
 
 def _worker(plan: dict, rank: int) -> None:
@@ -132,34 +152,52 @@ def _worker(plan: dict, rank: int) -> None:
     loop = WorkerLoop(plan, rank)
     n_workers = len(plan["workers"])
     owner = shard(loop.parts, len(plan["servers"]))
-    socks = [connect(s["ip"], s["port"], rank) for s in plan["servers"]]
-    senders = [TensorSender(s) for s in socks]
+    model = connections.of_plan(plan)["model"]
+    lanes = []
+    for s, server in enumerate(plan["servers"]):
+        pids = [pid for pid, o in owner.items() if o == s]
+        socks = [connect(server["ip"], server["port"], rank, i)
+                 for i in range(connections.count(plan, pids))]
+        # pair: the pushing thread writes, one connection after another (as ever)
+        lanes.append(connections.Lanes(model, socks, [TensorSender(x) for x in socks],
+                                       classes=connections.lane_classes(plan, pids),
+                                       inline=model == "pair"))
     wait_for_go(rank)              # training starts at the run's start instant
+    received = [0] * len(lanes)
 
     def reader(s: int, sock: socket.socket) -> None:
-        expected = plan["iterations"] * sum(1 for o in owner.values() if o == s)
-        for _ in range(2 * expected):
-            m = recv_message(sock)
-            if m is None:
-                raise RuntimeError(f"worker {rank}: server {s} closed the connection early")
+        while (m := recv_message(sock)) is not None:
+            connections.quickack(sock, plan)
             with loop.cv:
+                received[s] += 1
                 if m["kind"] == "ack":
                     loop.release(m["it"], loop.parts[m["pid"]])
                 else:
                     loop.partition_done(m["it"], loop.parts[m["pid"]], release=False)
 
     def pusher() -> None:
-        for it, p, t_admit in loop.admissions():
+        for n, (it, p, t_admit) in enumerate(loop.admissions()):
             s = owner[p.pid]
-            send_message(senders[s], "push", rank, n_workers + s, it, p, 0, p.nbytes, t_admit)
+            lanes[s].send(n, lambda c, it=it, p=p, s=s, t_admit=t_admit: send_message(
+                c.sender, "push", rank, n_workers + s, it, p, 0, p.nbytes, t_admit, conn=c,
+                t_queued_ns=t_admit),
+                connections.class_of(plan, p.pid))
 
-    readers = [thread(reader, s, sock) for s, sock in enumerate(socks)]
+    readers = [thread(reader, s, c.sock) for s, lane in enumerate(lanes) for c in lane.conns]
     push = thread(pusher)
     loop.run()
     push.join()
+    for lane in lanes:
+        lane.close()
+        for c in lane.conns:
+            c.sender.close()          # every PUSH acknowledged
+            c.sock.shutdown(socket.SHUT_WR)
     for t in readers:
-        t.join()
-    for tx in senders:
-        tx.close()
-    for sock in socks:
-        sock.close()
+        t.join()                      # the servers close once they have written everything
+    for s, lane in enumerate(lanes):
+        want = 2 * plan["iterations"] * sum(1 for o in owner.values() if o == s)
+        if received[s] != want:
+            raise RuntimeError(f"worker {rank}: server {s} closed after {received[s]} of {want} "
+                               "messages (acks and PULLs)")
+        for c in lane.conns:
+            c.sock.close()

@@ -33,12 +33,6 @@
 #include "talb/schemes/conga.h"
 #include "talb/schemes/talb.h"
 
-#ifndef ETH_P_IP
-#define ETH_P_IP 0x0800
-#endif
-#define TALB_IP_MF      0x2000  /* more fragments */
-#define TALB_IP_OFFSET  0x1FFF  /* fragment offset mask */
-
 /* Parse Ethernet -> IPv4 -> TCP/UDP ports. Returns 1 for an IPv4 packet
  * with all the headers it claims, 0 (with v->reason) otherwise. */
 static __always_inline int talb_extract(void *data, void *data_end,
@@ -98,7 +92,7 @@ static __always_inline int talb_extract(void *data, void *data_end,
 		if (r)
 			talb_count(r);
 	}
-	if (iph->frag_off & bpf_htons(TALB_IP_MF | TALB_IP_OFFSET)) {
+	if (ipv4_is_fragment(iph)) {
 		/* Every fragment of a datagram (the first one too) hashes
 		 * with ports 0, so that all of them take one path. */
 		p->flags |= TALB_PKT_FRAGMENT;
@@ -147,13 +141,19 @@ static __always_inline const struct talb_config *talb_config_get(void)
 	return config.lookup(&zero);
 }
 
+/* A group the data path may index: present, with 1..TALB_MAX_GROUP_PORTS
+ * ports. */
+static __always_inline int talb_group_usable(const struct fwd_group *g)
+{
+	return g && g->n_ports != 0 && g->n_ports <= TALB_MAX_GROUP_PORTS;
+}
+
 /* Route: the packet's forwarding group. 1 with *g and *gid set, or 0 with
  * v->reason = the CNT_PASS_* why the packet goes to the stack. */
 static __always_inline int talb_route(const struct talb_pkt *p, struct talb_verdict *v,
 				      struct fwd_group **g, __u32 *gid)
 {
 	__u32 *id = fwd.lookup((__be32 *)&p->daddr_be);
-	__u32 n;
 
 	if (!id) {
 		v->reason = CNT_PASS_NO_ROUTE;
@@ -161,12 +161,7 @@ static __always_inline int talb_route(const struct talb_pkt *p, struct talb_verd
 	}
 	*gid = *id;
 	*g = groups.lookup(id);
-	if (!*g) {
-		v->reason = CNT_PASS_GROUP_EMPTY;
-		return 0;
-	}
-	n = (*g)->n_ports;
-	if (n == 0 || n > TALB_MAX_GROUP_PORTS) {
+	if (!talb_group_usable(*g)) {
 		v->reason = CNT_PASS_GROUP_EMPTY;
 		return 0;
 	}

@@ -19,16 +19,11 @@
 #include "talb/talb_option.h"   /* struct talb_opt: the option as on the wire */
 #include "talb/parsing_helpers.h"
 
-#ifndef ETH_P_IP
-#define ETH_P_IP 0x0800
-#endif
-#define HOST_IP_MF      0x2000  /* more fragments */
-#define HOST_IP_OFFSET  0x1FFF  /* fragment offset mask */
 #define HOST_TCP_SYN    0x02    /* talb_tcphdr.flags */
 #define HOST_TCP_ACK    0x10
-#define HOST_IPV4_IHL   5       /* IHL of a header without options */
+#define HOST_IPV4_IHL   (TALB_IP_BASE_LEN / 4)  /* IHL of a header without options */
 /* IHL once the option is in: (20 + 12) / 4 */
-#define HOST_TAGGED_IHL ((20 + TALB_IPOPT_LEN) / 4)
+#define HOST_TAGGED_IHL ((TALB_IP_BASE_LEN + TALB_IPOPT_LEN) / 4)
 
 /* host_constants.h repeats the flags for datapath/host_maps.py (its parser
  * reads one file); the program writes the TALB_IPOPT_* ones. */
@@ -43,7 +38,7 @@ union host_l3 {
 		struct iphdr ip;
 		struct talb_opt opt;
 	} __attribute__((packed)) h;
-	__be32 words[(20 + TALB_IPOPT_LEN) / 4];
+	__be32 words[HOST_TAGGED_IHL];
 };
 
 /* Our SYN (active open) or SYN-ACK (passive open) carries our ISN. A new

@@ -94,6 +94,16 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 	return iph->protocol;
 }
 
+#define TALB_IP_MF      0x2000  /* more fragments */
+#define TALB_IP_OFFSET  0x1FFF  /* fragment offset mask */
+
+/* Any fragment of a datagram, the first one too (more fragments, or an
+ * offset). For a header parse_iphdr accepted. */
+static __always_inline int ipv4_is_fragment(const struct iphdr *iph)
+{
+	return (iph->frag_off & bpf_htons(TALB_IP_MF | TALB_IP_OFFSET)) != 0;
+}
+
 /* Verifier economy. A branch comparing two values narrows the verifier's
  * ranges of both, and every narrowed range is a state of its own through
  * the rest of the program. talb_lt(a, b) branches on a sign bit computed
@@ -200,6 +210,18 @@ static __always_inline int parse_talb_option(struct iphdr *iph, void *data_end,
 		return CNT_OPT_TAGGED;
 	}
 	return 0;
+}
+
+/* 1 if the TaLB option is there as a host sends it -- type 0x9E, length
+ * 12, the only option (IHL 8) -- so the last hop may strip it
+ * (parse_talb_option's `strippable`, without the walk: for a header whose
+ * first option was just removed), else 0. */
+static __always_inline int parse_strippable_talb_option(struct iphdr *iph, void *data_end)
+{
+	struct talb_opt *t = (struct talb_opt *)(iph + 1);
+
+	return (void *)(t + 1) <= data_end && iph->ihl * 4 == TALB_IP_BASE_LEN + TALB_IPOPT_LEN &&
+	       t->type == TALB_IPOPT_TYPE && t->len == TALB_IPOPT_LEN;
 }
 
 /* CONGA's option, which is always the first one when present (the source

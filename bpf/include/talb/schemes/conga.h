@@ -38,7 +38,7 @@
 #include "talb/pkt.h"
 #include "talb/conga_option.h"
 #include "talb/schemes/pick.h"
-#include "talb/schemes/letflow.h"    /* the flowlet table and its gap */
+#include "talb/schemes/flowlet.h"    /* the flowlet step LetFlow shares */
 
 #define TALB_CONGA_NO_LEAF      TALB_CONGA_MAX_LEAVES
 
@@ -142,17 +142,30 @@ static __always_inline __u32 conga_metric_of_index(const struct fwd_group *g, __
 	return pi ? conga_port_metric(pi->port_id, pp, now) : 0;
 }
 
+/* The key of (leaf, LBTag) in conga_to_leaf and conga_from_leaf. */
+static __always_inline __u32 conga_key(__u32 leaf, __u32 tag)
+{
+	return leaf * TALB_MAX_GROUP_PORTS + (tag & (TALB_MAX_GROUP_PORTS - 1));
+}
+
+/* 1 if a table entry is there and at most age_ns old. */
+static __always_inline int conga_fresh(const struct conga_metric *e,
+				       const struct conga_params *pp, __u64 now)
+{
+	return e && e->valid && (__s64)(now - e->updated_ns) <= (__s64)pp->age_ns;
+}
+
 /* Remote metric to `leaf` over LBTag `tag`: 0 when unknown or aged out. */
 static __always_inline __u32 conga_remote(__u32 leaf, __u32 tag,
 					  const struct conga_params *pp, __u64 now)
 {
-	__u32 k = leaf * TALB_MAX_GROUP_PORTS + (tag & (TALB_MAX_GROUP_PORTS - 1));
+	__u32 k = conga_key(leaf, tag);
 	struct conga_metric *e;
 
 	if (leaf >= TALB_CONGA_MAX_LEAVES)
 		return 0;
 	e = conga_to_leaf.lookup(&k);
-	if (!e || !e->valid || (__s64)(now - e->updated_ns) > (__s64)pp->age_ns)
+	if (!conga_fresh(e, pp, now))
 		return 0;
 	return e->metric;
 }
@@ -213,7 +226,8 @@ static __always_inline __u32 conga_ifindex_at(const struct fwd_group *g, __u32 i
 }
 
 /* CONGA's index for a group of n >= 2 ports (the uplinks, at a source
- * leaf): the flowlet's port within the gap, else conga_best.
+ * leaf): the flowlet's port within the gap (schemes/flowlet.h), else
+ * conga_best.
  *
  * Verifier economy: the chosen index is computed from every port's
  * metric; indexing memory with it would make the verifier track all of
@@ -230,14 +244,10 @@ TALB_SCHEME_FN __u32 conga_select(const struct talb_pkt *p, const struct fwd_gro
 	__u32 idx;
 	int i;
 
-	conga_params_of(cfg, &pp);
-	talb_up_ports(g, n, &up);
-	talb_flow_key(p, &key);
-	i = talb_flowlet_keep(&key, g, n, &up, cfg, now);
-	if (i >= 0)
+	i = talb_flowlet_step(p, g, n, cfg, now, &key, &up);
+	if (i != TALB_FLOWLET_NEW)
 		return i;
-	if (!up.k)
-		return 0;
+	conga_params_of(cfg, &pp);
 	idx = conga_best(g, &up, dst_leaf, &pp, now);
 	talb_flowlet_start(&key, conga_ifindex_at(g, idx), now);
 	return idx;
@@ -252,11 +262,11 @@ static __always_inline void conga_record(const struct conga_opt *o, __u64 now)
 
 	if (src >= TALB_CONGA_MAX_LEAVES)
 		return;
-	k = src * TALB_MAX_GROUP_PORTS + (o->lbtag & (TALB_MAX_GROUP_PORTS - 1));
+	k = conga_key(src, o->lbtag);
 	m.metric = o->ce;
 	conga_from_leaf.update(&k, &m);
 	if (o->flags & TALB_CONGA_F_FB) {
-		k = src * TALB_MAX_GROUP_PORTS + (o->fb_lbtag & (TALB_MAX_GROUP_PORTS - 1));
+		k = conga_key(src, o->fb_lbtag);
 		m.metric = o->fb_metric;
 		conga_to_leaf.update(&k, &m);
 		talb_count(CNT_CONGA_FB_RECEIVED);
@@ -278,10 +288,10 @@ static __always_inline void conga_feedback(__u32 leaf, const struct conga_params
 	c = *cur;
 	for (j = 0; j < TALB_MAX_GROUP_PORTS; j++) {
 		__u32 tag = (c + j) & (TALB_MAX_GROUP_PORTS - 1);
-		__u32 k = leaf * TALB_MAX_GROUP_PORTS + tag;
+		__u32 k = conga_key(leaf, tag);
 		struct conga_metric *e = conga_from_leaf.lookup(&k);
 
-		if (!e || !e->valid || (__s64)(now - e->updated_ns) > (__s64)pp->age_ns)
+		if (!conga_fresh(e, pp, now))
 			continue;
 		o->fb_lbtag = tag;
 		o->fb_metric = e->metric;
