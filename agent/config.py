@@ -10,7 +10,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass
 
-from agent.statsread import STRATEGIES
+from datapath.statsread import STRATEGIES
 
 PCM_DELAY_MODES = ("model", "measured")
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -37,7 +37,7 @@ from agent.config import DEFAULT_METRICS_PORT, AgentConfig, ConfigError
 from agent.loop import Agent
 from agent.metrics import AgentMetrics
 from agent.snapshot import snapshot_path, write_snapshot
-from talb import paths
+from common import paths
 
 log = logging.getLogger("talb.agent")
 
@@ -172,13 +172,13 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
     monitors = {}
     try:
         if switch is None:
-            from talb import testbed
+            from netns_topology.state import load_topology_of, read_state
 
-            state = testbed.read_state(prefix)
+            state = read_state(prefix)
             if state.get("datapath") != "bpf" or state.get("status") != "up":
                 raise AgentError(f"testbed '{prefix}' is {state.get('status')} with datapath "
                                  f"{state.get('datapath')}: the agent needs a running bpf data path")
-            routing = TopologyRouting(testbed.load_topology_of(prefix), prefix)
+            routing = TopologyRouting(load_topology_of(prefix), prefix)
             for sw in routing.switches:
                 monitors[sw] = SwitchMonitor(sw, routing.netns(sw), paths.pin_dir(prefix, sw), config)
         else:
@@ -320,11 +320,11 @@ def config_argv(config: AgentConfig) -> list[str]:
 
 def derived_window(prefix: str, opts: dict) -> dict:
     """``opts`` with the window the testbed's link rate gives
-    (agent/timers.py: 40 frame slots, at least 5 ms) when it has no
+    (datapath/timers.py: 40 frame slots, at least 5 ms) when it has no
     ``window_s`` -- an explicit window always wins -- and, unless given, a
     ``stats_interval_s`` no shorter than the window (AgentConfig requires it).
     No testbed of ``prefix`` up: the defaults (AgentConfig)."""
-    from agent import timers
+    from datapath import timers
 
     opts = dict(opts)
     if opts.get("window_s") is None:
@@ -366,7 +366,7 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
     Raises ConfigError for bad options and AgentError when the testbed is
     not up, an agent already runs for the prefix, or the agent does not
     come up (with the end of its log)."""
-    from talb import testbed
+    from netns_topology.state import read_state
 
     paths.check_prefix(prefix)
     known = {f.name for f in fields(AgentConfig)}
@@ -375,7 +375,7 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
         raise ConfigError(f"start_background: unknown option(s) {', '.join(unknown)} "
                           f"(known: {', '.join(sorted(known))})")
     config = AgentConfig(**derived_window(prefix, opts))
-    testbed.read_state(prefix)  # a clear error when no testbed is up
+    read_state(prefix)  # a clear error when no testbed is up
     with _starting(prefix):
         other = running_pid(prefix)
         if other is not None or _agent_lock_held(prefix):  # the latter: one still starting

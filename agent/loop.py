@@ -26,12 +26,12 @@ import time
 from typing import Callable, Protocol
 
 from agent.config import AgentConfig
-from agent.control import sweep_tensors
 from agent.switch import SwitchMonitor, SwitchReading
+from datapath.control import sweep_tensors
 
 log = logging.getLogger("talb.agent")
 
-SWEEP_INTERVAL_S = 1.0  # idle tensor entries (agent/control.py sweep_tensors)
+SWEEP_INTERVAL_S = 1.0  # idle tensor entries (datapath/control.py sweep_tensors)
 ERROR_LOG_INTERVAL_S = 10.0  # a persistent fault is logged again at most this often
 
 

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pyroute2.netlink.exceptions import NetlinkError
 
 from agent.loop import Agent
-from agent.qdisc_stats import QdiscReader
+from datapath.qdisc_stats import QdiscReader
 from netns_topology.qdisc import FIRST_BAND, ROOT
 
 # Loop timing buckets: tenths of a ms up to a second (a window is a few ms).

@@ -108,7 +108,7 @@ def group_pcm(utils: Sequence[float], delays: Sequence[float],
 def wrr_weights(pcm: Sequence[float]) -> list[float]:
     """CASE 2 weights: residuals ``1 - P_i`` normalised to sum 1. Every port
     at P = 1 (no residual anywhere): equal weights, none starves. (What the
-    data path gets is agent.schemes.talb.fixed_wrr_weights, in fixed point.)"""
+    data path gets is datapath.schemes.talb.fixed_wrr_weights, in fixed point.)"""
     resid = [1.0 - min(1.0, max(0.0, p)) for p in pcm]
     total = sum(resid)
     if total <= 0:

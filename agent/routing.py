@@ -7,7 +7,7 @@ Two sources, one per way of running the agent:
   topology (state file) is the truth. A link is down when any port of it
   that the agent watches is down; the topology is updated
   (``set_link(a, b, up=False)``) and every switch whose forwarding state no
-  longer matches it is reprogrammed (the groups ``agent.fabric.program_fabric``
+  longer matches it is reprogrammed (the groups ``datapath.fabric.program_fabric``
   would install), so
   that routing stays consistent across the fabric (a spine cut off from a
   leaf is also avoided by the other leaves). Links between the same two
@@ -27,10 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from agent.control import port_flags, program_switch
 from agent.linkstate import LinkWatcher
-from agent.maps import PORT_HOST, SwitchMaps
-from talb import paths
+from common import paths
+from common.c_constants import PORT_HOST
+from datapath.control import port_flags, program_switch
+from datapath.maps import SwitchMaps
 
 
 OnError = Callable[[str, Exception], None]
@@ -101,7 +102,7 @@ class TopologyRouting:
         return changed
 
     def _wanted(self, switch: str, watcher: LinkWatcher) -> tuple[list, dict]:
-        """Port rows and routes of ``switch`` as ``agent.fabric.program_fabric``
+        """Port rows and routes of ``switch`` as ``datapath.fabric.program_fabric``
         derives them, with ifindexes from the watcher (no netlink lookup: a
         regroup must fit in a window or two)."""
         ports = self.topo.ports(switch)

@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from talb import paths
+from common import paths
 
 SNAPSHOT_GLOB = "agent*.json"
 

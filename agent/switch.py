@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 from agent import pcm as pcm_math
 from agent.config import AgentConfig
-from agent.control import publish_pcm, read_config, tensor_occupancy
 from agent.linkstate import LinkWatcher
-from agent.maps import COUNTER_NAMES, SwitchMaps
 from agent.routing import PortSpec
 from agent.rtnl import QdiscStats, Rtnl
-from agent.statsread import PerCpuArrayReader
 from agent.window import CounterWindow
+from common.c_constants import COUNTER_NAMES
+from datapath.control import publish_pcm, read_config, tensor_occupancy
+from datapath.maps import SwitchMaps
+from datapath.statsread import PerCpuArrayReader
 
 log = logging.getLogger("talb.agent")
 

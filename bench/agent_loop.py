@@ -16,7 +16,7 @@ Measured, per port count:
   lookup per port) x PCM delay (model vs measured), the same without the
   ``publish_pcm`` calls (what publishing costs), and the cost of the
   port_stats read alone (plus ``read_port_stats``, the per-key reader of
-  agent/control.py, for reference);
+  datapath/control.py, for reference);
 * sustained rate: the loop run for a second at shrinking windows; the
   shortest window at which it misses at most 1% of its slots (slow
   windows, i.e. over budget but caught up with, are reported beside).
@@ -31,16 +31,17 @@ import subprocess
 import threading
 import time
 
-from agent import bpf_syscall as sc
 from agent.config import AgentConfig
-from agent.control import program_switch, read_port_stats
-from agent.loader import ensure_bpffs
 from agent.loop import Agent
-from agent.maps import CONST, MAP_SPECS, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS, SwitchMaps
 from agent.routing import PortSpec
-from agent.statsread import PerCpuArrayReader
 from agent.switch import SwitchMonitor
-from talb import paths
+from common import paths
+from common.c_constants import CONST, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS
+from datapath import bpf_syscall as sc
+from datapath.control import program_switch, read_port_stats
+from datapath.loader import ensure_bpffs
+from datapath.maps import MAP_SPECS, SwitchMaps
+from datapath.statsread import PerCpuArrayReader
 
 RATE = 100_000_000
 QUEUE = 150_000

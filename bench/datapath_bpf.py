@@ -11,7 +11,7 @@ counters). Also prints each program's instructions verified. The kernel
 reports the mean over ``--repeat`` runs; the best of ``--rounds`` is
 printed. Not a pass/fail test.
 
-    sudo python bench/datapath_bpf.py [--repeat 1000000] [--rounds 3]
+    sudo .venv/bin/python -m bench.datapath_bpf [--repeat 1000000] [--rounds 3]
 
 Needs root and bcc; works in a namespace of its own (veth ports), removed
 at exit.
@@ -60,9 +60,9 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
     from bcc import BPF
     from pyroute2 import IPRoute, netns
 
-    from agent import bpf_syscall as sc
-    from agent import control
-    from agent.loader import SwitchDatapath
+    from datapath import bpf_syscall as sc
+    from datapath import control
+    from datapath.loader import SwitchDatapath
     from netns_topology import create_namespace
 
     ns = f"tb{os.getpid()}-bench"

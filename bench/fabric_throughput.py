@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import time
 
+from common import paths
+from common.c_constants import SCHEMES
 from netns_topology import LeafSpine
-from talb import paths, testbed
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from workload.netexec import ping
 
 BENCH_PREFIX = {"bpf": "benchbpf", "bridge": "benchbr"}
-#: the schemes the BPF fabric is measured under (TaLB: untagged iperf3
-#: traffic, i.e. its fallback)
-SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+# the BPF fabric is measured under every scheme of the registry (TaLB:
+# untagged iperf3 traffic, i.e. its fallback)
 
 
 def _wait_reachable(src_ns: str, dst_ip: str, timeout: float = 60.0) -> float:
@@ -32,8 +33,8 @@ def _wait_reachable(src_ns: str, dst_ip: str, timeout: float = 60.0) -> float:
 
 
 def _set_scheme_everywhere(prefix: str, topo, scheme: str) -> None:
-    from agent.control import set_scheme
-    from agent.maps import SwitchMaps
+    from datapath.control import set_scheme
+    from datapath.maps import SwitchMaps
 
     for sw in topo.switches:
         with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
@@ -46,7 +47,7 @@ def measure(datapath: str, *, duration: float, parallels=(1, 4), say=print) -> l
     topo = LeafSpine(spines=2, leaves=2, hosts_per_leaf=2, shaping=False)
     src, dst = topo.hosts[0], topo.hosts[-1]
     say(f"  building an unshaped 2x2x2 fabric, datapath {datapath} (prefix {prefix})")
-    testbed.up(topo, prefix, datapath=datapath, replace=True)
+    lifecycle.up(topo, prefix, datapath=datapath, replace=True)
     rows = []
     try:
         src_ns, dst_ns = paths.netns_name(prefix, src.name), paths.netns_name(prefix, dst.name)
@@ -64,7 +65,7 @@ def measure(datapath: str, *, duration: float, parallels=(1, 4), say=print) -> l
                              "goodput_bps": result.received_bps,
                              "retransmits": result.retransmits, "duration_s": result.duration_s})
     finally:
-        testbed.down(prefix)
+        lifecycle.down(prefix)
     return rows
 
 

@@ -24,7 +24,7 @@
  * the room was opened (the packet would leave with 12 garbage bytes; TCP
  * retransmits it). Exactly one HOST_CNT_* is counted per packet.
  *
- * Loaded by agent/host_loader.py (bcc, SCHED_CLS), which expands the
+ * Loaded by datapath/host_loader.py (bcc, SCHED_CLS), which expands the
  * #include "talb/..." lines into one text first (see talb/host_maps.h).
  */
 #include <uapi/linux/bpf.h>

@@ -39,7 +39,7 @@
  * skb->priority is set to the HTB classid of the packet's band
  * (schemes/talb.h talb_band), for every forwarded packet.
  *
- * Loaded by agent/loader.py (bcc, SCHED_CLS), which expands the
+ * Loaded by datapath/loader.py (bcc, SCHED_CLS), which expands the
  * #include "talb/..." lines into one text first (see talb/maps.h).
  */
 #include <uapi/linux/bpf.h>
@@ -249,7 +249,7 @@ static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme
 }
 
 /* One program per scheme, in scheme_progs at its TALB_SCHEME_* id
- * (agent/loader.py SCHEME_PROGS). */
+ * (datapath/loader.py SCHEME_PROGS). */
 int talb_scheme_rps(struct __sk_buff *skb)
 {
 	return talb_scheme_entry(skb, TALB_SCHEME_RPS);

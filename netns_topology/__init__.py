@@ -1,4 +1,8 @@
-"""Declarative topologies (Mininet-style) and their builder in network namespaces."""
+"""Declarative topologies (Mininet-style) and their builder in network
+namespaces: the topology graph and its checks (topo.py, spec.py,
+params.py, units.py), namespaces (namespace.py), build and teardown
+(builder.py, teardown.py), link emulation (qdisc.py) and a testbed's
+recorded state (state.py), which every layer above reads."""
 from .builder import build
 from .errors import BuildError, TopologyError
 from .namespace import create_namespace

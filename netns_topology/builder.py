@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute, netns
 
-from talb.paths import check_prefix, netns_name
+from common.paths import check_prefix, netns_name
 
 from . import qdisc
 from .errors import BuildError, TopologyError

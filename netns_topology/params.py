@@ -8,12 +8,12 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from common.c_constants import MAX_BANDS, SCHEMES
+
 from .errors import TopologyError
 from .units import format_rate, format_size, parse_rate, parse_size
 
 MIN_RATE, MAX_RATE = 1_000, 100_000_000_000
-SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
-MAX_BANDS = 8  # skb->priority classids 1:10..1:17, one per band
 _WORD = re.compile(r"^[a-z][a-z0-9_]{0,31}\Z")  # \Z: "$" also matches before a final "\n"
 
 
@@ -119,7 +119,7 @@ class Queue:
     bands: tuple[int, ...] = (1,)
     # Tagged packets go to band 1 + layer // layers_per_band (the last band
     # takes the rest); band 0 is untagged traffic. The switches mark packets
-    # with this mapping (agent/fabric.py), so it lives with the bands.
+    # with this mapping (datapath/fabric.py), so it lives with the bands.
     layers_per_band: int = 1
 
     @classmethod

@@ -93,7 +93,7 @@ def set_switch_queues(topo, prefix: str, queue: Queue) -> int:
     left alone. Returns the number of ports done."""
     from pyroute2 import IPRoute
 
-    from talb.paths import netns_name
+    from common.paths import netns_name
 
     done = 0
     for sw in topo.switches:

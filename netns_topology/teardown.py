@@ -12,7 +12,7 @@ import time
 
 from pyroute2 import netns
 
-from talb.paths import check_prefix
+from common.paths import check_prefix
 
 _KILL_ROUNDS = 50  # a process may fork while we kill; rescan until none is left
 

@@ -9,7 +9,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from talb.paths import NODE_RE
+from common.paths import NODE_RE
 
 from .errors import TopologyError
 from .params import (MAX_RATE, MIN_RATE, PARAMS, check_bool, check_int, check_keys, check_rate, check_word,

@@ -25,7 +25,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from talb import paths, testbed
+from common import paths
+from netns_topology.state import (DATAPATHS, TestbedError, load_topology_of, node_namespace,
+                                  read_state, require_root)
+from testbed import lifecycle
 
 # soft_wrap: long lines (commands to copy) are never broken in the middle.
 console = Console(highlight=False, soft_wrap=True)
@@ -61,7 +64,7 @@ class _Errors(click.Group):
 
         try:
             return super().invoke(ctx)
-        except (testbed.TestbedError, TopologyError, BuildError, AgentError, ValueError) as exc:
+        except (TestbedError, TopologyError, BuildError, AgentError, ValueError) as exc:
             _fail(str(exc))
         except KeyboardInterrupt:
             _fail("interrupted")
@@ -106,7 +109,7 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
                                 "of their routes) [the kernel's: 200ms].")
 @click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
                                 "(parameters: `talb scheme NAME --param ...`).")
-@click.option("--datapath", type=click.Choice(testbed.DATAPATHS), default="bpf", show_default=True,
+@click.option("--datapath", type=click.Choice(DATAPATHS), default="bpf", show_default=True,
               help="bpf: the switch programs forward; bridge: the kernel bridge alone (a baseline).")
 @click.option("--replace", is_flag=True, help="Tear down a testbed with the same prefix first.")
 @click.option("--agent/--no-agent", "with_agent", default=None,
@@ -147,15 +150,15 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
     from agent.daemon import AgentError
 
     try:
-        state = testbed.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
-                           progress=_progress)
+        state = lifecycle.up(topo, prefix, datapath=datapath, replace=replace, agent=agent,
+                             progress=_progress)
     except AgentError as exc:
         hint = ("; another testbed's agent may hold it: pick another --metrics-port, leave "
                 "it out (the default takes the next free port), or --no-agent"
                 if "in use" in str(exc) else "")
-        raise testbed.TestbedError(f"{exc}{hint}") from None
+        raise TestbedError(f"{exc}{hint}") from None
     console.print(f"[green]up[/] in {state['build_seconds']} s")
-    _print_status(testbed.status(prefix))
+    _print_status(lifecycle.status(prefix))
 
 
 @testbed_group.command("down")
@@ -166,7 +169,7 @@ def testbed_down(prefix):
     Works after a crashed or interrupted `up`, and does nothing when there is
     nothing to remove.
     """
-    result = testbed.down(prefix, progress=_progress)
+    result = lifecycle.down(prefix, progress=_progress)
     if result["namespaces"] or result["pins"] or result["state"]:
         console.print(f"[green]testbed '{prefix}' removed[/]")
     else:
@@ -178,7 +181,7 @@ def testbed_down(prefix):
 @PREFIX_OPTION
 def testbed_status(as_json, prefix):
     """Hosts with addresses and namespaces; switches with ports, rates, counters and scheme."""
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     if as_json:
         click.echo(json.dumps(st, indent=2))
     else:
@@ -194,7 +197,7 @@ def testbed_demo(duration, parallel, prefix):
     """Show the testbed works: all-pairs ping, TCP across leaves, flows spread over uplinks."""
     from talb import demo
 
-    testbed.require_root()
+    require_root()
     report = demo.run(prefix, duration=duration, parallel=parallel, say=console.print)
     for note in report.notes:
         console.print(f"    note: {note}")
@@ -259,7 +262,7 @@ _TIMER_FIELDS = {"flowlet_timeout_us": ("flowlet_us", "flowlet_us"),
 
 
 def _timers_line(t: dict, agent_window_s: float | None = None) -> str:
-    """The timers the fabric's link rate gives (agent/timers.py), one line."""
+    """The timers the fabric's link rate gives (datapath/timers.py), one line."""
     from netns_topology.units import format_rate
 
     agent = ("" if agent_window_s is None or abs(agent_window_s - t["window_s"]) < 1e-9
@@ -323,8 +326,8 @@ def shell(node, command, prefix):
 
     Example: talb shell h0 -- ping -c3 198.18.1.1
     """
-    testbed.require_root()
-    ns = testbed.node_namespace(prefix, node)
+    require_root()
+    ns = node_namespace(prefix, node)
     argv = list(command) or [os.environ.get("SHELL", "/bin/bash")]
     os.execvp("ip", ["ip", "netns", "exec", ns, *argv])
 
@@ -343,13 +346,13 @@ def table(switch, limit, as_json, prefix):
     it takes (previous port), layer, age and idle time.
     Reads the pinned maps only; works while traffic flows.
     """
-    testbed.require_root()
-    topo = testbed.load_topology_of(prefix)
+    require_root()
+    topo = load_topology_of(prefix)
     names = [sw.name for sw in topo.switches]
     if switch:
         if switch not in names:
-            raise testbed.TestbedError(f"--switch: no switch {switch!r} in testbed '{prefix}' "
-                                       f"(switches: {', '.join(names)})")
+            raise TestbedError(f"--switch: no switch {switch!r} in testbed '{prefix}' "
+                               f"(switches: {', '.join(names)})")
         names = [switch]
     tables = [_tensor_table(prefix, topo, name) for name in names]
     if as_json:
@@ -360,15 +363,15 @@ def table(switch, limit, as_json, prefix):
 
 
 def _tensor_table(prefix: str, topo, switch: str) -> dict:
-    from agent.control import (TALB_COUNTERS, read_config, read_counters, read_live_layers,
-                               read_ports, read_tensor_table, tensor_occupancy)
-    from agent.maps import SwitchMaps
+    from datapath.control import (TALB_COUNTERS, read_config, read_counters, read_live_layers,
+                                  read_ports, read_tensor_table, tensor_occupancy)
+    from datapath.maps import SwitchMaps
 
     port_names = [p.name for p in topo.ports(switch)]  # port_id = position
     try:
         maps = SwitchMaps(paths.pin_dir(prefix, switch))
     except FileNotFoundError as exc:
-        raise testbed.TestbedError(f"{switch}: no data path maps ({exc})") from None
+        raise TestbedError(f"{switch}: no data path maps ({exc})") from None
     try:
         names = {ifindex: (port_names[p["port_id"]] if p["port_id"] < len(port_names)
                            else f"port{p['port_id']}")
@@ -393,7 +396,7 @@ def _tensor_table(prefix: str, topo, switch: str) -> dict:
 
 
 def _print_tensor_table(st: dict, limit: int) -> None:
-    from talb.wire import WireTensorKey   # scapy: loaded only when a table is printed
+    from common.wire import WireTensorKey   # scapy: loaded only when a table is printed
 
     t = Table(title=f"{st['switch']} (scheme {st['scheme']}, fallback {st['fallback']}): "
                     f"{st['entries']} live tensors (limit {st['limit']}), {st['done']} done "
@@ -441,22 +444,22 @@ def _print_tensor_table(st: dict, limit: int) -> None:
 def scheme(name, params, prefix):
     """Show every switch's scheme and its effective parameters, or switch
     them all to NAME at run time (no reload; connections survive)."""
-    from agent.control import SchemeError, parse_params, scheme_params, set_scheme, read_config
-    from agent.maps import SwitchMaps
+    from datapath.control import SchemeError, parse_params, read_config, scheme_params, set_scheme
+    from datapath.maps import SwitchMaps
 
-    testbed.require_root()
-    if testbed.read_state(prefix).get("datapath") != "bpf":
-        raise testbed.TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
-                                   f"(--datapath bridge): it has no scheme to show or set")
+    require_root()
+    if read_state(prefix).get("datapath") != "bpf":
+        raise TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
+                           f"(--datapath bridge): it has no scheme to show or set")
     if params and not name:
         _fail("--param needs a scheme NAME (talb scheme drill --param d=2)")
     try:
         parsed = parse_params(params)
     except SchemeError as exc:
         _fail(str(exc))
-    from agent import timers
+    from datapath import timers
 
-    topo = testbed.load_topology_of(prefix)
+    topo = load_topology_of(prefix)
     derived = timers.for_topology(topo)
     for key, value in parsed.items():   # =auto: the value the link rate gives
         if value.lower() == "auto" and key in timers.PARAM_FIELDS:
@@ -509,7 +512,7 @@ def send_cmd(srcs, dst, tensors, layers, size, senders, port, pcap_dir, as_json,
     from netns_topology import parse_size
     from talb import send as send_mod
 
-    testbed.require_root()
+    require_root()
     report = send_mod.run(prefix, [s.strip() for s in srcs.split(",") if s.strip()], dst,
                           tensors=tensors, layers=layers, size=parse_size(size), senders=senders,
                           port=port, pcap_dir=pcap_dir, say=err_console.print if as_json else console.print)
@@ -572,7 +575,7 @@ def bench_datapath(repeat, duration, json_out):
     (b) iperf3 across leaf-spine-leaf, BPF forwarding vs the kernel bridge, unshaped."""
     from bench.datapath import run_all
 
-    testbed.require_root()
+    require_root()
     results = run_all(repeat=repeat, duration=duration, say=console.print)
     if json_out:
         Path(json_out).write_text(json.dumps(results, indent=2))

@@ -10,8 +10,9 @@ import click
 
 from agent.config import (DEFAULT_METRICS_PORT, DEFAULT_WINDOW_S, LOG_LEVELS,
                           METRICS_PORT_TRIES, PCM_DELAY_MODES, AgentConfig, ConfigError)
-from agent.statsread import STRATEGIES
-from talb import paths, testbed
+from common import paths
+from datapath.statsread import STRATEGIES
+from netns_topology.state import TestbedError, require_root
 
 PREFIX_HELP = "Name prefix of the testbed's namespaces (<prefix>-<node>)."
 
@@ -80,18 +81,18 @@ def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_
         paths.check_node(switch, "--switch")
     if netns is not None:
         paths.check_netns(netns, "--netns")
-    # no --window-ms: the window follows the testbed's link rate (agent/timers.py)
+    # no --window-ms: the window follows the testbed's link rate (datapath/timers.py)
     timing = daemon.derived_window(prefix, {
         "window_s": None if window_ms is None else window_ms / 1e3,
         "stats_interval_s": None if stats_interval_ms is None else stats_interval_ms / 1e3})
     config = AgentConfig(w1=w1, w2=w2, threshold=_threshold(threshold),
                          pcm_delay=pcm_delay, metrics_addr=metrics_addr, metrics_port=metrics_port,
                          log_level=log_level, read_strategy=read_strategy, **timing)
-    testbed.require_root()
+    require_root()
     try:
         code = daemon.run(config, prefix=prefix, switch=switch, netns=netns, pin_dir=pin_dir)
     except (daemon.AgentError, OSError, LookupError) as exc:
-        raise testbed.TestbedError(str(exc)) from None
+        raise TestbedError(str(exc)) from None
     raise SystemExit(code)
 
 
@@ -132,7 +133,7 @@ def bench_agent_cmd(ports, windows, json_out):
     reads), and the highest window rate the loop sustains."""
     from bench.agent_loop import run_all
 
-    testbed.require_root()
+    require_root()
     try:
         counts = [int(x) for x in ports.split(",") if x.strip()]
     except ValueError:

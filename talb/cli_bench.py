@@ -1,5 +1,5 @@
 """`talb bench --preset NAME` / free sweeps: options and the call into
-bench/sweep (docs/experiments.md); the `bench` group itself is in talb/cli.py."""
+experiments/sweep (docs/experiments.md); the `bench` group itself is in talb/cli.py."""
 from __future__ import annotations
 
 import functools
@@ -58,7 +58,7 @@ def _seeds(ctx, param, value):
 
 def _queueing(ctx, param, value):
     """``bands,fifo`` (every scheme under each) or ``talb=bands,*=fifo`` (per
-    scheme, ``*`` the rest); checked by the plan (bench/sweep/plan.py)."""
+    scheme, ``*`` the rest); checked by the plan (experiments/sweep/plan.py)."""
     if value is None:
         return None
     items = [x.strip() for x in value.split(",") if x.strip()]
@@ -74,7 +74,7 @@ def _queueing(ctx, param, value):
 
 
 def _presets():
-    from bench.sweep.plan import PRESETS
+    from experiments.sweep.plan import PRESETS
 
     return list(PRESETS)
 
@@ -118,7 +118,7 @@ def sweep_options(f):
                           "every scheme under each, paired by seed (pair,pool:8) [pair] "
                           "(docs/workload.md, Connections)."),
         click.option("--agents", callback=_list(str),
-                     help="Named agent settings (bench/sweep/plan.py AGENT_SETTINGS)."),
+                     help="Named agent settings (experiments/sweep/plan.py AGENT_SETTINGS)."),
         click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
         click.option("--servers", type=click.IntRange(1, 64), help="Parameter servers per run."),
         click.option("--iterations", type=click.IntRange(1, 1000), help="Iterations per run."),
@@ -142,11 +142,11 @@ def sweep_options(f):
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
           out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None) -> None:
-    from bench.sweep import seeds as seedrule
-    from bench.sweep.plan import PlanError, build_plan
-    from bench.sweep.runner import is_done, run_sweep
-    from bench.sweep.summary import finish
-    from talb import paths
+    from common import paths
+    from experiments.sweep import seeds as seedrule
+    from experiments.sweep.kinds import build_plan, finish
+    from experiments.sweep.plan import PlanError
+    from experiments.sweep.runner import is_done, run_sweep
 
     try:
         plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,
@@ -174,7 +174,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     if plan.skipped_schemes:
         console.print(f"  [yellow]skipped (not implemented yet):[/] {', '.join(plan.skipped_schemes)}")
     if plan.figure == "lb_classic":
-        from bench.sweep.lbclassic import estimate_wall_s
+        from experiments.sweep.lbclassic import estimate_wall_s
 
         console.print(f"  estimated wall time here: {estimate_wall_s(plan) / 3600:.1f} h for all "
                       f"{len(plan.runs)} runs (windows, warm-up and fill, plus a measured "
@@ -186,9 +186,9 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     t0 = time.monotonic()
     report = None
     if not report_only:
-        from talb import testbed
+        from netns_topology.state import require_root
 
-        testbed.require_root()
+        require_root()
         sigterm_unwinds()
         plan, report = run_sweep(plan, out, prefix=sweep_prefix, console=console)
     res = finish(plan, out, report, wall_s=time.monotonic() - t0 if report else None)

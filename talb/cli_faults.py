@@ -1,4 +1,4 @@
-"""`talb bench faults`: the fault matrix (bench/faults.py, docs/faults.md);
+"""`talb bench faults`: the fault matrix (experiments/faults.py, docs/faults.md);
 registered on the bench group by talb/cli.py."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from talb import paths
+from common import paths
 from talb.unwind import sigterm_unwinds
 
 console = Console(highlight=False, soft_wrap=True)
@@ -71,10 +71,10 @@ def bench_faults(kinds, archs, model, ps_workers, allreduce_workers, iterations,
     flows: one `talb run --fault` each on one fabric; writes faults.md (the
     table of docs/faults.md: recovery time, tensors verified, retransmissions,
     drops, the command of each row), rows.json and every run's results."""
-    from bench.faults import run_matrix
-    from talb import testbed
+    from experiments.faults import run_matrix
+    from netns_topology.state import require_root
 
-    testbed.require_root()
+    require_root()
     sigterm_unwinds()
     out = Path(out_dir) if out_dir else paths.REPO_ROOT / "results" / \
         f"faults-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"

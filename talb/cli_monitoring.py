@@ -8,7 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from talb import monitoring, testbed
+from netns_topology.state import require_root
+from talb import monitoring
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -34,7 +35,7 @@ def monitoring_group():
 @click.option("--no-grafana", is_flag=True, help="Do not start Grafana even if installed.")
 def monitoring_up(prometheus_port, grafana_port, no_grafana):
     """Start Prometheus, the target refresher and Grafana; print the URLs."""
-    testbed.require_root()  # /run/talb is root's, and so are the testbeds it watches
+    require_root()  # /run/talb is root's, and so are the testbeds it watches
     try:
         state = monitoring.up(prometheus_port=prometheus_port, grafana_port=grafana_port,
                               grafana=not no_grafana, progress=_say)
@@ -54,7 +55,7 @@ def monitoring_up(prometheus_port, grafana_port, no_grafana):
 @monitoring_group.command("down")
 def monitoring_down():
     """Stop what `talb monitoring up` started (by pid); the recorded data stays."""
-    testbed.require_root()
+    require_root()
     result = monitoring.down(progress=_say)
     console.print("[green]monitoring stopped[/]" if result["stopped"] else "monitoring was not running")
 

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from talb import paths
+from common import paths
 from talb.unwind import sigterm_unwinds
 
 console = Console(highlight=False, soft_wrap=True)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from talb import paths, testbed
+from common import paths
+from netns_topology.state import load_topology_of, read_state
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
 
@@ -36,15 +38,15 @@ class DemoReport:
 
 def uplink_tx(prefix: str, leaf: str) -> dict[str, int]:
     """Bytes the switch program has sent out of each fabric port of `leaf`."""
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     sw = next(s for s in st["switches"] if s["name"] == leaf)
     return {p["name"]: p["tx_bytes"] or 0 for p in sw["ports"] if p["kind"] == "fabric"}
 
 
 def run(prefix: str = paths.DEFAULT_PREFIX, *, duration: float = 3.0,
         parallel: int = 8, say=print) -> DemoReport:
-    topo = testbed.load_topology_of(prefix)
-    state = testbed.read_state(prefix)
+    topo = load_topology_of(prefix)
+    state = read_state(prefix)
     report = DemoReport()
     hosts = list(topo.hosts)
     ns = {h.name: paths.netns_name(prefix, h.name) for h in hosts}

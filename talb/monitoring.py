@@ -34,7 +34,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from talb import paths, testbed
+from common import paths
+from netns_topology.state import TestbedError
 
 
 
@@ -60,7 +61,7 @@ AGENT_JOB, RUN_JOB = "talb-agent", "talb-run"
 Progress = Callable[[str], None]
 
 
-class MonitoringError(testbed.TestbedError):
+class MonitoringError(TestbedError):
     """A user-facing failure: the message says what happened and what to do."""
 
 

@@ -7,7 +7,7 @@ flow completion time, bytes verified, and which uplink(s) carried it (more
 than one would break tensor integrity).
 
 A tensor is its sender's: the report and the split detection key captured
-packets by (source address, tensor_id) (talb.wire.WireTensorKey), as the
+packets by (source address, tensor_id) (common.wire.WireTensorKey), as the
 switches do, so several sources, and several runs side by side, never mix
 their tensors even when two hosts' ids coincide. Each sender process draws
 its ids from a worker slot of its host (workload/id_slots.py).
@@ -26,8 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from talb import paths, testbed
-from talb.wire import WireTensorKey
+from common import paths
+from common.wire import WireTensorKey
+from netns_topology.state import TestbedError, load_topology_of
 from workload.capture import CaptureError, start_capture, tensor_ports
 from workload.netexec import ns_popen, stop
 from workload.snowflake import DEFAULT_WORKER_BITS
@@ -91,7 +92,7 @@ def _read_json_lines(text: str) -> list[dict]:
 
 def _check(value: int, name: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
-        raise testbed.TestbedError(f"{name}: must be between {lo} and {hi}, got {value}")
+        raise TestbedError(f"{name}: must be between {lo} and {hi}, got {value}")
     return value
 
 
@@ -139,7 +140,7 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
     removed. ``fixed_ids``: every sender numbers its tensors fixed_ids,
     fixed_ids+1, ... instead of drawing ids from its host's slots (to force
     tensors of different hosts to share ids, as tests do)."""
-    topo = testbed.load_topology_of(prefix)
+    topo = load_topology_of(prefix)
     hosts = {h.name: h for h in topo.hosts}
     _check_request(prefix, hosts, srcs, dst, tensors, layers, size, senders, timeout)
     workers = len(srcs) * senders
@@ -183,21 +184,21 @@ def _check_request(prefix: str, hosts: dict, srcs: list[str], dst: str, tensors:
     """TestbedError naming the option that is out of range or names no host."""
     for name in [*srcs, dst]:
         if name not in hosts:
-            raise testbed.TestbedError(f"host: no host '{name}' in testbed '{prefix}' "
-                                       f"(hosts: {', '.join(hosts)})")
+            raise TestbedError(f"host: no host '{name}' in testbed '{prefix}' "
+                               f"(hosts: {', '.join(hosts)})")
     if not srcs:
-        raise testbed.TestbedError("--src: give at least one sending host")
+        raise TestbedError("--src: give at least one sending host")
     if len(set(srcs)) != len(srcs):
-        raise testbed.TestbedError(f"--src: a host named twice in {','.join(srcs)}; use --senders "
-                                   "for several connections from one host")
+        raise TestbedError(f"--src: a host named twice in {','.join(srcs)}; use --senders "
+                           "for several connections from one host")
     if dst in srcs:
-        raise testbed.TestbedError(f"--dst {dst} is also a --src: pick another destination")
+        raise TestbedError(f"--dst {dst} is also a --src: pick another destination")
     _check(tensors, "--tensors", 1, 100_000)
     _check(layers, "--layers", 1, 256)
     _check(size, "--size", 1, 1 << 30)
     _check(senders, "--senders", 1, MAX_SENDERS_PER_HOST)
     if not timeout > 0:
-        raise testbed.TestbedError(f"timeout: must be > 0 seconds, got {timeout!r}")
+        raise TestbedError(f"timeout: must be > 0 seconds, got {timeout!r}")
 
 
 def _start_captures(captures: list, prefix: str, topo, leaves: list[str], pcaps: Path) -> None:
@@ -220,7 +221,7 @@ def _start_receiver(procs: list, prefix: str, dst: str, port: int, connections: 
     ready = _readline(receiver, timeout)
     if '"ready"' not in ready:
         stop(receiver)
-        raise testbed.TestbedError(
+        raise TestbedError(
             f"receiver on {dst} did not start: "
             f"{ready.strip() or _last_line(receiver.stderr.read(), receiver.returncode)}")
 
@@ -247,7 +248,7 @@ def _records(procs: list, outputs: list, worker_src: dict, dst: str,
     sent, errors = [], []
     for w, proc in enumerate(procs[1:]):
         if outputs[w + 1] is None:
-            raise testbed.TestbedError(
+            raise TestbedError(
                 f"sender {w} on {worker_src[w]} did not finish within {timeout:g} s "
                 "(every sender and the receiver were ended)")
         out, err = outputs[w + 1]
@@ -255,9 +256,9 @@ def _records(procs: list, outputs: list, worker_src: dict, dst: str,
             errors.append(f"sender {w} on {worker_src[w]}: {_last_line(err, proc.returncode)}")
         sent += [r for r in _read_json_lines(out) if "tensor_id" in r]
     if errors:
-        raise testbed.TestbedError("sender failed: " + "; ".join(errors))
+        raise TestbedError("sender failed: " + "; ".join(errors))
     if outputs[0] is None:
-        raise testbed.TestbedError(f"receiver on {dst} did not finish after its senders")
+        raise TestbedError(f"receiver on {dst} did not finish after its senders")
     received = {(r["worker"], r["seq"]): r for r in _read_json_lines(outputs[0][0])
                 if "seq" in r}
     return sent, received
@@ -270,7 +271,7 @@ def _tagged_ports(captures: list) -> dict:
     try:
         return tensor_ports(captures)
     except CaptureError as exc:
-        raise testbed.TestbedError(str(exc)) from None
+        raise TestbedError(str(exc)) from None
 
 
 def _join(sent: list[dict], received: dict, worker_src: dict, hosts: dict,

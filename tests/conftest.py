@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from talb import paths
+from common import paths
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _letters = itertools.count()
@@ -205,7 +205,7 @@ def remove_stale_test_prefixes() -> list[str]:
     record: the prefixes removed. A prefix nobody recorded is never touched."""
     if os.geteuid() != 0:
         return []
-    from talb import testbed
+    from testbed import lifecycle
 
     removed = []
     for prefix, (pid, start) in sorted(recorded_prefixes().items()):
@@ -215,7 +215,7 @@ def remove_stale_test_prefixes() -> list[str]:
             paths.check_prefix(prefix)
         except ValueError:  # not a record new_prefix wrote: leave it to a human
             continue
-        testbed.down(prefix)
+        lifecycle.down(prefix)
         (registry_dir() / prefix).unlink(missing_ok=True)
         removed.append(prefix)
     return removed

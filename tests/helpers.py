@@ -133,7 +133,7 @@ def up_fabric(request, topology, *, agent: bool | dict = False, datapath: str = 
     options; False, none. ``datapath``: "bpf" or "bridge". ``scheme``:
     replaces the topology's."""
     from netns_topology import load_topology
-    from talb import testbed
+    from testbed import lifecycle
 
     topo = load_topology(topology) if isinstance(topology, (str, os.PathLike)) else topology
     if scheme is not None:
@@ -141,8 +141,8 @@ def up_fabric(request, topology, *, agent: bool | dict = False, datapath: str = 
     if agent is True:
         agent = {"metrics_port": free_port()}
     prefix = new_prefix()
-    request.addfinalizer(lambda: testbed.down(prefix))
-    testbed.up(topo, prefix, datapath=datapath, agent=agent if agent is not False else None)
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    lifecycle.up(topo, prefix, datapath=datapath, agent=agent if agent is not False else None)
     return LiveFabric(prefix, topo)
 
 
@@ -152,10 +152,11 @@ def spine_captures(prefix: str, directory: Path):
     """Every port of every spine of testbed ``prefix`` captured inbound
     while the block runs (pcaps in ``directory``): yields the captures,
     stopped at the end whatever happens. Read them with :func:`spines_of`."""
-    from talb import paths, testbed
+    from common import paths
+    from netns_topology.state import load_topology_of
     from workload.capture import start_capture
 
-    topo = testbed.load_topology_of(prefix)
+    topo = load_topology_of(prefix)
     caps = []
     try:
         for spine in (s.name for s in topo.switches if s.role == "spine"):
@@ -214,7 +215,7 @@ def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), **lin
     Closes the program and removes the namespace afterwards."""
     from pyroute2 import IPRoute, netns
 
-    from agent.loader import SwitchDatapath
+    from datapath.loader import SwitchDatapath
     from netns_topology import create_namespace
 
     name = f"{new_prefix()}-{suffix}"
@@ -255,7 +256,7 @@ class ProgTestSwitch:
         out), or with ``full`` also the duration and the ctx out."""
         from pyroute2 import netns
 
-        from agent import bpf_syscall as sc
+        from datapath import bpf_syscall as sc
 
         netns.pushns(self.netns)
         try:
@@ -268,13 +269,13 @@ class ProgTestSwitch:
 
     def tx(self) -> dict[str, int]:
         """tx packets per port name."""
-        from agent import control
+        from datapath import control
 
         stats = control.read_port_stats(self.maps, range(len(self.port_names)))
         return {n: stats[i]["tx_packets"] for i, n in enumerate(self.port_names)}
 
     def counters(self) -> dict[str, int]:
-        from agent import control
+        from datapath import control
 
         return control.read_counters(self.maps)
 
@@ -285,10 +286,11 @@ class ProgTestSwitch:
 def processes_in_hosts(prefix: str) -> dict[str, list[str]]:
     """{host namespace: pids} of every host of testbed ``prefix`` that runs
     anything (after a run: what it left behind)."""
-    from talb import paths, testbed
+    from common import paths
+    from netns_topology.state import load_topology_of
 
     out = {}
-    for h in testbed.load_topology_of(prefix).hosts:
+    for h in load_topology_of(prefix).hosts:
         ns = paths.netns_name(prefix, h.name)
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
                               text=True).stdout.split()

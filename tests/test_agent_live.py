@@ -5,7 +5,7 @@ uplink to spine1 at half rate (50 Mbit/s). The agent runs detached
 (agent.daemon.start_background), as `talb testbed up` starts it.
 
 Flows are pinned to an uplink: the data path's ECMP hash is reproduced in
-Python (agent.control.ecmp_index) and iperf3 picks the client port that
+Python (datapath.control.ecmp_index) and iperf3 picks the client port that
 hashes onto the wanted uplink, so every run loads the same ports.
 """
 from __future__ import annotations
@@ -23,13 +23,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent import daemon
-from agent.control import ecmp_index, read_config, read_groups, read_port_stats, set_scheme
-from agent.maps import SwitchMaps
 from agent.rtnl import LinkEvents
-from helpers import free_port, up_fabric, wait_for_streams
+from common import paths
+from datapath.control import ecmp_index, read_config, read_groups, read_port_stats, set_scheme
+from datapath.maps import SwitchMaps
 from netns_topology import LeafSpine
-from talb import paths, send
+from talb import send
 from workload.iperf import run_iperf3
+from helpers import free_port, up_fabric, wait_for_streams
 
 pytestmark = pytest.mark.live
 
@@ -539,8 +540,8 @@ def test_scheme_switched_while_links_flap_is_never_reverted(fabric, no_agent, mo
     a `talb scheme` lands in the middle of each regrouping (between the
     agent's reads of a switch and its writes: the worst moment). After
     every flap each switch runs the scheme the user set last."""
-    import agent.control as control
     from agent.config import AgentConfig
+    import datapath.control as control
 
     prefix, _ = fabric
     users_scheme = {"now": "ecmp"}
@@ -714,8 +715,8 @@ def test_a_broken_switch_does_not_stop_the_others_publishing(fabric, no_agent):
     each window is replaced) and counts the broken switch's failure in
     talb_agent_switch_errors_total."""
     from agent.config import AgentConfig
-    from agent.control import publish_pcm
     from agent.metrics import AgentMetrics
+    from datapath.control import publish_pcm
 
     prefix, _ = fabric
     one = daemon.build(AgentConfig(window_s=WINDOW_S), prefix=prefix)

@@ -17,13 +17,14 @@ import time
 
 import pytest
 
-from agent import bpf_syscall as sc
 from agent.config import AgentConfig, ConfigError
 from agent.loop import Agent
-from agent.maps import Map, PortStats, possible_cpus
 from agent.metrics import AgentMetrics, decisions, drops
-from agent.statsread import PerCpuArrayReader
 from agent.window import CounterWindow
+from datapath import bpf_syscall as sc
+from datapath.maps import Map, possible_cpus
+from datapath.statsread import PerCpuArrayReader
+from datapath.structs import PortStats
 from conftest import new_prefix
 
 TALB = [sys.executable, "-m", "talb.cli"]
@@ -84,7 +85,7 @@ def test_cli_refuses_bad_options_before_touching_anything(root):
     r = subprocess.run([*TALB, "agent", "--prefix", prefix], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and f"no testbed with prefix '{prefix}'" in r.stderr, r.stderr
-    from talb import paths
+    from common import paths
     assert not paths.state_dir(prefix).exists()
 
 
@@ -333,8 +334,9 @@ def test_batch_and_per_key_reads_agree(root):
 _CONFIG_WRITER = """
 import sys
 from pathlib import Path
-from agent import control
-from agent.maps import Map, TalbConfig
+from datapath import control
+from datapath.maps import Map
+from datapath.structs import TalbConfig
 import ctypes
 
 class Maps:
@@ -357,8 +359,8 @@ for i in range(int(sys.argv[3])):
 def config_pin(root):
     """A pinned config array (the data path's ``config`` map), alone in a
     directory on the project's bpffs."""
-    from agent.maps import TalbConfig
-    from talb import paths
+    from common import paths
+    from datapath.structs import TalbConfig
 
     d = paths.BPFFS_DIR / f"{new_prefix()}cfg"
     d.mkdir(parents=True)
@@ -384,7 +386,7 @@ def _writers(pin, *jobs):
 
 
 def _read_config_pin(pin):
-    from agent.maps import TalbConfig
+    from datapath.structs import TalbConfig
 
     m = Map.from_pin(pin / "config", ctypes.c_uint32, TalbConfig)
     try:
@@ -405,7 +407,7 @@ def test_scheme_and_release_set_at_once_both_stand(config_pin):
     """`talb scheme` and `talb release` from two shells at once: each
     command's last value is what the data path has (neither reverts the
     other's field)."""
-    from agent.maps import CFG_RELEASE_SK, SCHEMES
+    from common.c_constants import CFG_RELEASE_SK, SCHEMES
 
     for _ in range(3):
         _writers(config_pin, ("scheme", 301), ("release", 301))  # last: talb, release on
@@ -508,8 +510,8 @@ def many_qdiscs(root, tmp_path_factory):
 
 def _qdisc_truth(netns) -> dict:
     """{ifindex: (backlog, qlen, drops, bytes, packets)} of every aN's root,
-    read by pyroute2 (agent/qdisc_stats.py), one interface at a time."""
-    from agent.qdisc_stats import QdiscReader
+    read by pyroute2 (datapath/qdisc_stats.py), one interface at a time."""
+    from datapath.qdisc_stats import QdiscReader
 
     reader = QdiscReader(netns)
     try:
@@ -623,14 +625,14 @@ def test_stop_background_without_an_agent_is_a_no_op(root):
 
 def test_start_background_refuses_bad_options_and_a_missing_testbed(root):
     from agent import daemon
-    from talb import testbed
+    from netns_topology.state import TestbedError
 
     prefix = new_prefix()
     with pytest.raises(ConfigError, match="unknown option"):
         daemon.start_background(prefix, windw_s=0.01)
     with pytest.raises(ConfigError, match="--window-ms"):
         daemon.start_background(prefix, window_s=100)
-    with pytest.raises(testbed.TestbedError, match="no testbed"):
+    with pytest.raises(TestbedError, match="no testbed"):
         daemon.start_background(prefix)
     assert daemon.running_pid(prefix) is None
 
@@ -640,7 +642,7 @@ def test_pid_file_is_ours_only_if_it_names_an_agent_of_this_prefix(root):
     line serves this prefix: an agent of another prefix, one in --switch
     mode or an unrelated process (a reused pid) is not ours."""
     from agent import daemon
-    from talb import paths
+    from common import paths
 
     prefix, other = new_prefix(), new_prefix()
     assert daemon.served_prefix(["python", "-m", "talb.cli", "agent"]) == paths.DEFAULT_PREFIX
@@ -675,7 +677,7 @@ def test_a_second_agent_of_a_prefix_refuses_to_run(root):
     import fcntl
 
     from agent import daemon
-    from talb import paths
+    from common import paths
 
     prefix = new_prefix()
     paths.state_dir(prefix).mkdir(parents=True)

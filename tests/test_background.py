@@ -101,8 +101,8 @@ def test_bad_input_names_the_field():
 # --- live: a small fabric ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
+    from common import paths
     from helpers import up_fabric
-    from talb import paths
 
     prefix, topo = up_fabric(request, paths.REPO_ROOT / "topologies" / "leafspine.yaml")
     return topo, prefix

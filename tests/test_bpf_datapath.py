@@ -46,7 +46,7 @@ class Switch(ProgTestSwitch):
         }
 
     def reset(self, *, release=False, seed=12345, ports=None, groups=None):
-        from agent import control
+        from datapath import control
 
         self.maps.counters.clear()
         self.maps.port_stats.clear()
@@ -87,7 +87,7 @@ def test_test_run_attaches_a_socket(switch, bcc):
     """The release tests rely on test runs setting skb->sk (a dummy socket)."""
     from pyroute2 import netns
 
-    from agent import bpf_syscall as sc
+    from datapath import bpf_syscall as sc
 
     b = bcc.BPF(text=b"int f(struct __sk_buff *skb) { return skb->sk ? 1 : 0; }")
     try:
@@ -106,7 +106,7 @@ def test_test_run_attaches_a_socket(switch, bcc):
 
 
 def test_test_run_errors_name_the_operation(switch):
-    from agent import bpf_syscall as sc
+    from datapath import bpf_syscall as sc
 
     with pytest.raises(OSError) as ei:
         sc.prog_test_run(switch.dp.prog_fd, b"\0" * 10)  # shorter than Ethernet
@@ -118,43 +118,44 @@ def test_test_run_errors_name_the_operation(switch):
 
 
 def test_map_info_matches_structs(switch):
-    from agent import maps as M
+    from common.c_constants import CONST
+    from datapath import maps
 
-    for name, (kt, vt, mtype) in M.MAP_SPECS.items():
+    for name, (kt, vt, mtype) in maps.MAP_SPECS.items():
         info = switch.maps[name].info
         assert info.name == name
         assert info.type == mtype
         assert (info.key_size, info.value_size) == (ctypes.sizeof(kt), ctypes.sizeof(vt))
-    assert switch.maps.port_stats.info.max_entries == M.CONST["TALB_MAX_PORTS"]
-    assert switch.maps.counters.info.max_entries == M.CONST["TALB_NR_COUNTERS"]
-    assert switch.maps.tensors.info.max_entries == M.CONST["TALB_TENSOR_MAP_SIZE"]
+    assert switch.maps.port_stats.info.max_entries == CONST["TALB_MAX_PORTS"]
+    assert switch.maps.counters.info.max_entries == CONST["TALB_NR_COUNTERS"]
+    assert switch.maps.tensors.info.max_entries == CONST["TALB_TENSOR_MAP_SIZE"]
 
 
 def test_constants_come_from_the_header():
-    from agent import maps as M
+    from common import c_constants as C
 
-    assert M.SCHEMES["ecmp"] == 0 and M.SCHEMES["talb"] == 5
-    assert M.COUNTER_NAMES[M.CONST["CNT_RELEASED"]] == "released"
-    assert M.COUNTER_NAMES[M.CONST["CNT_DECISION_ECMP"]] == "decision_ecmp"
-    assert M.CONST["CNT_DECISION_TALB"] == M.CONST["CNT_DECISION_BASE"] + 5
-    assert M.PORT_UP and M.PORT_HOST and M.PORT_UP != M.PORT_HOST
+    assert C.SCHEMES["ecmp"] == 0 and C.SCHEMES["talb"] == 5
+    assert C.COUNTER_NAMES[C.CONST["CNT_RELEASED"]] == "released"
+    assert C.COUNTER_NAMES[C.CONST["CNT_DECISION_ECMP"]] == "decision_ecmp"
+    assert C.CONST["CNT_DECISION_TALB"] == C.CONST["CNT_DECISION_BASE"] + 5
+    assert C.PORT_UP and C.PORT_HOST and C.PORT_UP != C.PORT_HOST
 
 
 def test_pinned_map_with_wrong_layout_is_refused(root):
-    from agent import bpf_syscall as sc
-    from agent import maps as M
-    from agent.loader import ensure_bpffs
+    from datapath import bpf_syscall as sc
+    from datapath import maps, structs
+    from datapath.loader import ensure_bpffs
 
     d = ensure_bpffs() / new_prefix()
     d.mkdir()
     fd = sc.map_create(sc.BPF_MAP_TYPE_HASH, 4, 12, 8, name="groups")
     try:
         sc.obj_pin(fd, d / "groups")
-        with pytest.raises(M.MapLayoutError,
-                           match=rf"value size 12 != {ctypes.sizeof(M.FwdGroup)}"):
-            M.Map.from_pin(d / "groups", ctypes.c_uint32, M.FwdGroup)
+        with pytest.raises(maps.MapLayoutError,
+                           match=rf"value size 12 != {ctypes.sizeof(structs.FwdGroup)}"):
+            maps.Map.from_pin(d / "groups", ctypes.c_uint32, structs.FwdGroup)
         with pytest.raises(FileNotFoundError, match="no pinned map"):
-            M.SwitchMaps(d)
+            maps.SwitchMaps(d)
     finally:
         os.close(fd)
         for p in d.iterdir():
@@ -163,13 +164,13 @@ def test_pinned_map_with_wrong_layout_is_refused(root):
 
 
 def test_percpu_values_summed_and_per_cpu(switch):
-    from agent import maps as M
+    from datapath import maps
 
     c = switch.maps.counters
     c.set(30, 7)  # the same value on every CPU
     try:
-        assert c.get_percpu(30) == [7] * M.possible_cpus()
-        assert c.get(30) == 7 * M.possible_cpus()
+        assert c.get_percpu(30) == [7] * maps.possible_cpus()
+        assert c.get(30) == 7 * maps.possible_cpus()
     finally:
         c.set(30, 0)
 
@@ -177,7 +178,7 @@ def test_percpu_values_summed_and_per_cpu(switch):
 # --- forwarding ------------------------------------------------------------------------
 @pytest.mark.parametrize("make", [tcp, udp], ids=["tcp", "udp"])
 def test_multiport_group_redirects_and_counts_tx(switch, make):
-    from agent import control
+    from datapath import control
 
     switch.reset(release=False)
     data = make()
@@ -216,7 +217,7 @@ def test_release_clones_and_shoots_owned_packets(switch):
 
 
 def test_same_flow_same_port_and_matches_reference_hash(switch):
-    from agent import control
+    from datapath import control
 
     seed = 0xC0FFEE
     switch.reset(seed=seed)
@@ -425,7 +426,7 @@ def test_group_pointing_back_to_ingress_passes(switch):
 
 
 def test_group_with_unknown_ifindex_or_empty_passes(switch):
-    from agent.maps import FwdGroup, IPv4Key
+    from datapath.structs import FwdGroup, IPv4Key
 
     switch.reset()
     gid = switch.maps.fwd[IPv4Key.of(DST1)]
@@ -447,8 +448,8 @@ def test_unknown_ingress_device_passes(switch):
 
 # --- control plane ----------------------------------------------------------------------
 def test_program_switch_groups_by_port_tuple_and_removes_stale_routes(switch):
-    from agent import control
-    from agent.maps import IPv4Key
+    from datapath import control
+    from datapath.structs import IPv4Key
 
     i = switch.ifindex
     groups = {"198.18.2.1": [i["p1"], i["p2"]], "198.18.2.2": [i["p1"], i["p2"]],
@@ -475,7 +476,7 @@ def test_program_switch_groups_by_port_tuple_and_removes_stale_routes(switch):
 
 
 def test_set_scheme_errors(switch):
-    from agent import control
+    from datapath import control
 
     with pytest.raises(control.SchemeError, match="unknown scheme 'nope'"):
         control.set_scheme(switch.maps, "nope")
@@ -499,7 +500,7 @@ def test_random_frames_never_misforwarded(switch):
     """Mutated frames: passed, or forwarded to a port of the group of the
     destination they carry, never anything else."""
 
-    from agent.maps import IPv4Key
+    from datapath.structs import IPv4Key
 
     switch.reset()
     base = tcp()
@@ -539,7 +540,7 @@ def test_random_frames_never_misforwarded(switch):
 def test_source_expansion_for_bcc():
     """bcc rewrites map operations in its main file only: the loader inlines
     the project's headers, each once, with #line markers to the real files."""
-    from agent.loader import INCLUDE_DIR, SWITCH_SRC, expand_source
+    from datapath.loader import INCLUDE_DIR, SWITCH_SRC, expand_source
 
     text = expand_source()
     assert not any(line.lstrip().startswith('#include "') for line in text.splitlines())

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute, netns
 
+from common.paths import netns_name
 from netns_topology import BuildError, LeafSpine, TopologyError, build, load_topology, teardown
 from netns_topology import builder, qdisc
 from netns_topology.teardown import namespaces
-from talb.paths import netns_name
 from conftest import new_prefix
 from helpers import ping
 

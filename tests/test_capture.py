@@ -10,7 +10,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
-from talb.wire import IPOption_TaLB, WireTensorKey
+from common.wire import IPOption_TaLB, WireTensorKey
 from workload.capture import CaptureError, PortCapture, tensor_ports
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from talb import paths
+from common import paths
 from talb.cli import main
 
 BASE = ["run", "--model", "alexnet", "--arch", "ps", "--workers", "2", "--prefix", "t0clirun"]

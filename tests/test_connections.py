@@ -15,7 +15,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from bench.sweep.plan import PlanError, RunSpec, arm, arm_split, build_plan
+from experiments.sweep.kinds import build_plan
+from experiments.sweep.plan import PlanError, RunSpec, arm, arm_split
 from talb.cli import main
 from workload.patterns import connections
 from workload.patterns.connections import Lanes
@@ -292,7 +293,7 @@ def test_a_tensors_wait_for_its_connection_is_its_own_number():
 
 def test_head_of_line_is_per_connection():
     """Two tensors of one pair on two connections do not wait for each other."""
-    from bench.sweep.results import service_times
+    from experiments.sweep.results import service_times
 
     def t(conn, start, done):
         return {"src": 0, "dst": 2, "conn": conn, "t_start_ns": start, "t_done_ns": done,
@@ -325,8 +326,8 @@ def _fake(spec):
 def test_a_sweep_over_models_pairs_by_seed_and_compares_like_with_like(tmp_path):
     import json
 
-    from bench.sweep.runner import run_plan
-    from bench.sweep.summary import finish
+    from experiments.sweep.kinds import finish
+    from experiments.sweep.runner import run_plan
 
     p = build_plan("quick", implemented=frozenset({"ecmp", "talb"}), schemes=["ecmp", "talb"],
                    loads=[0.8], seeds=3, connections=["pair", "pool:8"])

@@ -28,11 +28,11 @@ from collections import defaultdict
 
 import pytest
 
-from helpers import up_fabric
-from talb import paths
-from tiny_model import tiny_profile
+from common import paths
 from workload.experiment import RunConfig, place, run
 from workload.scaling import scaling_for
+from helpers import up_fabric
+from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
 

@@ -1,4 +1,4 @@
-"""The default fabric, live: built by `talb.testbed.up` exactly as `make testbed`
+"""The default fabric, live: built by `testbed.lifecycle.up` exactly as `make testbed`
 builds it (2 spines, 2 leaves, 2 hosts per leaf, 100 Mbit/s, BPF ECMP), with
 real TCP from iperf3 crossing it."""
 from __future__ import annotations
@@ -9,13 +9,14 @@ import time
 
 import pytest
 
-from agent.qdisc_stats import QdiscReader
-from helpers import up_fabric, wait_for_streams
+from common import paths
+from datapath.qdisc_stats import QdiscReader
 from netns_topology import LeafSpine
-from talb import paths, testbed
 from talb.demo import GOODPUT_PER_RATE, uplink_tx
+from testbed import lifecycle
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
+from helpers import up_fabric, wait_for_streams
 
 pytestmark = pytest.mark.live
 
@@ -139,7 +140,7 @@ def test_competing_flows_build_a_standing_queue(fabric):
 
 def test_status_reports_ports_rates_and_scheme(fabric):
     prefix, topo = fabric
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     assert st["status"] == "up" and not st["missing_namespaces"]
     assert [h["ip"] for h in st["hosts"]] == [h.ip for h in topo.hosts]
     leaf0 = next(s for s in st["switches"] if s["name"] == "leaf0")
@@ -150,8 +151,10 @@ def test_status_reports_ports_rates_and_scheme(fabric):
 
 
 def test_up_on_a_running_prefix_refuses_and_leaves_it_intact(fabric):
+    from netns_topology.state import TestbedError
+
     prefix, topo = fabric
-    with pytest.raises(testbed.TestbedError, match="already up"):
-        testbed.up(LeafSpine(spines=1, leaves=1, hosts_per_leaf=1), prefix)
+    with pytest.raises(TestbedError, match="already up"):
+        lifecycle.up(LeafSpine(spines=1, leaves=1, hosts_per_leaf=1), prefix)
     h3 = host(topo, "h3")
     assert ping_all_pairs([("h0->h3", ns(prefix, "h0"), h3.ip)])[(ns(prefix, "h0"), h3.ip)]

@@ -110,8 +110,8 @@ def test_no_reference_no_number():
 
 
 def test_names_are_checked_against_the_topology():
+    from common import paths
     from netns_topology import load_topology
-    from talb import paths
     from workload.faults import check_names
 
     topo = load_topology(paths.REPO_ROOT / "topologies" / "talb.yaml")

@@ -12,11 +12,12 @@ import subprocess
 
 import pytest
 
-from helpers import processes_in_hosts, up_fabric
-from talb import paths, testbed
-from tiny_model import tiny_profile
+from common import paths
+from netns_topology.state import load_topology_of
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
+from helpers import processes_in_hosts, up_fabric
+from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
 
@@ -34,10 +35,10 @@ def fabric(request, bcc):
 
 
 def _switches(prefix, fn):
-    from agent.maps import SwitchMaps
+    from datapath.maps import SwitchMaps
 
     out = {}
-    for sw in testbed.load_topology_of(prefix).switches:
+    for sw in load_topology_of(prefix).switches:
         with SwitchMaps(paths.pin_dir(prefix, sw.name)) as m:
             out[sw.name] = fn(m)
     return out
@@ -67,8 +68,8 @@ CASES = [
 
 @pytest.mark.parametrize("kind, arch, params", CASES, ids=[c[0] for c in CASES])
 def test_fault_mid_training(fabric, tmp_path, kind, arch, params):
-    from agent.control import read_config
     from agent.daemon import running_pid
+    from datapath.control import read_config
 
     agent_before = running_pid(fabric)
     config_before = _switches(fabric, read_config)

@@ -69,6 +69,7 @@ from collections import Counter
 
 import pytest
 
+from common.c_constants import SCHEMES
 import fuzzframes as F
 from helpers import ProgTestSwitch, loaded_switch
 
@@ -79,7 +80,6 @@ TC_ACT_SHOT = 2
 TC_ACT_REDIRECT = 7
 VERDICTS = {TC_ACT_OK: "ok", TC_ACT_SHOT: "shot", TC_ACT_REDIRECT: "redirect"}
 DEFAULT_FRAMES = 100_000         # per program: 7 programs, 700,000 frames
-SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
 # --- the switch under test -------------------------------------------------------------
 N_PORTS = 8
@@ -153,13 +153,13 @@ def tally(request):
 # --- one test run per frame, without allocations -----------------------------------------
 class Runner:
     """BPF_PROG_TEST_RUN of one program on frame after frame: the attr,
-    buffers and ctx made once (agent.bpf_syscall.prog_test_run makes them
+    buffers and ctx made once (datapath.bpf_syscall.prog_test_run makes them
     per call, a third of the time of a run)."""
 
     OUT = F.TEST_RUN_MAX + 512
 
     def __init__(self, prog_fd: int):
-        from agent import bpf_syscall as sc
+        from datapath import bpf_syscall as sc
 
         self.sc = sc
         self.nr = sc._syscall_nr()
@@ -207,8 +207,8 @@ class TxReader:
     BPF_MAP_LOOKUP_BATCH."""
 
     def __init__(self, map_fd: int, n: int):
-        from agent import bpf_syscall as sc
-        from agent.maps import possible_cpus
+        from datapath import bpf_syscall as sc
+        from datapath.maps import possible_cpus
 
         self.sc = sc
         self.nr = sc._syscall_nr()
@@ -257,7 +257,7 @@ class FuzzSwitch(ProgTestSwitch):
         return {d: [self.ifindex[p] for p in ps] for d, ps in GROUPS.items()}
 
     def reset(self, scheme: str):
-        from agent import control
+        from datapath import control
 
         for m in ("counters", "port_stats", "flowlets", "port_queue", "drill_mem",
                   "conga_dre", "conga_to_leaf", "conga_from_leaf", "conga_fb_cursor"):
@@ -278,13 +278,13 @@ class FuzzSwitch(ProgTestSwitch):
                                 tensor_idle_us=1_000_000, n_bands=4, layers_per_band=2)
         control.set_scheme(self.maps, scheme)
         self.scheme = scheme
-        from agent.maps import IPv4Key
+        from datapath.structs import IPv4Key
 
         self.gid = {F.ip4(d): self.maps.fwd[IPv4Key.of(d)] for d in GROUPS}
 
     def shake(self, rng: random.Random):
         """Between batches: other ports down, new PCMs, TaLB's knobs, a sweep."""
-        from agent import control
+        from datapath import control
 
         self.down = set(DOWN_ALWAYS) | set(rng.choice(((), (), ("p4",), ("p2", "p3"),
                                                        ("p1", "p2", "p3", "p4"))))
@@ -548,8 +548,8 @@ def check_tensor_state(sw: FuzzSwitch, scheme: str, where: str, occ_start: int =
     within the limit -- or within what it was at the batch's start
     (``occ_start``), when a shake lowered the limit below it: the limit
     stops inserts, it evicts nothing. Returns the occupancy."""
-    from agent import control
-    from agent.schemes import talb as tm
+    from datapath import control
+    from datapath.schemes import talb as tm
 
     cfg = control.read_config(sw.maps)
     entries = list(sw.maps.tensors.items())
@@ -600,7 +600,7 @@ BATCH = 2500
 def fuzz_switch(sw: FuzzSwitch, scheme: str, seed: int, frames: int, tally: Tally):
     from pyroute2 import netns
 
-    from agent import control
+    from datapath import control
 
     rng = random.Random(f"{seed}-{scheme}")
     gen = F.SwitchFrames(rng, switch_net())
@@ -639,7 +639,7 @@ def fuzz_switch(sw: FuzzSwitch, scheme: str, seed: int, frames: int, tally: Tall
     return seen
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", tuple(SCHEMES))
 def test_switch_fuzz(fsw, scheme, tally, request):
     fuzz_switch(fsw, scheme, tally.seed, fuzz_frames(request.config), tally)
 
@@ -649,7 +649,7 @@ def test_kernel_refuses_frames_it_cannot_run(fsw, tally):
     refuses the test run (EINVAL), and no counter moves."""
     from pyroute2 import netns
 
-    from agent import control
+    from datapath import control
 
     before = control.read_counters(fsw.maps)
     netns.pushns(fsw.netns)
@@ -676,7 +676,7 @@ def test_kernel_refuses_frames_it_cannot_run(fsw, tally):
 # --- the host tagger ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def host_dp(bcc, tmp_path_factory):
-    from agent.host_loader import HostDatapath
+    from datapath.host_loader import HostDatapath
 
     dp = HostDatapath(None, tmp_path_factory.mktemp("unused-pins")).load()
     try:
@@ -686,7 +686,7 @@ def host_dp(bcc, tmp_path_factory):
 
 
 def install_host_plan(maps, rings: dict, isns: dict):
-    from agent.host_maps import HostDesc, HostFlowKey, HostIsn, HostRing
+    from datapath.host_maps import HostDesc, HostFlowKey, HostIsn, HostRing
 
     maps.flow_isn.clear()
     maps.flow_rings.clear()
@@ -726,7 +726,7 @@ HOST_BATCH = 1000
 
 
 def test_host_tagger_fuzz(host_dp, tally, request):
-    from agent.host_maps import HostFlowKey
+    from datapath.host_maps import HostFlowKey
 
     frames = fuzz_frames(request.config)
     seed = tally.seed
@@ -821,7 +821,7 @@ def test_generated_frames_read_the_same_in_scapy():
     from scapy.packet import Raw
     from scapy.utils import checksum
 
-    from talb.wire import TaLBHeader, talb_header_of
+    from common.wire import TaLBHeader, talb_header_of
 
     rng = random.Random(1234)
     gen = F.SwitchFrames(rng, switch_net())
@@ -876,8 +876,8 @@ def test_remembered_done_entries_do_not_evict_live_tensors(fsw):
     unknown tensors met midway (pkt_idx 1)."""
     from pyroute2 import netns
 
-    from agent import control
-    from agent.maps import CONST
+    from common.c_constants import CONST
+    from datapath import control
 
     sw = fsw
     sw.reset("talb")

@@ -2,7 +2,7 @@
 
 Part 1, BPF_PROG_TEST_RUN: the program compiled by bcc, loaded and verified
 by the kernel (not attached), fed hand-made frames; its maps set and read
-through agent.host_maps.
+through datapath.host_maps.
 
 Part 2, live: two host namespaces joined by one veth pair (no switch, so
 nothing strips the option: both ends take MTU 1600 to receive it, and a
@@ -67,7 +67,7 @@ class Host:
             self.maps[name].clear()
 
     def run(self, frame: bytes, ctx=None, repeat: int = 1):
-        from agent import bpf_syscall as sc
+        from datapath import bpf_syscall as sc
 
         ret, out, dur, _ = sc.prog_test_run(self.dp.prog_fd, frame, ctx=ctx, repeat=repeat)
         return ret, out, dur
@@ -76,18 +76,18 @@ class Host:
         return {k: v for k, v in self.maps.read_counters().items() if v}
 
     def key(self, src=SRC, sport=SPORT, dst=DST, dport=DPORT):
-        from agent.host_maps import HostFlowKey
+        from datapath.host_maps import HostFlowKey
 
         return HostFlowKey.of(src, sport, dst, dport)
 
     def set_isn(self, isn: int, active: bool = True, **key):
-        from agent.host_maps import HOST_ISN_ACTIVE, HostIsn
+        from datapath.host_maps import HOST_ISN_ACTIVE, HostIsn
 
         self.maps.flow_isn[self.key(**key)] = HostIsn(isn, HOST_ISN_ACTIVE if active else 0)
 
     def set_ring(self, descs: dict[int, tuple], **key):
         """descs: slot -> (start, end, tensor_id, layer, len_pkts, mss)"""
-        from agent.host_maps import HostDesc, HostRing
+        from datapath.host_maps import HostDesc, HostRing
 
         ring = HostRing()
         for slot, (start, end, tid, layer, len_pkts, mss) in descs.items():
@@ -97,7 +97,7 @@ class Host:
 
 @pytest.fixture(scope="module")
 def host_dp(bcc, tmp_path_factory):
-    from agent.host_loader import HostDatapath
+    from datapath.host_loader import HostDatapath
 
     dp = HostDatapath(None, tmp_path_factory.mktemp("unused-pins")).load()
     try:
@@ -132,7 +132,7 @@ def ip_checksum_ok(frame: bytes) -> bool:
     from scapy.layers.inet import IP
     from scapy.layers.l2 import Ether
 
-    importlib.import_module("talb.wire")  # registers IPOption_TaLB: the option parses as itself
+    importlib.import_module("common.wire")  # registers IPOption_TaLB: the option parses as itself
 
     ip = Ether(frame)[IP]
     fresh = ip.copy()
@@ -142,7 +142,7 @@ def ip_checksum_ok(frame: bytes) -> bool:
 
 def assert_tagged(inp: bytes, out: bytes, *, tensor_id, layer, tensor_len, pkt_idx, last):
     """``out`` is ``inp`` with the option pushed right after the base header."""
-    from talb.wire import FLAG_LAST, OPT_LEN, TaLBHeader
+    from common.wire import FLAG_LAST, OPT_LEN, TaLBHeader
 
     assert len(out) == len(inp) + OPT_LEN
     assert out[:14] == inp[:14]                           # Ethernet untouched
@@ -158,7 +158,7 @@ def assert_tagged(inp: bytes, out: bytes, *, tensor_id, layer, tensor_len, pkt_i
 
 
 def test_map_layouts_match_the_mirrors(host):
-    from agent import host_maps as H
+    from datapath import host_maps as H
 
     for name, (kt, vt, mtype) in H.HOST_MAP_SPECS.items():
         info = host.maps[name].info
@@ -173,8 +173,8 @@ def test_map_layouts_match_the_mirrors(host):
 
 
 def test_option_flags_agree_with_wire_format():
-    from agent import host_maps as H
-    from talb import wire
+    from common import wire
+    from datapath import host_maps as H
 
     assert H.HOST_OPT_VERSION == wire.VERSION and H.HOST_OPT_F_LAST == wire.FLAG_LAST
 
@@ -242,7 +242,7 @@ def test_tagged_output_dissects_with_scapy(host):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from talb.wire import TaLBHeader, talb_header_of
+    from common.wire import TaLBHeader, talb_header_of
 
     host.set_isn(1000)
     host.set_ring({0: A})
@@ -326,7 +326,7 @@ def test_a_stale_entry_of_the_same_id_starts_afresh(host):
     idle longer than HOST_WIRE_STALE_NS belongs to an earlier tensor and is
     replaced, not continued; one idle for less is continued (a retransmission
     after a long RTO backoff)."""
-    from agent.host_maps import HOST_WIRE_STALE_NS, HostWire
+    from datapath.host_maps import HOST_WIRE_STALE_NS, HostWire
 
     host.set_isn(1000)
     host.set_ring({0: A})
@@ -420,7 +420,7 @@ def test_untagged_packets_pass_unchanged_counted_by_reason(host, case):
 
 
 def test_gso_skb_is_not_tagged(host):
-    from agent import bpf_syscall as sc
+    from datapath import bpf_syscall as sc
 
     host.set_isn(1000)
     host.set_ring({0: A})
@@ -451,7 +451,7 @@ def test_tagging_cost(host, bcc, record_property, capsys):
     push changes, so the push is timed with single runs (median of many, the
     empty program's median subtracted); the paths that leave the packet alone
     with repeat=100000."""
-    from agent import bpf_syscall as sc
+    from datapath import bpf_syscall as sc
 
     b = bcc.BPF(text=b"int empty(struct __sk_buff *skb) { return 0; }")
     try:
@@ -496,7 +496,7 @@ class Pair:
     IPS = {"h1": SRC, "h2": DST}
 
     def __init__(self):
-        from talb import paths
+        from common import paths
 
         self.prefix = new_prefix()
         self.ns = {h: paths.netns_name(self.prefix, h) for h in self.IPS}
@@ -506,8 +506,8 @@ class Pair:
     def build(self):
         from pyroute2 import IPRoute
 
-        from agent.host_loader import HostDatapath
-        from agent.loader import ensure_bpffs
+        from datapath.host_loader import HostDatapath
+        from datapath.loader import ensure_bpffs
         from netns_topology import create_namespace
 
         for ns in self.ns.values():
@@ -544,7 +544,7 @@ class Pair:
                 dp.pin()
 
     def maps(self, h):
-        from agent.host_maps import HostMaps
+        from datapath.host_maps import HostMaps
 
         return HostMaps(self.pin[h])
 
@@ -565,8 +565,8 @@ class Pair:
     def teardown(self):
         from pyroute2 import netns
 
-        from agent.loader import remove_pins
-        from talb import paths
+        from common import paths
+        from datapath.loader import remove_pins
 
         for b in self.extra_bpf:
             b.cleanup()
@@ -745,7 +745,7 @@ def _parse(frames, sport: int, dport: int):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from talb.wire import talb_header_of
+    from common.wire import talb_header_of
 
     out = []
     for raw in frames:
@@ -761,7 +761,7 @@ def _parse(frames, sport: int, dport: int):
 def check_stream(segments, records, stream: bytes) -> dict:
     """Every data segment tagged as its records say, pure ACKs untagged, the
     bytes on the wire the stream's; returns a summary."""
-    from talb.wire import OPT_LEN
+    from common.wire import OPT_LEN
 
     syn = [s for s in segments if "S" in s[1]]
     assert syn, "no SYN captured"
@@ -807,7 +807,7 @@ def check_stream(segments, records, stream: bytes) -> dict:
 def test_kernel_counts_the_syn_in_bytes_acked_on_the_active_side_only(pair):
     """The fact the library's stream offsets rest on (tensor_sender.py), and
     the program's record of which side opened the flow."""
-    from agent.host_maps import HostFlowKey
+    from datapath.host_maps import HostFlowKey
     from workload.tensor_sender import _TCPI_BYTES_ACKED
 
     def acked(s):
@@ -919,7 +919,7 @@ def test_live_accepted_socket_tags_too(pair):
 
 
 def test_live_ring_overrun_raises_then_waits(pair):
-    from agent.host_maps import HOST_RING_SLOTS
+    from datapath.host_maps import HOST_RING_SLOTS
     from workload.tensor_sender import RingOverrunError, TensorSender
 
     dropper = Dropper(pair, "h2")
@@ -1018,7 +1018,7 @@ def test_stream_offset_exact_while_acks_land_between_its_reads(pair):
 
 
 def test_errors_name_the_problem(pair, tmp_path):
-    from agent.host_maps import HostFlowKey
+    from datapath.host_maps import HostFlowKey
     from workload.tensor_sender import TensorSender, TensorSenderError
 
     rx = Receiver(pair.ns["h2"], DST)
@@ -1061,8 +1061,8 @@ def test_errors_name_the_problem(pair, tmp_path):
 
 def test_untagged_when_connection_predates_the_program(pair):
     """A flow whose SYN the program never saw goes out untagged, counted."""
-    from agent.host_loader import HostDatapath, egress_filter
-    from agent.host_maps import HostDesc, HostFlowKey, HostRing
+    from datapath.host_loader import HostDatapath, egress_filter
+    from datapath.host_maps import HostDesc, HostFlowKey, HostRing
 
     HostDatapath(pair.ns["h1"], pair.pin["h1"]).detach(["eth0"])
     assert egress_filter(pair.ns["h1"], "eth0") is None
@@ -1104,16 +1104,17 @@ print(json.dumps({"pin": str(tx.pin_dir), "records": [r.__dict__ for r in recs]}
 
 @pytest.mark.live
 def test_testbed_up_attaches_the_host_program_everywhere(bcc):
-    from agent.host_loader import egress_filter
-    from agent.host_maps import HostMaps
+    from common import paths
+    from datapath.host_loader import egress_filter
+    from datapath.host_maps import HostMaps
     from netns_topology import LeafSpine
-    from talb import paths, testbed
+    from testbed import lifecycle
     from workload.tensor_sender import locate_host
 
     prefix = new_prefix()
     topo = LeafSpine(spines=1, leaves=2, hosts_per_leaf=1)
     try:
-        testbed.up(topo, prefix)
+        lifecycle.up(topo, prefix)
         for h in topo.hosts:
             ns = paths.netns_name(prefix, h.name)
             assert egress_filter(ns, h.iface)["name"].startswith("talb_host_tc")
@@ -1139,5 +1140,5 @@ def test_testbed_up_attaches_the_host_program_everywhere(bcc):
             loc = locate_host(s)
         assert (loc.prefix, loc.host, loc.index) == (prefix, h1.name, 1)
     finally:
-        testbed.down(prefix)
+        lifecycle.down(prefix)
     assert not paths.pin_dir(prefix).exists()

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from common import paths
 from helpers import sends_at_once, spine_captures, spines_of, up_fabric
-from talb import paths
 
 pytestmark = pytest.mark.live
 

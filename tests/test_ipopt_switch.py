@@ -38,7 +38,7 @@ NOPS = b"\x01" * 4          # a non-TaLB option list entry: 4 NOPs
 class Switch(ProgTestSwitch):
     def configure(self, scheme: str) -> None:
         """Fresh counters, stats, flowlets and CONGA tables; `scheme` in force."""
-        from agent import control
+        from datapath import control
 
         for m in (self.maps.counters, self.maps.port_stats, self.maps.flowlets,
                   self.maps.conga_dre, self.maps.conga_to_leaf, self.maps.conga_from_leaf,
@@ -114,7 +114,7 @@ def frame(dst: str, opts: bytes = b"", *, udp=False, payload=b"t" * 40, tos=0, d
 
 def talb_opt(tensor_id=0x01020304, layer=3, tensor_len=9, pkt_idx=2) -> bytes:
     """TaLB's option (bpf/include/talb/talb_option.h), version 1."""
-    from agent.maps import CONST
+    from common.c_constants import CONST
 
     return (bytes([CONST["TALB_IPOPT_TYPE"], CONST["TALB_IPOPT_LEN"]])
             + tensor_id.to_bytes(4, "big") + bytes([layer, CONST["TALB_IPOPT_VERSION"]])
@@ -123,7 +123,7 @@ def talb_opt(tensor_id=0x01020304, layer=3, tensor_len=9, pkt_idx=2) -> bytes:
 
 def conga_opt(src_leaf: int, lbtag: int, ce: int = 0, fb=None) -> bytes:
     """CONGA's option (bpf/include/talb/conga_option.h), version 1."""
-    from agent.maps import CONST
+    from common.c_constants import CONST
 
     flags = CONST["TALB_CONGA_VERSION"] | (CONST["TALB_CONGA_F_FB"] if fb else 0)
     fb_tag, fb_metric = fb or (0, 0)

@@ -10,7 +10,8 @@ import random
 
 import pytest
 
-from bench.sweep.plan import PRESETS, PlanError, build_plan
+from experiments.sweep.kinds import build_plan
+from experiments.sweep.plan import PRESETS, PlanError
 from workload import background_only as bo
 
 IMPL = frozenset(("ecmp", "rps", "letflow", "drill", "conga", "talb"))
@@ -90,8 +91,8 @@ def test_class_summary_counts_means_and_p99():
 
 
 def test_capacity_window_and_cdf_rules():
+    from common import paths
     from netns_topology import load_topology
-    from talb import paths
     from workload.background import FlowSizeCDF, arrival_rate
 
     topo = lambda n: load_topology(paths.REPO_ROOT / "topologies" / n)  # noqa: E731
@@ -170,7 +171,7 @@ FACTOR = {"symmetric": {"ecmp": 1.6, "rps": 1.3, "letflow": 1.25, "drill": 1.0, 
 
 def _fake(spec, path):
     """A results file shaped like background_only.run's, FCTs made up."""
-    from bench.sweep.lbclassic import fabric_kind
+    from experiments.sweep.lbclassic import fabric_kind
 
     kind = fabric_kind(spec.topology)
     rng = random.Random(hash((spec.seed, spec.load, spec.background_cdf, spec.scheme)) & 0xFFFF)
@@ -201,8 +202,8 @@ def _fake(spec, path):
 
 
 def _report(tmp_path, **over):
-    from bench.sweep.runner import run_plan
-    from bench.sweep.summary import finish
+    from experiments.sweep.kinds import finish
+    from experiments.sweep.runner import run_plan
 
     p = build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.8], seeds=3, **over)
     run_plan(p, tmp_path, run_fn=_fake, progress=False)
@@ -210,7 +211,7 @@ def _report(tmp_path, **over):
 
 
 def test_report_gives_every_direction_a_paired_verdict(tmp_path):
-    from bench.sweep.lbclassic import DIRECTIONS
+    from experiments.sweep.lbclassic import DIRECTIONS
 
     p, res = _report(tmp_path)
     dirs = res["directions"]
@@ -249,7 +250,7 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
 
 
 def test_report_is_reproducible_and_says_what_was_not_run(tmp_path):
-    from bench.sweep.summary import finish
+    from experiments.sweep.kinds import finish
 
     p, res = _report(tmp_path, schemes=["ecmp", "drill"], cdfs=["websearch"])
     csv1 = (tmp_path / "runs.csv").read_text()
@@ -264,8 +265,8 @@ def test_report_is_reproducible_and_says_what_was_not_run(tmp_path):
 
 
 def test_within_margin_test_both_ways():
-    from bench.sweep.lbclassic import _outcome, _test_pvalues
-    from bench.sweep.stats import paired
+    from experiments.sweep.lbclassic import _outcome, _test_pvalues
+    from experiments.sweep.stats import paired
 
     def verdict(ratios):
         a = [r * 10 for r in ratios]

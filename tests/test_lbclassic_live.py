@@ -26,11 +26,13 @@ def _directions_table(md: str) -> list[str]:
 
 
 def test_lb_classic_quick_end_to_end(root, tmp_path):
-    from bench.sweep.lbclassic import DIRECTIONS
-    from bench.sweep.plan import build_plan
+    from common import paths
+    from experiments.sweep.kinds import build_plan
+    from experiments.sweep.lbclassic import DIRECTIONS
+    from netns_topology.state import exists
     from netns_topology.teardown import namespaces
-    from talb import paths, testbed
     from talb.cli import main
+    from testbed import lifecycle
 
     prefix = new_prefix()
     out = tmp_path / "lbq"
@@ -90,16 +92,18 @@ def test_lb_classic_quick_end_to_end(root, tmp_path):
             assert (out / f).read_text() == text, f
         assert _directions_table((out / "summary.md").read_text()) == table
     finally:
-        if testbed.exists(prefix):
-            testbed.down(prefix)
+        if exists(prefix):
+            lifecycle.down(prefix)
 
 
 def test_talb_run_model_none(root, tmp_path):
     """`talb run --model none` builds its fabric, runs, prints the per-class
     table and removes everything."""
+    from common import paths
+    from netns_topology.state import exists
     from netns_topology.teardown import namespaces
-    from talb import paths, testbed
     from talb.cli import main
+    from testbed import lifecycle
 
     prefix = new_prefix()
     out = tmp_path / "bg.json"
@@ -118,5 +122,5 @@ def test_talb_run_model_none(root, tmp_path):
         assert bg["all"]["done"] > 0 and bg["all"]["nfct_mean"] >= 0.9
         assert {"cpu_guard", "tcp", "uplinks", "port_drops"} <= set(res["summary"])
     finally:
-        if testbed.exists(prefix):
-            testbed.down(prefix)
+        if exists(prefix):
+            lifecycle.down(prefix)

@@ -68,7 +68,7 @@ def tcp_transfer(src_ns: str, dst_ns: str, dst_ip: str, nbytes: int = 4 << 20,
 
 class Topo:
     def __init__(self):
-        from talb.paths import netns_name, pin_dir
+        from common.paths import netns_name, pin_dir
 
         self.prefix = new_prefix()
         self.h1, self.sw, self.h2 = (netns_name(self.prefix, n) for n in ("h1", "sw", "h2"))
@@ -121,7 +121,7 @@ class Topo:
     def teardown(self):
         from pyroute2 import netns
 
-        from agent.loader import SwitchDatapath, remove_pins
+        from datapath.loader import SwitchDatapath, remove_pins
 
         for p in self.procs:
             if p.poll() is None:
@@ -154,9 +154,9 @@ def topo(bcc):
 
 _LOAD_SCRIPT = """
 import json, sys
-from agent import control
-from agent.loader import SwitchDatapath, ensure_bpffs
-from agent.maps import SwitchMaps
+from datapath import control
+from datapath.loader import SwitchDatapath, ensure_bpffs
+from datapath.maps import SwitchMaps
 netns, pin, ports, groups = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 ensure_bpffs()
 dp = SwitchDatapath(netns, pin).load()
@@ -169,8 +169,8 @@ with SwitchMaps(pin) as maps:
 
 _READ_SCRIPT = """
 import json, sys
-from agent import control
-from agent.maps import SwitchMaps
+from datapath import control
+from datapath.maps import SwitchMaps
 with SwitchMaps(sys.argv[1]) as maps:
     print(json.dumps({"ports": control.read_port_stats(maps),
                       "counters": control.read_counters(maps),
@@ -203,15 +203,15 @@ def test_no_bridge_no_forwarding(topo):
 
 
 def test_load_attach_pin_exit_then_forward_count_control_detach(topo):
-    from agent import control
-    from agent.loader import SwitchDatapath, ingress_filter, remove_pins
-    from agent.maps import SwitchMaps
+    from datapath import control
+    from datapath.loader import SwitchDatapath, ingress_filter, remove_pins
+    from datapath.maps import SwitchMaps
 
     # load + attach + pin + program in a process that then exits
     cfg = json.loads(_py(_LOAD_SCRIPT, topo.sw, str(topo.pin), json.dumps(topo.ports),
                          json.dumps(topo.groups)))
     assert cfg["scheme"] == "ecmp" and cfg["release_sk"] is True
-    from agent.maps import MAP_SPECS
+    from datapath.maps import MAP_SPECS
 
     assert sorted(p.name for p in topo.pin.iterdir()) == sorted(MAP_SPECS)
     for p in ("p1", "p2"):
@@ -270,10 +270,10 @@ def test_load_attach_pin_exit_then_forward_count_control_detach(topo):
 def test_attach_idempotent_and_reload_reuses_pins(topo):
     from pyroute2 import IPRoute
 
-    from agent import bpf_syscall as sc
-    from agent import control
-    from agent.loader import TC_H_CLSACT_INGRESS, SwitchDatapath
-    from agent.maps import SwitchMaps
+    from datapath import bpf_syscall as sc
+    from datapath import control
+    from datapath.loader import TC_H_CLSACT_INGRESS, SwitchDatapath
+    from datapath.maps import SwitchMaps
 
     dp = SwitchDatapath(topo.sw, topo.pin).load(hash_seed=99)
     try:
@@ -384,8 +384,8 @@ def test_first_hop_release_builds_queue(topo, record_property, capsys):
     """HTB 100 Mbit/s + bfifo 150 KB on sw -> h2; two cubic flows. With the
     first-hop release the queue fills like a switch's; without it TCP Small
     Queues keeps each flow's in-flight bytes charged to its socket small."""
-    from agent import control
-    from agent.loader import SwitchDatapath
+    from datapath import control
+    from datapath.loader import SwitchDatapath
 
     if not shutil.which("iperf3"):
         skip_or_fail("iperf3 not installed")

@@ -32,9 +32,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from common import paths
+from netns_topology.state import load_topology_of
+from talb import monitoring, report
+from testbed import lifecycle
 from conftest import new_prefix, skip_or_fail
 from helpers import free_port
-from talb import monitoring, paths, report, testbed
 
 DASHBOARD_DIR = paths.REPO_ROOT / "grafana" / "dashboards"
 PROVISIONING = paths.REPO_ROOT / "grafana" / "provisioning"
@@ -238,7 +241,7 @@ def live(request, bcc, tmp_path_factory):
     def cleanup():
         monitoring.down()
         daemon.stop_background(prefix)
-        testbed.down(prefix)
+        lifecycle.down(prefix)
         for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -246,7 +249,7 @@ def live(request, bcc, tmp_path_factory):
                 os.environ[k] = v
 
     request.addfinalizer(cleanup)
-    testbed.up(load_topology(paths.REPO_ROOT / "topologies" / "talb.yaml"), prefix)
+    lifecycle.up(load_topology(paths.REPO_ROOT / "topologies" / "talb.yaml"), prefix)
     agent_port = free_port()
     daemon.start_background(prefix, metrics_port=agent_port)
     state = monitoring.up(prometheus_port=free_port(), grafana=False)
@@ -368,7 +371,7 @@ def test_the_run_numbers_in_prometheus_are_the_results_files(live):
     assert one(f'sum(talb_port_band_tx_bytes_total{{testbed="{p}", band!="0"}})', None) > \
         res["summary"]["tensors"]["delivered_bytes"] / 2
     # every tensor crossing the fabric made an entry in its source leaf's table
-    leaf_of = {h.name: h.leaf for h in testbed.load_topology_of(p).hosts}
+    leaf_of = {h.name: h.leaf for h in load_topology_of(p).hosts}
     node_leaf = [leaf_of[h] for h in res["placement"]["workers"] + res["placement"]["servers"]]
     crossing: dict = {}
     for t in res["tensors"]:

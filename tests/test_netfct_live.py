@@ -33,11 +33,11 @@ import time
 
 import pytest
 
-from helpers import socket_in, up_fabric
-from talb import paths
-from tiny_model import tiny_profile
+from common import paths
 from workload.experiment import RunConfig, run
 from workload.scaling import scaling_for
+from helpers import socket_in, up_fabric
+from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
 
@@ -137,7 +137,7 @@ def _send_and_time(prefix, topo, sizes, *, gap_s=0.03, sequential=True, sndbuf=N
     from the TensorSender's records, the sender host's tensor_wire map and
     the receiver. ``sequential``: each waits for the last one's delivery
     (and ``gap_s``); else all are handed over back to back."""
-    from agent.host_maps import HostMaps
+    from datapath.host_maps import HostMaps
     from workload.tensor_sender import TensorSender
 
     dst = _host(topo, DST)

@@ -1,5 +1,5 @@
 """A non-editable install carries what talb needs at run time: the eBPF C
-sources (bpf/, packaged as talb/bpf), found by talb.paths outside a checkout."""
+sources (bpf/, packaged as common/bpf), found by common.paths outside a checkout."""
 from __future__ import annotations
 
 import os
@@ -30,7 +30,7 @@ def test_wheel_carries_every_bpf_source_and_talb_finds_them(tmp_path):
     sources = {p.relative_to(REPO / "bpf").as_posix() for p in (REPO / "bpf").rglob("*")
                if p.is_file() and p.suffix in (".c", ".h")}
     assert "switch_tc.c" in sources and "include/talb/maps.h" in sources
-    missing = sorted(s for s in sources if f"talb/bpf/{s}" not in names)
+    missing = sorted(s for s in sources if f"common/bpf/{s}" not in names)
     assert not missing, f"not in the wheel: {missing}"
     # every Python package of the checkout (a new subpackage must be listed in pyproject)
     packages = {p.relative_to(REPO).as_posix() for p in REPO.glob("*/**/__init__.py")
@@ -39,14 +39,14 @@ def test_wheel_carries_every_bpf_source_and_talb_finds_them(tmp_path):
     missing = sorted(p for p in packages if p not in names)
     assert not missing, f"packages not in the wheel (add them to pyproject.toml): {missing}"
 
-    # the unpacked wheel alone on the path, run from elsewhere: talb.paths
+    # the unpacked wheel alone on the path, run from elsewhere: common.paths
     # points into it, and the loaders (which read bpf/ headers at import) import
     site = tmp_path / "site"
-    probe = ("import talb.paths as p, agent.loader as l, agent.host_loader as h;"
+    probe = ("import common.paths as p, datapath.loader as l, datapath.host_loader as h;"
              "print(p.__file__); print(p.BPF_SRC_DIR); print(l.SWITCH_SRC.is_file(), h.HOST_SRC.is_file())")
     r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(site)}, timeout=60)
     assert r.returncode == 0, r.stderr
     module, bpf_dir, found = r.stdout.splitlines()
-    assert Path(module).is_relative_to(site) and Path(bpf_dir) == site / "talb" / "bpf", r.stdout
+    assert Path(module).is_relative_to(site) and Path(bpf_dir) == site / "common" / "bpf", r.stdout
     assert found == "True True", r.stdout

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from talb import paths
+from common import paths
 from workload.background import BgHost, FlowSizeCDF, plan_digest, plan_flows
 from workload.patterns.common import wait_for_go
 
@@ -138,8 +138,8 @@ def test_plan_digest_names_the_plan():
 
 
 # --- the summary's check -----------------------------------------------------------------
-from bench.sweep import pairing as pc            # noqa: E402
-from bench.sweep.results import CELL_FIELDS     # noqa: E402
+from experiments.sweep import pairing as pc  # noqa: E402
+from experiments.sweep.results import CELL_FIELDS  # noqa: E402
 
 MB = 1_000_000
 
@@ -250,9 +250,9 @@ def test_pairing_fields_of_a_results_file():
 def test_sweep_summary_shows_the_pairing(tmp_path):
     """Results files with a pairing record: runs.csv has the columns and
     summary.md the verdict and the table."""
-    from bench.sweep.plan import ALL_SCHEMES, build_plan
-    from bench.sweep.runner import run_plan
-    from bench.sweep.summary import finish
+    from experiments.sweep.kinds import build_plan, finish
+    from experiments.sweep.plan import ALL_SCHEMES
+    from experiments.sweep.runner import run_plan
     from test_sweep import _fake_results
 
     def fake(spec, path):

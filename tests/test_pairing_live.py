@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sweep import pairing as pc
-from bench.sweep.results import CELL_FIELDS
-from helpers import processes_in_hosts, up_fabric
-from talb import paths
-from tiny_model import tiny_profile
+from common import paths
+from experiments.sweep import pairing as pc
+from experiments.sweep.results import CELL_FIELDS
 from workload.experiment import GO_LEAD_S, RunConfig, run
 from workload.scaling import scaling_for
+from helpers import processes_in_hosts, up_fabric
+from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
 

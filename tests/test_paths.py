@@ -1,4 +1,4 @@
-"""talb/paths.py: root-only files and directories, checked names."""
+"""common/paths.py: root-only files and directories, checked names."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from talb import paths
+from common import paths
 
 
 def mode(path) -> int:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agent import pcm
 from agent.pcm import PortLoad
-from agent.schemes.talb import pcm_to_fixed, smooth_wrr_schedule, fixed_wrr_weights
+from datapath.schemes.talb import pcm_to_fixed, smooth_wrr_schedule, fixed_wrr_weights
 
 C = 100e6          # bit/s
 FRAME = 1500       # bytes
@@ -216,7 +216,7 @@ def test_wrr_weights_are_normalised_residuals(g):
 @settings(max_examples=300, deadline=None)
 @given(groups())
 def test_published_schedule_follows_the_weights(g):
-    """What publish_pcm writes (agent.schemes.talb: fixed point, integer weights,
+    """What publish_pcm writes (datapath.schemes.talb: fixed point, integer weights,
     smooth WRR): over one schedule each port appears its share of 1 - P_i,
     within one slot."""
     p = pcm.group_pcm(*g)

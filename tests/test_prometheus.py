@@ -17,11 +17,11 @@ import urllib.request
 import pytest
 
 from agent import daemon
+from common import paths
+from netns_topology import LeafSpine
+from workload.iperf import run_iperf3
 from conftest import skip_or_fail
 from helpers import free_port, up_fabric
-from netns_topology import LeafSpine
-from talb import paths
-from workload.iperf import run_iperf3
 
 pytestmark = pytest.mark.live
 

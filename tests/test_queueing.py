@@ -10,13 +10,14 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from bench.sweep.plan import ALL_SCHEMES, PlanError, arm, arm_parts, build_plan
-from bench.sweep.results import points
-from bench.sweep.runner import run_plan
-from bench.sweep.stats import t_quantile
-from bench.sweep.summary import factorial_table, finish, paper_sides
+from common import paths
+from experiments.sweep.kinds import build_plan, finish
+from experiments.sweep.plan import ALL_SCHEMES, PlanError, arm, arm_parts
+from experiments.sweep.results import points
+from experiments.sweep.runner import run_plan
+from experiments.sweep.stats import t_quantile
+from experiments.sweep.summary import factorial_table, paper_sides
 from netns_topology import load_topology, qdisc
-from talb import paths
 from talb.cli import main
 
 ALL = frozenset(ALL_SCHEMES)
@@ -38,10 +39,11 @@ def test_fifo_holds_what_the_bands_hold():
 
 
 def test_set_queueing_refuses_a_bad_value_naming_it():
-    from talb import testbed
+    from netns_topology.state import TestbedError
+    from testbed import lifecycle
 
-    with pytest.raises(testbed.TestbedError, match="queueing: one of bands, fifo, got 'wfq'"):
-        testbed.set_queueing("t0noqueue", "wfq")
+    with pytest.raises(TestbedError, match="queueing: one of bands, fifo, got 'wfq'"):
+        lifecycle.set_queueing("t0noqueue", "wfq")
 
 
 # --- plans -------------------------------------------------------------------------------

@@ -16,9 +16,12 @@ import time
 import pytest
 from pyroute2 import IPRoute
 
-from helpers import free_port, up_fabric
+from common import paths
 from netns_topology import LeafSpine, qdisc
-from talb import paths, send, testbed
+from netns_topology.state import load_topology_of, queueing_of, read_state
+from talb import send
+from testbed import lifecycle
+from helpers import free_port, up_fabric
 
 pytestmark = pytest.mark.live
 
@@ -51,7 +54,7 @@ def _tree(prefix: str, node: str, ifname: str) -> tuple[dict, dict, set]:
 
 
 def _switch_ports(prefix):
-    topo = testbed.load_topology_of(prefix)
+    topo = load_topology_of(prefix)
     return [(sw.name, p.name) for sw in topo.switches for p in topo.ports(sw.name)]
 
 
@@ -70,28 +73,28 @@ def _check_trees(prefix: str, mode: str) -> None:
 
 
 def test_switch_ports_go_to_fifo_and_back(fabric):
-    assert testbed.queueing_of(fabric)["mode"] == "bands"
+    assert queueing_of(fabric)["mode"] == "bands"
     _check_trees(fabric, "bands")
-    rec = testbed.set_queueing(fabric, "fifo")
+    rec = lifecycle.set_queueing(fabric, "fifo")
     try:
         assert rec["mode"] == "fifo" and rec["switch_queue"]["limit"] == "160kb"
         assert rec["switch_queue"]["bands"] == [1] and rec["topology_queue"]["bands"] == [1, 4, 2, 1]
-        assert testbed.queueing_of(fabric) == rec and testbed.status(fabric)["queueing"] == "fifo"
+        assert queueing_of(fabric) == rec and lifecycle.status(fabric)["queueing"] == "fifo"
         _check_trees(fabric, "fifo")
-        assert testbed.set_queueing(fabric, "fifo") == rec          # already so: nothing done
+        assert lifecycle.set_queueing(fabric, "fifo") == rec          # already so: nothing done
         # the readers of the port queues: the root (1:) and its classes
-        from agent.qdisc_stats import QdiscReader
+        from datapath.qdisc_stats import QdiscReader
         from workload.measure import read_qdisc_counters
 
         with QdiscReader(paths.netns_name(fabric, "leaf0")) as reader:
             assert reader.read("h2").backlog_bytes >= 0
             assert set(reader.class_bytes("h2")) == {qdisc.PARENT_CLASS, qdisc.band_classid(0)}
-        assert set(read_qdisc_counters(fabric, testbed.load_topology_of(fabric))) == \
+        assert set(read_qdisc_counters(fabric, load_topology_of(fabric))) == \
             set(_switch_ports(fabric))
     finally:
-        testbed.set_queueing(fabric, "bands")
-    assert testbed.queueing_of(fabric)["mode"] == "bands"
-    assert "queueing" not in testbed.read_state(fabric)
+        lifecycle.set_queueing(fabric, "bands")
+    assert queueing_of(fabric)["mode"] == "bands"
+    assert "queueing" not in read_state(fabric)
     _check_trees(fabric, "bands")
 
 
@@ -119,7 +122,7 @@ def _untagged_share(prefix: str) -> tuple[float, dict]:
     try:
         time.sleep(2.0)                   # the tensors' connection is sending
         ip = run_iperf3(paths.netns_name(prefix, "h1"), paths.netns_name(prefix, "h2"),
-                        testbed.load_topology_of(prefix).hosts[2].ip, duration=5.0,
+                        load_topology_of(prefix).hosts[2].ip, duration=5.0,
                         port=free_port())
         t_iperf_end = time.monotonic()
     finally:
@@ -137,11 +140,11 @@ def test_a_high_priority_band_no_longer_takes_the_larger_share_under_fifo(fabric
     Mbit/s (12.5 MB, ~8,000 packets), with margins wide enough for TCP's
     unfairness and a busy machine (20 Mbit/s is far from what 2 CPUs forward)."""
     bands, b_info = _untagged_share(fabric)
-    testbed.set_queueing(fabric, "fifo")
+    lifecycle.set_queueing(fabric, "fifo")
     try:
         fifo, f_info = _untagged_share(fabric)
     finally:
-        testbed.set_queueing(fabric, "bands")
+        lifecycle.set_queueing(fabric, "bands")
     info = f"untagged share with bands {bands:.2f} {b_info}, in one FIFO {fifo:.2f} {f_info}"
     assert bands < 0.33, info            # expected 0.20
     assert fifo > 0.36, info             # expected ~0.50
@@ -149,9 +152,9 @@ def test_a_high_priority_band_no_longer_takes_the_larger_share_under_fifo(fabric
 
 
 def test_talb_run_records_the_queueing_and_puts_the_fabric_back(fabric, tmp_path):
-    from tiny_model import tiny_profile
     from workload.experiment import RunConfig, run
     from workload.scaling import scaling_for
+    from tiny_model import tiny_profile
 
     cfg = RunConfig(model="tiny", arch="ps", workers=2, servers=1, scheme="ecmp", iterations=3,
                     warmup=1, partition_bytes=100_000, credit_bytes=200_000, target_link_bps=20e6,
@@ -162,7 +165,7 @@ def test_talb_run_records_the_queueing_and_puts_the_fabric_back(fabric, tmp_path
     assert r["headline"]["queueing"] == "fifo" and r["config"]["queueing"] == "fifo"
     assert r["summary"]["tensors"]["corrupted"] == 0
     # the testbed was up before the run: it queues as before again
-    assert testbed.queueing_of(fabric)["mode"] == "bands"
+    assert queueing_of(fabric)["mode"] == "bands"
     _check_trees(fabric, "bands")
     # without --queueing a run takes the fabric as it is, and says so
     cfg.queueing, cfg.out = None, str(tmp_path / "as-is.json")

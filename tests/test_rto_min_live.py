@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute, netns
 
+from common.paths import netns_name
+from netns_topology import LeafSpine, build, teardown
+from workload.measure import read_tcp_counters
 from conftest import new_prefix
 from helpers import ping, run_in, socket_in
-from netns_topology import LeafSpine, build, teardown
-from talb.paths import netns_name
-from workload.measure import read_tcp_counters
 
 pytestmark = pytest.mark.live
 

@@ -13,13 +13,14 @@ import signal
 
 import pytest
 
-from helpers import processes_in_hosts, up_fabric
-from talb import paths, testbed
-from tiny_model import tiny_profile
+from common import paths
+from netns_topology.state import load_topology_of
 from workload.experiment import RunConfig, RunError, run
 from workload.patterns import allreduce, ps
 from workload.patterns.common import HEADER
 from workload.scaling import scaling_for
+from helpers import processes_in_hosts, up_fabric
+from tiny_model import tiny_profile
 
 pytestmark = pytest.mark.live
 
@@ -175,7 +176,7 @@ def test_run_with_background_load(fabric, tmp_path):
     assert params["size_scale"] == 0.05
     assert params["effective_mean_bytes"] == pytest.approx(0.05 * params["cdf_mean_bytes"])
     # every switch port's queue was read: drops by where the port leads
-    topo = testbed.load_topology_of(fabric)
+    topo = load_topology_of(fabric)
     drops = r["summary"]["port_drops"]
     assert set(drops["by_kind"]) == {"to_host", "leaf_up", "spine_down"}
     assert {(sw, p) for sw, ports in drops["ports"].items() for p in ports} == \

@@ -3,7 +3,7 @@
 Each topology (the default fabric and topologies/asymmetric.yaml, where
 leaf0 <-> spine1 runs at half rate) is built once with the BPF data path;
 every scheme is then set on every switch with `talb scheme`'s function
-(agent.control.set_scheme), without reloading anything. Per scheme:
+(datapath.control.set_scheme), without reloading anything. Per scheme:
 tensors sent with `talb send`'s machinery arrive byte for byte (SHA-256
 at the receiver), and the scheme's signature shows in leaf0's per-port
 counters. Last, schemes switch under running TCP transfers and no
@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import up_fabric, wait_for_streams
+from common import paths
 from netns_topology import LeafSpine
-from talb import paths, testbed
 from talb.demo import uplink_tx
+from testbed import lifecycle
 from workload.iperf import run_iperf3
+from helpers import up_fabric, wait_for_streams
 
 pytestmark = pytest.mark.live
 
@@ -37,7 +38,7 @@ def fabric(request, bcc):
     # `talb testbed up --scheme drill` on the asymmetric fabric
     prefix, topo = up_fabric(request, path or LeafSpine(spines=2, leaves=2, hosts_per_leaf=2),
                              scheme="drill" if request.param == "asymmetric" else None)
-    initial = {s["name"]: s["scheme"] for s in testbed.status(prefix)["switches"]}
+    initial = {s["name"]: s["scheme"] for s in lifecycle.status(prefix)["switches"]}
     assert set(initial.values()) == {topo.scheme}, initial
     return request.param, prefix, topo
 
@@ -51,8 +52,8 @@ def host(topo, name):
 
 
 def set_everywhere(prefix, topo, scheme, params=None):
-    from agent.control import set_scheme
-    from agent.maps import SwitchMaps
+    from datapath.control import set_scheme
+    from datapath.maps import SwitchMaps
 
     for sw in topo.switches:
         with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
@@ -60,8 +61,8 @@ def set_everywhere(prefix, topo, scheme, params=None):
 
 
 def counters(prefix, switch):
-    from agent.control import read_counters
-    from agent.maps import SwitchMaps
+    from datapath.control import read_counters
+    from datapath.maps import SwitchMaps
 
     with SwitchMaps(paths.pin_dir(prefix, switch)) as maps:
         return read_counters(maps)
@@ -153,8 +154,8 @@ def test_scheme_carries_every_byte_and_shows_its_signature(fabric, scheme):
         # traffic back), options stripped before every host (the tensors
         # above verified byte for byte); on the asymmetric fabric the
         # half-rate uplink carries clearly less than half of the bytes
-        from agent.control import read_conga_tables
-        from agent.maps import SwitchMaps
+        from datapath.control import read_conga_tables
+        from datapath.maps import SwitchMaps
 
         before = counters(prefix, "leaf0")
         delta = one_flow_uplinks(prefix, topo, duration=3.0, parallel=8)
@@ -187,7 +188,7 @@ def test_cli_scheme_sets_shows_and_refuses(fabric):
 
     from talb.cli import main
 
-    from agent import timers
+    from datapath import timers
 
     name, prefix, topo = fabric
     derived = timers.for_topology(topo)
@@ -258,9 +259,9 @@ def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
     and h1 -> h3, 200 Mbit/s offered to leaf0's uplinks (200 Mbit/s on the
     default fabric, 150 on the asymmetric one: there a queue stands).
     Numbers, printed; docs/schemes.md quotes them."""
-    from agent.control import read_queue_estimates
-    from agent.maps import SwitchMaps
-    from agent.qdisc_stats import QdiscReader
+    from datapath.control import read_queue_estimates
+    from datapath.maps import SwitchMaps
+    from datapath.qdisc_stats import QdiscReader
 
     name, prefix, topo = fabric
     set_everywhere(prefix, topo, "drill")
@@ -277,7 +278,7 @@ def test_drill_queue_estimate_against_qdisc_backlog(fabric, capsys):
 
     threads = [threading.Thread(target=transfer, args=a) for a in (("h0", "h2", 5321),
                                                                   ("h1", "h3", 5322))]
-    from agent.datapath import link_ifindexes
+    from datapath.program import link_ifindexes
     ifindex = link_ifindexes(ns(prefix, "leaf0"), uplinks)
     with QdiscReader(ns(prefix, "leaf0")) as reader, \
             SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:

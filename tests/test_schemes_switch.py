@@ -1,5 +1,5 @@
 """RPS, LetFlow and DRILL in the switch data path (bpf/include/talb/schemes/)
-under BPF_PROG_TEST_RUN, against their Python models (agent/schemes/).
+under BPF_PROG_TEST_RUN, against their Python models (datapath/schemes/).
 
 Same set-up as test_bpf_datapath.py: the program is loaded (not attached),
 veth ports live in a namespace of this module, the chosen egress port is
@@ -63,8 +63,8 @@ class Switch(ProgTestSwitch):
         return [(n, self.ifindex[n], n == "p0", n not in down) for n in self.port_names]
 
     def reset(self, scheme, params=None, *, down=(), rng=0x1234567, rates=True):
-        from agent import control
-        from agent.maps import IPv4Key
+        from datapath import control
+        from datapath.structs import IPv4Key
 
         self.maps.counters.clear()
         self.maps.port_stats.clear()
@@ -86,7 +86,7 @@ class Switch(ProgTestSwitch):
     def set_down(self, down) -> None:
         """Mark ports down in `ports` (the groups keep them, as in the moment
         before the agent regroups); scheme and parameters stay."""
-        from agent import control
+        from datapath import control
 
         control.program_switch(self.maps, self.port_rows(down),
                                {DST4: self.group, DST1: [self.ifindex["p5"]]},
@@ -142,8 +142,8 @@ def test_rps_sprays_one_flow_over_every_port(sw):
 
 
 def test_rps_matches_model_draw_for_draw(sw):
-    from agent.schemes.pick import Rng
-    from agent.schemes.rps import rps_select
+    from datapath.schemes.pick import Rng
+    from datapath.schemes.rps import rps_select
 
     for state, down in ((1, ()), (0xDEADBEEF, ("p2",)), (42, ("p1", "p3", "p4"))):
         sw.reset("rps", down=down, rng=state)
@@ -156,13 +156,13 @@ def test_rps_matches_model_draw_for_draw(sw):
 
 # --- LetFlow -------------------------------------------------------------------------------
 def _flowlet(sw, sport=40000):
-    from agent.maps import FlowKey
+    from datapath.structs import FlowKey
 
     return sw.maps.flowlets.get(FlowKey.of(SRC, DST4, sport, 5201, 6))
 
 
 def _set_flowlet(sw, port: str, last_seen_ns: int, sport=40000):
-    from agent.maps import FlowKey, Flowlet
+    from datapath.structs import FlowKey, Flowlet
 
     sw.maps.flowlets[FlowKey.of(SRC, DST4, sport, 5201, 6)] = Flowlet(
         last_seen_ns, sw.ifindex[port])
@@ -170,7 +170,7 @@ def _set_flowlet(sw, port: str, last_seen_ns: int, sport=40000):
 
 def _rng_state_away_from(sw, port: str, down=()) -> int:
     """An rng state whose next draw picks a port other than ``port``."""
-    from agent.schemes.pick import Rng, pick_up, up_mask
+    from datapath.schemes.pick import Rng, pick_up, up_mask
 
     for s in range(1, 1000):
         idx = pick_up(up_mask(sw.group, up_set(sw, down)), Rng(s))
@@ -237,8 +237,8 @@ def test_letflow_boundary_is_exactly_the_timeout(sw):
 
 
 def test_letflow_matches_model(sw):
-    from agent.schemes.letflow import LetFlowModel
-    from agent.schemes.pick import Rng
+    from datapath.schemes.letflow import LetFlowModel
+    from datapath.schemes.pick import Rng
 
     timeout_us = 5_000
     step = st.one_of(
@@ -292,7 +292,7 @@ def _queues(sw) -> dict[str, tuple[int, int, int]]:
 
 
 def _set_queue(sw, port: str, nbytes: int, last_ns: int, credit: int = 0) -> None:
-    from agent.maps import PortQueue
+    from datapath.structs import PortQueue
 
     sw.maps.port_queue[sw.port_id(port)] = PortQueue(nbytes, last_ns, credit)
 
@@ -318,7 +318,7 @@ def test_drill_takes_the_shorter_estimated_queue(sw):
 def test_drill_estimate_drains_at_link_rate_and_caps_at_limit(sw):
     """The shaper model alone: p1 the only usable port, so every packet is
     accounted to it."""
-    from agent import control
+    from datapath import control
 
     sw.reset("drill", {"d": 1, "m": 0}, down=("p2", "p3", "p4"))
     now = mono_ns()
@@ -345,8 +345,8 @@ def test_drill_estimate_drains_at_link_rate_and_caps_at_limit(sw):
 
 
 def test_drill_matches_model(sw):
-    from agent.schemes.drill import ModelPortQueue, drill_select
-    from agent.schemes.pick import Rng
+    from datapath.schemes.drill import ModelPortQueue, drill_select
+    from datapath.schemes.pick import Rng
 
     step = st.one_of(
         st.tuples(st.just("pkt"), st.integers(64, 1400)),
@@ -407,7 +407,7 @@ def test_down_ports_are_never_chosen(sw, scheme, params):
 
 
 def test_scheme_params_validated_and_shown(sw):
-    from agent import control
+    from datapath import control
 
     sw.reset("ecmp")
     assert control.set_scheme(sw.maps, "drill", {"d": "3", "m": "0"}) == {"d": 3, "m": 0}
@@ -436,11 +436,11 @@ def test_scheme_params_validated_and_shown(sw):
 
 
 def test_derived_timers_are_written_and_explicit_values_win(sw):
-    """set_timers (talb testbed up: the timers of the link rate, agent/timers.py)
+    """set_timers (talb testbed up: the timers of the link rate, datapath/timers.py)
     writes the flowlet gap and CONGA's T_dre, alpha and age in one config
     write; a --param given later wins, and a scheme switch without one keeps
     what is in force."""
-    from agent import control, timers
+    from datapath import control, timers
 
     sw.reset("ecmp")
     try:
@@ -459,7 +459,7 @@ def test_derived_timers_are_written_and_explicit_values_win(sw):
 
 
 def test_talb_fallback_letflow_places_untagged_flowlets(sw):
-    from agent import control
+    from datapath import control
 
     sw.reset("talb", {"fallback": "letflow", "flowlet_us": 100_000})
     first = sw.send(tcp())
@@ -483,11 +483,11 @@ def test_talb_with_a_random_fallback_matches_model(sw):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from agent import control
-    from agent.schemes import talb as tm
-    from agent.schemes.pick import Rng
-    from agent.schemes.rps import rps_select
-    from talb.wire import TaLBHeader
+    from common.wire import TaLBHeader
+    from datapath import control
+    from datapath.schemes import talb as tm
+    from datapath.schemes.pick import Rng
+    from datapath.schemes.rps import rps_select
 
     packet = st.tuples(st.sampled_from([True, True, False]), st.integers(0, 7),
                        st.integers(0, 3), st.integers(2, 5), st.sampled_from([False, False, True]),
@@ -541,7 +541,7 @@ DST_SPINE = "198.18.2.7"
 
 
 def conga_reset(sw, params=None, rng=0x1234567):
-    from agent import control
+    from datapath import control
 
     sw.reset("ecmp", rng=rng)
     sw.maps.conga_dre.clear()
@@ -561,7 +561,7 @@ def conga_reset(sw, params=None, rng=0x1234567):
 
 def conga_opt(src_leaf=DST_LEAF, lbtag=2, ce=5, fb=None):
     """The option's 8 bytes (bpf/include/talb/conga_option.h)."""
-    from agent.maps import CONST
+    from common.c_constants import CONST
 
     flags = CONST["TALB_CONGA_VERSION"] | (CONST["TALB_CONGA_F_FB"] if fb else 0)
     fb_tag, fb_metric = fb or (0, 0)
@@ -602,7 +602,7 @@ def test_conga_source_leaf_pushes_its_option_before_talbs(sw):
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from talb.wire import TaLBHeader
+    from common.wire import TaLBHeader
 
     conga_reset(sw)
     data = ip_pkt(talb=TaLBHeader(7, 1, 10, 0, False))
@@ -621,7 +621,7 @@ def test_conga_source_leaf_pushes_its_option_before_talbs(sw):
 
 
 def test_conga_hop_raises_ce_to_its_egress_metric(sw):
-    from agent.maps import CongaDre
+    from datapath.structs import CongaDre
 
     conga_reset(sw)
     # p2 loaded: X = C * tau at this instant (metric 7 of 3 bits), clock ahead
@@ -637,8 +637,8 @@ def test_conga_hop_raises_ce_to_its_egress_metric(sw):
 
 
 def test_conga_destination_leaf_records_strips_and_the_host_sees_neither(sw):
-    from agent import control
-    from talb.wire import TaLBHeader
+    from common.wire import TaLBHeader
+    from datapath import control
 
     conga_reset(sw)
     data = ip_pkt(dst=DST1, options=conga_opt(lbtag=2, ce=5, fb=(1, 6)),
@@ -658,7 +658,7 @@ def test_conga_feedback_round_trip_moves_new_flowlets(sw):
     """Leaf 1's feedback says LBTag 1 (p2) is congested: new flowlets to
     leaf 1 leave p2 alone until that metric ages out; and what this leaf
     saw from leaf 1 goes back to it on the next packet there."""
-    from agent.maps import CongaMetric
+    from datapath.structs import CongaMetric
 
     conga_reset(sw, {"age_us": 2_000_000})     # 2 s: longer than this test's 60 packets
     _run_out(sw, ip_pkt(dst=DST1, options=conga_opt(lbtag=3, ce=4, fb=(1, 6))), "p1")
@@ -681,9 +681,9 @@ def test_conga_matches_model(sw):
     """New flowlets against the model: local metrics from each uplink's DRE
     (decayed to the instant the program decided: the chosen port's DRE
     update records it), remote metrics with aging, random ties."""
-    from agent.maps import CongaDre, CongaMetric
-    from agent.schemes.conga import CongaModel, CongaParams, Dre, Entry, metric
-    from agent.schemes.pick import Rng
+    from datapath.schemes.conga import CongaModel, CongaParams, Dre, Entry, metric
+    from datapath.schemes.pick import Rng
+    from datapath.structs import CongaDre, CongaMetric
 
     params = CongaParams(age_us=5_000)
     dre_st = st.tuples(st.integers(0, 40_000), st.integers(0, 3_000))     # bytes, us ago
@@ -733,6 +733,6 @@ def test_conga_matches_model(sw):
 
 
 def _flowlet_of(sw, sport):
-    from agent.maps import FlowKey
+    from datapath.structs import FlowKey
 
     return sw.maps.flowlets.get(FlowKey.of(SRC, DST4, sport, 5201, 6))

@@ -1,4 +1,4 @@
-"""bench/sweep/stats.py: t quantiles, paired comparisons (t, log-ratio, TOST,
+"""experiments/sweep/stats.py: t quantiles, paired comparisons (t, log-ratio, TOST,
 bootstrap), Holm, and the paper-effect flag, against values checked by hand
 or published with the data."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from bench.sweep.stats import (bootstrap_interval, estimate, holm, paired, t_quantile, t_test,
-                               tost)
+from experiments.sweep.stats import (bootstrap_interval, estimate, holm, paired, t_quantile,
+                                     t_test, tost)
 
 # Student's sleep data (Cushny & Peebles 1905; R's `sleep`): extra hours of sleep of the
 # same 10 patients under two drugs. R's documented paired test,

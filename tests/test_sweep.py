@@ -1,5 +1,5 @@
 """The sweep harness without a fabric: statistics, presets' plans, resume,
-and the outputs (CSV, plots, summary) from results files (bench/sweep)."""
+and the outputs (CSV, plots, summary) from results files (experiments/sweep)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,11 +9,11 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from bench.sweep import plan as planmod
-from bench.sweep.plan import ALL_SCHEMES, PlanError, build_plan
-from bench.sweep.runner import run_plan
-from bench.sweep.stats import estimate, overlap, t_quantile
-from bench.sweep.summary import finish
+from experiments.sweep import plan as planmod
+from experiments.sweep.kinds import build_plan, finish
+from experiments.sweep.plan import ALL_SCHEMES, PlanError
+from experiments.sweep.runner import run_plan
+from experiments.sweep.stats import estimate, overlap, t_quantile
 
 ALL = frozenset(ALL_SCHEMES)
 
@@ -416,7 +416,7 @@ def test_report_reads_runs_from_the_archive(tmp_path):
     assert {r["status"] for r in finish(p, tmp_path)["rows"]} == {"missing"}
 
 
-# --- seeds chosen by the interval they reach (bench/sweep/seeds.py) ------------------------
+# --- seeds chosen by the interval they reach (experiments/sweep/seeds.py) ------------------------
 def test_presets_carry_a_seed_rule_and_previews_do_not():
     fig10 = build_plan("fig10", implemented=ALL).seed_rule
     assert (fig10.first, fig10.cap, fig10.width, fig10.metric, fig10.loads) == \
@@ -457,7 +457,7 @@ def _noisy(noise_of):
 
 
 def _rule_sweep(tmp_path, noise_of, **kw):
-    from bench.sweep.runner import run_sweep
+    from experiments.sweep.runner import run_sweep
 
     p = build_plan("quick", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.2, 0.8],
                    seeds=3, fixed_seeds=False)
@@ -498,8 +498,8 @@ def test_seed_rule_stops_when_more_seeds_narrow_the_interval(tmp_path):
 
 
 def test_resumed_and_reported_sweeps_keep_the_added_seeds(tmp_path):
-    from bench.sweep import seeds
-    from bench.sweep.runner import run_sweep
+    from experiments.sweep import seeds
+    from experiments.sweep.runner import run_sweep
 
     plan, _ = _rule_sweep(tmp_path, lambda seed: 0.3 * (-1) ** seed, cap=5)
     bare = dataclasses.replace(plan, runs=[r for r in plan.runs if r.seed <= 3])
@@ -517,7 +517,7 @@ def test_resumed_and_reported_sweeps_keep_the_added_seeds(tmp_path):
 
 
 def test_rto_weight_on_known_numbers():
-    from bench.sweep.seeds import rto_weight
+    from experiments.sweep.seeds import rto_weight
 
     row = {"short_fct_mean_s": 0.05, "short_count": 40, "samples_per_s": 100.0, "training_s": 2.0}
     assert rto_weight(row, "short_fct_mean_s") == pytest.approx(0.2 / (40 * 0.05))   # 10%

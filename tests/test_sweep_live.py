@@ -16,9 +16,9 @@ pytestmark = pytest.mark.live  # builds a fabric and runs traffic: `-m live` sel
 
 
 def test_quick_ci_preset_end_to_end(root, tmp_path):
-    from bench.sweep.plan import build_plan
+    from common import paths
+    from experiments.sweep.kinds import build_plan
     from netns_topology.teardown import namespaces
-    from talb import paths
     from talb.cli import main
 
     prefix = new_prefix()
@@ -75,7 +75,8 @@ def test_quick_ci_preset_end_to_end(root, tmp_path):
         else:
             assert "Schemes skipped" not in md
     finally:
-        from talb import testbed
+        from netns_topology.state import exists
+        from testbed import lifecycle
 
-        if testbed.exists(prefix):
-            testbed.down(prefix)
+        if exists(prefix):
+            lifecycle.down(prefix)

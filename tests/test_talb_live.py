@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.qdisc_stats import QdiscReader
-from helpers import sends_at_once, spine_captures, spines_of, up_fabric
-from talb import paths, send, testbed
+from common import paths
+from datapath.qdisc_stats import QdiscReader
+from netns_topology.state import load_topology_of
+from talb import send
 from workload.capture import start_capture, tensor_ports
+from helpers import sends_at_once, spine_captures, spines_of, up_fabric
 
 pytestmark = pytest.mark.live
 
@@ -54,7 +56,7 @@ def exchange(fabric, tmp_path_factory):
 
 
 def _host_counters(prefix, hosts) -> dict[str, dict[str, int]]:
-    from agent.host_maps import HostMaps
+    from datapath.host_maps import HostMaps
 
     out = {}
     for h in hosts:
@@ -71,8 +73,8 @@ def test_every_tensor_arrives_intact(exchange):
 
 
 def _talb_counters(prefix) -> dict:
-    from agent.control import read_counters
-    from agent.maps import SwitchMaps
+    from datapath.control import read_counters
+    from datapath.maps import SwitchMaps
 
     with SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
         return {k: v for k, v in read_counters(maps).items() if v and (k.startswith("talb") or k.startswith("opt"))}
@@ -118,8 +120,8 @@ def test_every_data_segment_of_the_exchange_left_tagged(exchange):
 
 
 def test_tensor_tables_empty_afterwards(fabric, exchange):
-    from agent.maps import SwitchMaps
-    from agent.control import read_tensor_table
+    from datapath.control import read_tensor_table
+    from datapath.maps import SwitchMaps
 
     prefix = fabric
     deadline = time.monotonic() + 5
@@ -158,8 +160,8 @@ FORCED_ID = 0x5EED0000  # both hosts' tensors get ids FORCED_ID, FORCED_ID+1, ..
 
 
 def _set_scheme(prefix: str, name: str) -> None:
-    from agent.control import set_scheme
-    from agent.maps import SwitchMaps
+    from datapath.control import set_scheme
+    from datapath.maps import SwitchMaps
 
     for sw in ("leaf0", "leaf1", *SPINES):
         with SwitchMaps(paths.pin_dir(prefix, sw)) as maps:
@@ -171,8 +173,8 @@ def _tensors_begun_at_leaf0(prefix: str) -> int:
     (its entry placed at the first packet, done at LAST) or, its first
     packet lost before leaf0, as one midstream fallback. A tensor merged
     into another one's entry (same key) does neither."""
-    from agent.control import read_counters
-    from agent.maps import SwitchMaps
+    from datapath.control import read_counters
+    from datapath.maps import SwitchMaps
 
     with SwitchMaps(paths.pin_dir(prefix, "leaf0")) as maps:
         c = read_counters(maps)
@@ -288,8 +290,10 @@ def test_send_worker_failure_leaves_nothing_behind(fabric, own_tempdir):
     """A sender that fails (a tensor over the 16-bit tensor_len) while the
     receiver waits for it: the error names it, and afterwards no process we
     started is alive or unreaped, and no temporary directory is left."""
+    from netns_topology.state import TestbedError
+
     before = _descendants()
-    with pytest.raises(testbed.TestbedError, match=r"sender failed: sender 0 on h0: .*tensor_len"):
+    with pytest.raises(TestbedError, match=r"sender failed: sender 0 on h0: .*tensor_len"):
         send.run(fabric, ["h0"], "h3", tensors=1, size=100_000_000, port=7104,
                  say=lambda _m: None, timeout=120)
     assert _descendants() - before == set()
@@ -299,8 +303,10 @@ def test_send_worker_failure_leaves_nothing_behind(fabric, own_tempdir):
 def test_send_timeout_leaves_nothing_behind(fabric, own_tempdir):
     """The exchange outlasts the timeout: every sender, the receiver and
     the captures are ended and reaped, the temporary directory removed."""
+    from netns_topology.state import TestbedError
+
     before = _descendants()
-    with pytest.raises(testbed.TestbedError, match="did not finish within 3 s"):
+    with pytest.raises(TestbedError, match="did not finish within 3 s"):
         send.run(fabric, ["h0", "h1"], "h3", tensors=200, size=2_000_000, port=7105,
                  say=lambda _m: None, timeout=3)
     assert _descendants() - before == set()
@@ -322,7 +328,7 @@ def test_iperf_client_timeout_ends_the_client(fabric):
     from workload.netexec import ns_popen, stop
 
     prefix = fabric
-    dst = next(h for h in testbed.load_topology_of(prefix).hosts if h.name == "h4")
+    dst = next(h for h in load_topology_of(prefix).hosts if h.name == "h4")
     hole = ns_popen(paths.netns_name(prefix, "h4"), [sys.executable, "-c", _BLACKHOLE, "7106"])
     try:
         assert hole.stdout.readline().strip() == "ready"

@@ -50,7 +50,8 @@ def put_entry(sw, tensor_id, port, *, layer=1, tensor_len=100, received=1,
               last_seen_ns=None, done=False):
     """A table entry as another CPU would have written it, counted live
     (group_state, tensor_count) unless done, as the data path counts it."""
-    from agent.maps import TALB_COUNT_LIVE, TALB_TENSOR_DONE, TensorEntry, TensorKey
+    from common.c_constants import TALB_COUNT_LIVE, TALB_TENSOR_DONE
+    from datapath.structs import TensorEntry, TensorKey
 
     now = clock_ns()
     sw.maps.tensors.set(TensorKey.of(SRC, tensor_id), TensorEntry(
@@ -100,7 +101,7 @@ def test_completion_keeps_the_entry_for_the_next_packet(sw):
     """The LAST packet marks its entry done in place: a retransmission right
     after it (on another CPU, in the old code's gap between delete and
     re-insert) finds the entry, never the fallback."""
-    from agent.maps import TensorKey
+    from datapath.structs import TensorKey
 
     sw.reset()
     port = sw.send(pkt(hdr(0x5EED0003, layer=2, tensor_len=4)))
@@ -118,7 +119,7 @@ def test_a_tensor_leaves_the_live_counts_exactly_once(sw):
     """LAST twice (two CPUs completing one tensor), LAST after ageing
     (completion racing the ageing of its entry): the live count drops by
     one, never two."""
-    from agent import control
+    from datapath import control
 
     sw.reset()                                   # never idle (IDLE_NEVER, ~72 min)
     put_entry(sw, 0x5EED0004, "p2", layer=5, tensor_len=3)
@@ -219,7 +220,7 @@ class TwoCpus:
     def _worker(self, i):
         from pyroute2 import netns
 
-        from agent import bpf_syscall as sc
+        from datapath import bpf_syscall as sc
 
         try:
             os.sched_setaffinity(0, {self.cpus[i]})     # this thread only

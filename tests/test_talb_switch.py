@@ -1,5 +1,5 @@
 """TaLB in the switch data path (bpf/include/talb/schemes/talb.h) under
-BPF_PROG_TEST_RUN, against the Python model (agent/schemes/talb.py).
+BPF_PROG_TEST_RUN, against the Python model (datapath/schemes/talb.py).
 
 Same set-up as test_bpf_datapath.py: the program is loaded (not attached)
 and veth ports live in a namespace of this module. A test run does not
@@ -46,7 +46,7 @@ IDLE_NEVER = 0xFFFFFFFF
 def pkt(tensor=None, *, src=SRC, dst=DST4, sport=40000, dport=5201, options=None,
         payload=b"p" * 16, ip_id=1):
     """Ether/IPv4/TCP bytes, built by scapy (lengths, padding, checksum).
-    ``tensor``: a talb.wire.TaLBHeader as the only option; ``options``: raw
+    ``tensor``: a common.wire.TaLBHeader as the only option; ``options``: raw
     option bytes instead (scapy pads them with EOL to 4 bytes)."""
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
@@ -70,7 +70,7 @@ def ip_checksum_ok(frame: bytes) -> bool:
 
 
 def hdr(tensor_id, layer=0, tensor_len=10, pkt_idx=0, last=False, version=1):
-    from talb.wire import TaLBHeader
+    from common.wire import TaLBHeader
 
     return TaLBHeader(tensor_id, layer, tensor_len, pkt_idx, last, version)
 
@@ -90,8 +90,8 @@ class Switch(ProgTestSwitch):
     def reset(self, *, scheme="talb", release=False, limit=None, idle_us=IDLE_NEVER,
               n_bands=1, layers_per_band=8, down=()):
         """A clean switch: neutral groups, empty tensor table, counters 0."""
-        from agent import control
-        from agent.maps import IPv4Key
+        from datapath import control
+        from datapath.structs import IPv4Key
 
         for gid in list(self.maps.groups.keys()):   # neutral TaLB data again
             self.maps.groups.delete(gid)
@@ -110,14 +110,14 @@ class Switch(ProgTestSwitch):
         self.gid = self.maps.fwd[IPv4Key.of(DST4)]
 
     def set_down(self, down):
-        from agent import control
+        from datapath import control
 
         control.program_switch(self.maps, self.port_rows(down),
                                {DST4: self.group, DST_HOST: [self.ifindex["p5"]]},
                                scheme="talb")
 
     def publish(self, pcm, threshold=None):
-        from agent import control
+        from datapath import control
 
         return control.publish_pcm(self.maps, self.group,
                                    {self.ifindex[p]: v for p, v in zip(UPLINKS, pcm)},
@@ -137,15 +137,15 @@ class Switch(ProgTestSwitch):
 
     def table(self, include_done=False) -> dict[tuple[str, int], tuple]:
         """``{(src, tensor_id): (tensor_len, received, prev_port, layer,
-        group_id)}``, as agent/schemes/talb.py's ``table``."""
-        from agent import control
+        group_id)}``, as datapath/schemes/talb.py's ``table``."""
+        from datapath import control
 
         return {(r["src"], r["tensor_id"]): (r["tensor_len"], r["received"], r["prev_port"],
                                              r["layer"], r["group_id"])
                 for r in control.read_tensor_table(self.maps, include_done=include_done)}
 
     def live(self) -> dict[int, int]:
-        from agent import control
+        from datapath import control
 
         return control.read_live_layers(self.maps).get(self.gid, {})
 
@@ -157,14 +157,14 @@ def sw(bcc):
 
 
 def ecmp_port(sw, sport=40000, dport=5201):
-    from agent import control
+    from datapath import control
 
     return UPLINKS[control.ecmp_index(4, SRC, DST4, sport, dport, 6, SEED)]
 
 
 # --- scheme switch and fallback ------------------------------------------------------------
 def test_set_scheme_talb_and_fallback_for_untagged(sw):
-    from agent import control
+    from datapath import control
 
     sw.reset(scheme="ecmp")
     control.set_scheme(sw.maps, "talb")
@@ -197,7 +197,7 @@ def test_known_tensor_keeps_its_previous_port(sw):
 
 
 def test_last_index_or_last_flag_completes_tensor_and_live_layer(sw):
-    from agent import control
+    from datapath import control
 
     sw.reset()
     for i in range(3):
@@ -292,9 +292,9 @@ def test_two_senders_same_tensor_id_are_two_tensors(sw):
     c = sw.counters()
     assert c["talb_inserted"] == 3 and c["talb_hit"] == 6 and c["talb_case1"] == 2
     assert c["talb_midstream"] == 0 and c["talb_reroute"] == 0
-    # user space reads and removes them by the pair (agent/maps.py TensorKey)
-    from agent import control
-    from talb.wire import WireTensorKey
+    # user space reads and removes them by the pair (datapath/structs.py TensorKey)
+    from common.wire import WireTensorKey
+    from datapath import control
 
     assert sw.maps.tensors[WireTensorKey(SRC2, tid)].layer == 5
     assert sw.maps.tensors.get((SRC, tid)).layer == 0
@@ -360,7 +360,7 @@ def test_idle_entry_ages_out_on_hit(sw):
 
 
 def test_sweep_removes_idle_entries_and_their_layers(sw):
-    from agent import control
+    from datapath import control
 
     sw.reset()
     for tid, layer in ((41, 0), (42, 5), (43, 5)):
@@ -442,7 +442,7 @@ def test_threshold_does_not_collapse_equal_pcms(sw):
     ([0.5, 0.3, 0.2, 0.9], None),
 ], ids=["1-1-2-0", "equal", "uneven"])
 def test_case2_wrr_over_100_new_tensors_matches_weights(sw, pcm, weights):
-    from agent.schemes import talb as tm
+    from datapath.schemes import talb as tm
 
     sw.reset()
     sw.publish(pcm)
@@ -463,7 +463,7 @@ def test_case2_wrr_over_100_new_tensors_matches_weights(sw, pcm, weights):
 
 
 def test_publish_pcm_is_one_atomic_group_and_validates(sw):
-    from agent import control
+    from datapath import control
 
     sw.reset()
     gid = sw.publish([0.9, 0.1, 0.5, 0.3], threshold=0.75)
@@ -485,7 +485,7 @@ def test_publish_pcm_is_one_atomic_group_and_validates(sw):
 def _opt(tid=5, layer=1, flags=1, tlen=10, idx=0, length=12) -> bytes:
     """A TaLB option's bytes (scapy's IPOption_TaLB), any field value allowed:
     ``flags`` is the whole flags byte, ``length`` the length byte."""
-    from talb.wire import IPOption_TaLB
+    from common.wire import IPOption_TaLB
 
     return bytes(IPOption_TaLB(tensor_id=tid, layer=layer, flags_reserved=flags >> 3,
                                last=(flags >> 2) & 1, version=flags & 3, tensor_len=tlen,
@@ -624,7 +624,7 @@ def test_strip_on_host_egress_gives_the_untagged_packet(sw):
     c = sw.counters()
     assert c["stripped"] == 1 and c["decision_single"] == 1
     assert sw.tx()["p5"] == 1
-    from agent import control
+    from datapath import control
     assert control.read_port_stats(sw.maps, [5])[5]["tx_bytes"] == len(want)
 
 
@@ -680,7 +680,7 @@ def test_strip_happens_before_first_hop_clone(sw):
 
 # --- bands -----------------------------------------------------------------------------------------
 def test_band_marking_sets_htb_classid(sw):
-    from agent.schemes import talb as tm
+    from datapath.schemes import talb as tm
 
     sw.reset(n_bands=4, layers_per_band=2)
     cases = [(None, 0), (0, 1), (1, 1), (2, 2), (3, 2), (4, 3), (200, 3)]
@@ -700,8 +700,8 @@ def test_band_marking_sets_htb_classid(sw):
 def test_model_matches_data_path_decision_for_decision(sw):
     """Model and BPF, packet by packet, from several senders whose tensor
     ids collide (ids are unique per host only: the table key is the pair)."""
-    from agent import control
-    from agent.schemes import talb as tm
+    from datapath import control
+    from datapath.schemes import talb as tm
 
     pcm_st = st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]), min_size=4,
                       max_size=4)
@@ -801,7 +801,7 @@ def test_cost_per_packet_hit_new_tensor_ecmp(sw, capsys):
 _INJECT = r"""
 import sys
 from scapy.all import Ether, IP, UDP, sendp
-from talb.wire import TaLBHeader
+from common.wire import TaLBHeader
 dst_mac, src, dst = sys.argv[1:4]
 frames = []
 for tid, layer, n in ((0x1234, 0, 3), (0x5678, 3, 3), (0x9ABC, 5, 2)):
@@ -823,12 +823,15 @@ def test_live_fabric_table_and_strip(bcc):
     from netns_topology import LeafSpine
     from pyroute2 import netns
 
-    from talb import cli, paths, testbed
+    from common import paths
+    from netns_topology.state import load_topology_of
+    from talb import cli
+    from testbed import lifecycle
 
     prefix = new_prefix()
     try:
-        testbed.up(LeafSpine(spines=2, leaves=2, hosts_per_leaf=2, scheme="talb"), prefix)
-        topo = testbed.load_topology_of(prefix)
+        lifecycle.up(LeafSpine(spines=2, leaves=2, hosts_per_leaf=2, scheme="talb"), prefix)
+        topo = load_topology_of(prefix)
         h0 = next(h for h in topo.hosts if h.name == "h0")
         far = next(h for h in topo.hosts if h.leaf != h0.leaf)
         netns.pushns(paths.netns_name(prefix, far.name))
@@ -873,4 +876,4 @@ def test_live_fabric_table_and_strip(bcc):
         res = CliRunner().invoke(cli.main, ["table", "--prefix", prefix, "--switch", "nope"])
         assert res.exit_code != 0 and "no switch 'nope'" in res.output
     finally:
-        testbed.down(prefix)
+        lifecycle.down(prefix)

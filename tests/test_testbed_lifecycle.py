@@ -14,9 +14,11 @@ import time
 import pytest
 import yaml
 
+from common import paths
+from netns_topology.teardown import namespaces
+from testbed import lifecycle
 from conftest import new_prefix
 from helpers import free_port
-from talb import paths, testbed
 
 pytestmark = pytest.mark.live
 
@@ -35,7 +37,7 @@ def root_links() -> set[str]:
 
 
 def assert_nothing_left(prefix):
-    assert testbed.namespaces(prefix) == []
+    assert namespaces(prefix) == []
     assert not paths.pin_dir(prefix).exists()
     assert not paths.state_dir(prefix).exists()
 
@@ -43,7 +45,7 @@ def assert_nothing_left(prefix):
 @pytest.fixture
 def prefix(request, bcc):
     p = new_prefix()
-    request.addfinalizer(lambda: testbed.down(p))
+    request.addfinalizer(lambda: lifecycle.down(p))
     return p
 
 
@@ -164,7 +166,7 @@ def test_up_replace_rebuilds(prefix):
     replaced = talb("testbed", "up", "--prefix", prefix, "--replace", "--spines", "2",
                     "--leaves", "2", "--hosts-per-leaf", "1", "--no-agent")
     assert replaced.returncode == 0, replaced.stderr
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     assert {s["name"] for s in st["switches"]} == {"spine0", "spine1", "leaf0", "leaf1"}
 
 
@@ -174,27 +176,27 @@ def test_down_after_a_killed_up_removes_everything(prefix):
                              "--spines", "2", "--leaves", "4", "--hosts-per-leaf", "3"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while len(testbed.namespaces(prefix)) < 3 and time.monotonic() < deadline:
+    while len(namespaces(prefix)) < 3 and time.monotonic() < deadline:
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert testbed.namespaces(prefix), "up was killed before it made anything"
+    assert namespaces(prefix), "up was killed before it made anything"
     assert paths.state_file(prefix).exists(), "the state file is written before anything is built"
-    testbed.down(prefix)
+    lifecycle.down(prefix)
     assert_nothing_left(prefix)
 
 
 def test_failed_up_leaves_nothing(prefix, monkeypatch):
     """A failure while attaching the data path rolls back the whole fabric."""
-    import agent.fabric
+    import datapath.fabric
     from netns_topology import LeafSpine
 
     def broken(*_a, **_k):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(agent.fabric, "attach_fabric", broken)
+    monkeypatch.setattr(datapath.fabric, "attach_fabric", broken)
     with pytest.raises(RuntimeError, match="injected"):
-        testbed.up(LeafSpine(spines=1, leaves=2, hosts_per_leaf=1), prefix)
+        lifecycle.up(LeafSpine(spines=1, leaves=2, hosts_per_leaf=1), prefix)
     assert_nothing_left(prefix)
 
 
@@ -204,7 +206,7 @@ def test_kernel_bridge_datapath_forwards_without_programs(prefix):
 
     up = talb("testbed", "up", "--prefix", prefix, "--datapath", "bridge", *SMALL)
     assert up.returncode == 0, up.stderr
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     assert st["datapath"] == "bridge" and not paths.pin_dir(prefix).exists()
     h1 = st["hosts"][1]["ip"]
     deadline = time.monotonic() + 30
@@ -264,7 +266,7 @@ def test_up_starts_the_agent_and_down_stops_it(prefix):
               *[a for a in SMALL if a != "--no-agent"])
     assert up.returncode == 0, up.stderr + up.stdout
     pid = running_pid(prefix)
-    assert pid and testbed.status(prefix)["agent_pid"] == pid
+    assert pid and lifecycle.status(prefix)["agent_pid"] == pid
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         assert b"talb_port_pcm" in resp.read()
     assert listening(pid) == {("127.0.0.1", port)}, "the agent listens beyond loopback"
@@ -325,7 +327,7 @@ def test_second_testbed_agent_takes_the_next_free_metrics_port(prefix):
         assert_nothing_left(third)
     finally:
         for p in (second, third):
-            testbed.down(p)
+            lifecycle.down(p)
 
 
 def private_modes(root) -> dict[str, str]:
@@ -412,20 +414,22 @@ def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc, tmp
     """Session start takes down a prefix recorded by a process that is gone,
     and nothing else: not a user's testbed whose name looks like a test's,
     not a prefix whose recording process still runs."""
-    import conftest
     from netns_topology import LeafSpine, build, teardown
+    import conftest
 
     # A registry of this test's own: another pytest session starting meanwhile
     # (its session start cleans the shared one) must not take our dead prefix first.
     registry = tmp_path / "run" / "test-prefixes"
     monkeypatch.setattr(conftest, "registry_dir", lambda: registry)
     user = user_style_prefix()
-    if testbed.namespaces(user) or paths.state_dir(user).exists():
+    if namespaces(user) or paths.state_dir(user).exists():
         pytest.fail(f"a testbed {user!r} exists on this machine; this test would build over it")
     # a prefix recorded by a test run that then died
+    # PYTHONPATH: the checkout's packages, whatever an installed talb holds
     made = subprocess.run([sys.executable, "-c", "import conftest; print(conftest.new_prefix())"],
                           cwd=os.path.dirname(__file__), capture_output=True, text=True, check=True,
-                          env={**os.environ, "TALB_RUN_DIR": str(registry.parent)})
+                          env={**os.environ, "TALB_RUN_DIR": str(registry.parent),
+                               "PYTHONPATH": str(paths.REPO_ROOT)})
     stale = made.stdout.strip()
     owner, start = conftest.recorded_prefixes()[stale]
     assert not conftest.owner_alive(owner, start)
@@ -439,10 +443,10 @@ def test_cleanup_removes_a_dead_runs_recorded_prefix_and_keeps_the_rest(bcc, tmp
         removed = conftest.remove_stale_test_prefixes()
 
         assert stale in removed and user not in removed and live not in removed
-        assert testbed.namespaces(stale) == [] and not paths.state_dir(stale).exists()
+        assert namespaces(stale) == [] and not paths.state_dir(stale).exists()
         assert stale not in conftest.recorded_prefixes()
-        assert len(testbed.namespaces(user)) == 3  # h0, leaf0, spine0
-        assert len(testbed.namespaces(live)) == 3 and live in conftest.recorded_prefixes()
+        assert len(namespaces(user)) == 3  # h0, leaf0, spine0
+        assert len(namespaces(live)) == 3 and live in conftest.recorded_prefixes()
     finally:
         for prefix in (user, stale, live):
             teardown(prefix)

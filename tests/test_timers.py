@@ -1,4 +1,4 @@
-"""Timers that follow the link rate (agent/timers.py, docs/schemes.md):
+"""Timers that follow the link rate (datapath/timers.py, docs/schemes.md):
 known answers on constructed rates, the topologies' slowest multipath link,
 and explicit values winning over derived ones. No namespaces, no BPF."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import timers
 from agent.config import DEFAULT_WINDOW_S
-from agent.maps import CONST
+from common.c_constants import CONST
+from datapath import timers
 from netns_topology import LeafSpine, load_topology, topology_from_dict
 
 TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"

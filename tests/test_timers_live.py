@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import free_port, up_fabric
+from common import paths
 from netns_topology import load_topology
-from talb import paths, testbed
+from testbed import lifecycle
+from helpers import free_port, up_fabric
 
 pytestmark = pytest.mark.live
 
@@ -33,8 +34,8 @@ def fig10(request, bcc):
 
 
 def _config(prefix, switch):
-    from agent.control import read_config
-    from agent.maps import SwitchMaps
+    from datapath.control import read_config
+    from datapath.maps import SwitchMaps
 
     with SwitchMaps(paths.pin_dir(prefix, switch)) as maps:
         return read_config(maps)
@@ -63,7 +64,7 @@ def _cli(*args):
 
 
 def test_a_25mbit_fabric_reports_the_derived_timers(fig10):
-    from agent import timers
+    from datapath import timers
     from workload.experiment import fabric_settings
 
     prefix, topo = fig10
@@ -74,7 +75,7 @@ def test_a_25mbit_fabric_reports_the_derived_timers(fig10):
         assert {k: cfg[k] for k in DERIVED} == DERIVED, (sw.name, cfg)
     assert _agent_window(prefix) == pytest.approx(0.0194)
 
-    st = testbed.status(prefix)
+    st = lifecycle.status(prefix)
     assert st["timers"]["flowlet_us"] == 1940 and st["timers"]["window_s"] == 0.0194
     assert st["rto_min_ms"] == 10 and st["agent_window_s"] == pytest.approx(0.0194)
     assert all(s["timers"] == DERIVED for s in st["switches"]), st["switches"]
@@ -125,9 +126,9 @@ def test_explicit_values_win(fig10):
         assert _agent_window(prefix) == 0.005
         assert "(the running agent's: 5 ms, set)" in _cli("testbed", "status", "--prefix", prefix)
     finally:
-        from agent import timers
-        from agent.control import set_scheme, set_timers
-        from agent.maps import SwitchMaps
+        from datapath import timers
+        from datapath.control import set_scheme, set_timers
+        from datapath.maps import SwitchMaps
 
         for sw in topo.switches:     # back to the derived values for the other tests
             with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
@@ -147,8 +148,8 @@ FLOWS = (("h0", "h4"), ("h1", "h5"), ("h2", "h6"), ("h3", "h7"))   # every one a
 def _transfer(prefix, topo, seconds):
     """FLOWS as 4 cubic iperf3 flows at once; sender and receiver TCP
     counters over the transfer, goodput, and leaf0's flowlet counters."""
-    from agent.control import read_counters
-    from agent.maps import SwitchMaps
+    from datapath.control import read_counters
+    from datapath.maps import SwitchMaps
     from workload.iperf import run_iperf3
     from workload.measure import REORDER_COUNTERS, counter_delta, read_tcp_counters
 
@@ -201,9 +202,9 @@ def test_reordering_with_old_and_derived_timers(fig10, capsys):
     derived ones (1940 us; 485 us / 77.6 ms), interleaved over 3 rounds:
     the senders' reordering events (TCPSACKReorder + TSReorder + RenoReorder)
     and the receivers' out-of-order queueings (TCPOFOQueue), per run."""
-    from agent import timers
-    from agent.control import set_scheme
-    from agent.maps import SwitchMaps
+    from datapath import timers
+    from datapath.control import set_scheme
+    from datapath.maps import SwitchMaps
 
     prefix, topo = fig10
     derived = timers.for_topology(topo)

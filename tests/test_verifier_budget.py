@@ -8,7 +8,7 @@ there by always-inline code, opaque comparisons and a one-call-site rule
 beside TaLB it no longer loaded (> 1M), so each scheme now has a program of
 its own, tail-called from the main one (docs/schemes.md), and each is held
 to the budget here. A change that grows it past
-VERIFIER_BUDGET_SHARE (agent/datapath.py) fails here, long before the load
+VERIFIER_BUDGET_SHARE (datapath/program.py) fails here, long before the load
 itself fails on a kernel that prunes less.
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ def _loaded_programs(cls, netns_name):
 def programs(bcc):
     from pyroute2 import netns
 
-    from agent.host_loader import HostDatapath
-    from agent.loader import SwitchDatapath
+    from datapath.host_loader import HostDatapath
+    from datapath.loader import SwitchDatapath
     from netns_topology import create_namespace
 
     name = f"{new_prefix()}-vb"
@@ -54,10 +54,10 @@ def programs(bcc):
 
 
 def test_every_program_within_verifier_budget(programs):
-    from agent.bpf_syscall import VERIFIER_INSN_LIMIT
-    from agent.datapath import VERIFIER_BUDGET_SHARE
+    from datapath.bpf_syscall import VERIFIER_INSN_LIMIT
+    from datapath.program import VERIFIER_BUDGET_SHARE
 
-    from agent.loader import SCHEME_PROGS
+    from datapath.loader import SCHEME_PROGS
 
     budget = int(VERIFIER_BUDGET_SHARE * VERIFIER_INSN_LIMIT)
     want = {"talb_switch_tc", "talb_host_tc", *SCHEME_PROGS.values()}

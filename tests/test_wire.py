@@ -3,7 +3,7 @@ from hypothesis import given, strategies as st
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
-from talb.wire import OPT_LEN, OPT_TYPE, IPOption_TaLB, TaLBHeader, talb_header_of
+from common.wire import OPT_LEN, OPT_TYPE, IPOption_TaLB, TaLBHeader, talb_header_of
 
 
 def test_layout_matches_the_design():

@@ -151,7 +151,7 @@ class BgHost:
 
 
 def fabric_hosts(topo, prefix: str) -> list[BgHost]:
-    from talb.paths import netns_name
+    from common.paths import netns_name
 
     return [BgHost(h.name, netns_name(prefix, h.name), h.ip, h.leaf) for h in topo.hosts]
 

@@ -28,7 +28,7 @@ the convention of the literature's "FCT normalised to the FCT on an idle
 fabric"; without B a 100-byte flow (half the data-mining flows are smaller
 than that at this preset's scale) would read 100x its ideal on an idle fabric.
 Each flow's record keeps ``serial_s`` = 8 S / R, so a report can recompute
-the normalisation with another B (bench/sweep/lbclassic.py pools B over all
+the normalisation with another B (experiments/sweep/lbclassic.py pools B over all
 runs of a fabric, so that every scheme is divided by the same ideal).
 
 **Classes** by the flow's size at the CDF's own scale (size / size scale),
@@ -50,7 +50,8 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
-from talb import paths, testbed
+from common import paths
+from netns_topology.state import TestbedError, load_topology_of, queueing_of, read_state
 from workload import measure
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
 from workload.testbed_use import testbed_for
@@ -222,7 +223,7 @@ def validate(cfg) -> None:
     _need(cfg.fault is None, "--fault", cfg.fault,
           "faults are injected into training; --model none has no training to disturb")
     if cfg.scheme is not None:
-        from agent.control import scheme_id_of
+        from datapath.control import scheme_id_of
 
         try:
             scheme_id_of(cfg.scheme)
@@ -233,16 +234,16 @@ def validate(cfg) -> None:
 # --- the run -------------------------------------------------------------------------------
 def _fabric(prefix: str, topo, scheme: str | None) -> dict:
     """Set the scheme on every switch (when asked) and read back what is in effect."""
-    state = testbed.read_state(prefix)
+    state = read_state(prefix)
     if state.get("datapath") != "bpf":
-        raise testbed.TestbedError(
+        raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): it has no "
             f"load-balancing scheme to measure; run on a testbed built with the bpf data path")
-    from agent import timers
-    from agent.fabric import switch_configs
+    from datapath import timers
+    from datapath.fabric import switch_configs
 
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
-           "queueing": testbed.queueing_of(prefix, state),
+           "queueing": queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            # what the link rate gives (docs/schemes.md); switch_config holds what is in force
            "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": topo.rto_min,
@@ -305,7 +306,7 @@ def _sleep_until(t_mono: float, t0: float, total: float, on_progress) -> None:
 def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
     from workload.background import BackgroundLoad, fabric_hosts
 
-    topo = testbed.load_topology_of(cfg.prefix)
+    topo = load_topology_of(cfg.prefix)
     fabric = _fabric(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
     rates = {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts}

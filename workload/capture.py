@@ -13,7 +13,7 @@ from pathlib import Path
 
 from scapy.utils import PcapReader
 
-from talb.wire import WireTensorKey, tensor_key_of
+from common.wire import WireTensorKey, tensor_key_of
 from workload.netexec import ns_popen, stop
 
 # IPv4 with IHL 8 whose first option is TaLB's (type 0x9E): tagged packets only.
@@ -81,7 +81,7 @@ def tensor_ports(captures: list[PortCapture], *,
                  min_packets: int = 0) -> dict[WireTensorKey, dict[str, int]]:
     """{WireTensorKey(source address, tensor_id): {port: tagged packets}} from
     stopped captures' pcap files: a tensor is its sender's, so two hosts'
-    tensors of one id are two tensors (talb.wire.WireTensorKey).
+    tensors of one id are two tensors (common.wire.WireTensorKey).
 
     A capture that did not run is an error, never an empty result: its pcap
     missing or without a pcap header, tcpdump ended before stop(), or fewer

@@ -30,16 +30,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from talb import paths, testbed
+from common import paths
+from netns_topology.state import TestbedError, load_topology_of, queueing_of, read_state
+from testbed import lifecycle
 from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
-from workload.testbed_use import testbed_for
 from workload.scaling import MSS_BYTES
-from workload.tensor_sender import MAX_TENSOR_PKTS
 from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
+from workload.tensor_sender import MAX_TENSOR_PKTS
+from workload.testbed_use import testbed_for
 
 NODE = [sys.executable, "-m", "workload.patterns.node"]
 DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
@@ -134,7 +136,7 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
                     "batch_size": "--batch-size"}.get(field)
             raise ValueError(f"{flag}:{rest}" if flag else str(exc)) from None
     if cfg.scheme is not None:
-        from agent.control import scheme_id_of
+        from datapath.control import scheme_id_of
 
         try:
             scheme_id_of(cfg.scheme)
@@ -197,19 +199,19 @@ def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
     effect: a results file's ``fabric`` record (the run adds the agent's
     settings at its end). TestbedError for a bridge testbed: its hosts
     cannot tag tensors."""
-    state = testbed.read_state(prefix)
+    state = read_state(prefix)
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            # the switch ports' queues in effect (the topology's, or a FIFO: testbed.set_queueing)
-           "queueing": testbed.queueing_of(prefix, state),
+           "queueing": queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            "switch_config": {}, "agent": None}
     if state.get("datapath") != "bpf":
         # TensorSender tags through the hosts' TC programs, attached with the bpf data path only
-        raise testbed.TestbedError(
+        raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
             f"cannot tag tensors; run on a testbed built with the bpf data path")
-    from agent import timers
-    from agent.fabric import switch_configs
+    from datapath import timers
+    from datapath.fabric import switch_configs
 
     # what the link rate gives (docs/schemes.md); switch_config and the
     # agent's config hold what is in force (derived, or set explicitly)
@@ -247,7 +249,7 @@ def connections_plan(cfg: RunConfig, parts, topo) -> dict:
         return {"model": "pool", "n": n}
     if mode == "pair":
         return {"model": "pair"}
-    from agent.schemes.talb import band_of
+    from datapath.schemes.talb import band_of
 
     q = topo.queue
     bands = [band_of(True, p.layer, len(q.bands), q.layers_per_band) for p in parts]
@@ -575,15 +577,15 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
         before = None
         try:
             if cfg.queueing is not None:
-                before = testbed.queueing_of(cfg.prefix)["mode"]
+                before = queueing_of(cfg.prefix)["mode"]
                 if before != cfg.queueing:
                     say(f"switch ports: {cfg.queueing} queueing (was {before})")
-                testbed.set_queueing(cfg.prefix, cfg.queueing)
+                lifecycle.set_queueing(cfg.prefix, cfg.queueing)
             return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
         finally:
             if before is not None and before != cfg.queueing and not built:
                 say(f"switch ports: back to {before} queueing")
-                testbed.set_queueing(cfg.prefix, before)
+                lifecycle.set_queueing(cfg.prefix, before)
 
 
 def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:
@@ -695,7 +697,7 @@ class _Setup:
 def _setup(cfg: RunConfig, profile, scaling, built: bool) -> _Setup:
     """Set the scheme, place the nodes, scale and partition the model and
     plan the run; ValueError when a partition is too large to be one tensor."""
-    topo = testbed.load_topology_of(cfg.prefix)
+    topo = load_topology_of(cfg.prefix)
     fabric = fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
     profile = profile or _profile(cfg)
@@ -899,7 +901,7 @@ def read_wire_times(prefix: str, node_hosts: list, events: list[dict]) -> tuple[
     ({(node, tensor_id): {first_ns, last_ns, latest_ns, packets}}, what was
     read: entries found per host and the hosts whose map could not be read,
     with why). One lookup per tensor; ids are unique per host."""
-    from agent.host_maps import HostMaps
+    from datapath.host_maps import HostMaps
 
     ids: dict[str, list[tuple[int, int]]] = {}
     for e in events:

@@ -42,7 +42,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from talb import paths
+from common import paths
 
 DEFAULT_FOR_S = 1.0
 KINDS: dict[str, dict[str, object]] = {   # kind -> {key: default}; None: chosen from the fabric
@@ -54,7 +54,7 @@ KINDS: dict[str, dict[str, object]] = {   # kind -> {key: default}; None: chosen
     "table-full": {"for": DEFAULT_FOR_S, "limit": 16, "rate": 500},
     "forged-options": {"for": DEFAULT_FOR_S, "from": None, "to": None, "rate": 500},
 }
-#: switch counters (agent.maps COUNTER_NAMES) a fault report keeps: drops,
+#: switch counters (common.c_constants COUNTER_NAMES) a fault report keeps: drops,
 #: packets the program gave up on, fallbacks and reroutes, malformed options
 REPORTED_COUNTERS = (
     "pass_malformed", "pass_no_route", "pass_group_empty", "pass_egress_down", "clone_fail",
@@ -124,14 +124,14 @@ def parse_fault(text: str) -> FaultSpec:
         else:
             params[key] = value
     if kind == "scheme":
-        from agent.control import scheme_id_of
+        from datapath.control import scheme_id_of
 
         try:
             scheme_id_of(params["to"])
         except ValueError as exc:
             raise ValueError(f"--fault: to={params['to']}: {exc}") from None
     if kind == "table-full":
-        from agent.maps import TALB_MAX_TENSORS
+        from common.c_constants import TALB_MAX_TENSORS
 
         if params["limit"] > TALB_MAX_TENSORS:
             raise ValueError(f"--fault: limit must be 1..{TALB_MAX_TENSORS}, got "
@@ -265,14 +265,14 @@ class _EachSwitch:
         self.before: dict[str, object] = {}
 
     def _each(self, fn) -> None:
-        from agent.maps import SwitchMaps
+        from datapath.maps import SwitchMaps
 
         for sw in self.switches:
             with SwitchMaps(paths.pin_dir(self.prefix, sw)) as maps:
                 fn(sw, maps)
 
     def apply(self) -> dict:
-        from agent.control import read_config, set_scheme, set_talb_config
+        from datapath.control import read_config, set_scheme, set_talb_config
 
         def one(sw, maps):
             cfg = read_config(maps)
@@ -286,7 +286,7 @@ class _EachSwitch:
         return {"before": dict(self.before), self.kind: self.value}
 
     def restore(self) -> dict:
-        from agent.control import set_scheme, set_talb_config
+        from datapath.control import set_scheme, set_talb_config
 
         def one(sw, maps):
             if sw not in self.before:
@@ -442,8 +442,8 @@ def _fillers(prefix: str, topo, used: list, rate: int, seed: int) -> list:
 
 
 def read_switch_counters(prefix: str, topo) -> dict[str, dict[str, int]]:
-    from agent.control import read_counters
-    from agent.maps import SwitchMaps
+    from datapath.control import read_counters
+    from datapath.maps import SwitchMaps
 
     out = {}
     for sw in topo.switches:

@@ -46,7 +46,7 @@ def templates(dst: str, spoof: list[str]) -> list[tuple[str, bytes, int | None]]
     """(kind, IP packet bytes, offset of the tensor id to randomise or None)."""
     from scapy.layers.inet import IP, UDP
 
-    from talb.wire import OPT_TYPE, IPOption_TaLB
+    from common.wire import OPT_TYPE, IPOption_TaLB
 
     body = bytes(64)
 

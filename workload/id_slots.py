@@ -2,7 +2,7 @@
 
 A Snowflake id (workload/snowflake.py) is unique only among generators of
 different worker ids. The switches key a tensor by (source IPv4 address,
-tensor_id) (talb.wire.WireTensorKey, docs/talb-decisions.md), so the ids of one
+tensor_id) (common.wire.WireTensorKey, docs/talb-decisions.md), so the ids of one
 host must never repeat across its processes and connections. Rather than
 letting users number their workers, a process that makes ids on a host
 *claims* one of the 2^worker_bits worker numbers of that host:
@@ -48,7 +48,7 @@ import weakref
 from pathlib import Path
 from typing import Callable
 
-from talb import paths
+from common import paths
 from workload.snowflake import (DEFAULT_SEQUENCE_BITS, DEFAULT_UNIT_NS, DEFAULT_WORKER_BITS, ID_BITS,
                                 Snowflake)
 

@@ -107,7 +107,7 @@ def wire_entry(tx: dict, entry: dict | None) -> dict | None:
     tensor's: its first packet passed egress no earlier than its first byte
     went to the kernel (an earlier one is another tensor that had the same id,
     ids coming back after ~17.5 min). ``entry``: {first_ns, last_ns (0: the
-    last byte never went out), latest_ns, packets} (agent.host_maps.HostWire
+    last byte never went out), latest_ns, packets} (datapath.host_maps.HostWire
     as a dict)."""
     if entry is None:
         return None
@@ -303,8 +303,8 @@ class PortCounters:
     read from the pinned maps: {(switch, port): (rx_bytes, tx_bytes)}."""
 
     def __init__(self, prefix: str, topo, switches=None):
-        from agent.maps import SwitchMaps
-        from talb import paths
+        from common import paths
+        from datapath.maps import SwitchMaps
 
         self.topo = topo
         self.maps = {}
@@ -317,7 +317,7 @@ class PortCounters:
             raise
 
     def read(self) -> dict[tuple[str, str], tuple[int, int]]:
-        from agent.control import read_port_stats
+        from datapath.control import read_port_stats
 
         out = {}
         for sw, maps in self.maps.items():
@@ -354,11 +354,11 @@ def uplink_spread(topo, before: dict, after: dict, duration_s: float) -> dict:
 
 def read_qdisc_counters(prefix: str, topo) -> dict[tuple[str, str], tuple[int, int]] | None:
     """Drops and sent bytes of every switch port's root qdisc (the port
-    queue, agent/qdisc_stats.py): {(switch, port): (drops, sent_bytes)};
+    queue, datapath/qdisc_stats.py): {(switch, port): (drops, sent_bytes)};
     None for a fabric without shaping (no qdisc to read). (DRILL's estimate
-    of the same queues, from a switch's maps: agent.control.read_queue_estimates.)"""
-    from agent.qdisc_stats import QdiscReader
-    from talb.paths import netns_name
+    of the same queues, from a switch's maps: datapath.control.read_queue_estimates.)"""
+    from common.paths import netns_name
+    from datapath.qdisc_stats import QdiscReader
 
     out = {}
     try:

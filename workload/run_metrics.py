@@ -34,7 +34,7 @@ from pathlib import Path
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
                                disable_created_metrics, start_http_server)
 
-from talb import paths
+from common import paths
 
 DEFAULT_PORT = 9479  # the agent's default is 9477
 

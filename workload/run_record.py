@@ -10,7 +10,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from talb import paths
+from common import paths
 
 RESULTS_FORMAT = "talb-run/1"
 

@@ -65,10 +65,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent import bpf_syscall as sc
-from agent.host_maps import (HOST_MAX_TAGGED_FLOWS, HOST_RING_SLOTS, HostDesc, HostFlowKey,
-                             HostMaps, HostRing)
-from talb import paths
+from common import paths
+from datapath import bpf_syscall as sc
+from datapath.host_maps import (HOST_MAX_TAGGED_FLOWS, HOST_RING_SLOTS, HostDesc, HostFlowKey,
+                                HostMaps, HostRing)
 from workload.id_slots import DEFAULT_CLAIM_TIMEOUT, SlotIds, host_ids, slot_dir
 from workload.snowflake import Snowflake
 

@@ -8,7 +8,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from talb import paths, testbed
+from common import paths
+from netns_topology.state import exists, require_root
+from testbed import lifecycle
 
 
 def free_port() -> int:
@@ -24,9 +26,9 @@ def testbed_for(prefix: str, topology: str | None, default_topology: Path,
     """Yields whether the testbed was built for this run. ``topology`` with a
     testbed already up is an error (the run would silently ignore it);
     ``check(topo)`` runs before anything is built (enough hosts? names?)."""
-    testbed.require_root()
+    require_root()
     paths.check_prefix(prefix)
-    if testbed.exists(prefix):
+    if exists(prefix):
         if topology:
             raise ValueError(f"--topology: testbed '{prefix}' is already up; the run uses it "
                              f"(drop --topology, or pick another --prefix), got {topology!r}")
@@ -41,9 +43,9 @@ def testbed_for(prefix: str, topology: str | None, default_topology: Path,
     check(topo)
     say(f"building testbed '{prefix}' from {topo_file}")
     # The agent's /metrics on a free port: another testbed's agent may hold the default.
-    testbed.up(topo, prefix, agent={"metrics_port": free_port()})
+    lifecycle.up(topo, prefix, agent={"metrics_port": free_port()})
     try:
         yield True
     finally:
         say(f"removing testbed '{prefix}'")
-        testbed.down(prefix)
+        lifecycle.down(prefix)

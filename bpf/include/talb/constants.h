@@ -2,7 +2,7 @@
 /*
  * talb/constants.h - every number shared by the data path and user space.
  *
- * agent/maps.py parses this file (it is the single source of truth for
+ * common/c_constants.py parses this file (it is the single source of truth for
  * these values in Python too). Keep to the format it understands:
  *   #define NAME VALUE
  * one per line, VALUE an integer expression of literals (decimal or hex,
@@ -36,7 +36,7 @@
  * One header each under schemes/ (decision.h dispatches). Implemented:
  * ECMP, RPS, LetFlow, DRILL, CONGA and TaLB. A configured scheme that is not
  * implemented falls back to ECMP and counts CNT_SCHEME_FALLBACK (user
- * space refuses to set one: agent/control.py, IMPLEMENTED_SCHEMES). */
+ * space refuses to set one: datapath/control.py, IMPLEMENTED_SCHEMES). */
 #define TALB_SCHEME_ECMP        0
 #define TALB_SCHEME_RPS         1
 #define TALB_SCHEME_LETFLOW     2
@@ -77,7 +77,7 @@
 
 /* ---- TaLB defaults (struct talb_config; 0 in a field = this default) --- */
 /* A tensor entry idle this long is stale: a hit on it re-decides (the
- * agent may also sweep idle entries: agent/control.py sweep_tensors). */
+ * agent may also sweep idle entries: datapath/control.py sweep_tensors). */
 #define TALB_DEFAULT_IDLE_US    1000000
 #define TALB_DEFAULT_LAYERS_PER_BAND 8
 
@@ -90,7 +90,7 @@
  * forwards, and tagged tensors to bands 1.. by layer (front layers first). */
 #define TALB_HTB_MAJOR          0x10000 /* 1:                                */
 #define TALB_BAND_MINOR_BASE    0x10    /* band b = class 1:(0x10 + b)       */
-#define TALB_MAX_BANDS          8       /* netns_topology MAX_BANDS          */
+#define TALB_MAX_BANDS          8       /* common/c_constants.py MAX_BANDS   */
 #define TALB_BAND_UNTAGGED      0
 
 /* ---- counters (index into the per-CPU `counters` array) ---------------

@@ -7,7 +7,7 @@
  *     w0 = saddr, w1 = daddr, w2 = sport << 16 | dport, w3 = protocol
  * i.e. murmur3_32(seed, 16 bytes of w0..w3 little-endian) on x86. Good
  * avalanche, cheap (no loops, no tables), independent of the kernel's
- * internal jhash. agent/schemes/ecmp.py: flow_hash() is the reference in Python
+ * internal jhash. datapath/schemes/ecmp.py: flow_hash() is the reference in Python
  * (tests check the data path against it).
  */
 #ifndef TALB_HASH_H

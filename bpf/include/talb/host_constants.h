@@ -3,7 +3,7 @@
  * talb/host_constants.h - every number of the sending host's data path
  * (bpf/host_tc.c) that user space needs too.
  *
- * agent/host_maps.py parses this file with agent/maps.py's parser (the one
+ * datapath/host_maps.py parses this file with common/c_constants.py's parser (the one
  * source of truth for these values in Python). Same format as
  * talb/constants.h: `#define NAME VALUE`, one per line, VALUE an integer
  * expression of literals and earlier NAMEs.
@@ -39,7 +39,7 @@
 #define HOST_ISN_ACTIVE         (1U << 0)
 
 /* ---- the option's flags byte (DESIGN section 4) ------------------------
- * For user space only (agent/host_maps.py parses this file alone): the
+ * For user space only (datapath/host_maps.py parses this file alone): the
  * program writes constants.h's TALB_IPOPT_VERSION / TALB_IPOPT_F_LAST, and
  * host_tag.h fails to compile if these differ from them. */
 #define HOST_OPT_VERSION        1           /* bits 0-1 */

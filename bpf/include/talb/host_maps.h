@@ -2,10 +2,10 @@
 /*
  * talb/host_maps.h - ALL maps of the host data path (bpf/host_tc.c), and
  * its counter helper. Include once, from the entry point (bcc only rewrites
- * map calls in the main text: agent/host_loader.py expands the includes).
+ * map calls in the main text: datapath/host_loader.py expands the includes).
  *
- * agent/host_loader.py pins every map as <pin_dir>/<map name>, with
- * pin_dir = talb.paths.pin_dir(prefix, host); agent/host_maps.py (HostMaps)
+ * datapath/host_loader.py pins every map as <pin_dir>/<map name>, with
+ * pin_dir = common.paths.pin_dir(prefix, host); datapath/host_maps.py (HostMaps)
  * and workload/tensor_sender.py open them by these names.
  */
 #ifndef TALB_HOST_MAPS_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /*
  * talb/host_structs.h - structs shared by the host data path (host_tc.c)
- * and user space (agent/host_maps.py mirrors each with ctypes; opening a
+ * and user space (datapath/host_maps.py mirrors each with ctypes; opening a
  * pinned map checks the sizes). Fixed-width fields, natural alignment, no
  * implicit padding. Change both sides together.
  */

@@ -25,7 +25,7 @@
 /* IHL once the option is in: (20 + 12) / 4 */
 #define HOST_TAGGED_IHL ((TALB_IP_BASE_LEN + TALB_IPOPT_LEN) / 4)
 
-/* host_constants.h repeats the flags for agent/host_maps.py (its parser
+/* host_constants.h repeats the flags for datapath/host_maps.py (its parser
  * reads one file); the program writes the TALB_IPOPT_* ones. */
 _Static_assert(HOST_OPT_VERSION == TALB_IPOPT_VERSION &&
 	       HOST_OPT_F_LAST == TALB_IPOPT_F_LAST,

@@ -4,7 +4,7 @@
  * (talb/maps.h for the switch, talb/host_maps.h for the hosts).
  *
  * TALB_MAP(type, key, value, name, max_entries): a fresh map, or, when the
- * loader passes -DTALB_PIN_DIR="\"/path\"" (agent/datapath.py, on a load
+ * loader passes -DTALB_PIN_DIR="\"/path\"" (datapath/program.py, on a load
  * with reuse_pins), the map already pinned at /path/<name>: a reload keeps
  * the data path's state.
  */

@@ -3,13 +3,13 @@
  * talb/maps.h - ALL maps of the switch data path, and their small helpers.
  *
  * bcc only rewrites map operations (map.lookup(...)) in the main source
- * file, so the loader (agent/loader.py, through agent/datapath.py) expands
+ * file, so the loader (datapath/loader.py, through datapath/program.py) expands
  * the project's own `#include "talb/..."` lines into one text (with #line
  * markers, so diagnostics still name these files) before handing it to bcc. Include this header once, from the entry
  * point, before any header that uses a map.
  *
  * The loader pins every map as <pin_dir>/<map name>; user space
- * (agent/maps.py: SwitchMaps) opens them by these names.
+ * (datapath/maps.py: SwitchMaps) opens them by these names.
  */
 #ifndef TALB_MAPS_H
 #define TALB_MAPS_H
@@ -49,7 +49,7 @@ TALB_MAP("array", __u32, struct group_state, group_swept, TALB_MAX_GROUPS);
 TALB_MAP("array", __u32, __u32, tensor_count, 2);
 
 /* ---- one program per scheme (switch_tc.c) ---- */
-/* scheme id -> its program (tail call); filled by agent/loader.py. Pinned:
+/* scheme id -> its program (tail call); filled by datapath/loader.py. Pinned:
  * a prog array loses its entries when no user-space reference is left. */
 TALB_MAP("prog", __u32, __u32, scheme_progs, TALB_NR_SCHEMES);
 /* [0] -> the packet as the main program parsed it, per CPU */

@@ -56,7 +56,7 @@ struct talb_verdict {
 /* scheme_scratch[0], per CPU: what the main program hands to the scheme
  * program it tail-calls (a tail call keeps only the skb). A tail call
  * runs on the same CPU, so a per-CPU slot is never shared. Mirrored in
- * agent/maps.py (TalbScratch) for the pinned map's layout check. */
+ * datapath/structs.py (TalbScratch) for the pinned map's layout check. */
 #define TALB_SCRATCH_REMEMBER   (1U << 0)  /* TaLB midstream: remember the
 					      fallback's port */
 struct talb_scratch {

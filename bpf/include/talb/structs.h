@@ -2,7 +2,7 @@
 /*
  * talb/structs.h - every struct shared between the data path and user space.
  *
- * agent/maps.py mirrors each of these with ctypes; opening a pinned map
+ * datapath/structs.py mirrors each of these with ctypes; opening a pinned map
  * checks the kernel's key/value sizes against the mirror. Change both
  * together. Layouts use only fixed-width fields with natural alignment and
  * no implicit padding.
@@ -31,7 +31,7 @@ struct port_stats {
  * map, so a user-space update replaces it atomically (a hash map swaps the
  * element; an array map would be copied in place under readers): a packet
  * never sees the PCMs of one publication with the order or schedule of
- * another. Written by agent/control.py (program_switch: neutral values;
+ * another. Written by datapath/control.py (program_switch: neutral values;
  * publish_pcm: from the agent's PCMs). Indices below are positions in
  * ifindex[]; the data path checks each against n_ports before use. */
 struct fwd_group {
@@ -146,7 +146,7 @@ struct flowlet {
 };
 
 /* port_rate[port_id]: the port's shaper, written by user space
- * (agent/control.py set_port_rates): drains the queue estimate. */
+ * (datapath/control.py set_port_rates): drains the queue estimate. */
 struct port_rate {
 	__u64 bytes_per_s;      /* 0: unknown, never drained */
 	__u32 limit_bytes;      /* the port's queue limit (0: none) */

@@ -7,7 +7,7 @@
  * program right after the 20-byte base header (IHL becomes 8); removed by the
  * last switch before the destination host.
  *
- * All fields in network byte order. The Python mirror is talb/wire.py
+ * All fields in network byte order. The Python mirror is common/wire.py
  * (scapy layer) — keep the two in step.
  */
 #ifndef TALB_OPTION_H

@@ -28,7 +28,7 @@
  *
  * The option and the table writes are the TC entry point's (switch_tc.c
  * talb_scheme_conga); the decision and the tables are here.
- * agent/schemes/conga.py is the model.
+ * datapath/schemes/conga.py is the model.
  *
  * Needs talb/maps.h included before it.
  */

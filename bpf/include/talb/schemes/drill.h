@@ -16,12 +16,12 @@
  * path keeps one per port (port_queue, by port id): every packet sent out
  * of a port under DRILL adds its bytes; the estimate drains at the port's
  * link rate behind a token bucket of the shaper's burst (port_rate,
- * written by user space: agent/control.py set_port_rates), and never
+ * written by user space: datapath/control.py set_port_rates), and never
  * exceeds the port's queue limit (the qdisc drops past it). A port of
  * rate 0 (unknown) is never drained. Updates are not atomic across CPUs:
  * a lost update under-counts one packet; the error against the real
  * backlog is measured in docs/schemes.md.
- * agent/schemes/drill.py is the model.
+ * datapath/schemes/drill.py is the model.
  *
  * Needs talb/maps.h included before it.
  */

@@ -22,7 +22,7 @@
  *                         flowlet's port if it goes on
  *   talb_flowlet_start()  record the new flowlet the scheme placed
  *
- * agent/schemes/letflow.py flowlet_keep / flowlet_start are the model
+ * datapath/schemes/letflow.py flowlet_keep / flowlet_start are the model
  * (CONGA's model uses them too); docs/schemes.md the timeout's default.
  *
  * Needs talb/maps.h included before it.

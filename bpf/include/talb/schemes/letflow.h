@@ -3,7 +3,7 @@
  * talb/schemes/letflow.h - LetFlow (Vanini et al., NSDI 2017): flowlets on
  * random paths. The flowlet step (table, gap, refresh) is
  * schemes/flowlet.h's; a new flowlet goes to a uniformly random usable
- * port. agent/schemes/letflow.py is the model; docs/schemes.md the
+ * port. datapath/schemes/letflow.py is the model; docs/schemes.md the
  * timeout's default.
  *
  * Needs talb/maps.h included before it.

@@ -9,7 +9,7 @@
  *   talb_port_index() the index of an ifindex in the group, or -1
  *
  * Random draws come from a per-CPU xorshift32 state (`rng` map), not from
- * bpf_get_prandom_u32: the Python models (agent/schemes/pick.py) replay
+ * bpf_get_prandom_u32: the Python models (datapath/schemes/pick.py) replay
  * the same sequence from the state read before a packet, so every random
  * decision is checked against the model (tests/test_schemes_switch.py). A
  * state of 0 (fresh map) is seeded from bpf_get_prandom_u32 on first use.

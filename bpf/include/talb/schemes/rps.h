@@ -2,7 +2,7 @@
 /*
  * talb/schemes/rps.h - Random Packet Spraying: every packet on a uniformly
  * random usable port of its group (schemes/pick.h), whatever its flow.
- * No state but the random sequence. agent/schemes/rps.py is the model.
+ * No state but the random sequence. datapath/schemes/rps.py is the model.
  */
 #ifndef TALB_SCHEMES_RPS_H
 #define TALB_SCHEMES_RPS_H

@@ -2,7 +2,7 @@
 /*
  * talb/schemes/talb.h - TaLB (Hu et al., IWQoS 2024): the whole switch
  * decision in one place. DESIGN section 5; docs/talb-decisions.md lists
- * every reading of the paper made here. agent/schemes/talb.py is the same
+ * every reading of the paper made here. datapath/schemes/talb.py is the same
  * decision in Python; tests/test_talb_switch.py checks the two agree
  * packet by packet.
  *
@@ -27,7 +27,7 @@
  * from the live counts (talb_retire). A
  * hit on an entry idle longer than config tensor_idle_us removes it first
  * (CNT_TALB_AGED); user space sweeps entries that are never hit again
- * (agent/control.py sweep_tensors). A tensor that ends with its first
+ * (datapath/control.py sweep_tensors). A tensor that ends with its first
  * packet (tensor_len 1, or LAST) is decided but never inserted. An unknown
  * tensor's packet other than its first (pkt_idx > 0) follows the fallback
  * (CNT_TALB_MIDSTREAM).
@@ -157,7 +157,7 @@ static __always_inline __u32 talb_new_tensor(const struct fwd_group *g,
 	}
 	/* CASE 2: one layer live (or none but the new tensor's): smooth
 	 * weighted round-robin, weights 1 - P_i. The agent publishes the
-	 * schedule (agent/schemes/talb.py smooth_wrr_schedule); here a
+	 * schedule (datapath/schemes/talb.py smooth_wrr_schedule); here a
 	 * per-group cursor walks it. The cursor is shared by the CPUs
 	 * without atomics: a rare lost update gives two new tensors one
 	 * slot, harmless, and it stays one sequence (not one per CPU). */

@@ -1,0 +1,721 @@
+"""Control plane of one switch: program its forwarding state, publish TaLB's
+port congestion metrics, read its counters and tensor table, through its
+maps (:class:`datapath.maps.SwitchMaps`).
+
+Works on pinned maps alone (no bcc, no reload), so ``talb testbed``, the
+agent and tests all program switches the same way.
+"""
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import time
+from contextlib import contextmanager
+from typing import Iterable, Mapping, Sequence
+
+from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES,
+                                PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
+                                TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
+                                TALB_MAX_TENSORS, TALB_TENSOR_DONE)
+from datapath.maps import SwitchMaps
+from datapath.schemes import talb as talb_scheme
+from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
+from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo
+
+__all__ = [
+    "SchemeError", "scheme_id_of", "port_flags", "program_switch", "read_port_stats", "read_ports",
+    "read_counters",
+    "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS", "set_timers",
+    "parse_params", "set_port_rates", "read_queue_estimates", "set_conga_leaves",
+    "read_conga_tables", "set_release", "set_hash_seed",
+    "set_talb_config",
+    "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
+    "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
+]
+
+#: the counters `talb table` shows (names as in read_counters)
+TALB_COUNTERS = (
+    "talb_hit", "talb_case1", "talb_case2", "talb_threshold", "talb_fallback",
+    "talb_table_full", "talb_reroute", "talb_aged", "talb_inserted", "talb_completed",
+    "talb_late", "talb_midstream",
+    "decision_talb", "opt_tagged", "opt_truncated", "opt_bad_len", "opt_bad_version",
+    "opt_zero_len", "opt_overrun", "opt_not_first", "stripped", "drop_opt_position",
+    "drop_strip_fail",
+)
+
+PortSpec = tuple  # (ifname, ifindex, is_host_port, up)
+
+
+class SchemeError(ValueError):
+    """Unknown scheme name, or one the data path does not implement yet."""
+
+
+def scheme_id_of(name: str) -> int:
+    """The data path's id of scheme ``name`` (any case); SchemeError (a
+    ValueError) when no such scheme, or the data path does not implement it.
+    Callers check a user's --scheme with it before touching a fabric."""
+    key = str(name).lower()
+    if key not in SCHEMES:
+        raise SchemeError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}")
+    if key not in IMPLEMENTED_SCHEMES:
+        raise SchemeError(
+            f"scheme {name!r} is not implemented in the data path yet "
+            f"(implemented: {', '.join(sorted(IMPLEMENTED_SCHEMES))})")
+    return SCHEMES[key]
+
+
+def _fallback_id(name: str, what: str) -> int:
+    """The id of a scheme TaLB may hand untagged packets to."""
+    fid = scheme_id_of(name)
+    if fid == SCHEMES["talb"]:
+        raise SchemeError(f"{what}: TaLB cannot be its own fallback (untagged packets "
+                          f"carry no tensor)")
+    if fid == SCHEMES["conga"]:
+        raise SchemeError(f"{what}: CONGA cannot be TaLB's fallback (it needs every packet "
+                          f"of the fabric, to carry its option leaf to leaf)")
+    return fid
+
+
+def port_flags(is_host: bool, up: bool) -> int:
+    """The ``ports`` map's flags of a port (``PortInfo.flags``)."""
+    return (PORT_HOST if is_host else 0) | (PORT_UP if up else 0)
+
+
+def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
+                   groups: Mapping[str, Sequence[int]], scheme: str | None = "ecmp",
+                   hash_seed: int | None = None) -> dict:
+    """Install a switch's ports, forwarding groups and config.
+
+    ``ports``: ``[(ifname, ifindex, is_host_port, up), ...]`` in a stable
+    order; a port's id is its position (it indexes ``port_stats``).
+    ``groups``: ``{"10.0.0.2": [ifindex, ...]}`` -- candidate egress ports
+    per destination host, every ifindex one of ``ports`` (repeat one to
+    weight it). Destinations sharing a port tuple (same ports, same order)
+    share a group id; a tuple already installed keeps its id.
+
+    Order of writes keeps the data path consistent at every step: ports,
+    then groups (each replaced atomically: hash map), then fwd, then stale
+    fwd entries and unused groups removed, then config. ``hash_seed=None``
+    keeps the current seed (the loader sets a per-switch default);
+    ``scheme=None`` with ``hash_seed=None`` leaves the config map untouched
+    (the agent's regrouping: config belongs to the user, and a
+    read-modify-write of it would revert a `talb scheme` landing meanwhile).
+
+    TaLB: a new group gets neutral values (every PCM 0, order = group
+    order, plain round-robin schedule, threshold TALB_PCM_ONE) until
+    :func:`publish_pcm` replaces them; a group already installed keeps what
+    was published. Group ids that are new or go away get their TaLB state
+    cleared (live-layer counts, WRR cursor, and the tensor entries counted
+    in them), so a reused id never inherits another group's tensors.
+
+    Returns ``{"ports": n, "routes": n, "groups": {group_id: [ifindex]}}``.
+    """
+    scheme_id = None if scheme is None else scheme_id_of(scheme)
+    by_ifindex = _port_table(ports)
+    routes = _route_table(groups, by_ifindex)
+    _install_ports(maps, by_ifindex)
+    group_ids, gone_ids = _install_groups(maps, set(routes.values()))
+    _install_routes(maps, routes, group_ids)
+    _remove_groups(maps, set(group_ids.values()), gone_ids)
+    # config: only when asked to set something in it
+    if scheme_id is not None or hash_seed is not None:
+        with config_update(maps) as cfg:
+            if scheme_id is not None:
+                cfg.scheme = scheme_id
+            if hash_seed is not None:
+                cfg.hash_seed = int(hash_seed) & 0xFFFFFFFF
+    return {
+        "ports": len(by_ifindex),
+        "routes": len(routes),
+        "groups": {gid: list(t) for t, gid in sorted(group_ids.items(), key=lambda x: x[1])},
+    }
+
+
+def _port_table(ports: Sequence[PortSpec]) -> dict[int, tuple[int, int]]:
+    """{ifindex: (port id, flags)} of program_switch's ``ports``; ValueError
+    for too many, a malformed entry or an ifindex twice."""
+    if len(ports) > TALB_MAX_PORTS:
+        raise ValueError(f"ports: {len(ports)} ports, at most TALB_MAX_PORTS={TALB_MAX_PORTS}")
+    by_ifindex: dict[int, tuple[int, int]] = {}
+    for pid, spec in enumerate(ports):
+        try:
+            ifname, ifindex, is_host, up = spec
+        except (TypeError, ValueError):
+            raise ValueError(f"ports[{pid}]: expected (ifname, ifindex, is_host_port, up), "
+                             f"got {spec!r}") from None
+        if int(ifindex) in by_ifindex:
+            raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex} listed twice")
+        by_ifindex[int(ifindex)] = (pid, port_flags(is_host, up))
+    return by_ifindex
+
+
+def _route_table(groups: Mapping[str, Sequence[int]],
+                 by_ifindex: dict) -> dict[int, tuple[int, ...]]:
+    """{destination address as an int: its ports}; ValueError for a bad
+    address, too many ports or a port the switch does not have."""
+    routes: dict[int, tuple[int, ...]] = {}
+    for dst, members in groups.items():
+        try:
+            key = int(ipaddress.IPv4Address(dst))
+        except ValueError:
+            raise ValueError(f"groups: {dst!r} is not an IPv4 address") from None
+        members = tuple(int(x) for x in members)
+        if len(members) > TALB_MAX_GROUP_PORTS:
+            raise ValueError(f"groups[{dst}]: {len(members)} ports, at most "
+                             f"TALB_MAX_GROUP_PORTS={TALB_MAX_GROUP_PORTS}")
+        unknown = [x for x in members if x not in by_ifindex]
+        if unknown:
+            raise ValueError(f"groups[{dst}]: ifindex {unknown} not among the switch's ports")
+        routes[key] = members
+    return routes
+
+
+def _install_ports(maps: SwitchMaps, by_ifindex: dict[int, tuple[int, int]]) -> None:
+    """The ports map: new and changed ports first, stale ones last."""
+    for ifindex, (pid, flags) in by_ifindex.items():
+        maps.ports[ifindex] = PortInfo(pid, flags)
+    for ifindex in list(maps.ports.keys()):
+        if ifindex not in by_ifindex:
+            maps.ports.delete(ifindex)
+
+
+def _install_groups(maps: SwitchMaps, wanted: set[tuple[int, ...]]
+                    ) -> tuple[dict[tuple[int, ...], int], set[int]]:
+    """Every wanted port tuple a group: a tuple already installed keeps its
+    id, a new one takes the lowest free id, its TaLB state cleared, its
+    group written with neutral TaLB data. ({tuple: group id}, the ids of
+    installed groups no longer wanted)."""
+    installed = {tuple(g.ports()): gid for gid, g in maps.groups.items()}
+    tuple_to_id: dict[tuple[int, ...], int] = {}
+    used = set(installed.values())
+    next_id = 0
+    for t in sorted(wanted, key=lambda t: (installed.get(t, 1 << 32), t)):
+        if t in installed:
+            tuple_to_id[t] = installed[t]
+            continue
+        while next_id in used:
+            next_id += 1
+        tuple_to_id[t] = next_id
+        used.add(next_id)
+    fresh_ids = {gid for t, gid in tuple_to_id.items() if t not in installed}
+    _reset_group_state(maps, fresh_ids)
+    for t, gid in tuple_to_id.items():
+        if gid in fresh_ids:
+            maps.groups[gid] = FwdGroup.of(t)
+    return tuple_to_id, set(installed.values()) - set(tuple_to_id.values())
+
+
+def _install_routes(maps: SwitchMaps, routes: dict[int, tuple[int, ...]],
+                    group_ids: dict[tuple[int, ...], int]) -> None:
+    """The fwd map: every destination to its group, then stale ones removed."""
+    for key, t in routes.items():
+        maps.fwd[IPv4Key(key)] = group_ids[t]
+    for k in list(maps.fwd.keys()):
+        if k.addr not in routes:
+            maps.fwd.delete(k)
+
+
+def _remove_groups(maps: SwitchMaps, keep: set[int], gone_ids: set[int]) -> None:
+    """Groups no route uses any more removed (after fwd stopped naming
+    them), and the TaLB state of the ids that went away cleared."""
+    for gid in list(maps.groups.keys()):
+        if gid not in keep:
+            maps.groups.delete(gid)
+    _reset_group_state(maps, gone_ids)
+
+
+# --- runtime config -------------------------------------------------------------
+def read_config(maps: SwitchMaps) -> dict:
+    cfg = maps.config[0]
+    return {
+        "scheme": SCHEME_NAMES.get(cfg.scheme, f"scheme{cfg.scheme}"),
+        "hash_seed": cfg.hash_seed,
+        "release_sk": bool(cfg.flags & CFG_RELEASE_SK),
+        "flags": cfg.flags,
+        "fallback_scheme": SCHEME_NAMES.get(cfg.fallback_scheme, f"scheme{cfg.fallback_scheme}"),
+        "tensor_limit": cfg.tensor_limit or TALB_MAX_TENSORS,
+        "tensor_idle_us": cfg.tensor_idle_us or CONST["TALB_DEFAULT_IDLE_US"],
+        "n_bands": max(1, cfg.n_bands),
+        "layers_per_band": cfg.layers_per_band or CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
+        "flowlet_timeout_us": cfg.flowlet_timeout_us or CONST["TALB_DEFAULT_FLOWLET_US"],
+        "drill_d": cfg.drill_d or CONST["TALB_DEFAULT_DRILL_D"],
+        "drill_m": cfg.drill_m,
+        "conga_dre_us": cfg.conga_dre_us or CONST["TALB_DEFAULT_CONGA_DRE_US"],
+        "conga_age_us": cfg.conga_age_us or CONST["TALB_DEFAULT_CONGA_AGE_US"],
+        "conga_alpha_shift": cfg.conga_alpha_shift or CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
+        "conga_q_bits": cfg.conga_q_bits or CONST["TALB_DEFAULT_CONGA_Q_BITS"],
+        "conga_leaf": cfg.conga_leaf - 1 if cfg.conga_leaf else None,
+    }
+
+
+@contextmanager
+def config_update(maps: SwitchMaps):
+    """``config[0]`` to change in the block, written back at its end (not
+    after an error). The array's one value can only be replaced whole, so
+    each read-modify-write holds an flock on the switch's pin directory:
+    two writers at once (`talb scheme` and `talb release` from two shells)
+    never lose one's change. Maps opened by fd (no pin directory) are one
+    process's: no lock."""
+    fd = None
+    pin_dir = getattr(maps, "pin_dir", None)
+    if pin_dir is not None:
+        fd = os.open(pin_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        cfg = maps.config[0]
+        yield cfg
+        maps.config[0] = cfg
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+# --- schemes and their parameters ---------------------------------------------------
+#: scheme -> {parameter: (read_config / TalbConfig field, least, largest)}: what
+#: ``talb scheme NAME --param key=value`` sets (docs/schemes.md: defaults and why).
+#: TaLB's ``fallback`` is a scheme name; TaLB also takes its fallback's parameters.
+SCHEME_PARAMS: Mapping[str, Mapping[str, tuple]] = {
+    "ecmp": {},
+    "rps": {},
+    "letflow": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000)},
+    "drill": {"d": ("drill_d", 1, CONST["TALB_DRILL_MAX_D"]),
+              "m": ("drill_m", 0, CONST["TALB_DRILL_MAX_M"])},
+    "conga": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000),
+              "dre_us": ("conga_dre_us", 1, 1_000_000),
+              "alpha_shift": ("conga_alpha_shift", 1, 4),
+              "q_bits": ("conga_q_bits", 1, 8),
+              "age_us": ("conga_age_us", 1, 100_000_000)},
+    "talb": {"fallback": ("fallback_scheme", None, None),
+             "tensor_limit": ("tensor_limit", 1, TALB_MAX_TENSORS),
+             "idle_us": ("tensor_idle_us", 1, 0xFFFFFFFF)},
+}
+
+
+def parse_params(items: Iterable[str]) -> dict[str, str]:
+    """``["d=2", "m=1"]`` -> ``{"d": "2", "m": "1"}`` (the CLI's --param);
+    SchemeError naming an item without ``=`` or given twice."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise SchemeError(f"--param {item!r}: expected key=value")
+        if key in out:
+            raise SchemeError(f"--param {key}: given twice ({out[key]!r}, {value!r})")
+        out[key] = value
+    return out
+
+
+def _params_of(scheme: str, fallback: str | None = None) -> dict[str, tuple]:
+    params = dict(SCHEME_PARAMS.get(scheme, {}))
+    if scheme == "talb" and fallback:
+        params.update(SCHEME_PARAMS.get(fallback, {}))
+    return params
+
+
+def scheme_params(maps: SwitchMaps) -> dict:
+    """The effective parameters of the scheme in force (defaults resolved),
+    ``{}`` for ECMP and RPS; TaLB's include its fallback's."""
+    cfg = read_config(maps)
+    scheme = cfg["scheme"]
+    out = {}
+    for key, (field, _lo, _hi) in _params_of(scheme, cfg["fallback_scheme"]).items():
+        out[key] = cfg[field]
+    return out
+
+
+def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None = None) -> dict:
+    """Switch the load-balancing scheme at run time (no reload), with its
+    parameters (``{"d": 2}``; strings as from the CLI are parsed). The
+    scheme and its parameters land in one write of config[0]: a packet sees
+    the old configuration or the new one, never a mix. SchemeError for an
+    unknown or not implemented scheme, a key the scheme does not take, or a
+    value out of range -- naming the key and the value. Returns the
+    effective parameters (:func:`scheme_params`)."""
+    scheme_id = scheme_id_of(name)
+    scheme = SCHEME_NAMES[scheme_id]
+    params = dict(params or {})
+    with config_update(maps) as cfg:    # an error below: nothing written
+        _apply_scheme(cfg, scheme_id, scheme, params)
+    return scheme_params(maps)
+
+
+def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
+    fallback = SCHEME_NAMES.get(cfg.fallback_scheme)
+    if "fallback" in params:
+        if scheme != "talb":
+            raise SchemeError(f"--param fallback={params['fallback']}: only TaLB has a "
+                              f"fallback scheme (for untagged packets), not {scheme}")
+        fid = _fallback_id(params["fallback"], f"--param fallback={params['fallback']}")
+        cfg.fallback_scheme = fid
+        fallback = SCHEME_NAMES[fid]
+    known = _params_of(scheme, fallback)
+    for key, raw in params.items():
+        if key == "fallback":
+            continue
+        if key not in known:
+            takes = ", ".join(known) or "no parameters"
+            raise SchemeError(f"--param {key}={raw}: {scheme} takes {takes}")
+        field, lo, hi = known[key]
+        try:
+            value = int(str(raw), 0)
+        except ValueError:
+            raise SchemeError(f"--param {key}={raw}: not an integer") from None
+        if not lo <= value <= hi:
+            raise SchemeError(f"--param {key}={raw}: must be {lo}..{hi}")
+        setattr(cfg, field, value)
+    cfg.scheme = scheme_id
+
+
+def set_timers(maps: SwitchMaps, timers) -> dict:
+    """Write the timers derived from the link rate (:class:`datapath.timers.Timers`)
+    into the switch's config in one write: LetFlow's and CONGA's flowlet gap,
+    CONGA's T_dre, alpha and remote-metric age (docs/schemes.md, "Timers
+    follow the link rate"). `talb testbed up` does it once, before any
+    traffic; a later ``talb scheme --param`` overrides any of them. Returns
+    the scheme's effective parameters."""
+    with config_update(maps) as cfg:
+        cfg.flowlet_timeout_us = int(timers.flowlet_us)
+        cfg.conga_dre_us = int(timers.conga_dre_us)
+        cfg.conga_alpha_shift = int(timers.conga_alpha_shift)
+        cfg.conga_age_us = int(timers.conga_age_us)
+    return scheme_params(maps)
+
+
+# --- links: what DRILL's queue estimate drains at -----------------------------------
+def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple]) -> None:
+    """``{ifindex: (rate_bps, queue_limit_bytes[, burst_bytes])}`` for
+    installed ports: the data path's queue estimates (DRILL) drain at this
+    rate behind a token bucket of this burst (the port's HTB) and never
+    exceed this limit. Ports left out keep what they have."""
+    from datapath.structs import PortRate
+
+    installed = read_ports(maps)
+    for ifindex, spec in rates.items():
+        rate_bps, limit, burst = (*spec, 0) if len(spec) == 2 else spec
+        if ifindex not in installed:
+            raise ValueError(f"set_port_rates: ifindex {ifindex} is not a port of the switch")
+        if rate_bps < 0 or not 0 <= limit < 2**32 or not 0 <= burst < 2**32:
+            raise ValueError(f"set_port_rates: ifindex {ifindex}: rate {rate_bps} bit/s, "
+                             f"limit {limit} B, burst {burst} B out of range")
+        maps.port_rate[installed[ifindex]["port_id"]] = PortRate(
+            int(rate_bps) // 8, int(limit), int(burst))
+
+
+def set_conga_leaves(maps: SwitchMaps, leaf: int | None, host_leaf: Mapping[str, int]) -> None:
+    """CONGA's view of the fabric: this switch's leaf id (None: a spine) and
+    every host's leaf (``{"198.18.0.1": 0, ...}``): the source leaf pushes
+    its id, and keys its congestion-to-leaf table by the destination's."""
+    from datapath.structs import IPv4Key
+
+    top = CONST["TALB_CONGA_MAX_LEAVES"]
+    for ip, lid in host_leaf.items():
+        if not 0 <= int(lid) < top:
+            raise ValueError(f"set_conga_leaves: host {ip}: leaf id {lid} not in 0..{top - 1}")
+    if leaf is not None and not 0 <= int(leaf) < top:
+        raise ValueError(f"set_conga_leaves: leaf id {leaf} not in 0..{top - 1}")
+    for ip, lid in host_leaf.items():
+        maps.conga_leaf_of[IPv4Key.of(ip)] = int(lid)
+    with config_update(maps) as cfg:
+        cfg.conga_leaf = 0 if leaf is None else int(leaf) + 1
+
+
+def read_conga_tables(maps: SwitchMaps, now_ns: int | None = None) -> dict:
+    """``{"to_leaf": {(leaf, lbtag): (metric, age_s)}, "from_leaf": {...}}``:
+    the entries written so far (CONGA's congestion-to-leaf and -from-leaf)."""
+    now = _monotonic_ns() if now_ns is None else now_ns
+    width = TALB_MAX_GROUP_PORTS
+    out: dict = {"to_leaf": {}, "from_leaf": {}}
+    for name in out:
+        for k, e in getattr(maps, f"conga_{name}").items():
+            if e.valid:
+                out[name][(k // width, k % width)] = (e.metric, max(0, now - e.updated_ns) / 1e9)
+    return out
+
+
+def read_queue_estimates(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
+    """``{ifindex: bytes}``: the data path's queue estimate of each port now
+    (drained to ``now_ns`` as the data path would, datapath/schemes/drill.py),
+    from the switch's port_queue and port_rate maps. The real queues (the
+    qdiscs' counters) are workload.measure.read_qdisc_counters'."""
+    from datapath.schemes.drill import ModelPortQueue
+
+    now = _monotonic_ns() if now_ns is None else now_ns
+    out = {}
+    for ifindex, p in read_ports(maps).items():
+        q, r = maps.port_queue.get(p["port_id"]), maps.port_rate.get(p["port_id"])
+        out[ifindex] = ModelPortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes,
+                                      q.credit, r.burst_bytes).at(now)
+    return out
+
+
+def set_release(maps: SwitchMaps, on: bool) -> None:
+    """First-hop socket release (CFG_RELEASE_SK, DESIGN section 3) on/off."""
+    with config_update(maps) as cfg:
+        cfg.flags = (cfg.flags | CFG_RELEASE_SK) if on else (cfg.flags & ~CFG_RELEASE_SK)
+
+
+def set_hash_seed(maps: SwitchMaps, seed: int) -> None:
+    with config_update(maps) as cfg:
+        cfg.hash_seed = int(seed) & 0xFFFFFFFF
+
+
+def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
+                    tensor_limit: int | None = None, tensor_idle_us: int | None = None,
+                    n_bands: int | None = None, layers_per_band: int | None = None) -> dict:
+    """Set TaLB's run-time knobs (None: keep). ``fallback``: scheme for
+    untagged packets under TaLB (an implemented one other than talb);
+    ``tensor_limit``: live tensor entries, 1..TALB_MAX_TENSORS;
+    ``tensor_idle_us``: idle timeout of an entry; ``n_bands``: priority
+    bands of the egress HTB (1..TALB_MAX_BANDS, as the topology's
+    ``queue.bands``); ``layers_per_band``: layers per tagged band."""
+    with config_update(maps) as cfg:
+        if fallback is not None:
+            cfg.fallback_scheme = _fallback_id(fallback, "fallback")
+        # field: (value, largest allowed, the range as the error names it); 1 is the least
+        limits = {
+            "tensor_limit": (tensor_limit, TALB_MAX_TENSORS,
+                             f"1..TALB_MAX_TENSORS={TALB_MAX_TENSORS}"),
+            "tensor_idle_us": (tensor_idle_us, 0xFFFFFFFF, "1..2^32-1"),
+            "n_bands": (n_bands, CONST["TALB_MAX_BANDS"],
+                        f"1..TALB_MAX_BANDS={CONST['TALB_MAX_BANDS']}"),
+            "layers_per_band": (layers_per_band, 256, "1..256"),
+        }
+        for field, (value, hi, text) in limits.items():
+            if value is None:
+                continue
+            if not 1 <= int(value) <= hi:
+                raise ValueError(f"{field}: {text}, got {value}")
+            setattr(cfg, field, int(value))
+    return read_config(maps)
+
+
+# --- TaLB: groups, PCM, tensor table ---------------------------------------------------
+def _find_group(maps: SwitchMaps, group_ifindexes: Sequence[int],
+                group_id: int | None = None) -> tuple[int, FwdGroup]:
+    want = [int(x) for x in group_ifindexes]
+    if group_id is not None:  # the caller's id: one lookup instead of a walk of the map
+        g = maps.groups.get(group_id)
+        if g is not None and g.ports() == want:
+            return group_id, g
+    for gid, g in maps.groups.items():
+        if g.ports() == want:
+            return gid, g
+    raise ValueError(f"publish_pcm: no group with ports {want} installed "
+                     f"(groups: {[g.ports() for _, g in maps.groups.items()]})")
+
+
+def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
+                pcm: Mapping[int, float], threshold: float | None = None, *,
+                group_id: int | None = None) -> int:
+    """Publish the port congestion metrics of one forwarding group.
+
+    ``group_ifindexes``: the group's ports, in its order (as installed by
+    :func:`program_switch`); ``pcm``: ``{ifindex: P_i}`` with P_i in [0, 1]
+    (Eq. 5) for each of them; ``threshold``: CASE 1's S in [0, 1] (None:
+    1.0, the largest PCM Eq. 5 yields -- see docs/talb-decisions.md).
+
+    Computes the port order by PCM (lowest first) and the smooth-WRR
+    schedule for weights ``1 - P_i`` (datapath/schemes/talb.py) and replaces the
+    group in one map update: the data path sees the old publication or the
+    new one, never a mix. ``group_id``: where the caller expects the group
+    (a hint: if that id holds other ports, the group is searched by its
+    ports as without it). Returns the group id."""
+    gid, g = _find_group(maps, group_ifindexes, group_id)
+    ports = g.ports()
+    missing = [x for x in ports if x not in pcm]
+    if missing:
+        raise ValueError(f"publish_pcm: no PCM for port(s) {missing} of group {ports}")
+    fixed = [talb_scheme.pcm_to_fixed(pcm[x]) for x in ports]
+    new = FwdGroup.of(
+        ports, pcm=fixed, order=talb_scheme.fixed_pcm_order(fixed),
+        threshold=talb_scheme.PCM_ONE if threshold is None else talb_scheme.pcm_to_fixed(threshold),
+        schedule=talb_scheme.smooth_wrr_schedule(talb_scheme.fixed_wrr_weights(fixed)))
+    new.flags = g.flags
+    maps.groups[gid] = new
+    return gid
+
+
+def read_groups(maps: SwitchMaps) -> dict[int, dict]:
+    """``{group_id: {"ports": [ifindex], "pcm": [float], "order", "threshold",
+    "schedule"}}``."""
+    out = {}
+    for gid, g in sorted(maps.groups.items()):
+        d = g.talb()
+        out[gid] = {"ports": g.ports(),
+                    "pcm": [talb_scheme.pcm_from_fixed(x) for x in d["pcm"]],
+                    "order": d["order"], "threshold": talb_scheme.pcm_from_fixed(d["threshold"]),
+                    "schedule": d["schedule"]}
+    return out
+
+
+def _monotonic_ns() -> int:
+    # bpf_ktime_get_ns() is CLOCK_MONOTONIC
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def read_tensor_table(maps: SwitchMaps, now_ns: int | None = None, *,
+                      include_done: bool = False) -> list[dict]:
+    """The live tensor table (Table I), oldest first: ``src (the sender's
+    IPv4 address), tensor_id, tensor_len, received, prev_port (ifindex),
+    layer, group_id, done, first_seen_ns, last_seen_ns, age_s, idle_s``. A
+    tensor is (src, tensor_id): ids are unique per sending host only.
+    ``include_done``: also
+    the completed tensors kept for late packets (retransmissions) until
+    they are idle."""
+    now = _monotonic_ns() if now_ns is None else now_ns
+    rows = []
+    for key, e in maps.tensors.items():
+        done = bool(e.flags & TALB_TENSOR_DONE)
+        if done and not include_done:
+            continue
+        rows.append({"done": done, "src": key.src,
+            "tensor_id": key.tensor_id, "tensor_len": e.tensor_len, "received": e.received,
+            "prev_port": e.prev_port, "layer": e.layer, "group_id": e.group_id,
+            "first_seen_ns": e.first_seen_ns, "last_seen_ns": e.last_seen_ns,
+            "age_s": max(0, now - e.first_seen_ns) / 1e9,
+            "idle_s": max(0, now - e.last_seen_ns) / 1e9,
+        })
+    rows.sort(key=lambda r: (r["first_seen_ns"], ipaddress.IPv4Address(r["src"]),
+                             r["tensor_id"]))
+    return rows
+
+
+def read_live_layers(maps: SwitchMaps) -> dict[int, dict[int, int]]:
+    """``{group_id: {layer: live tensors}}`` as the data path sees them
+    (group_state minus group_swept), for installed groups."""
+    out = {}
+    for gid in sorted(maps.groups.keys()):
+        st, sw = maps.group_state.get(gid), maps.group_swept.get(gid)
+        if st is not None:
+            out[gid] = talb_scheme.live_counts(st, sw)
+    return out
+
+
+def tensor_occupancy(maps: SwitchMaps) -> int:
+    n = (maps.tensor_count.get(TALB_COUNT_LIVE, 0) - maps.tensor_count.get(TALB_COUNT_SWEPT, 0))
+    n = (n + 2**31) % 2**32 - 2**31
+    return max(0, n)
+
+
+def sweep_tensors(maps: SwitchMaps, idle_s: float | None = None,
+                  now_ns: int | None = None) -> int:
+    """Remove tensor entries idle for more than ``idle_s`` (None: twice the
+    configured tensor_idle_us for live entries, once for done ones) --
+    tensors whose last packets never came, so that the data path would
+    only notice them on a hit that never happens, and completed ones, whose
+    room new tensors need (the map never evicts: schemes/talb.h).
+
+    Why twice for live entries: user space cannot take part in the data path's atomic
+    retire (schemes/talb.h talb_retire), so it keeps well clear of entries
+    the data path may still touch. The data path forgets an entry idle for
+    tensor_idle_us by itself on its next packet; the sweeper only takes
+    what stayed idle for twice that. (A packet for an entry idle that long,
+    arriving in the microseconds between this function's read and its
+    delete, could still make the live count off by one.)
+
+    The data path adds to group_state and tensor_count atomically; user
+    space cannot, so it records its removals in group_swept and
+    tensor_count[TALB_COUNT_SWEPT] (written by this function only: one
+    sweeper per switch at a time). An entry counts as swept only if this
+    delete removed it (a racing data-path removal accounts for itself).
+    Completed (done) entries are removed too, without accounting: they
+    are no longer counted as live. Returns the number removed."""
+    if idle_s is None:
+        done_s = read_config(maps)["tensor_idle_us"] / 1e6
+        live_s = 2 * done_s
+    else:
+        done_s = live_s = idle_s
+    now = _monotonic_ns() if now_ns is None else now_ns
+    removed: dict[int, dict[int, int]] = {}
+    total = removed_all = 0
+    for key, e in list(maps.tensors.items()):
+        limit_s = done_s if e.flags & TALB_TENSOR_DONE else live_s
+        if now - e.last_seen_ns <= limit_s * 1e9:
+            continue
+        if maps.tensors.delete(key):
+            removed_all += 1
+            if e.flags & TALB_TENSOR_DONE:   # no longer counted as live
+                continue
+            removed.setdefault(e.group_id, {}).setdefault(e.layer, 0)
+            removed[e.group_id][e.layer] += 1
+            total += 1
+    for gid, layers in removed.items():
+        sw = maps.group_swept.get(gid)
+        if sw is None:
+            continue
+        for layer, k in layers.items():
+            sw.live[layer] = (sw.live[layer] + k) & 0xFFFFFFFF
+            sw.tensors = (sw.tensors + k) & 0xFFFFFFFF
+        maps.group_swept[gid] = sw
+    if total:
+        maps.tensor_count[TALB_COUNT_SWEPT] = (
+            maps.tensor_count.get(TALB_COUNT_SWEPT, 0) + total) & 0xFFFFFFFF
+    return removed_all
+
+
+def _reset_group_state(maps: SwitchMaps, gids) -> None:
+    """Forget the TaLB state of groups (new or removed ids): their tensor
+    entries, live-layer counts and WRR cursor."""
+    gids = {g for g in gids if 0 <= g < maps.group_state.info.max_entries}
+    if not gids:
+        return
+    gone = 0
+    for key, e in list(maps.tensors.items()):
+        if e.group_id in gids and maps.tensors.delete(key) and not e.flags & TALB_TENSOR_DONE:
+            gone += 1
+    for gid in gids:
+        maps.group_state[gid] = GroupState()
+        maps.group_swept[gid] = GroupState()
+    if gone:
+        maps.tensor_count[TALB_COUNT_SWEPT] = (
+            maps.tensor_count.get(TALB_COUNT_SWEPT, 0) + gone) & 0xFFFFFFFF
+
+
+def clear_tensor_table(maps: SwitchMaps) -> None:
+    """Empty the tensor table and every group's TaLB state (tests, resets;
+    races with packets in flight: use on an idle switch)."""
+    for key in list(maps.tensors.keys()):
+        maps.tensors.delete(key)
+    maps.group_state.clear()
+    maps.group_swept.clear()
+    maps.tensor_count.clear()
+
+
+# --- counters ------------------------------------------------------------------------
+_STAT_FIELDS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")
+
+
+def read_ports(maps: SwitchMaps) -> dict[int, dict]:
+    """``{ifindex: {"port_id", "host", "up"}}`` as installed."""
+    return {
+        ifindex: {"port_id": p.port_id, "host": bool(p.flags & PORT_HOST),
+                  "up": bool(p.flags & PORT_UP)}
+        for ifindex, p in maps.ports.items()
+    }
+
+
+def read_port_stats(maps: SwitchMaps, port_ids: Iterable[int] | None = None) -> dict[int, dict]:
+    """``{port_id: {"rx_packets", "rx_bytes", "tx_packets", "tx_bytes"}}``
+    summed over CPUs, for the installed ports (or ``port_ids``)."""
+    if port_ids is None:
+        port_ids = sorted(p.port_id for _, p in maps.ports.items())
+    out = {}
+    for pid in port_ids:
+        s = maps.port_stats.get(pid)
+        out[pid] = {f: getattr(s, f) for f in _STAT_FIELDS} if s is not None else \
+            dict.fromkeys(_STAT_FIELDS, 0)
+    return out
+
+
+def read_counters(maps: SwitchMaps) -> dict[str, int]:
+    """``{name: value}`` for every named counter (CNT_* in constants.h,
+    lower case without the prefix), summed over CPUs."""
+    out = {}
+    for idx, name in enumerate(COUNTER_NAMES):
+        if name.startswith("reserved_"):
+            continue
+        out[name] = maps.counters.get(idx, 0)
+    return out

@@ -1,0 +1,148 @@
+"""Load, attach and pin a switch's data path (bpf/switch_tc.c).
+
+    ensure_bpffs()
+    dp = SwitchDatapath("talb-leaf1", pin_dir("talb", "leaf1"))
+    dp.load()                      # bcc compile + kernel verify (SCHED_CLS)
+    dp.attach(["eth0", "eth1"])    # clsact + ingress bpf filter, direct-action
+    dp.pin()                       # every map at <pin_dir>/<map name>
+    dp.close()                     # the process may exit now: the filters
+                                   # keep the program, the pins the maps
+    ...
+    SwitchDatapath("talb-leaf1", pin).detach(["eth0", "eth1"])
+    remove_pins(pin)
+
+The life cycle itself (bcc, tc, pins) is datapath/program.py's, shared with
+the hosts' program (datapath/host_loader.py); this module adds what is the
+switch's: its source, its maps and their default config.
+"""
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+from common.c_constants import CFG_RELEASE_SK, CONST, SCHEMES
+from datapath import program
+from datapath.maps import SwitchMaps
+from datapath.program import (  # noqa: F401  (re-exported: other modules import them from here)
+    BPF_FS_MAGIC, BPF_SRC_DIR, BPFFS_DIR, FILTER_HANDLE, FILTER_PRIO, INCLUDE_DIR,
+    TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS, BpfDatapath, ensure_bpffs, find_filter, is_bpffs,
+    remove_pins,
+)
+from datapath.structs import TalbConfig
+
+__all__ = [
+    "ensure_bpffs", "is_bpffs", "expand_source", "SwitchDatapath", "remove_pins",
+    "PROG_NAME", "FILTER_PRIO", "FILTER_HANDLE", "default_hash_seed", "ingress_filter",
+    # re-exported from datapath/program.py
+    "BPF_FS_MAGIC", "BPFFS_DIR", "TC_H_CLSACT_EGRESS", "TC_H_CLSACT_INGRESS",
+]
+
+SWITCH_SRC = Path(BPF_SRC_DIR) / "switch_tc.c"
+PROG_NAME = "talb_switch_tc"
+#: scheme -> its program in bpf/switch_tc.c (``talb_scheme_<name>``),
+#: tail-called through the scheme_progs map at the scheme's id; ECMP runs in
+#: the main program. Every scheme of the registry has one: a TALB_SCHEME_*
+#: define without its entry point fails the load.
+SCHEME_PROGS = {name: f"talb_scheme_{name}" for name in SCHEMES if name != "ecmp"}
+
+
+def expand_source(path: str | os.PathLike = SWITCH_SRC,
+                  include_dirs: tuple[str | os.PathLike, ...] = (INCLUDE_DIR,)) -> str:
+    """:func:`datapath.program.expand_source`, of bpf/switch_tc.c by default."""
+    return program.expand_source(path, include_dirs)
+
+
+def default_hash_seed(name: str) -> int:
+    """A stable per-switch seed (different switches hash differently, which
+    avoids hash polarisation across hops)."""
+    return zlib.crc32(name.encode()) & 0xFFFFFFFF
+
+
+def ingress_filter(netns: str | None, ifname: str) -> dict | None:
+    """Our bpf filter at clsact ingress of ``ifname`` (netlink message as a
+    dict with 'name'), or None if not attached."""
+    return find_filter(netns, ifname, "ingress", PROG_NAME)
+
+
+class SwitchDatapath(BpfDatapath):
+    """The data path of one switch: program + maps, attached to its ports
+    (clsact ingress).
+
+    ``netns``: the switch's network namespace (None: the current one).
+    ``pin_dir``: where :meth:`pin` puts the maps (``common.paths.pin_dir``).
+    """
+
+    SOURCE = SWITCH_SRC
+    PROG_NAME = PROG_NAME
+    MAPS_CLASS = SwitchMaps
+    TC_DIRECTION = "ingress"
+
+    def load(self, *, release_sk: bool = True, hash_seed: int | None = None,
+             reuse_pins: bool = False, cflags: tuple[str, ...] = ()) -> "SwitchDatapath":
+        """Compile bpf/switch_tc.c with bcc and load it (SCHED_CLS).
+
+        Fresh maps get the default config: ECMP, ``hash_seed`` (default:
+        per-switch, from the namespace name), CFG_RELEASE_SK if
+        ``release_sk``; for TaLB: ECMP as the fallback for untagged
+        packets, TALB_MAX_TENSORS live tensors, TALB_DEFAULT_IDLE_US idle
+        timeout, one priority band; the baselines' defaults (LetFlow's
+        flowlet gap, DRILL's d and m, CONGA's DRE and aging: docs/schemes.md). datapath.control's
+        set_scheme and set_talb_config change them. ``reuse_pins=True`` binds the program to the maps
+        already pinned in ``pin_dir`` (state and config kept) when they all
+        exist."""
+        fresh = self._compile(reuse_pins=reuse_pins, cflags=cflags)
+        try:
+            self._load_scheme_progs()
+        except Exception as exc:
+            self.close()
+            raise RuntimeError(f"loading the scheme programs of {self.SOURCE} "
+                               f"({self.netns}): {exc}") from exc
+        if fresh:
+            self.init_maps(release_sk=release_sk, hash_seed=hash_seed)
+        return self
+
+    def _load_scheme_progs(self) -> None:
+        """Load every scheme's program and put it in scheme_progs at its id
+        (on reused pins too: the array then points at this load's programs)."""
+        from bcc import BPF
+
+        if getattr(self, "_scheme_fns", None):
+            return
+        fns = {}
+        for scheme, fn_name in SCHEME_PROGS.items():
+            fns[fn_name] = self.bpf.load_func(fn_name.encode(), BPF.SCHED_CLS)
+        for scheme, fn_name in SCHEME_PROGS.items():
+            self.maps.scheme_progs[SCHEMES[scheme]] = fns[fn_name].fd
+        self._scheme_fns = fns
+
+    def programs(self) -> dict:
+        """The main program and every scheme's (name -> ProgInfo)."""
+        from datapath import bpf_syscall as sc
+
+        out = super().programs()
+        for fn_name, fn in (getattr(self, "_scheme_fns", None) or {}).items():
+            out[fn_name] = sc.prog_info(fn.fd)
+        return out
+
+    def close(self) -> None:
+        self._scheme_fns = None
+        super().close()
+
+    def init_maps(self, *, release_sk: bool = True, hash_seed: int | None = None) -> None:
+        """The default config (see :meth:`load`) in the fresh ``config`` map."""
+        if hash_seed is None:
+            hash_seed = default_hash_seed(self.netns or str(self.pin_dir))
+        self.maps.config[0] = TalbConfig(
+            scheme=SCHEMES["ecmp"], hash_seed=hash_seed,
+            flags=CFG_RELEASE_SK if release_sk else 0,
+            fallback_scheme=SCHEMES["ecmp"],
+            tensor_limit=CONST["TALB_MAX_TENSORS"],
+            tensor_idle_us=CONST["TALB_DEFAULT_IDLE_US"],
+            n_bands=1, layers_per_band=CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
+            flowlet_timeout_us=CONST["TALB_DEFAULT_FLOWLET_US"],
+            drill_d=CONST["TALB_DEFAULT_DRILL_D"], drill_m=CONST["TALB_DEFAULT_DRILL_M"],
+            conga_dre_us=CONST["TALB_DEFAULT_CONGA_DRE_US"],
+            conga_age_us=CONST["TALB_DEFAULT_CONGA_AGE_US"],
+            conga_alpha_shift=CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
+            conga_q_bits=CONST["TALB_DEFAULT_CONGA_Q_BITS"])

@@ -1,0 +1,384 @@
+"""The life cycle of a tc BPF program and its pinned maps, for any node.
+
+:class:`BpfDatapath` loads a program of bpf/ with bcc, attaches it as a
+clsact bpf filter (direct-action) to interfaces, pins its maps and lets the
+process go; a subclass names the program (``SOURCE``, ``PROG_NAME``), its
+maps (``MAPS_CLASS``), the clsact hook (``TC_DIRECTION``) and the macro that
+binds it to already pinned maps (``PIN_DIR_MACRO``), and may fill fresh maps
+(:meth:`BpfDatapath.init_maps`). datapath/loader.py (switches, ingress) and
+datapath/host_loader.py (hosts, egress) are the two.
+
+bcc only rewrites map operations in its main source file, so the project's
+own headers (``#include "talb/..."``) are expanded into one text before
+compiling, with ``#line`` markers so that errors still name the real files.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import re
+from pathlib import Path
+
+from common.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir
+from datapath import bpf_syscall as sc
+from datapath.maps import MapSet
+
+__all__ = [
+    "BpfDatapath", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "link_ifindexes",
+    "remove_pins",
+    "INCLUDE_DIR", "FILTER_PRIO", "FILTER_HANDLE", "TC_H_CLSACT_INGRESS", "TC_H_CLSACT_EGRESS",
+    "VERIFIER_BUDGET_SHARE",
+]
+
+INCLUDE_DIR = Path(BPF_SRC_DIR) / "include"
+# Our filter at a clsact hook: fixed priority and handle, so attach can
+# replace it in place and detach can remove exactly it.
+FILTER_PRIO = 1
+FILTER_HANDLE = 1
+TC_H_CLSACT_INGRESS = "ffff:fff2"
+TC_H_CLSACT_EGRESS = "ffff:fff3"
+TC_PARENTS = {"ingress": TC_H_CLSACT_INGRESS, "egress": TC_H_CLSACT_EGRESS}
+BPF_FS_MAGIC = 0xCAFE4A11
+#: Share of the verifier's 1M-instruction limit (bpf_syscall.VERIFIER_INSN_LIMIT)
+#: a program of the project may use. Half: the count moves with clang and
+#: kernel versions (a verifier that prunes less on another kernel, a clang
+#: that spills differently), and a program that needs the last of the
+#: budget fails to load on a machine where it passed here
+#: (tests/test_verifier_budget.py holds every program to it).
+VERIFIER_BUDGET_SHARE = 0.5
+
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+# --- bpffs --------------------------------------------------------------------
+def is_bpffs(path: str | os.PathLike) -> bool:
+    """True if ``path`` is the root of a mounted bpf filesystem."""
+    path = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                sep = fields.index("-")
+                mnt = fields[4].encode().decode("unicode_escape")
+                if mnt == path and fields[sep + 1] == "bpf":
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def ensure_bpffs(path: str | os.PathLike = BPFFS_DIR) -> Path:
+    """Mount a bpffs at ``path`` unless one is there already (idempotent).
+
+    The project pins on its own bpffs, not /sys/fs/bpf: ``ip netns exec``
+    remounts /sys and hides /sys/fs/bpf inside namespaces (DESIGN section 4).
+    """
+    path = Path(path)
+    if not is_bpffs(path):
+        private_dir(path)
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        ret = libc.mount(b"bpf", os.fsencode(path), b"bpf", ctypes.c_ulong(0), None)
+        if ret != 0:
+            err = ctypes.get_errno()
+            if not (err == errno.EBUSY and is_bpffs(path)):
+                raise OSError(err, f"mount -t bpf bpf {path}: {os.strerror(err)}")
+    if path.resolve() == Path(BPFFS_DIR).resolve():
+        os.chmod(path, 0o700)  # a bpffs root is 1777: ours holds nothing for other users
+    return path
+
+
+def remove_pins(pin_dir: str | os.PathLike) -> None:
+    """Unlink everything under ``pin_dir`` and the directory itself. The maps
+    go away once nothing (attached program, open fd) uses them. Missing dir:
+    nothing to do."""
+    pin_dir = Path(pin_dir)
+    if not pin_dir.exists():
+        return
+    for p in sorted(pin_dir.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if p.is_dir() and not p.is_symlink():
+            p.rmdir()
+        else:
+            p.unlink()
+    pin_dir.rmdir()
+
+
+# --- source ----------------------------------------------------------------
+def expand_source(path: str | os.PathLike,
+                  include_dirs: tuple[str | os.PathLike, ...] = (INCLUDE_DIR,)) -> str:
+    """``path`` with every ``#include "..."`` found under ``include_dirs``
+    (or next to the including file) expanded in place, each file once,
+    with ``#line`` markers. ``#include <...>`` is left to the compiler."""
+    seen: set[Path] = set()
+
+    def find(name: str, here: Path) -> Path | None:
+        for d in (here.parent, *map(Path, include_dirs)):
+            p = (d / name).resolve()
+            if p.is_file():
+                return p
+        return None
+
+    def expand(p: Path) -> str:
+        seen.add(p)
+        out = [f'#line 1 "{p}"\n']
+        for i, line in enumerate(p.read_text().splitlines(keepends=True), 1):
+            m = _INCLUDE_RE.match(line)
+            inc = find(m.group(1), p) if m else None
+            if inc is None:
+                out.append(line)
+                continue
+            if inc not in seen:
+                out.append(expand(inc))
+            out.append(f'#line {i + 1} "{p}"\n')
+        if out and not out[-1].endswith("\n"):
+            out.append("\n")
+        return "".join(out)
+
+    return expand(Path(path).resolve())
+
+
+# --- tc -------------------------------------------------------------------------
+def _ipr(netns: str | None):
+    from pyroute2 import IPRoute
+
+    # flags=0: never create the namespace when it is missing (pyroute2 would).
+    return IPRoute(netns=netns, flags=0) if netns else IPRoute()
+
+
+def _ifindex(ipr, ifname: str, netns: str | None) -> int:
+    idx = ipr.link_lookup(ifname=ifname)
+    if not idx:
+        raise OSError(errno.ENODEV, f"no device {ifname!r} in netns {netns or '(current)'}")
+    return idx[0]
+
+
+def link_ifindexes(netns: str | None, names: list[str]) -> dict[str, int]:
+    """``{name: ifindex}`` of the links ``names`` in ``netns`` (None: this
+    namespace); OSError(ENODEV) naming the first that is missing."""
+    with _ipr(netns) as ipr:
+        return {name: _ifindex(ipr, name, netns) for name in names}
+
+
+def find_filter(netns: str | None, ifname: str, direction: str, prog_name: str) -> dict | None:
+    """Our bpf filter running ``prog_name`` at clsact ``direction``
+    ("ingress"/"egress") of ``ifname`` ({'ifname', 'ifindex', 'name'}), or
+    None if not attached."""
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with _ipr(netns) as ipr:
+        idx = _ifindex(ipr, ifname, netns)
+        try:
+            filters = ipr.get_filters(idx, parent=TC_PARENTS[direction])
+        except NetlinkError:
+            return None
+        for f in filters:
+            if f.get("handle") != FILTER_HANDLE or f.get_attr("TCA_KIND") != "bpf":
+                continue
+            opts = f.get_attr("TCA_OPTIONS")
+            name = opts.get_attr("TCA_BPF_NAME") if opts is not None else None
+            if name and name.startswith(prog_name):
+                return {"ifname": ifname, "ifindex": idx, "name": name}
+    return None
+
+
+# --- one program -------------------------------------------------------------------
+class BpfDatapath:
+    """One node's program + maps, attached to its interfaces.
+
+    ``netns``: the node's network namespace (None: the current one).
+    ``pin_dir``: where :meth:`pin` puts the maps (``common.paths.pin_dir``).
+    """
+
+    #: the program's C file (its ``#include "talb/..."`` are expanded)
+    SOURCE: Path
+    #: its tc function, the name the filter shows
+    PROG_NAME: str
+    #: the set of maps it declares; all of them are pinned
+    MAPS_CLASS: type[MapSet]
+    #: the clsact hook of the filter: "ingress" or "egress"
+    TC_DIRECTION: str
+    #: -D<macro>="<pin_dir>" makes the source declare its maps pinned there
+    #: (TALB_MAP, bpf/include/talb/map_decl.h)
+    PIN_DIR_MACRO: str = "TALB_PIN_DIR"
+
+    def __init__(self, netns: str | None, pin_dir: str | os.PathLike):
+        self.netns = netns
+        self.pin_dir = Path(pin_dir)
+        self.bpf = None
+        self.fn = None
+        self._maps: MapSet | None = None
+
+    # -- program --
+    def load(self, *, reuse_pins: bool = False, cflags: tuple[str, ...] = ()) -> "BpfDatapath":
+        """Compile SOURCE with bcc and load it (SCHED_CLS); fresh maps get
+        :meth:`init_maps`. ``reuse_pins=True`` binds the program to the maps
+        already pinned in ``pin_dir`` (their state kept) when they all
+        exist."""
+        if self._compile(reuse_pins=reuse_pins, cflags=cflags):
+            self.init_maps()
+        return self
+
+    def init_maps(self) -> None:
+        """Fill maps the load just created (not reused pins): nothing here."""
+
+    def _compile(self, *, reuse_pins: bool, cflags: tuple[str, ...]) -> bool:
+        """Compile and load unless loaded already; True if that made fresh maps."""
+        from bcc import BPF
+
+        if self.bpf is not None:
+            return False
+        flags = [f"-I{INCLUDE_DIR}", *cflags]
+        reusing = reuse_pins and all((self.pin_dir / n).exists() for n in self.MAPS_CLASS.SPECS)
+        if reusing:
+            self.MAPS_CLASS(self.pin_dir).close()  # layout check before binding to them
+            flags.append(f'-D{self.PIN_DIR_MACRO}="{self.pin_dir}"')
+        text = expand_source(self.SOURCE)
+        try:
+            self.bpf = BPF(text=text.encode(), cflags=flags)
+            self.fn = self.bpf.load_func(self.PROG_NAME.encode(), BPF.SCHED_CLS)
+        except Exception as exc:
+            self.close()
+            raise RuntimeError(f"loading {self.SOURCE} ({self.netns}): {exc}") from exc
+        return not reusing
+
+    @property
+    def prog_fd(self) -> int:
+        self._need_loaded()
+        return self.fn.fd
+
+    def programs(self) -> dict[str, "sc.ProgInfo"]:
+        """What the kernel says about each program this data path loaded
+        (name -> :class:`datapath.bpf_syscall.ProgInfo`: ``verified_insns``,
+        sizes), the entry point first."""
+        self._need_loaded()
+        return {self.PROG_NAME: sc.prog_info(self.fn.fd)}
+
+    @property
+    def maps(self) -> MapSet:
+        """The loaded program's maps (valid until :meth:`close`)."""
+        self._need_loaded()
+        if self._maps is None:
+            self._maps = self.MAPS_CLASS.from_fds(
+                {n: self.bpf[n.encode()].map_fd for n in self.MAPS_CLASS.SPECS})
+        return self._maps
+
+    def _need_loaded(self) -> None:
+        if self.bpf is None:
+            raise RuntimeError(f"{type(self).__name__}: load() first")
+
+    # -- tc --
+    def attach(self, ifnames) -> None:
+        """clsact qdisc + our bpf filter (direct-action) at TC_DIRECTION of
+        each interface. Idempotent: an existing filter of ours is replaced in
+        place."""
+        self._need_loaded()
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        name = self.fn.name.decode() if isinstance(self.fn.name, bytes) else self.fn.name
+        with _ipr(self.netns) as ipr:
+            for ifname in ifnames:
+                idx = _ifindex(ipr, ifname, self.netns)
+                try:
+                    ipr.tc("add", "clsact", idx)
+                except NetlinkError as exc:
+                    if exc.code != errno.EEXIST:
+                        raise OSError(exc.code, f"tc qdisc add dev {ifname} clsact "
+                                                f"({self.netns}): {exc}") from exc
+                try:
+                    ipr.tc("replace-filter", "bpf", idx, FILTER_HANDLE, fd=self.fn.fd, name=name,
+                           parent=TC_PARENTS[self.TC_DIRECTION], prio=FILTER_PRIO, classid=1,
+                           direct_action=True)
+                except NetlinkError as exc:
+                    raise OSError(exc.code, f"tc filter replace dev {ifname} {self.TC_DIRECTION} "
+                                            f"bpf ({self.netns}): {exc}") from exc
+
+    def detach(self, ifnames, *, missing_ok: bool = True) -> None:
+        """Remove our filter from each interface, and the clsact qdisc when
+        nothing else is left on it. Works without load() (after a restart).
+        Interfaces (or namespaces) that are gone are skipped if ``missing_ok``."""
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        try:
+            ipr = _ipr(self.netns)
+        except Exception as exc:
+            if missing_ok and not (Path("/run/netns") / str(self.netns)).exists():
+                return
+            raise OSError(errno.ENOENT, f"netns {self.netns}: {exc}") from exc
+        with ipr:
+            for ifname in ifnames:
+                idx = ipr.link_lookup(ifname=ifname)
+                if not idx:
+                    if missing_ok:
+                        continue
+                    raise OSError(errno.ENODEV, f"no device {ifname!r} in netns {self.netns}")
+                idx = idx[0]
+                try:
+                    ipr.tc("del-filter", "bpf", idx, FILTER_HANDLE,
+                           parent=TC_PARENTS[self.TC_DIRECTION], prio=FILTER_PRIO)
+                except NetlinkError as exc:
+                    if exc.code not in (errno.ENOENT, errno.EINVAL, errno.ENODEV):
+                        raise OSError(exc.code, f"tc filter del dev {ifname} {self.TC_DIRECTION} "
+                                                f"({self.netns}): {exc}") from exc
+                try:
+                    left = (list(ipr.get_filters(idx, parent=TC_H_CLSACT_INGRESS))
+                            + list(ipr.get_filters(idx, parent=TC_H_CLSACT_EGRESS)))
+                except NetlinkError:
+                    continue  # no clsact
+                if not left:
+                    try:
+                        ipr.tc("del", "clsact", idx)
+                    except NetlinkError as exc:
+                        if exc.code not in (errno.ENOENT, errno.EINVAL):
+                            raise OSError(exc.code, f"tc qdisc del dev {ifname} clsact "
+                                                    f"({self.netns}): {exc}") from exc
+
+    # -- pins --
+    def pin(self) -> Path:
+        """Pin every map as <pin_dir>/<map name> (on the project's bpffs).
+        Idempotent: a pin of the same map is kept, another one replaced."""
+        self._need_loaded()
+        if self.pin_dir.resolve().is_relative_to(Path(BPFFS_DIR).resolve()):
+            ensure_bpffs()
+        private_dir(self.pin_dir)
+        for name in self.MAPS_CLASS.SPECS:
+            path = self.pin_dir / name
+            fd = self.bpf[name.encode()].map_fd
+            same = False
+            if path.exists():
+                try:
+                    old = sc.obj_get(path)
+                    try:
+                        same = sc.map_info(old).id == sc.map_info(fd).id
+                    finally:
+                        os.close(old)
+                except OSError:
+                    pass
+                if not same:
+                    path.unlink()
+            if not same:
+                sc.obj_pin(fd, path)
+            # root-only, also a pin kept from before: the pin's mode is what
+            # guards BPF_OBJ_GET, i.e. reading and writing the map
+            os.chmod(path, 0o600)
+        return self.pin_dir
+
+    def close(self) -> None:
+        """Drop this process's references (fds). Attached filters keep the
+        program, pins keep the maps."""
+        if self._maps is not None:
+            self._maps.close()
+            self._maps = None
+        if self.bpf is not None:
+            try:
+                self.bpf.cleanup()
+            except Exception:
+                pass
+        self.bpf = None
+        self.fn = None
+
+    def __enter__(self) -> "BpfDatapath":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

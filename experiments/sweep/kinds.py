@@ -1,0 +1,40 @@
+"""A sweep's kind chooses its plan and its report, in one place above both.
+
+Training sweeps (every preset but lb-classic's) get plan.py's runs and
+summary.py's report; background-only sweeps (``--preset lb-classic``, no
+training) get lbclassic.py's. lbclassic.py builds on plan.py and
+summary.py, so the choice lives here rather than in them: neither imports
+the other's kind.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments.sweep import lbclassic, summary
+from experiments.sweep.plan import Plan, refuse_seed_rule, resolve, training_plan
+
+
+def build_plan(preset: str | None = None, *, skip_missing: bool = False,
+               implemented: frozenset | None = None, seed_cap: int | None = None,
+               seed_width: float | None = None, fixed_seeds: bool = False, **overrides) -> Plan:
+    """The runs of ``preset`` (or of the quick preset's setup when None: a
+    free sweep), with any of SWEEP_FIELDS overridden (None = keep).
+    Schemes the data path does not implement: PlanError naming them, or,
+    with ``skip_missing``, left out and listed in ``Plan.skipped_schemes``.
+    The preset's seed rule (SeedRule; ``seeds`` a count is its first
+    seeds, ``seed_cap``/``seed_width`` change it) unless ``fixed_seeds`` or
+    ``seeds`` is a list."""
+    req = resolve(preset, skip_missing=skip_missing, implemented=implemented, seed_cap=seed_cap,
+                  seed_width=seed_width, fixed_seeds=fixed_seeds, **overrides)
+    if req.base.get("kind") == "background":      # no training: lbclassic.py
+        refuse_seed_rule(req)
+        return lbclassic.background_plan(req.name, req.base, req.schemes, req.seed_list,
+                                         req.changed, req.missing)
+    return training_plan(req)
+
+
+def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
+    """CSV, points, plots and summary.md from what ``out`` holds now."""
+    if plan.figure == "lb_classic":     # background only: its own report
+        return lbclassic.finish(plan, out, report, wall_s)
+    return summary.finish(plan, out, report, wall_s)

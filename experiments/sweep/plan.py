@@ -1,0 +1,589 @@
+"""Presets and free sweeps -> the list of runs (docs/experiments.md).
+
+A :class:`RunSpec` is one `talb run` with every parameter that changes its
+result; its :meth:`RunSpec.key` (a hash of all of them) names its results
+file, so a sweep started again finds the runs it already has, whatever
+preset or flags produced them.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass, field
+
+from common import paths
+from common.c_constants import SCHEMES
+
+ALL_SCHEMES = tuple(SCHEMES)      # the registry's (constants.h), in id order
+PAPER_BASELINES = ("ecmp", "rps", "conga")      # the paper's comparisons (sec. IV-V)
+TOPOLOGY_DIR = paths.REPO_ROOT / "topologies"
+
+#: Named agent settings (AgentConfig fields). "default": the agent's defaults
+#: (agent/config.py); "paper": the paper's literal reading (Eq. 5 with
+#: W1 = W2 = 1, M/D/1 queueing delay, CASE 1's S = the group's largest PCM,
+#: DESIGN §5); the rest: the ablation's one-change-at-a-time variants.
+AGENT_SETTINGS: dict[str, dict] = {
+    "default": {},
+    "paper": {"w1": 1.0, "w2": 1.0, "pcm_delay": "model", "threshold": "max"},
+    "w1-0": {"w1": 0.0, "w2": 1.0},
+    "w2-0": {"w1": 1.0, "w2": 0.0},
+    "measured": {"pcm_delay": "measured"},
+    "w1-0-measured": {"w1": 0.0, "w2": 1.0, "pcm_delay": "measured"},
+    "window-2ms": {"window_s": 0.002},
+    "window-20ms": {"window_s": 0.020},
+    "s-0.5": {"threshold": 0.5},
+    "s-0.8": {"threshold": 0.8},
+}
+
+
+class PlanError(ValueError):
+    """A bad preset or sweep option; the message names it."""
+
+
+#: The seed cap of the presets' seed rule (issue 17: at least 10).
+SEED_CAP = 10
+#: The width the main comparison's 95% interval of the ratio (TaLB/baseline)
+#: must get under: 0.20 = the width of the ±10% equivalence band
+#: (stats.EQUIV_MARGIN), the narrowest band a verdict of "equivalent" needs.
+SEED_WIDTH = 0.20
+
+
+@dataclass(frozen=True)
+class SeedRule:
+    """How many seeds the headline points run (experiments/sweep/seeds.py): every
+    point runs ``first`` seeds; a headline point (``loads``; None: every
+    load) then gets one more seed at a time, every scheme, until the paired
+    95% interval of the ratio a/b of ``metric`` is narrower than ``width``
+    for every pair in ``pairs``, or ``cap`` seeds have run there."""
+    first: int
+    cap: int = SEED_CAP
+    width: float = SEED_WIDTH
+    metric: str = "short_fct_mean_s"
+    pairs: tuple = tuple(("talb", b) for b in PAPER_BASELINES)
+    loads: tuple | None = (0.8,)
+
+    def to_dict(self) -> dict:
+        return {"first": self.first, "cap": self.cap, "width": self.width, "metric": self.metric,
+                "pairs": [list(p) for p in self.pairs],
+                "loads": None if self.loads is None else list(self.loads)}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    topology: str            # path relative to the repository (or absolute)
+    scheme: str
+    model: str
+    arch: str
+    workers: int
+    servers: int
+    load: float
+    seed: int
+    target_link_bps: float
+    scaling_mode: str
+    iterations: int
+    warmup: int
+    background_cdf: str = "websearch"
+    agent: str = "default"
+    agent_opts: tuple = ()   # sorted (name, value) pairs of AgentConfig fields
+    background_size_scale: float | None = None   # None: the tensors' byte scale
+    queueing: str = "bands"  # the switch ports' queues: the topology's, or one FIFO per port
+    # TCP connections a worker-server pair uses: pair, class, pool:N (workload/patterns/connections.py)
+    connections: str = "pair"
+    # model "none" (lb-classic): the measured window of background flows, s
+    background_s: float | None = None
+
+    def params(self) -> dict:
+        d = asdict(self)
+        d["agent_opts"] = dict(self.agent_opts)
+        # Added after fig10/fig11 ran: left out at their defaults so those
+        # runs' keys (and results files) stay the runs' identity.
+        for f in ("background_size_scale", "background_s"):
+            if d[f] is None:
+                del d[f]
+        if d["queueing"] == "bands":      # every run before issue 18 queued as its topology
+            del d["queueing"]
+        if d["connections"] == "pair":    # and had one connection per pair
+            del d["connections"]
+        return d
+
+    def key(self) -> str:
+        """Hash of every parameter: the run's identity across sweeps."""
+        blob = json.dumps(self.params(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def label(self) -> str:
+        topo = self.topology.rsplit("/", 1)[-1].removesuffix(".yaml")
+        if self.model == "none":        # background only (lb-classic)
+            return f"{topo} {self.background_cdf} {self.scheme} load {self.load:g} seed {self.seed}"
+        agent = "" if self.agent == "default" else f" agent={self.agent}"
+        return (f"{topo} {self.model} {self.arch} "
+                f"{arm(self.scheme, self.queueing, self.connections)} load "
+                f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}")
+
+
+def arm(scheme: str, queueing: str = "bands", connections: str = "pair") -> str:
+    """A scheme under a queueing and a connection model, as seed-rule pairs,
+    tables and plots name it: ``ecmp`` (the topology's queues, its priority
+    bands; one connection per pair), ``ecmp/fifo``, ``ecmp/pool:8``,
+    ``ecmp/fifo/pool:8``."""
+    return scheme + ("" if queueing == "bands" else f"/{queueing}") + \
+        ("" if connections == "pair" else f"/{connections}")
+
+
+def arm_split(name: str) -> tuple[str, str, str]:
+    """``ecmp/fifo/pool:8`` -> ("ecmp", "fifo", "pool:8"); ``ecmp`` ->
+    ("ecmp", "bands", "pair")."""
+    scheme, *rest = name.split("/")
+    queueing = next((x for x in rest if x in _QUEUEING_ORDER), "bands")
+    connections = next((x for x in rest if x not in _QUEUEING_ORDER), "pair")
+    return scheme, queueing, connections
+
+
+def arm_parts(name: str) -> tuple[str, str]:
+    """``ecmp/fifo`` -> ("ecmp", "fifo"); ``ecmp`` -> ("ecmp", "bands")."""
+    return arm_split(name)[:2]
+
+
+@dataclass
+class Plan:
+    name: str
+    description: str
+    figure: str                      # plots.FIGURES key
+    runs: list[RunSpec]
+    keeps: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    skipped_schemes: list[str] = field(default_factory=list)
+    seed_rule: SeedRule | None = None  # None: the seeds listed, no more
+
+    def counts(self, attr: str) -> dict:
+        out: dict = {}
+        for r in self.runs:
+            out[getattr(r, attr)] = out.get(getattr(r, attr), 0) + 1
+        return out
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "description": self.description, "figure": self.figure,
+                "keeps": self.keeps, "changes": self.changes,
+                "skipped_schemes": self.skipped_schemes,
+                "seed_rule": self.seed_rule.to_dict() if self.seed_rule else None,
+                "runs": [{"key": r.key(), **r.params()} for r in self.runs]}
+
+
+# --- presets -----------------------------------------------------------------------------
+# Each preset: the sweep's dimensions (lists) and its fixed parameters.
+_FIG10 = dict(
+    topologies=["topologies/fig10.yaml"], schemes=list(ALL_SCHEMES), loads=[0.2, 0.4, 0.6, 0.8],
+    models=["threelayer"], archs=["ps"], seeds=5, target_rates=[100e9], agents=["default"],
+    workers=4, servers=1, scaling="both", iterations=4, warmup=1, figure="fct_vs_load",
+    # the paper's headline: short-tensor AFCT (network FCT, as paper vs ours) at load 0.8,
+    # TaLB against each baseline
+    seed_rule=dict(metric="short_netfct_mean_s", loads=(0.8,)),
+)
+_SIM_KEEPS = [
+    "leaf-spine, 4:1 oversubscription (paper: 48 x 100G hosts over 12 x 100G uplinks per leaf)",
+    "PS, workers : servers = 4 : 1; the three-layer model (L0:L1:L2 bytes 1:2:3, L0 short "
+    "<= 100 KB, L1/L2 long >= 1 MB at target scale, the paper's send order)",
+    "load = offered background bytes/s (web-search sizes, Poisson) over the leaf uplinks' "
+    "capacity, training traffic on top (docs/workload.md)",
+    "communication-to-link-rate ratio of the 100G target (scaling `both`: bytes and time "
+    "scaled together)",
+]
+_SIM_CHANGES = [
+    "2 spines x 2 leaves x 4 hosts instead of 12 x 24 x 48; hosts 50 Mbit/s, uplinks "
+    "25 Mbit/s instead of 100G (two CPUs forward everything)",
+    "queue 40 KB per band = 12.8 ms at the uplink rate (the paper's 512 KB is 42 us at 100G, "
+    "under one packet here); TCP cubic instead of DCTCP",
+    "several iterations per run (warm-up excluded) instead of one simulated iteration",
+]
+
+PRESETS: dict[str, dict] = {
+    "fig10": dict(_FIG10, description="Fig. 10: tensor FCT vs load, symmetric leaf-spine",
+                  keeps=_SIM_KEEPS, changes=_SIM_CHANGES),
+    "fig11": dict(_FIG10, topologies=["topologies/fig11.yaml"],
+                  description="Fig. 11: tensor FCT vs load, asymmetric leaf-spine "
+                              "(leaf0-spine1 at half rate)",
+                  keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+                      "asymmetry: one of the four leaf-spine links at half rate (the paper "
+                      "does not say which links are degraded or by how much)"]),
+    "fig9": dict(
+        topologies=["topologies/testbed4x4.yaml"], schemes=list(ALL_SCHEMES), loads=[0.0],
+        models=["alexnet", "resnet50", "vgg19"], archs=["ps"], seeds=5,
+        target_rates=[10e9, 25e9, 50e9, 100e9], agents=["default"], workers=8, servers=2,
+        scaling="fit", iterations=4, warmup=1, figure="speed_vs_rate",
+        seed_rule=dict(metric="samples_per_s", loads=None),   # every (model, rate) point
+        description="Fig. 9: training speed (samples/s) of AlexNet, ResNet50, VGG19 under "
+                    "PS + ByteScheduler vs target link rate",
+        keeps=["the testbed's shape: leaf-spine, 4 racks x 4 hosts, 2 spines, 2:1 "
+               "oversubscription (the paper's '1:2')", "PS with ByteScheduler (partition 4 MB, "
+               "credit 16 MB, the start of its search space); the paper's batch sizes",
+               "the communication-to-computation ratio of each target link rate (scaling "
+               "`fit`: bytes shrunk as far as the 4-packet floor allows with <= 5% inflation, "
+               "compute stretched by the rest; samples/s read at target scale)"],
+        changes=["25 Mbit/s links instead of 100G (CPU limit, topologies/testbed4x4.yaml)",
+                 "8 workers : 2 servers on the 16 hosts (the paper does not give the PS count)",
+                 "compute emulated from FLOPs on a V100 profile, no GPUs; one framework "
+                 "(ours) instead of TensorFlow/PyTorch/MXNet", "no background load (the paper "
+                 "states none for Fig. 9)"]),
+    "fig4": dict(
+        topologies=["topologies/testbed4x4.yaml"], schemes=list(PAPER_BASELINES),
+        loads=[0.2, 0.4, 0.6, 0.8], models=["vgg19"], archs=["ps"], seeds=5,
+        target_rates=[100e9], agents=["default"], workers=15, servers=1, scaling="fit",
+        iterations=3, warmup=1, background_size_scale=0.1, figure="motivation",
+        description="Fig. 4: trailing tensors' FCT and the gap to the ideal training speed "
+                    "(VGG19, PS) vs load under ECMP, RPS, CONGA",
+        keeps=["PS, many workers to one PS (paper: 16 : 1)", "load from background flows sent "
+               "by the workers, not by more training traffic (sec. II)", "100G target scale"],
+        changes=["15 workers : 1 PS on the 16-host testbed shape (one host is the PS)",
+                 "25 Mbit/s links; queue 40 KB per band instead of 128 KB at 100G",
+                 "background sizes x 0.1 (mean 171 KB, <= 117 flows/s at load 0.8), not x the "
+                 "tensors' byte scale 0.0022 (mean 3.8 KB, ~5,000 connections/s: the CPUs, "
+                 "not the fabric, would set the result): background flows are ~45x larger "
+                 "relative to the tensors than at the target",
+                 "3 iterations (2 measured): one takes ~10 s here (scaling `fit`, time x 8.9)",
+                 "the whole VGG19 model with ByteScheduler partitions instead of 32 KB "
+                 "tensor packets", "ideal speed = compute-bound (workers x batch / compute "
+                 "time of one iteration)"]),
+    "fig10-fifo": dict(_FIG10, topologies=["topologies/fig10-fifo.yaml"], loads=[0.2, 0.8],
+                       description="fig10 with one FIFO per port (no priority bands), loads "
+                                   "0.2 and 0.8: what the bands every scheme gets hide",
+                       keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+                           "one 160 KB FIFO per port instead of 4 WFQ bands x 40 KB: the "
+                           "same total buffer, no tensor priority in the queues (the "
+                           "paper's baselines' switches)", "loads 0.2 and 0.8 only"]),
+    "quick": dict(_FIG10, loads=[0.2, 0.8], seeds=3, iterations=3, seed_rule=None,
+                  description="quick look: fig10's setup at loads 0.2 and 0.8, 3 seeds "
+                              "(under 15 minutes here)",
+                  keeps=_SIM_KEEPS, changes=_SIM_CHANGES + ["2 loads, 3 seeds, 3 iterations"]),
+    "quick-ci": dict(_FIG10, loads=[0.2, 0.8], seeds=2, iterations=2, seed_rule=None,
+                     description="CI-sized quick: fig10's setup at loads 0.2 and 0.8, 2 seeds, "
+                                 "2 iterations (a minute or two per scheme pair)",
+                     keeps=_SIM_KEEPS, changes=_SIM_CHANGES + ["2 loads, 2 seeds, 2 iterations"]),
+    "ablation": dict(_FIG10, schemes=["talb"], loads=[0.5, 0.8], seed_rule=None,
+                     agents=["default", "paper", "w1-0", "measured", "w1-0-measured",
+                             "window-2ms", "window-20ms", "s-0.5", "s-0.8"],
+                     reference="ecmp", figure="ablation",
+                     description="agent defaults: window, W1/W2, delay model, threshold S on "
+                                 "fig10's setup at loads 0.5 and 0.8 (TaLB; ECMP as reference)",
+                     keeps=_SIM_KEEPS, changes=_SIM_CHANGES),
+    # Issue 18: queueing as an axis of its own (docs/experiments.md, "Queueing").
+    "fig10-factorial": dict(
+        _FIG10, schemes=[*PAPER_BASELINES, "talb"], loads=[0.5, 0.8], queueing=["bands", "fifo"],
+        figure="fct_vs_load",
+        seed_rule=dict(metric="short_netfct_mean_s", loads=(0.5, 0.8),
+                       pairs=tuple((arm("talb", q), arm(b, q)) for q in ("bands", "fifo")
+                                   for b in PAPER_BASELINES)),
+        description="routing x queueing: TaLB and the paper's baselines (ECMP, RPS, CONGA), "
+                    "each with the priority bands and with one FIFO per switch port, loads 0.5 "
+                    "and 0.8; TaLB's gain decomposed into queueing, routing and their interaction",
+        keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+            "every scheme under both queueings: fig10's 4 WFQ bands x 40 KB per switch port, "
+            "and one 160 KB FIFO per switch port (the same bytes), switched on the one fabric "
+            "between runs; hosts keep fig10's queue, the agent and the band marks stay as "
+            "fig10's", "schemes: TaLB and the paper's baselines; loads 0.5 and 0.8 only"]),
+    "fig10-paper": dict(
+        _FIG10, schemes=[*PAPER_BASELINES, "talb"], queueing={"talb": ["bands"], "*": ["fifo"]},
+        seed_rule=dict(metric="short_netfct_mean_s", loads=(0.8,),
+                       pairs=tuple(("talb", arm(b, "fifo")) for b in PAPER_BASELINES)),
+        description="Fig. 10 in the paper's configuration: TaLB with its WFQ priority bands "
+                    "(sec. III), ECMP, RPS and CONGA on one FIFO per switch port",
+        keeps=_SIM_KEEPS + ["WFQ by tensor priority in TaLB's switches only (sec. III), plain "
+                            "queues for the baselines"],
+        changes=_SIM_CHANGES + [
+            "the baselines' switch ports: one 160 KB FIFO (fig10's 4 bands x 40 KB, the same "
+            "bytes); TaLB's: fig10's bands. This comparison mixes routing and queueing "
+            "(fig10-factorial separates them)", "schemes: TaLB and the paper's baselines"]),
+}
+
+_LB_CLASSIC = dict(
+    kind="background", topologies=["topologies/lb-classic-sym.yaml",
+                                   "topologies/lb-classic-asym.yaml"],
+    schemes=list(ALL_SCHEMES), loads=[0.1, 0.3, 0.5, 0.7, 0.8, 0.9],
+    cdfs=["websearch", "datamining"], seeds=5, agents=["default"], figure="lb_classic",
+    description="the load-balancing literature's standard evaluation, background "
+                "flows only (no training): FCT normalised to the ideal vs load, symmetric and "
+                "asymmetric leaf-spine, web-search and data-mining flow sizes",
+    keeps=["Poisson flows between hosts on different leaves, sizes from the web-search (DCTCP) "
+           "and data-mining (VL2) CDFs, as CONGA, LetFlow and DRILL evaluate",
+           "loads 0.1-0.9 of the fabric's capacity; a symmetric leaf-spine and one with a "
+           "degraded leaf-spine link", "FCT normalised to the ideal on an idle fabric; short "
+           "(<= 100 KB), long (>= 1 MB) and all flows, mean and p99"],
+    changes=["2 spines x 2 leaves x 4 hosts, every link 50 Mbit/s (2:1 oversubscribed), "
+             "80 KB FIFO per port, instead of 10-40G fabrics (two CPUs forward everything)",
+             "flow sizes scaled (web search x0.2, data mining x0.025: both ~330 KB on "
+             "average, ~70 flows/s at load 0.9), classes by the unscaled size",
+             "asymmetry: leaf0-spine1 at half rate (CONGA's testbed fails a link); load over the capacity traffic spread evenly over the leaves "
+             "can use (150 of the 175 Mbit/s of uplinks)",
+             "TCP cubic without ECN, the kernel's 200 ms minimum RTO; the schemes' timers "
+             "derived from the link rate (docs/schemes.md: flowlet gap 0.98 ms, CONGA's tau "
+             "1.96 ms on the symmetric fabric; the asymmetric one's slowest link gives 1.94 "
+             "and 3.88 ms)", "DRILL without its decomposition of an asymmetric fabric into symmetric "
+             "parts (the paper's answer to asymmetry): on the asymmetric fabric it compares "
+             "the queues of unequal links", "TaLB sees no tensors here: every packet takes its "
+             "fallback, ECMP"],
+)
+PRESETS["lb-classic"] = _LB_CLASSIC
+PRESETS["lb-classic-quick"] = dict(
+    _LB_CLASSIC, topologies=["topologies/lb-classic-quick.yaml"], schemes=["ecmp", "drill"],
+    loads=[0.3, 0.8], cdfs=["websearch"], seeds=2, window_s=5.0,
+    description="lb-classic's runs on a small symmetric fabric, ECMP and "
+                "DRILL, web search, loads 0.3 and 0.8, 2 seeds, 5 s windows (the test suite's)",
+    changes=_LB_CLASSIC["changes"] + ["2 hosts per leaf (1:1), two schemes, one CDF, two "
+                                      "loads, 2 seeds, 5 s windows: a check that it runs, "
+                                      "not a result"])
+
+SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
+                "agents", "workers", "servers", "scaling", "iterations", "warmup",
+                "background_size_scale", "queueing", "connections", "cdfs")
+
+
+def topology_path(t: str) -> str:
+    """A --topologies entry (a bare name of topologies/, or a file) as the
+    plan records it: relative to the repository when inside it. PlanError
+    when there is no such file."""
+    from pathlib import Path
+
+    p = Path(t)
+    if not p.suffix:
+        p = TOPOLOGY_DIR / f"{t}.yaml"     # a bare name: one of topologies/
+    elif not p.is_absolute() and not p.exists() and (paths.REPO_ROOT / p).exists():
+        p = paths.REPO_ROOT / p
+    if not p.is_file():
+        raise PlanError(f"--topologies: no such topology file {t!r}")
+    try:
+        return str(p.resolve().relative_to(paths.REPO_ROOT))
+    except ValueError:
+        return str(p.resolve())
+
+
+def implemented_schemes() -> frozenset:
+    """What the data path implements (common/c_constants.py)."""
+    from common.c_constants import IMPLEMENTED_SCHEMES
+
+    return frozenset(IMPLEMENTED_SCHEMES)
+
+
+def known_schemes() -> tuple:
+    return tuple(SCHEMES)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A preset with the command line's changes (``changed``), checked as
+    every kind of sweep needs (:func:`resolve`); experiments/sweep/kinds.py
+    makes its plan: :func:`training_plan`, or lbclassic.py's for a
+    background-only preset (``base["kind"] == "background"``)."""
+
+    name: str
+    base: dict
+    changed: dict
+    schemes: list          # implemented, in the preset's order
+    missing: list          # not implemented, left out (skip_missing)
+    seed_list: list
+    implemented: frozenset
+    seed_cap: int | None = None
+    seed_width: float | None = None
+    fixed_seeds: bool = False
+
+
+def resolve(preset: str | None = None, *, skip_missing: bool = False,
+            implemented: frozenset | None = None, seed_cap: int | None = None,
+            seed_width: float | None = None, fixed_seeds: bool = False,
+            **overrides) -> Request:
+    """``preset`` (or the quick preset's setup when None: a free sweep) with
+    any of SWEEP_FIELDS overridden (None = keep), checked. Schemes the data
+    path does not implement: PlanError naming them, or, with
+    ``skip_missing``, left out (``Request.missing``). ``seed_*``: see
+    :func:`training_plan`."""
+    if preset is not None and preset not in PRESETS:
+        raise PlanError(f"--preset: one of {', '.join(PRESETS)}, got {preset!r}")
+    base = dict(PRESETS[preset or "quick"])
+    unknown = set(overrides) - set(SWEEP_FIELDS)
+    if unknown:
+        raise PlanError(f"build_plan: unknown option(s) {', '.join(sorted(unknown))}")
+    changed = {k: v for k, v in overrides.items() if v is not None}
+    base.update(changed)
+    name = preset or "sweep"
+    if preset and changed:
+        name = f"{preset}+" + "+".join(sorted(changed))
+
+    known = known_schemes()
+    bad = [s for s in base["schemes"] if s not in known]
+    if bad:
+        raise PlanError(f"--schemes: unknown scheme(s) {', '.join(bad)} (known: {', '.join(known)})")
+    implemented = implemented_schemes() if implemented is None else implemented
+    missing = [s for s in base["schemes"] if s not in implemented]
+    if missing and not skip_missing:
+        raise PlanError(
+            f"--schemes: the data path does not implement {', '.join(missing)} yet "
+            f"(implemented: {', '.join(sorted(implemented))}); pass --skip-missing to run the "
+            f"rest, or --schemes to choose")
+    schemes = [s for s in base["schemes"] if s in implemented]
+    if not schemes:
+        raise PlanError(f"--schemes: none of {', '.join(base['schemes'])} is implemented "
+                        f"(implemented: {', '.join(sorted(implemented))})")
+    for a in base["agents"]:
+        if a not in AGENT_SETTINGS:
+            raise PlanError(f"--agents: unknown setting {a!r} (known: {', '.join(AGENT_SETTINGS)})")
+    for ld in base["loads"]:
+        if not 0 <= ld < 1:
+            raise PlanError(f"--loads: a fraction in [0, 1), got {ld!r}")
+    seeds = base["seeds"]
+    seed_list = list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds)
+    if not seed_list:
+        raise PlanError("--seeds: at least one seed")
+    return Request(name=name, base=base, changed=changed, schemes=schemes, missing=missing,
+                   seed_list=seed_list, implemented=frozenset(implemented), seed_cap=seed_cap,
+                   seed_width=seed_width, fixed_seeds=fixed_seeds)
+
+
+def refuse_seed_rule(req: Request) -> None:
+    """A sweep without a seed rule (background only) takes no --seed-cap or
+    --seed-width: PlanError naming the one given."""
+    _seed_rule(req.base, req.base["seeds"], [], req.seed_cap, req.seed_width, req.fixed_seeds)
+
+
+def training_plan(req: Request) -> Plan:
+    """The runs of a training sweep, with the preset's seed rule (SeedRule;
+    ``seeds`` a count is its first seeds, ``seed_cap``/``seed_width`` change
+    it) unless ``fixed_seeds`` or ``seeds`` is a list. Skipped schemes are
+    listed in ``Plan.skipped_schemes``."""
+    name, base, changed, schemes, missing = (req.name, req.base, req.changed, req.schemes,
+                                             req.missing)
+    seeds, seed_list = base["seeds"], req.seed_list
+    reference = base.get("reference")
+    if reference and reference not in req.implemented:
+        reference = None
+    if "cdfs" in changed:
+        raise PlanError("--cdfs: the lb-classic presets' option (training sweeps use websearch)")
+    if "none" in base["models"]:
+        raise PlanError("--models: 'none' (background only) is the lb-classic presets' "
+                        "(--preset lb-classic)")
+    if base["warmup"] >= base["iterations"]:
+        raise PlanError(f"--warmup: below --iterations ({base['iterations']}), got {base['warmup']}")
+
+    queueings = _queueings(base.get("queueing"), schemes)
+    conns = _connections(base.get("connections"))
+    arms = [arm(s, q, c) for s in schemes for q in queueings[s] for c in conns]
+    rule = _seed_rule(base, seeds, arms, req.seed_cap, req.seed_width, req.fixed_seeds, conns)
+    topologies = [topology_path(t) for t in base["topologies"]]
+    runs: list[RunSpec] = []
+    # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
+    # setting innermost: what a sweep compares runs back to back, so a slow drift of
+    # the machine over the sweep cannot masquerade as a difference between them, and
+    # an interrupted sweep has every scheme and setting at the points it reached.
+    for topo, seed, load, rate, model, arch in itertools.product(
+            topologies, seed_list, base["loads"], base["target_rates"], base["models"],
+            base["archs"]):
+        for agent in base["agents"]:
+            for c in conns:
+                for q in _QUEUEING_ORDER:
+                    for scheme in schemes:
+                        if q in queueings[scheme]:
+                            runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate,
+                                              agent, q, c))
+        if reference:                                   # the reference: once per point
+            runs.append(_spec(base, topo, reference, model, arch, load, seed, rate, "default"))
+    return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
+                keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
+                skipped_schemes=missing, seed_rule=rule)
+
+
+_QUEUEING_ORDER = ("bands", "fifo")     # netns_topology/qdisc.py QUEUEINGS
+
+
+def _queueings(value, schemes: list[str]) -> dict[str, list[str]]:
+    """Each scheme's queueings from a preset's or --queueing's value: None
+    (the topology's: bands), a list for every scheme, or a mapping of
+    scheme (or ``*``, the rest) to a list."""
+    if value is None:
+        value = ["bands"]
+    if isinstance(value, str):
+        value = [value]
+    spec = ({k: [v] if isinstance(v, str) else list(v) for k, v in value.items()}
+            if isinstance(value, dict) else {"*": list(value)})
+    known = known_schemes()
+    for k, modes in spec.items():
+        if k != "*" and k not in known:
+            raise PlanError(f"--queueing: unknown scheme {k!r} in {k}=... (known: "
+                            f"{', '.join(known)}, or * for the rest)")
+        if not modes:
+            raise PlanError(f"--queueing: no queueing given for {k}")
+        for m in modes:
+            if m not in _QUEUEING_ORDER:
+                raise PlanError(f"--queueing: one of {', '.join(_QUEUEING_ORDER)} (for every "
+                                f"scheme, or SCHEME=QUEUEING), got {m!r}")
+    default = spec.get("*", ["bands"])
+    return {s: [q for q in _QUEUEING_ORDER if q in spec.get(s, default)] for s in schemes}
+
+
+def _connections(value) -> list[str]:
+    """The connection models of a preset's or --connections's value (None:
+    pair), canonical (``pool:08`` is ``pool:8``), each once, in the order given."""
+    from workload.patterns import connections
+
+    if value is None:
+        value = ["pair"]
+    if isinstance(value, str):
+        value = [value]
+    if not value:
+        raise PlanError("--connections: at least one of pair, class, pool:N")
+    out = []
+    for v in value:
+        try:
+            c = connections.canonical(v)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float | None,
+               fixed: bool, conns: list[str] = ("pair",)) -> SeedRule | None:
+    """The preset's SeedRule with the command line's changes, or None.
+    ``arms``: the sweep's schemes under their queueings and connection
+    models (:func:`arm`); the rule's pairs hold under each model of
+    ``conns`` (TaLB and a baseline on the same connections)."""
+    spec = base.get("seed_rule")
+    if cap is not None and cap < 1:
+        raise PlanError(f"--seed-cap: at least 1, got {cap!r}")
+    if width is not None and not 0 < width < 2:
+        raise PlanError(f"--seed-width: a width of the ratio's interval in (0, 2), e.g. 0.2 "
+                        f"for ±10%, got {width!r}")
+    asked = cap is not None or width is not None
+    why = ("the preset has no seed rule (its seeds are fixed)" if spec is None else
+           "--fixed-seeds turns the seed rule off" if fixed else
+           "--seeds lists the seeds" if not isinstance(seeds, int) else None)
+    if why:
+        if asked:
+            raise PlanError(f"--seed-{'cap' if cap is not None else 'width'}: {why}")
+        return None
+    def under(name, c):
+        return arm(*arm_split(name)[:2], c)
+    pairs = tuple((under(a, c), under(b, c)) for c in conns
+                  for a, b in spec.get("pairs", SeedRule.pairs)
+                  if under(a, c) in arms and under(b, c) in arms)
+    if not pairs:
+        if asked:
+            raise PlanError("--seed-cap/--seed-width: the seed rule compares "
+                            f"{', '.join(' vs '.join(p) for p in spec.get('pairs', SeedRule.pairs))} "
+                            f"and --schemes leaves none of these pairs ({', '.join(arms)})")
+        return None
+    cap = max(SEED_CAP, seeds) if cap is None else cap
+    if cap < seeds:
+        raise PlanError(f"--seed-cap: at least --seeds ({seeds}), got {cap}")
+    return SeedRule(first=seeds, cap=cap, width=SEED_WIDTH if width is None else width,
+                    metric=spec.get("metric", SeedRule.metric), pairs=pairs,
+                    loads=spec.get("loads", SeedRule.loads))
+
+
+def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
+          connections="pair") -> RunSpec:
+    servers = base["servers"] if arch == "ps" else 1
+    return RunSpec(topology=topo, scheme=scheme, model=model, arch=arch, workers=base["workers"],
+                   servers=servers, load=float(load), seed=int(seed), target_link_bps=float(rate),
+                   scaling_mode=base["scaling"], iterations=base["iterations"],
+                   warmup=base["warmup"], agent=agent,
+                   background_size_scale=base.get("background_size_scale"), queueing=queueing,
+                   connections=connections, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))

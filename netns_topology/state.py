@@ -1,0 +1,78 @@
+"""A testbed's recorded state, as every layer above the topology reads it.
+
+`talb testbed up` (testbed/lifecycle.py) records what it made in a state
+file, /run/talb/<prefix>/state.json: the topology, the data path, the
+status and, when switched, the queueing. The daemon, the scheme timers, the
+workload and the experiments find a testbed's topology, queueing and node
+namespaces here, by its prefix, without the life cycle's code.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from common import paths
+
+from .spec import topology_from_dict
+from .teardown import namespaces  # this prefix's, by a /run/netns scan
+
+DATAPATHS = ("bpf", "bridge")
+
+
+class TestbedError(RuntimeError):
+    """A user-facing failure: the message says what happened and what to do."""
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise TestbedError("must run as root: network namespaces and BPF need it "
+                           "(sudo talb ..., or sudo make testbed)")
+
+
+def exists(prefix: str) -> bool:
+    return paths.state_file(prefix).exists() or bool(namespaces(prefix))
+
+
+def read_state(prefix: str) -> dict:
+    path = paths.state_file(prefix)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TestbedError(f"no testbed with prefix '{prefix}' is up "
+                           f"(start one with `talb testbed up --prefix {prefix}`)") from None
+    except json.JSONDecodeError as exc:
+        raise TestbedError(f"state file {path} is corrupt ({exc}); "
+                           f"`talb testbed down --prefix {prefix}` removes the testbed") from None
+
+
+def write_state(prefix: str, state: dict) -> None:
+    path = paths.state_file(prefix)
+    paths.private_dir(path.parent)
+    paths.write_private(path, json.dumps(state, indent=2))  # atomic, root-only
+
+
+def load_topology_of(prefix: str):
+    return topology_from_dict(read_state(prefix)["topology"])
+
+
+def queueing_of(prefix: str, state: dict | None = None) -> dict:
+    """How the switch ports of testbed ``prefix`` queue now:
+    ``{"mode": "bands" | "fifo", "switch_queue": ..., "topology_queue": ...}``
+    (queues in the topology file's form). A testbed nobody switched queues
+    as its topology says (``bands``)."""
+    state = state or read_state(prefix)
+    if state.get("queueing"):
+        return dict(state["queueing"])
+    queue = topology_from_dict(state["topology"]).queue.to_dict()
+    return {"mode": "bands", "switch_queue": queue, "topology_queue": queue}
+
+
+def node_namespace(prefix: str, node: str) -> str:
+    """The namespace of a node of a running testbed, with a helpful error."""
+    read_state(prefix)  # a clear error when no testbed is up
+    ns = paths.netns_name(prefix, node)
+    present = namespaces(prefix)
+    if ns not in present:
+        known = ", ".join(n.split("-", 1)[1] for n in present)
+        raise TestbedError(f"node: no node '{node}' in testbed '{prefix}' (nodes: {known})")
+    return ns

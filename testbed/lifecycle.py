@@ -1,0 +1,236 @@
+"""The testbed's life cycle: up, down, status, set_queueing.
+
+`up` validates, builds the fabric (netns_topology), attaches the switch data
+path (datapath.fabric) and records what it made in a state file (read by
+netns_topology/state.py). Any failure on the way — an exception, Ctrl-C —
+tears down everything made so far, so a failed `up` never leaves half a
+fabric behind. `down` works from the state
+file *and* a prefix scan, so it also cleans up after a crashed or killed `up`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Callable
+
+from common import paths
+from netns_topology.state import (DATAPATHS, TestbedError, exists, queueing_of, read_state,
+                                  require_root, write_state)
+from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+def set_queueing(prefix: str, queueing: str) -> dict:
+    """Switch every switch port of the running testbed to ``queueing``:
+    ``bands`` (the topology's queue) or ``fifo`` (one FIFO per port holding
+    the same bytes; netns_topology/qdisc.py). Hosts' ports, the data path's
+    band marks and the agent's view of the ports stay as the topology says
+    (docs/experiments.md, "Queueing"). Nothing is done when the ports
+    already queue so; the ports must be idle (queued packets are dropped).
+    Recorded in the state file (:func:`queueing_of`); returns the record."""
+    from netns_topology import qdisc, topology_from_dict
+
+    if queueing not in qdisc.QUEUEINGS:
+        raise TestbedError(f"queueing: one of {', '.join(qdisc.QUEUEINGS)}, got {queueing!r}")
+    require_root()
+    state = read_state(prefix)
+    now = queueing_of(prefix, state)
+    if now["mode"] == queueing:
+        return now
+    if state.get("status") != "up":
+        raise TestbedError(f"queueing: testbed '{prefix}' is {state.get('status')}, not up")
+    topo = topology_from_dict(state["topology"])
+    if not topo.shaping:
+        raise TestbedError(f"queueing: testbed '{prefix}' has no port queues (shaping: false)")
+    queue = qdisc.queue_for(topo.queue, queueing)
+    try:
+        qdisc.set_switch_queues(topo, prefix, queue)
+    except BaseException:
+        try:        # as it was: a port left without its queue would not shape its link
+            qdisc.set_switch_queues(topo, prefix, qdisc.queue_for(topo.queue, now["mode"]))
+        except Exception:  # noqa: BLE001 - the first failure is the one to report
+            pass
+        raise
+    record = {"mode": queueing, "switch_queue": queue.to_dict(),
+              "topology_queue": topo.queue.to_dict()}
+    if queueing == "bands":
+        state.pop("queueing", None)
+    else:
+        state["queueing"] = record
+    write_state(prefix, state)
+    return record
+
+
+def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
+       replace: bool = False, agent: dict | None = None, progress: Progress = _quiet) -> dict:
+    """Build `topo` under `prefix` and attach the data path; returns the state.
+
+    ``agent``: start the PCM agent (`talb agent`) for the testbed, with these
+    AgentConfig options (``{}`` for the defaults); None: no agent. A failure
+    to start it fails `up` like any other step (everything is removed)."""
+    from netns_topology import build
+
+    paths.check_prefix(prefix)
+    if datapath not in DATAPATHS:
+        raise TestbedError(f"datapath: must be one of {', '.join(DATAPATHS)}, got {datapath!r}")
+    if agent is not None and datapath != "bpf":
+        raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
+                           "to manage (use --no-agent with --datapath bridge)")
+    if agent is not None:
+        from agent.config import AgentConfig
+
+        AgentConfig(**agent)  # a bad --metrics-addr fails before anything is built
+    require_root()
+    if exists(prefix):
+        if not replace:
+            raise TestbedError(
+                f"a testbed with prefix '{prefix}' is already up "
+                f"({len(namespaces(prefix))} namespaces); run `talb testbed down --prefix {prefix}` "
+                f"first, use --replace, or pick another --prefix")
+        progress(f"replacing the existing testbed '{prefix}'")
+        down(prefix, progress=progress)
+
+    started = time.monotonic()
+    state = {
+        "prefix": prefix,
+        "status": "building",
+        "pid": os.getpid(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "datapath": datapath,
+        "topology": topo.to_dict(),
+    }
+    # Written first, so that a crash from here on is found by `down`.
+    write_state(prefix, state)
+    try:
+        build(topo, prefix, progress=progress)
+        if datapath == "bpf":
+            from datapath.fabric import attach_fabric
+
+            attach_fabric(topo, prefix, progress=progress)
+        state.update(status="up", build_seconds=round(time.monotonic() - started, 2))
+        state.pop("pid")
+        write_state(prefix, state)  # the agent reads the topology from it
+        if agent is not None:
+            from agent.config import DEFAULT_METRICS_PORT
+            from agent.daemon import metrics_endpoint, start_background
+
+            pid = start_background(prefix, **agent)
+            where = metrics_endpoint(prefix)
+            taken = ""
+            if agent.get("metrics_port") is None and where \
+                    and not where.endswith(f":{DEFAULT_METRICS_PORT}"):
+                taken = f" ({DEFAULT_METRICS_PORT} is in use: another testbed's agent?)"
+            served = f"metrics http://{where}/metrics{taken}, " if where else ""
+            progress(f"agent running (pid {pid}), {served}"
+                     f"log {paths.state_dir(prefix) / 'agent.log'}")
+    except BaseException as exc:
+        progress(f"failed ({type(exc).__name__}: {exc}); removing what was built")
+        down(prefix)
+        raise
+    return state
+
+
+def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> dict:
+    """Remove namespaces, pinned maps and the state file of `prefix`. Idempotent."""
+    from netns_topology import teardown
+
+    paths.check_prefix(prefix)
+    require_root()
+    from agent.daemon import stop_background
+
+    if stop_background(prefix):  # first: it holds maps and netlink sockets
+        progress("stopped the agent")
+    removed = teardown(prefix)
+    if removed:
+        progress(f"removed {len(removed)} namespaces")
+    pins = paths.pin_dir(prefix)
+    had_pins = pins.exists()
+    if had_pins:
+        from datapath.loader import remove_pins
+
+        remove_pins(pins)
+        progress(f"removed pinned maps under {pins}")
+    had_state = paths.state_dir(prefix).exists()
+    shutil.rmtree(paths.state_dir(prefix), ignore_errors=True)
+    return {"prefix": prefix, "namespaces": removed, "pins": had_pins, "state": had_state}
+
+
+def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
+    """What is up: hosts, switches with ports, rates and live counters."""
+    from netns_topology import topology_from_dict
+
+    require_root()
+    state = read_state(prefix)
+    topo = topology_from_dict(state["topology"])
+    present = set(namespaces(prefix))
+    hosts = [{
+        "name": h.name, "namespace": paths.netns_name(prefix, h.name),
+        "ip": h.ip, "mac": h.mac, "leaf": h.leaf, "iface": h.iface,
+    } for h in topo.hosts]
+    switches = []
+    for sw in topo.switches:
+        ns = paths.netns_name(prefix, sw.name)
+        counters = _switch_counters(prefix, sw.name) if state.get("datapath") == "bpf" else {}
+        ports = []
+        for port_id, port in enumerate(topo.ports(sw.name)):
+            stats = counters.get("ports", {}).get(port_id, {})
+            ports.append({
+                "name": port.name, "peer": port.peer, "kind": port.kind,
+                "rate_bps": port.rate_bps, "up": port.up,
+                "tx_bytes": stats.get("tx_bytes"), "tx_packets": stats.get("tx_packets"),
+                "rx_bytes": stats.get("rx_bytes"), "rx_packets": stats.get("rx_packets"),
+            })
+        switches.append({"name": sw.name, "role": sw.role, "namespace": ns,
+                         "scheme": counters.get("scheme"), "ports": ports,
+                         "counters": counters.get("counters", {}),
+                         "timers": counters.get("timers")})
+    expected = {h["namespace"] for h in hosts} | {s["namespace"] for s in switches}
+    missing = sorted(expected - present)
+    from agent.daemon import metrics_endpoint, running_pid
+    from datapath import timers
+
+    pid = running_pid(prefix)
+    return {"prefix": prefix, "status": state["status"], "datapath": state.get("datapath"),
+            "agent_pid": pid, "agent_metrics": metrics_endpoint(prefix),
+            "agent_window_s": _agent_window(prefix) if pid else None,
+            "queueing": queueing_of(prefix, state)["mode"],
+            "created": state.get("created"), "build_seconds": state.get("build_seconds"),
+            "rto_min_ms": topo.rto_min,   # None: the kernel's default (200 ms)
+            "timers": timers.for_topology(topo).to_dict(),
+            "hosts": hosts, "switches": switches, "missing_namespaces": missing}
+
+
+def _agent_window(prefix: str) -> float | None:
+    """The running agent's window (its snapshot), None before its first one."""
+    from agent.snapshot import snapshot_path
+
+    try:
+        return json.loads(snapshot_path(prefix).read_text())["config"]["window_s"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _switch_counters(prefix: str, switch: str) -> dict:
+    from datapath.control import read_config, read_counters, read_port_stats
+    from datapath.maps import SwitchMaps
+
+    pin = paths.pin_dir(prefix, switch)
+    if not pin.exists():
+        return {}
+    maps = SwitchMaps(pin)
+    try:
+        cfg = read_config(maps)
+        return {"ports": read_port_stats(maps), "counters": read_counters(maps),
+                "scheme": cfg["scheme"],
+                # in force on the switch: derived at `up` (datapath/timers.py) or set since
+                "timers": {k: cfg[k] for k in ("flowlet_timeout_us", "conga_dre_us",
+                                               "conga_alpha_shift", "conga_age_us")}}
+    finally:
+        maps.close()
