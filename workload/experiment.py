@@ -201,7 +201,7 @@ def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
     cannot tag tensors."""
     state = read_state(prefix)
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
-           # the switch ports' queues in effect (the topology's, or a FIFO: testbed.set_queueing)
+           # the switch ports' queues in effect (the topology's, or a FIFO: testbed.lifecycle.set_queueing)
            "queueing": queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            "switch_config": {}, "agent": None}
