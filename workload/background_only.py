@@ -293,9 +293,9 @@ def run(cfg, *, say=lambda _m: None, on_progress=None) -> dict:
     topologies/lb-classic-sym.yaml) and removes it afterwards.
     ``on_progress(elapsed_s, total_s)``: called while the flows run."""
     validate(cfg)
-    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY,
-                     even_capacity_bps, say) as built, \
-            rto_min_for_run(cfg.prefix, cfg.rto_min, built, say):   # two leaves with hosts? before building
+    # even_capacity_bps: two leaves with hosts? before building
+    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, even_capacity_bps, say) as built, \
+            rto_min_for_run(cfg.prefix, cfg.rto_min, built, say):
         return _run_on_fabric(cfg, built, say, on_progress)
 
 

@@ -578,7 +578,8 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
     validate(cfg, profile_needed=profile is None)
 
     def check(topo):
-        place(topo, cfg.arch, cfg.workers, cfg.servers, cfg.placement)   # enough hosts? before building
+        # enough hosts, the hosts named? before building
+        place(topo, cfg.arch, cfg.workers, cfg.servers, cfg.placement)
         if cfg.fault:
             from workload.faults import check_names, parse_fault
 
@@ -1015,8 +1016,8 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "scheduler": {"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
                       "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
         # where the nodes sat, and the --placement that put them there (workload/placement.py)
-        "placement": {**{k: [h.name for h in v] for k, v in hosts.items()}, "mode": mode_of(cfg.placement),
-                      "spec": cfg.placement},
+        "placement": {**{k: [h.name for h in v] for k, v in hosts.items()},
+                      "mode": mode_of(cfg.placement), "spec": cfg.placement},
         # the connection model in effect and what it cost (docs/workload.md, "Connections")
         "connections": connections_record(cfg, plan, events),
         "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
