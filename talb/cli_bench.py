@@ -128,7 +128,7 @@ def sweep_options(f):
                      help="The hosts' minimum TCP RTO, per run: a duration (10ms) or kernel (no "
                           "route metric: the kernel's 200 ms); a list runs every scheme under "
                           "each, paired by seed (10ms,kernel) [the topology's] "
-                          "(docs/experiments.md, Minimum RTO)."),
+                          "(docs/experiments.md, Placement and minimum RTO)."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (experiments/sweep/plan.py AGENT_SETTINGS)."),
         click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
