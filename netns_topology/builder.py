@@ -194,22 +194,32 @@ class _Build:
 
     def routes(self) -> None:
         """``rto_min``: the hosts' minimum TCP RTO, as a locked RTAX_RTO_MIN
-        metric of the route to the fabric (the route the address made when
-        the interface came up, replaced by the same route with the metric;
-        the kernel reads the metric only when it is locked, as iproute2's
-        ``rto_min`` sets it). Absent: routes stay as the kernel made them."""
+        metric of the route to the fabric (:func:`set_host_route`). Absent:
+        routes stay as the kernel made them."""
         if self.topo.rto_min is None:
             return
         hosts = list(self.hosts.values())
         for i, host in enumerate(hosts, 1):
             self._at("routes", host.name)
-            net = ipaddress.IPv4Interface(f"{host.ip}/{host.prefixlen}").network
-            self.ipr[host.name].route(
-                "replace", dst=str(net.network_address), dst_len=net.prefixlen,
-                oif=self._index(host.name, host.iface), table=RT_TABLE_MAIN, proto="kernel",
-                scope="link", prefsrc=host.ip,
-                metrics={"rto_min": self.topo.rto_min, "lock": 1 << RTAX_RTO_MIN})
+            set_host_route(self.ipr[host.name], host, self.topo.rto_min)
             self._done(i, len(hosts))
+
+
+def set_host_route(ipr: IPRoute, host, rto_min: int | None) -> None:
+    """Replace ``host``'s route to the fabric (the one its address made when
+    its interface came up: the fabric's network on its interface, from its
+    address) by the same route with a locked RTAX_RTO_MIN metric of
+    ``rto_min`` ms, or, None, with no metric (the kernel's 200 ms). The
+    kernel reads the metric only when it is locked, as iproute2's
+    ``rto_min`` sets it. ``ipr``: an IPRoute in the host's namespace. The
+    builder's step and testbed.lifecycle.set_rto_min (a live testbed) both
+    call this."""
+    net = ipaddress.IPv4Interface(f"{host.ip}/{host.prefixlen}").network
+    metrics = {} if rto_min is None else {
+        "metrics": {"rto_min": rto_min, "lock": 1 << RTAX_RTO_MIN}}
+    ipr.route("replace", dst=str(net.network_address), dst_len=net.prefixlen,
+              oif=ipr.link_lookup(ifname=host.iface)[0], table=RT_TABLE_MAIN, proto="kernel",
+              scope="link", prefsrc=host.ip, **metrics)
 
 
 def build(topo: Topo, prefix: str, progress=None) -> None:

@@ -96,6 +96,31 @@ def format_rto_min(ms: int) -> str:
     return f"{ms}ms"
 
 
+#: The words a per-run setting of the minimum RTO takes for "no route metric":
+#: the kernel's own minimum, 200 ms.
+KERNEL_RTO_MIN = ("kernel", "default")
+
+
+def check_rto_min_setting(field: str, value) -> int | None:
+    """A minimum RTO set on a live testbed (`talb run --rto-min`, `talb
+    bench --rto-min`, testbed.lifecycle.set_rto_min): what
+    :func:`check_rto_min` takes (a duration, or an integer of ms), or ``kernel`` /
+    ``default`` (any case) or None -> None, no route metric (the kernel's
+    200 ms)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in KERNEL_RTO_MIN):
+        return None
+    if (isinstance(value, str) and _DURATION.match(value.lower())) or \
+            (isinstance(value, int) and not isinstance(value, bool)):
+        return check_rto_min(field, value)      # whole ms, in range: its errors
+    raise TopologyError(field, f"must be a duration like 10ms or 0.2s, or kernel (no route "
+                               f"metric: the kernel's 200ms), got {value!r}")
+
+
+def format_rto_min_setting(ms: int | None) -> str:
+    """10 -> ``"10ms"``, None -> ``"kernel"`` (check_rto_min_setting reads it back)."""
+    return "kernel" if ms is None else format_rto_min(ms)
+
+
 def check_scheme(field: str, value) -> str:
     if value not in SCHEMES:
         raise TopologyError(field, f"must be one of {', '.join(SCHEMES)}, got {value!r}")

@@ -2,9 +2,10 @@
 
 `talb testbed up` (testbed/lifecycle.py) records what it made in a state
 file, /run/talb/<prefix>/state.json: the topology, the data path, the
-status and, when switched, the queueing. The daemon, the scheme timers, the
-workload and the experiments find a testbed's topology, queueing and node
-namespaces here, by its prefix, without the life cycle's code.
+status and, when switched, the queueing and the hosts' minimum RTO. The
+daemon, the scheme timers, the workload and the experiments find a
+testbed's topology, queueing, minimum RTO and node namespaces here, by its
+prefix, without the life cycle's code.
 """
 from __future__ import annotations
 
@@ -65,6 +66,17 @@ def queueing_of(prefix: str, state: dict | None = None) -> dict:
         return dict(state["queueing"])
     queue = topology_from_dict(state["topology"]).queue.to_dict()
     return {"mode": "bands", "switch_queue": queue, "topology_queue": queue}
+
+
+def rto_min_of(prefix: str, state: dict | None = None) -> int | None:
+    """The hosts' minimum TCP RTO in force on testbed ``prefix``, ms (None:
+    no route metric, the kernel's 200 ms): the topology's ``rto_min``, or
+    what testbed.lifecycle.set_rto_min set since (recorded as
+    ``state["rto_min"] = {"ms": ...}`` while it differs from the topology's)."""
+    state = state or read_state(prefix)
+    if state.get("rto_min"):
+        return state["rto_min"]["ms"]
+    return topology_from_dict(state["topology"]).rto_min
 
 
 def node_namespace(prefix: str, node: str) -> str:

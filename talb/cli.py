@@ -235,9 +235,11 @@ def _print_status(st: dict) -> None:
     for h in st["hosts"]:
         hosts.add_row(h["name"], h["ip"], h["mac"], h["leaf"], h["namespace"])
     console.print(hosts)
-    rto = st.get("rto_min_ms")
-    console.print("hosts' minimum RTO: " + (f"{rto} ms (route metric rto_min)" if rto is not None
-                                            else "the kernel's default (200 ms)"))
+    def rto_text(ms):
+        return f"{ms} ms (route metric rto_min)" if ms is not None else "the kernel's default (200 ms)"
+    rto, topo_rto = st.get("rto_min_ms"), st.get("rto_min_topology_ms", st.get("rto_min_ms"))
+    console.print("hosts' minimum RTO: " + rto_text(rto)
+                  + (f"; set since up, the topology's: {rto_text(topo_rto)}" if rto != topo_rto else ""))
     if st.get("timers") and st["datapath"] == "bpf":
         console.print(_timers_line(st["timers"], st.get("agent_window_s")))
     for sw in st["switches"]:

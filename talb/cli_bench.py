@@ -117,6 +117,18 @@ def sweep_options(f):
                           "tensor per idle connection: the paper's flows, sec. V-A); a list runs "
                           "every scheme under each, paired by seed (pair,pool:8) [pair] "
                           "(docs/workload.md, Connections)."),
+        click.option("--placement", callback=_list(str), metavar="LIST",
+                     help="Where the workers and servers sit, per run: spread (hosts leaf by "
+                          "leaf in turn), remote (no worker on a server's leaf), or "
+                          "WORKERS/SERVERS hosts joined by + (h0+h1+h4+h5/h2); a list runs every "
+                          "point under each (spread,remote). The background comes from the "
+                          "workers under spread, from every host otherwise [spread] "
+                          "(docs/workload.md, Placement)."),
+        click.option("--rto-min", "rto_min", callback=_list(str), metavar="LIST",
+                     help="The hosts' minimum TCP RTO, per run: a duration (10ms) or kernel (no "
+                          "route metric: the kernel's 200 ms); a list runs every scheme under "
+                          "each, paired by seed (10ms,kernel) [the topology's] "
+                          "(docs/experiments.md, Placement and minimum RTO)."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (experiments/sweep/plan.py AGENT_SETTINGS)."),
         click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
@@ -141,7 +153,8 @@ def sweep_options(f):
 
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
-          out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None) -> None:
+          out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None,
+          placement=None, rto_min=None) -> None:
     from common import paths
     from experiments.sweep import seeds as seedrule
     from experiments.sweep.kinds import build_plan, finish
@@ -152,6 +165,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
         plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
                           target_rates=target_rates, queueing=queueing, connections=connections,
+                          placement=placement, rto_min=rto_min,
                           agents=agents, workers=workers,
                           servers=servers, iterations=iterations, seed_cap=seed_cap,
                           seed_width=seed_width, fixed_seeds=fixed_seeds, cdfs=cdfs)
@@ -162,9 +176,12 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     plan = seedrule.with_recorded(plan, out)       # seeds an earlier invocation added
     console.print(f"[bold]{plan.name}[/]: {plan.description}")
     queueings, conns = plan.counts("queueing"), plan.counts("connections")
+    places, rtos = plan.counts("placement"), plan.counts("rto_min")
     console.print(f"  {len(plan.runs)} runs; schemes {plan.counts('scheme')}"
                   + (f"; queueing {queueings}" if set(queueings) != {"bands"} else "")
                   + (f"; connections {conns}" if set(conns) != {"pair"} else "")
+                  + (f"; placement {places}" if set(places) != {"spread"} else "")
+                  + (f"; rto_min {rtos}" if set(rtos) != {None} else "")
                   + f"; results in {out}")
     rule = plan.seed_rule
     if rule:

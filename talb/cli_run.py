@@ -83,6 +83,20 @@ def _models() -> list[str]:
                    "acknowledged), waiting for one otherwise: every tensor a flow of its own, "
                    "the paper's simulation (sec. V-A). Both directions (docs/workload.md, "
                    "Connections).")
+@click.option("--placement", default="spread", show_default=True,
+              metavar="spread|remote|WORKERS/SERVERS",
+              help="Where the workers and servers sit: spread, hosts taken leaf by leaf in turn "
+                   "(h0 of each leaf, then h1, ...); remote, no worker on a server's leaf "
+                   "(servers on the last leaf, workers filling the first leaves; ring "
+                   "all-reduce: as spread); or the hosts, joined by +, workers before the slash "
+                   "and servers after (h0+h1+h4+h5/h2; all-reduce: workers only). The "
+                   "background load comes from the workers under spread, from every host "
+                   "otherwise (docs/workload.md, Placement).")
+@click.option("--rto-min", metavar="DURATION|kernel",
+              help="The hosts' minimum TCP retransmission timeout for the run, e.g. 10ms (a "
+                   "locked route metric on every host's route), or kernel (no metric: the "
+                   "kernel's 200 ms); put back afterwards on a testbed that was up [as the "
+                   "fabric is now: the topology's rto_min, or the kernel's].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--iterations", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Training iterations, warm-up included.")
@@ -176,7 +190,7 @@ TRAINING_ONLY = {"arch": "--arch", "workers": "--workers", "servers": "--servers
                  "gpu": "--gpu", "gpu_speed": "--gpu-speed", "batch_size": "--batch-size",
                  "partition_bytes": "--partition-size", "credit_bytes": "--credit",
                  "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault",
-                 "connections": "--connections"}
+                 "connections": "--connections", "placement": "--placement"}
 
 
 def _run_background_only(opts: dict) -> None:
@@ -198,7 +212,7 @@ def _run_background_only(opts: dict) -> None:
             raise ValueError(f"{flag}: --model none runs background flows only, no training; "
                              f"drop {flag}, got {value!r}")
     keep = ("model", "scheme", "load", "seed", "prefix", "topology", "out", "background_cdf",
-            "background_s", "background_size_scale")
+            "background_s", "background_size_scale", "rto_min")
     cfg = RunConfig(**{k: opts[k] for k in keep}, arch="none", workers=0, servers=0,
                     iterations=0, warmup=0, target_link_bps=0.0, scaling_mode="none")
     background_only.validate(cfg)
@@ -245,11 +259,18 @@ def print_background_summary(r: dict) -> None:
                   f"realised in the window {ld['offered_realised']:.3f}, delivered on the "
                   f"uplinks {'-' if dl is None else f'{dl:.3f}'} ({ld['flows_per_s']:.1f} flows/s)")
     tcp = s["tcp"]["total"]
+    rto = r["fabric"].get("rto_min_ms")
     console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
-                  f"{tcp['reordering']} reordering events, {tcp.get('timeouts', 0)} timeouts")
+                  f"{tcp['reordering']} reordering events, {tcp.get('timeouts', 0)} timeouts "
+                  f"(minimum RTO {_rto(rto)})")
     _print_uplink_spread(s)
     _print_cpu_guard(s)
     console.print(f"  results: {r['path']}")
+
+
+def _rto(ms) -> str:
+    """The hosts' minimum RTO in force (fabric.rto_min_ms)."""
+    return f"{ms} ms" if ms is not None else "the kernel's 200 ms"
 
 
 def _ms(v) -> str:
@@ -284,6 +305,12 @@ def print_summary(r: dict) -> None:
                   + f", scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}"
                   + f", queueing {(r['fabric'].get('queueing') or {}).get('mode', 'bands')}"
                   + f", connections {cfg.get('connections', 'pair')}")
+    pl, ld = r["placement"], r["load"]
+    rto = r["fabric"].get("rto_min_ms")
+    console.print(f"  placement {pl.get('mode', 'spread')}: workers {', '.join(pl['workers'])}"
+                  + (f", servers {', '.join(pl['servers'])}" if pl["servers"] else "")
+                  + (f"; background from {ld['senders_rule']}" if ld.get("senders_rule") else "")
+                  + f"; hosts' minimum RTO {_rto(rto)}")
     console.print(f"  scaling {sc['mode']}: target {sc['target_link_bps'] / 1e9:g} Gbit/s -> testbed "
                   f"{sc['testbed_link_bps'] / 1e6:g} Mbit/s, bytes x{sc['byte_scale']:.4g}, "
                   f"time x{sc['time_scale']:.4g}; model {r['model']['target_bytes']:,} B at target, "

@@ -1,4 +1,4 @@
-"""The testbed's life cycle: up, down, status, set_queueing.
+"""The testbed's life cycle: up, down, status, set_queueing, set_rto_min.
 
 `up` validates, builds the fabric (netns_topology), attaches the switch data
 path (datapath.fabric) and records what it made in a state file (read by
@@ -17,7 +17,7 @@ from typing import Callable
 
 from common import paths
 from netns_topology.state import (DATAPATHS, TestbedError, exists, queueing_of, read_state,
-                                  require_root, write_state)
+                                  require_root, rto_min_of, write_state)
 from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
 
 Progress = Callable[[str], None]
@@ -66,6 +66,56 @@ def set_queueing(prefix: str, queueing: str) -> dict:
         state["queueing"] = record
     write_state(prefix, state)
     return record
+
+
+def set_rto_min(prefix: str, value) -> int | None:
+    """Set the hosts' minimum TCP RTO of the running testbed: ``value`` a
+    duration (``10ms``, ``0.01s``) or whole milliseconds, or ``kernel`` /
+    ``default`` / None for no route metric (the kernel's 200 ms). Every
+    host's route to the fabric is replaced as the builder makes it
+    (netns_topology.builder.set_host_route: a locked RTAX_RTO_MIN metric,
+    or none); connections opened from then on use it. Nothing is done when
+    it is in force already. Recorded in the state file while it differs
+    from the topology's ``rto_min`` (netns_topology.state.rto_min_of,
+    `talb testbed status`); returns the value in force, ms or None."""
+    from pyroute2 import IPRoute
+
+    from netns_topology import topology_from_dict
+    from netns_topology.builder import set_host_route
+    from netns_topology.errors import TopologyError
+    from netns_topology.params import check_rto_min_setting
+
+    try:
+        ms = check_rto_min_setting("rto_min", value)
+    except TopologyError as exc:
+        raise TestbedError(str(exc)) from None
+    require_root()
+    state = read_state(prefix)
+    now = rto_min_of(prefix, state)
+    if now == ms:
+        return now
+    if state.get("status") != "up":
+        raise TestbedError(f"rto_min: testbed '{prefix}' is {state.get('status')}, not up")
+    topo = topology_from_dict(state["topology"])
+
+    def route_all(rto):
+        for h in topo.hosts:
+            with IPRoute(netns=paths.netns_name(prefix, h.name), flags=0) as ipr:
+                set_host_route(ipr, h, rto)
+    try:
+        route_all(ms)
+    except BaseException:
+        try:        # as it was: no host left with another minimum RTO than recorded
+            route_all(now)
+        except Exception:  # noqa: BLE001 - the first failure is the one to report
+            pass
+        raise
+    if ms == topo.rto_min:
+        state.pop("rto_min", None)
+    else:
+        state["rto_min"] = {"ms": ms}
+    write_state(prefix, state)
+    return ms
 
 
 def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
@@ -202,7 +252,9 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
             "agent_window_s": _agent_window(prefix) if pid else None,
             "queueing": queueing_of(prefix, state)["mode"],
             "created": state.get("created"), "build_seconds": state.get("build_seconds"),
-            "rto_min_ms": topo.rto_min,   # None: the kernel's default (200 ms)
+            # in force (the topology's, or set since: set_rto_min); None: the kernel's 200 ms
+            "rto_min_ms": rto_min_of(prefix, state),
+            "rto_min_topology_ms": topo.rto_min,
             "timers": timers.for_topology(topo).to_dict(),
             "hosts": hosts, "switches": switches, "missing_namespaces": missing}
 

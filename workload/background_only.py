@@ -51,10 +51,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common import paths
-from netns_topology.state import TestbedError, load_topology_of, queueing_of, read_state
+from netns_topology.state import (TestbedError, load_topology_of, queueing_of, read_state,
+                                  rto_min_of)
 from workload import measure
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
-from workload.testbed_use import testbed_for
+from workload.testbed_use import rto_min_for_run, rto_min_setting, testbed_for
 
 NO_MODEL = "none"
 DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "lb-classic-sym.yaml"
@@ -220,6 +221,7 @@ def validate(cfg) -> None:
     _need(0.0 < cfg.load < 1.0, "--load", cfg.load,
           "--model none runs background flows only, so it needs a load in (0, 1)")
     check_options(cfg.background_cdf, cfg.background_s, cfg.background_size_scale)
+    cfg.rto_min = rto_min_setting(getattr(cfg, "rto_min", None))   # names --rto-min
     _need(cfg.fault is None, "--fault", cfg.fault,
           "faults are injected into training; --model none has no training to disturb")
     if cfg.scheme is not None:
@@ -246,7 +248,7 @@ def _fabric(prefix: str, topo, scheme: str | None) -> dict:
            "queueing": queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            # what the link rate gives (docs/schemes.md); switch_config holds what is in force
-           "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": topo.rto_min,
+           "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": rto_min_of(prefix, state),
            "switch_config": switch_configs(topo, prefix, scheme), "agent": None}
     return out
 
@@ -291,8 +293,9 @@ def run(cfg, *, say=lambda _m: None, on_progress=None) -> dict:
     topologies/lb-classic-sym.yaml) and removes it afterwards.
     ``on_progress(elapsed_s, total_s)``: called while the flows run."""
     validate(cfg)
-    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY,
-                     even_capacity_bps, say) as built:   # two leaves with hosts? before building
+    # even_capacity_bps: two leaves with hosts? before building
+    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, even_capacity_bps, say) as built, \
+            rto_min_for_run(cfg.prefix, cfg.rto_min, built, say):
         return _run_on_fabric(cfg, built, say, on_progress)
 
 

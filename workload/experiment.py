@@ -31,17 +31,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import paths
-from netns_topology.state import TestbedError, load_topology_of, queueing_of, read_state
+from netns_topology.state import (TestbedError, load_topology_of, queueing_of, read_state,
+                                  rto_min_of)
 from testbed import lifecycle
 from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
+from workload.placement import mode_of
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
 from workload.scaling import MSS_BYTES
 from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
 from workload.tensor_sender import MAX_TENSOR_PKTS
-from workload.testbed_use import testbed_for
+from workload.testbed_use import rto_min_for_run, rto_min_setting, testbed_for
 
 NODE = [sys.executable, "-m", "workload.patterns.node"]
 DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
@@ -100,6 +102,13 @@ class RunConfig:
     # "pool:N" (N pre-opened, one tensor per idle connection);
     # workload/patterns/connections.py, docs/workload.md "Connections".
     connections: str = "pair"
+    # Where the nodes sit: "spread", "remote" or WORKERS/SERVERS host lists
+    # (workload/placement.py, docs/workload.md "Placement").
+    placement: str = "spread"
+    # The hosts' minimum TCP RTO for the run: "10ms", ..., or "kernel" (no route
+    # metric: the kernel's 200 ms); None: as the fabric is now. Set before the run
+    # and put back after it on a testbed the run did not build (testbed.lifecycle.set_rto_min).
+    rto_min: str | None = None
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -152,6 +161,10 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
     from workload.patterns import connections
 
     cfg.connections = connections.canonical(cfg.connections)   # ValueError names --connections
+    from workload import placement
+
+    cfg.placement = placement.canonical(cfg.placement, cfg.arch)   # ValueError names --placement
+    cfg.rto_min = rto_min_setting(cfg.rto_min)
     if cfg.fault is not None:
         from workload.faults import parse_fault
 
@@ -176,22 +189,15 @@ def _scaling(cfg: RunConfig, testbed_link_bps: float, target_sizes: list[int]):
                        target_gpu=cfg.gpu)
 
 
-def place(topo, arch: str, workers: int, servers: int) -> dict[str, list]:
-    """Hosts for the nodes: hosts taken leaf by leaf in turn (h0 of leaf0,
-    h0 of leaf1, ..., h1 of leaf0, ...), so that neighbours in the ring and
-    workers and servers sit on different leaves and the traffic crosses the
-    fabric. Workers first, then servers."""
-    by_leaf: dict[str, list] = {}
-    for h in topo.hosts:
-        by_leaf.setdefault(h.leaf, []).append(h)
-    order = []
-    for i in range(max(len(v) for v in by_leaf.values())):
-        order += [v[i] for v in by_leaf.values() if i < len(v)]
-    need = workers + (servers if arch == "ps" else 0)
-    if need > len(order):
-        raise ValueError(f"--workers/--servers: {need} nodes need {need} hosts, the fabric has "
-                         f"{len(order)} ({', '.join(h.name for h in order)})")
-    return {"workers": order[:workers], "servers": order[workers:need] if arch == "ps" else []}
+def place(topo, arch: str, workers: int, servers: int, placement: str = "spread") -> dict[str, list]:
+    """Hosts for the nodes under ``placement`` (workload/placement.py):
+    ``spread`` takes hosts leaf by leaf in turn (h0 of leaf0, h0 of leaf1,
+    ..., h1 of leaf0, ...), so that neighbours in the ring and workers and
+    servers sit on different leaves; ``remote`` keeps every worker off the
+    servers' leaves; or the hosts named. Workers first, then servers."""
+    from workload import placement as placement_
+
+    return placement_.place(topo, arch, workers, servers, placement)
 
 
 def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
@@ -216,7 +222,9 @@ def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
     # what the link rate gives (docs/schemes.md); switch_config and the
     # agent's config hold what is in force (derived, or set explicitly)
     out["timers"] = timers.for_topology(topo).to_dict()
-    out["rto_min_ms"] = topo.rto_min      # None: the kernel's default, 200 ms
+    # in force: the topology's, or set since (testbed.lifecycle.set_rto_min); None: the
+    # kernel's default, 200 ms
+    out["rto_min_ms"] = rto_min_of(prefix, state)
     out["switch_config"] = switch_configs(topo, prefix, scheme)
     return out
 
@@ -447,17 +455,20 @@ def background_drain_s(duration_s: float) -> float:
 
 def _prepare_background(cfg: RunConfig, topo, hosts: dict, scaling, plan: dict, link_bps: float,
                         say=lambda _m: None):
-    """Background flows from the workers (as the paper) to hosts on other leaves,
-    sizes scaled like the tensors (or by ``background_size_scale``); None at load 0.
-    Its processes are started and wait for the run's start instant (``go``)."""
+    """Background flows to hosts on other leaves from the workers (as the
+    paper; placement ``spread``) or from every host (the other placements:
+    workload/placement.py bg_senders), sizes scaled like the tensors (or by
+    ``background_size_scale``); None at load 0. Its processes are started
+    and wait for the run's start instant (``go``)."""
     if cfg.load == 0:
         return None
     from workload.background import BackgroundLoad, fabric_hosts, uplink_capacity_bps
+    from workload.placement import bg_senders
 
     bg = BackgroundLoad(fabric_hosts(topo, cfg.prefix), load=cfg.load,
                         capacity_bps=uplink_capacity_bps(topo), seed=cfg.seed,
                         duration_s=cfg.background_s or background_duration_s(cfg, plan, link_bps),
-                        cdf=cfg.background_cdf, senders=[h.name for h in hosts["workers"]],
+                        cdf=cfg.background_cdf, senders=bg_senders(topo, cfg.placement, hosts)[0],
                         size_scale=cfg.background_size_scale or scaling.byte_scale)
     rate = bg.params["arrival_rate_per_s"]
     if rate > MAX_BACKGROUND_FLOWS_PER_S:
@@ -567,13 +578,15 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
     validate(cfg, profile_needed=profile is None)
 
     def check(topo):
-        place(topo, cfg.arch, cfg.workers, cfg.servers)   # enough hosts? before building
+        # enough hosts, the hosts named? before building
+        place(topo, cfg.arch, cfg.workers, cfg.servers, cfg.placement)
         if cfg.fault:
             from workload.faults import check_names, parse_fault
 
             check_names(parse_fault(cfg.fault), topo)
 
-    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, check, say) as built:
+    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, check, say) as built, \
+            rto_min_for_run(cfg.prefix, cfg.rto_min, built, say):
         before = None
         try:
             if cfg.queueing is not None:
@@ -701,7 +714,7 @@ def _setup(cfg: RunConfig, profile, scaling, built: bool) -> _Setup:
     fabric = fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
     profile = profile or _profile(cfg)
-    hosts = place(topo, cfg.arch, cfg.workers, cfg.servers)
+    hosts = place(topo, cfg.arch, cfg.workers, cfg.servers, cfg.placement)
     link_bps = min(topo.ports(h.name)[0].rate_bps for h in hosts["workers"] + hosts["servers"])
     target_sizes = [p.target_bytes for p in partition_model(profile, cfg.partition_bytes)]
     scaling = scaling or _scaling(cfg, link_bps, target_sizes)
@@ -931,7 +944,8 @@ def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
     """One flat row of the numbers a sweep compares (issue 11's CSV)."""
     schemes = sorted({c["scheme"] for c in fabric["switch_config"].values()})
     row = {"scheme": ",".join(schemes) or "bridge", "queueing": fabric["queueing"]["mode"],
-           "connections": cfg.connections,
+           "connections": cfg.connections, "placement": cfg.placement,
+           "rto_min_ms": fabric.get("rto_min_ms"),
            "model": cfg.model, "arch": cfg.arch,
            "workers": cfg.workers, "servers": cfg.servers if cfg.arch == "ps" else 0,
            "load": cfg.load, "seed": cfg.seed, "samples_per_s": speed["samples_per_s"],
@@ -948,6 +962,16 @@ def _headline(cfg, fabric, tensors: dict, speed: dict, guard: dict) -> dict:
         row[f"{name}_conn_wait_mean_s"] = block["conn_wait"]["mean_s"]
         row[f"{name}_wire_missing"] = block["wire_missing"]
     return row
+
+
+def _senders_record(cfg, topo, hosts) -> dict:
+    """The load block's senders: the hosts and the rule (``workers`` or ``every host``)."""
+    if not cfg.load:
+        return {"senders": None, "senders_rule": None}
+    from workload.placement import bg_senders
+
+    names, rule = bg_senders(topo, cfg.placement, hosts)
+    return {"senders": names, "senders_rule": rule}
 
 
 def _target_bytes_fn(cfg, parts, n_workers):
@@ -991,10 +1015,14 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "scaling": scaling.describe([p.target_bytes for p in parts]),
         "scheduler": {"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
                       "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
-        "placement": {k: [h.name for h in v] for k, v in hosts.items()},
+        # where the nodes sat, and the --placement that put them there (workload/placement.py)
+        "placement": {**{k: [h.name for h in v] for k, v in hosts.items()},
+                      "mode": mode_of(cfg.placement), "spec": cfg.placement},
         # the connection model in effect and what it cost (docs/workload.md, "Connections")
         "connections": connections_record(cfg, plan, events),
         "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
+                 # who sends the background (workload/placement.py bg_senders); None at load 0
+                 **_senders_record(cfg, topo, hosts),
                  "background_covered": pairing["background"]["covered"]
                  if background and pairing else None,
                  "background": background},

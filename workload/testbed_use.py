@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from common import paths
-from netns_topology.state import exists, require_root
+from netns_topology.state import exists, require_root, rto_min_of
 from testbed import lifecycle
 
 
@@ -49,3 +49,40 @@ def testbed_for(prefix: str, topology: str | None, default_topology: Path,
     finally:
         say(f"removing testbed '{prefix}'")
         lifecycle.down(prefix)
+
+
+def rto_min_setting(value) -> str | None:
+    """--rto-min's value as runs record it: ``10ms``, ``kernel`` (no route
+    metric: the kernel's 200 ms; ``default`` says the same), None (as the
+    fabric is); ValueError naming --rto-min and the value."""
+    if value is None:
+        return None
+    from netns_topology.params import check_rto_min_setting, format_rto_min_setting
+
+    return format_rto_min_setting(check_rto_min_setting("--rto-min", value))
+
+
+def _rto_text(ms: int | None) -> str:
+    return "the kernel's 200 ms" if ms is None else f"{ms} ms"
+
+
+@contextmanager
+def rto_min_for_run(prefix: str, value: str | None, built: bool,
+                    say=lambda _m: None) -> Iterator[None]:
+    """The hosts' minimum RTO ``value`` (``10ms``, ``kernel``; None: as the
+    fabric is) in force while the block runs (testbed.lifecycle.set_rto_min);
+    on a testbed the run did not build (``built`` False) the one before is
+    put back after it, also on failure."""
+    if value is None:
+        yield
+        return
+    before = rto_min_of(prefix)
+    now = lifecycle.set_rto_min(prefix, value)
+    if now != before:
+        say(f"hosts' minimum RTO: {_rto_text(now)} (was {_rto_text(before)})")
+    try:
+        yield
+    finally:
+        if now != before and not built:
+            say(f"hosts' minimum RTO: back to {_rto_text(before)}")
+            lifecycle.set_rto_min(prefix, before)

@@ -40,7 +40,8 @@ NO_MODEL = "none"
 TRAINING_FIELDS = {"models": "--models", "archs": "--archs", "target_rates": "--target-rates",
                    "workers": "--workers", "servers": "--servers", "iterations": "--iterations",
                    "warmup": "--warmup", "scaling": "--scaling",
-                   "queueing": "--queueing", "connections": "--connections"}
+                   "queueing": "--queueing", "connections": "--connections",
+                   "placement": "--placement"}
 CLASSES = ("short", "long", "all")
 #: per point: normalised FCT (nfct) and FCT per class, and the mechanism
 LB_METRICS = tuple(f"{c}_{m}" for c in CLASSES for m in ("nfct_mean", "nfct_p99", "fct_mean_s",
@@ -77,6 +78,10 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
         if field in changed:
             raise PlanError(f"{flag}: {name.split('+')[0]} runs no training (background flows "
                             f"only), got {changed[field]!r}")
+    if "rto_min" in changed:
+        raise PlanError(f"--rto-min: {name.split('+')[0]} runs with its fabrics' own minimum RTO "
+                        f"(the kernel's; not an axis of the background-only sweeps), got "
+                        f"{changed['rto_min']!r}")
     for ld in base["loads"]:
         if not 0 < ld < 1:
             raise PlanError(f"--loads: background-only runs need a load in (0, 1), got {ld!r}")

@@ -51,11 +51,12 @@ def fields(results: dict) -> dict:
 
 def _who(r: dict) -> str:
     """A run's arm: scheme, /queueing when not the topology's bands,
-    /connections when not pair, /agent setting when not the default."""
+    /connections when not pair, /agent setting when not the default,
+    /rto=... when a minimum RTO was set."""
     q, a = r.get("queueing") or "bands", r.get("agent") or "default"
-    c = r.get("connections") or "pair"
+    c, rto = r.get("connections") or "pair", r.get("rto_min")
     return r["scheme"] + ("" if q == "bands" else f"/{q}") + ("" if c == "pair" else f"/{c}") + \
-        ("" if a == "default" else f"/{a}")
+        ("" if a == "default" else f"/{a}") + ("" if rto is None else f"/rto={rto}")
 
 
 def check(rows: list[dict], cell_fields: tuple[str, ...]) -> list[dict]:

@@ -92,6 +92,10 @@ class RunSpec:
     connections: str = "pair"
     # model "none" (lb-classic): the measured window of background flows, s
     background_s: float | None = None
+    # where the nodes sit: spread, remote or WORKERS/SERVERS (workload/placement.py)
+    placement: str = "spread"
+    # the hosts' minimum TCP RTO: "10ms", ..., "kernel" (no route metric); None: the topology's
+    rto_min: str | None = None
 
     def params(self) -> dict:
         d = asdict(self)
@@ -105,6 +109,10 @@ class RunSpec:
             del d["queueing"]
         if d["connections"] == "pair":    # and had one connection per pair
             del d["connections"]
+        if d["placement"] == "spread":    # and placed its nodes so
+            del d["placement"]
+        if d["rto_min"] is None:          # and ran with the topology's minimum RTO
+            del d["rto_min"]
         return d
 
     def key(self) -> str:
@@ -119,7 +127,15 @@ class RunSpec:
         agent = "" if self.agent == "default" else f" agent={self.agent}"
         return (f"{topo} {self.model} {self.arch} "
                 f"{arm(self.scheme, self.queueing, self.connections)} load "
-                f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}")
+                f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}"
+                f"{axes_label(self.placement, self.rto_min)}")
+
+
+def axes_label(placement: str = "spread", rto_min: str | None = None) -> str:
+    """A run's placement and minimum RTO for a label, where not the defaults
+    (spread, the topology's): `` placement=remote rto=10ms``."""
+    return ("" if placement in (None, "spread") else f" placement={placement}") + \
+        ("" if rto_min is None else f" rto={rto_min}")
 
 
 def arm(scheme: str, queueing: str = "bands", connections: str = "pair") -> str:
@@ -334,7 +350,8 @@ PRESETS["lb-classic-quick"] = dict(
 
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
-                "background_size_scale", "queueing", "connections", "cdfs")
+                "background_size_scale", "queueing", "connections", "placement", "rto_min",
+                "cdfs")
 
 
 def topology_path(t: str) -> str:
@@ -467,6 +484,8 @@ def training_plan(req: Request) -> Plan:
     arms = [arm(s, q, c) for s in schemes for q in queueings[s] for c in conns]
     rule = _seed_rule(base, seeds, arms, req.seed_cap, req.seed_width, req.fixed_seeds, conns)
     topologies = [topology_path(t) for t in base["topologies"]]
+    placements = _placements(base.get("placement"), base, topologies)
+    rtos = _rto_mins(base.get("rto_min"))
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
     # setting innermost: what a sweep compares runs back to back, so a slow drift of
@@ -475,15 +494,18 @@ def training_plan(req: Request) -> Plan:
     for topo, seed, load, rate, model, arch in itertools.product(
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
-        for agent in base["agents"]:
-            for c in conns:
-                for q in _QUEUEING_ORDER:
-                    for scheme in schemes:
-                        if q in queueings[scheme]:
-                            runs.append(_spec(base, topo, scheme, model, arch, load, seed, rate,
-                                              agent, q, c))
-        if reference:                                   # the reference: once per point
-            runs.append(_spec(base, topo, reference, model, arch, load, seed, rate, "default"))
+        for pl, rto in itertools.product(placements, rtos):
+            axes = dict(placement=pl, rto_min=rto)
+            for agent in base["agents"]:
+                for c in conns:
+                    for q in _QUEUEING_ORDER:
+                        for scheme in schemes:
+                            if q in queueings[scheme]:
+                                runs.append(_spec(base, topo, scheme, model, arch, load, seed,
+                                                  rate, agent, q, c, **axes))
+            if reference:                               # the reference: once per point
+                runs.append(_spec(base, topo, reference, model, arch, load, seed, rate,
+                                  "default", **axes))
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
                 keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
                 skipped_schemes=missing, seed_rule=rule)
@@ -539,6 +561,61 @@ def _connections(value) -> list[str]:
     return out
 
 
+def _values(value, default) -> list:
+    """A preset's or option's value as a list: None -> [default], one value -> [it]."""
+    if value is None:
+        return [default]
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _placements(value, base: dict, topologies: list[str]) -> list[str]:
+    """The placements of a preset's or --placement's value (None: spread),
+    canonical, each once; one other than spread is checked against every
+    topology and architecture of the sweep (enough hosts off the servers'
+    leaves, the hosts named)."""
+    from pathlib import Path
+
+    from netns_topology import load_topology
+    from workload import placement
+
+    values = _values(value, "spread")
+    if not values:
+        raise PlanError(f"--placement: at least one of {placement.SYNTAX}")
+    out = []
+    for v in values:
+        try:
+            c = [placement.canonical(v, a) for a in base["archs"]][0]
+            if c != "spread":
+                for t in topologies:
+                    topo = load_topology(t if Path(t).is_absolute() else paths.REPO_ROOT / t)
+                    for a in base["archs"]:
+                        placement.place(topo, a, base["workers"], base["servers"], c)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _rto_mins(value) -> list:
+    """The hosts' minimum RTOs of a preset's or --rto-min's value (None: the
+    topology's), canonical (``10ms``, ``kernel``), each once, in the order given."""
+    from workload.testbed_use import rto_min_setting
+
+    values = _values(value, None)
+    if not values:
+        raise PlanError("--rto-min: at least one value (10ms, kernel, ...)")
+    out = []
+    for v in values:
+        try:
+            c = rto_min_setting(v)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        if c not in out:
+            out.append(c)
+    return out
+
+
 def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float | None,
                fixed: bool, conns: list[str] = ("pair",)) -> SeedRule | None:
     """The preset's SeedRule with the command line's changes, or None.
@@ -579,11 +656,12 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
 
 
 def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
-          connections="pair") -> RunSpec:
+          connections="pair", placement="spread", rto_min=None) -> RunSpec:
     servers = base["servers"] if arch == "ps" else 1
     return RunSpec(topology=topo, scheme=scheme, model=model, arch=arch, workers=base["workers"],
                    servers=servers, load=float(load), seed=int(seed), target_link_bps=float(rate),
                    scaling_mode=base["scaling"], iterations=base["iterations"],
                    warmup=base["warmup"], agent=agent,
                    background_size_scale=base.get("background_size_scale"), queueing=queueing,
-                   connections=connections, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))
+                   connections=connections, placement=placement, rto_min=rto_min,
+                   agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))

@@ -131,8 +131,22 @@ def figure_name(parts) -> str:
             return f"{p / 1e9:g}G"
         if isinstance(p, float):
             return f"load{p:g}"
-        return str(p).rsplit("/", 1)[-1].removesuffix(".yaml")
+        if str(p).endswith((".yaml", ".yml")):          # a topology file
+            return str(p).rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        return str(p).replace("/", "-")                  # e.g. a placement h0+h1/h2
     return "-".join(one(p) for p in parts)
+
+
+def _axes(pts) -> tuple[tuple, callable]:
+    """The keys that split the figures further (placements, when the sweep
+    ran more than one) and the suffix of a series' name (its minimum RTO,
+    when the sweep ran more than one: one line per scheme and RTO)."""
+    split = tuple(k for k in ("placement",) if len({p.get(k, "spread") for p in pts}) > 1)
+    rtos = len({p.get("rto_min") for p in pts}) > 1
+
+    def suffix(p):
+        return f"/rto={p['rto_min']}" if rtos and p.get("rto_min") is not None else ""
+    return split, suffix
 
 
 def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
@@ -142,12 +156,13 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
     if kind in ("fct_vs_load", "ablation", "motivation"):
         panels = {"fct_vs_load": FCT_PANELS, "ablation": ABLATION_PANELS,
                   "motivation": MOTIVATION_PANELS}[kind]
+        split, suffix = _axes(pts)
         keys = ("topology", "model", "arch", "target_link_bps") + \
-            (("agent",) if kind != "ablation" else ())
+            (("agent",) if kind != "ablation" else ()) + split
         if kind == "ablation":
-            series = lambda p: p["agent"] if p["scheme"] == "talb" else f"{p['scheme']} (reference)"  # noqa: E731
+            series = lambda p: (p["agent"] if p["scheme"] == "talb" else f"{p['scheme']} (reference)") + suffix(p)  # noqa: E731
         else:
-            series = lambda p: arm(p["scheme"], p["queueing"], p.get("connections", "pair"))  # noqa: E731
+            series = lambda p: arm(p["scheme"], p["queueing"], p.get("connections", "pair")) + suffix(p)  # noqa: E731
         for gkey, gpts in group_by(pts, keys).items():
             fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
             for i, (ax, (metric, ptitle, scale, unit)) in enumerate(zip(axes[0], panels)):
@@ -159,12 +174,14 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
             fig.suptitle(f"{title} — {figure_name(gkey)}", fontsize=10)
             save_figure(fig, out / f"{kind}-{figure_name(gkey)}.png", manifest)
     elif kind == "speed_vs_rate":
-        for gkey, gpts in group_by(pts, ("topology", "arch", "load", "agent")).items():
+        split, suffix = _axes(pts)
+        for gkey, gpts in group_by(pts, ("topology", "arch", "load", "agent") + split).items():
             models = sorted({p["model"] for p in gpts})
             fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
             for ax, model in zip(axes[0], models):
                 draw_panel(ax, [p for p in gpts if p["model"] == model], x="target_link_bps",
-                       series=lambda p: arm(p["scheme"], p["queueing"], p.get("connections", "pair")),
+                       series=lambda p: arm(p["scheme"], p["queueing"],
+                                            p.get("connections", "pair")) + suffix(p),
                        metric="samples_per_s", scale=1,
                        title=model, ylabel="samples/s (target scale)",
                        xlabel="target link rate (Gbit/s)", xscale=1e-9)

@@ -41,12 +41,14 @@ SENDBUF = ("short_sendbuf_wait_mean_s", "long_sendbuf_wait_mean_s", "all_sendbuf
 #: the parameters that tell runs apart (a point: all of them but the seed)
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
-               "background_size_scale", "agent", "queueing", "connections")
+               "background_size_scale", "agent", "queueing", "connections", "placement",
+               "rto_min")
 POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
 #: a cell: the runs that share a seed's background plan, and are paired by seed
-#: (schemes, agent settings, queueing and connection-model arms)
+#: (schemes, agent settings, queueing and connection-model arms, minimum RTOs;
+#: not placements: a placement other than spread changes the background's senders)
 CELL_FIELDS = tuple(f for f in SPEC_FIELDS
-                    if f not in ("scheme", "agent", "queueing", "connections", "seed"))
+                    if f not in ("scheme", "agent", "queueing", "connections", "rto_min", "seed"))
 
 
 def _compute_s(model: dict) -> float:
@@ -181,6 +183,11 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["queueing_in_effect"] = ((res.get("fabric") or {}).get("queueing") or {}).get("mode", "bands")
     # results from before the connection models had one connection per pair
     row["connections_in_effect"] = (res.get("connections") or {}).get("model", "pair")
+    # ... and were placed spread (their placement record had no mode)
+    row["placement_in_effect"] = (res.get("placement") or {}).get("spec", "spread")
+    row["rto_min_ms_in_effect"] = (res.get("fabric") or {}).get("rto_min_ms")
+    row["bg_senders"] = (res.get("load") or {}).get("senders_rule") or \
+        ("workers" if (res.get("load") or {}).get("background") else None)
     row["commit"] = (res.get("software") or {}).get("commit")
     for k in (*METRICS, *CENSORED, *SENDBUF, "iteration_time_s"):
         if k in head:
@@ -251,7 +258,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 
 #: a row's value of a field it may lack (rows made before the field existed)
-FIELD_DEFAULTS = {"connections": "pair"}
+FIELD_DEFAULTS = {"connections": "pair", "placement": "spread", "rto_min": None}
 
 
 def field(row: dict, name: str):

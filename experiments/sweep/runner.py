@@ -29,7 +29,8 @@ RunFn = Callable[[RunSpec, Path], None]   # must leave the results JSON at the p
 class Fabric:
     """The sweep's testbeds: one per topology, built once and reused by every
     run on it; before each run the agent is restarted with the run's
-    settings, the scheme set on every switch and the tensor tables emptied."""
+    settings, the switch ports set to the run's queueing, the hosts to its
+    minimum RTO, the scheme set on every switch and the tensor tables emptied."""
 
     def __init__(self, prefix: str, say=lambda _m: None):
         from common import paths
@@ -71,7 +72,10 @@ class Fabric:
 
         stop_background(self.prefix)          # its PCM history belongs to the last run
         lifecycle.set_queueing(self.prefix, spec.queueing)   # switch ports idle: nothing queued
-        for sw in load_topology_of(self.prefix).switches:
+        topo = load_topology_of(self.prefix)
+        # the run's minimum RTO, or the topology's (None: the kernel's)
+        lifecycle.set_rto_min(self.prefix, topo.rto_min if spec.rto_min is None else spec.rto_min)
+        for sw in topo.switches:
             with SwitchMaps(paths.pin_dir(self.prefix, sw.name)) as maps:
                 set_scheme(maps, spec.scheme)
                 clear_tensor_table(maps)      # idle switch: the last run's nodes are gone
@@ -97,7 +101,8 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       target_link_bps=spec.target_link_bps, scaling_mode=spec.scaling_mode,
                       background_cdf=spec.background_cdf,
                       background_size_scale=spec.background_size_scale, queueing=spec.queueing,
-                      connections=spec.connections,
+                      connections=spec.connections, placement=spec.placement,
+                      rto_min=spec.rto_min,
                       prefix=prefix, out=str(path),
                       timeout_s=timeout_s, background_s=spec.background_s))
     return run_one

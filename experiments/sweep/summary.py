@@ -46,15 +46,30 @@ def _fmt(e, scale=1e3, digits=1) -> str:
 
 
 #: what the comparisons of TaLB and a baseline hold fixed: TaLB on pool
-#: connections is compared with a baseline on pool connections
-_GROUP = ("topology", "model", "arch", "target_link_bps", "connections")
-#: paired.csv's cells: every arm of a point, connection models included
-_CELL = tuple(f for f in _GROUP if f != "connections")
+#: connections is compared with a baseline on pool connections, under the
+#: same placement and minimum RTO
+_GROUP = ("topology", "model", "arch", "target_link_bps", "connections", "placement", "rto_min")
+#: paired.csv's cells: every arm of a point, connection models and minimum
+#: RTOs included (runs of a seed share its background plan whatever they are;
+#: a placement other than spread changes the background's senders)
+_CELL = tuple(f for f in _GROUP if f not in ("connections", "rto_min"))
 
 
-def _conn(c) -> str:
-    """A group's connection model for a label ("" for one connection per pair)."""
-    return "" if c in (None, "pair") else f", {c} connections"
+def _groups(pts) -> list[tuple]:
+    """The points' groups (_GROUP values), sorted (None, the topology's RTO, first)."""
+    return sorted({tuple(p[f] for f in _GROUP) for p in pts},
+                  key=lambda g: tuple((0, "") if v is None else (1, v) for v in g))
+
+
+def _axes(g) -> str:
+    """A group's connection model, placement and minimum RTO for a label,
+    each where not the default ("" for one connection per pair, spread, the
+    topology's RTO). ``g``: a tuple in _GROUP's order, or a row or point."""
+    d = dict(zip(_GROUP, g)) if isinstance(g, tuple) else g
+    c, pl, rto = d.get("connections"), d.get("placement"), d.get("rto_min")
+    return ("" if c in (None, "pair") else f", {c} connections") + \
+        ("" if pl in (None, "spread") else f", placement {pl}") + \
+        ("" if rto is None else f", rto_min {rto}")
 #: the headline numbers TaLB is compared on, lower is better but for the speed
 COMPARED = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
             "samples_per_s")
@@ -212,14 +227,14 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
     ref = [p for p in pts if p["agent"] == "default"]
     loads = sorted({p["load"] for p in ref})
     at = PAPER_LOAD if PAPER_LOAD in loads else (loads[-1] if loads else None)
-    groups = sorted({tuple(p[f] for f in _GROUP) for p in ref})
+    groups = _groups(ref)
     for metric, (what, paper) in PAPER_FCT.items():
         for base in PAPER_BASELINES:
             for g in groups:
                 kw = {**dict(zip(_GROUP, g)), "agent": "default", "load": at}
                 r = _headline_row(rows, ref, f"{what} vs {base.upper()}", f"−{paper[base]:.0%}",
                                   metric, base, kw,
-                                  f"{Path(g[0]).stem}, {g[1]}{_conn(g[4])}, load {at:g}")
+                                  f"{Path(g[0]).stem}, {g[1]}{_axes(g)}, load {at:g}")
                 if r["pair"].ratio_low is not None:      # the paper's numbers are at 0.8 load
                     r["paper_effect"] = r["pair"].excludes_ratio(1 - paper[base]) \
                         if at == PAPER_LOAD else f"- (paper's is at load {PAPER_LOAD:g})"
@@ -230,7 +245,7 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
             out.append({**_headline_row(rows, ref, f"training speed vs {base.upper()}",
                                         f"up to {PAPER_SPEEDUP}× (its best point)",
                                         "samples_per_s", base, kw,
-                                        f"{g[1]}, {g[3] / 1e9:g}G{_conn(g[4])}, load {at:g}"),
+                                        f"{g[1]}, {g[3] / 1e9:g}G{_axes(g)}, load {at:g}"),
                         "holm": True})
     for base in PAPER_BASELINES:
         best = None
@@ -252,7 +267,7 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
             continue
         _, p, kw = best
         r = _headline_row(rows, ref, number, f"up to {PAPER_SPEEDUP}×", "samples_per_s", base, kw,
-                          f"{p['model']}, {p['target_link_bps'] / 1e9:g}G{_conn(p['connections'])}, "
+                          f"{p['model']}, {p['target_link_bps'] / 1e9:g}G{_axes(p)}, "
                           f"load {p['load']:g}")
         r["paper_effect"] = r["pair"].excludes_ratio(PAPER_SPEEDUP) or "-"
         out.append({**r, "holm": False})
@@ -291,22 +306,25 @@ def paired_table(rows: list[dict], pts: list[dict]) -> list[dict]:
     cells: dict[tuple, set] = {}
     for p in pts:
         cells.setdefault(tuple(p[f] for f in (*_CELL, "load")), set()).add(
-            (p["scheme"], p["queueing"], p["connections"], p["agent"]))
+            (p["scheme"], p["queueing"], p["connections"], p["agent"], p["rto_min"]))
     out = []
 
-    def name(s, q, c, a):
-        return arm(s, q, c) if a == "default" else f"{arm(s, q, c)}/{a}"
+    def name(s, q, c, a, rto):
+        return arm(s, q, c) + ("" if a == "default" else f"/{a}") + \
+            ("" if rto is None else f"/rto={rto}")
     for cell, members in sorted(cells.items(), key=lambda c: tuple(map(str, c[0]))):
         kw = dict(zip((*_CELL, "load"), cell))
-        ms = sorted(members, key=lambda m: (plots.series_order([m[0]])[0], m[1], m[2], m[3]))
-        for i, (sa, qa, ca, aa) in enumerate(ms):
-            for sb, qb, cb, ab in ms[i + 1:]:
+        ms = sorted(members, key=lambda m: (plots.series_order([m[0]])[0], m[1], m[2], m[3],
+                                            str(m[4])))
+        for i, (sa, qa, ca, aa, ra) in enumerate(ms):
+            for sb, qb, cb, ab, rb in ms[i + 1:]:
                 for metric in OUTCOME_METRICS:
                     pr, lone = compare(rows, metric, {**kw, "scheme": sa, "queueing": qa,
-                                                      "connections": ca, "agent": aa},
+                                                      "connections": ca, "agent": aa,
+                                                      "rto_min": ra},
                                        {**kw, "scheme": sb, "queueing": qb, "connections": cb,
-                                        "agent": ab})
-                    out.append({**kw, "a": name(sa, qa, ca, aa), "b": name(sb, qb, cb, ab),
+                                        "agent": ab, "rto_min": rb})
+                    out.append({**kw, "a": name(sa, qa, ca, aa, ra), "b": name(sb, qb, cb, ab, rb),
                                 "metric": metric, **pr.to_dict(),
                                 "unpaired_seeds": " ".join(map(str, lone))})
     return out
@@ -360,7 +378,7 @@ def factorial_table(rows: list[dict], pts: list[dict]) -> list[dict]:
     Holm-corrected per metric across the table's rows; verdicts from them."""
     ref = [p for p in pts if p["agent"] == "default"]
     out = []
-    for g in sorted({tuple(p[f] for f in _GROUP) for p in ref}):
+    for g in _groups(ref):
         for load in sorted({p["load"] for p in ref if tuple(p[f] for f in _GROUP) == g}):
             kw = {**dict(zip(_GROUP, g)), "load": load, "agent": "default"}
             ran = {(p["scheme"], p["queueing"]) for p in ref if all(p[k] == v for k, v in kw.items())}
@@ -450,7 +468,7 @@ def _factorial_md(table: list[dict]) -> list[str]:
         for r in fam:
             pr = r["pair"]
             grp = [f"{Path(r['topology']).stem}, {r['model']}, {r['target_link_bps'] / 1e9:g}G"
-                   f"{_conn(r['connections'])}"] if many else []
+                   f"{_axes(r)}"] if many else []
             body.append(grp + [f"{r['load']:g}", (r["baseline"] or "-").upper(),
                                EFFECTS[r["effect"]][0].format(B=(r["baseline"] or "").upper()),
                                str(pr.n), _diff(pr, metric).rsplit(" ", 1)[0] if pr.n else "-",
@@ -475,7 +493,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
     if not find(ref, scheme="talb"):
         return []
     cells = []
-    for g in sorted({tuple(p[f] for f in _GROUP) for p in ref}):
+    for g in _groups(ref):
         gkw = dict(zip(_GROUP, g))
         for load in sorted({p["load"] for p in ref if tuple(p[f] for f in _GROUP) == g}):
             kw = {**gkw, "load": load, "agent": "default"}
@@ -499,7 +517,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
     queueings = any(c[2] != "bands" or "/" in c[3] for c in cells)
     body, i = [], 0
     for g, load, qt, base, prs in cells:
-        line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G{_conn(g[4])}"] if many else []) + \
+        line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G{_axes(g)}"] if many else []) + \
             [f"{load:g}"] + ([arm("talb", qt)] if queueings else []) + \
             [base, str(min(pr.n for pr in prs))]
         for m, pr in zip(COMPARED, prs):
@@ -524,13 +542,22 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             "", md_table(cols, body), ""]
 
 
+#: the axes the points table gives a column of their own when the sweep ran
+#: another value than the default: (field, column, default)
+_AXIS_COLUMNS = (("placement", "placement", "spread"), ("rto_min", "rto min", None))
+
+
 def _points_table(pts, metrics) -> str:
-    cols = ["topology", "model", "scheme", "agent", "load", "rate", "n", "excluded"] + \
+    axes = [(f, col) for f, col, default in _AXIS_COLUMNS
+            if {p[f] for p in pts} - {default}]
+    cols = ["topology", "model", "scheme", "agent", *(col for _, col in axes), "load", "rate",
+            "n", "excluded"] + \
         [m.replace("_fct_", " ").removesuffix("_s").replace("samples_per", "samples/s")
          .replace("_pct", "").replace("_", " ") for m in metrics]
     prow = []
     for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
-                                        p["load"], p["connections"],
+                                        p["load"], p["placement"], str(p["rto_min"]),
+                                        p["connections"],
                                         plots.series_order([p["scheme"]])[0], p["queueing"])):
         vals = []
         for m in metrics:
@@ -538,8 +565,8 @@ def _points_table(pts, metrics) -> str:
             vals.append(_fmt(p["est"][m], scale, 2 if m == "uplink_spread" else 1))
         prow.append([Path(p["topology"]).stem, p["model"],
                      arm(p["scheme"], p["queueing"], p["connections"]),
-                     p["agent"], f"{p['load']:g}",
-                     f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
+                     p["agent"], *(p[f] if p[f] is not None else "topology's" for f, _ in axes),
+                     f"{p['load']:g}", f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
                      p["cpu_bound"] + p["failed"], *vals])
     return md_table(cols, prow)
 
@@ -626,8 +653,9 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     body = []
     for d in decisions:
         where = ", ".join(f"{k} {v}" for k, v in d["point"].items()
-                          if k in ("topology", "model", "load", "target_link_bps", "agent")
-                          and v not in (None, "default"))
+                          if k in ("topology", "model", "load", "target_link_bps", "agent",
+                                   "placement", "rto_min")
+                          and v not in (None, "default", "spread"))
         widths = "; ".join(f"{_ratio_name(p['a'], p['b'])} {_interval(p)}" for p in d["pairs"])
         why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
                "more": "more seeds wanted: the sweep stopped before the rule was done (or ran before it existed)"}[d["status"]]
