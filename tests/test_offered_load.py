@@ -1,10 +1,15 @@
 """Offered uplink load (workload/measure.py offered_load, issue 18 item 3):
 the arithmetic on hand-made tensor and background records and a small
-leaf-spine topology object (no fabric built) and the `talb run` line."""
+leaf-spine topology object (no fabric built), the `talb run` line, and the
+sweep's columns and summary mark (a results file without the block still
+reports)."""
 from __future__ import annotations
 
 import pytest
 
+from experiments.sweep import results as sweep_results
+from experiments.sweep.stats import estimate
+from experiments.sweep.summary import offered_cell
 from netns_topology import LeafSpine, Topo
 from talb.cli_run import offered_load_line
 from workload import measure
@@ -136,3 +141,23 @@ def test_run_summary_line():
     assert line.startswith("offered uplink load: 0.10 training + 1.20 background = 1.30 on leaf0")
     assert "past saturation" in line and "sent" not in line
     assert offered_load_line(None) is None                 # a results file from before it
+
+
+def test_sweep_columns_and_mark_from_runs_with_and_without_the_block():
+    ol = measure.offered_load(_topo(), NODES, TENSORS, FLOWS, (T0, T1), UPLINKS, DROPS)
+    new = sweep_results.offered({"summary": {"offered_load": ol}})
+    assert new == {"offered_uplink_load": pytest.approx(0.5), "offered_uplink_training":
+                   pytest.approx(0.1), "offered_uplink_background": pytest.approx(0.4),
+                   "offered_uplink_leaf": "leaf0"}
+    old = sweep_results.offered({"summary": {}})
+    assert set(old.values()) == {None}
+    rows = [{"status": "ok", "load": 0.8, "offered_uplink_load": v} for v in (0.9, 1.2, 1.05)]
+    rows += [{"status": "cpu_bound", "load": 0.8, "offered_uplink_load": 3.0}]   # not counted
+    (p,) = sweep_results.points(rows, fields=("load",))
+    assert p["range"]["offered_uplink_load"] == [0.9, 1.2]
+    assert p["est"]["offered_uplink_load"].mean == pytest.approx(1.05)
+    assert offered_cell(p) == "1.05 [0.90–1.20] **past saturation**"
+    assert offered_cell({"est": {"offered_uplink_load": estimate([0.5])},
+                         "range": {"offered_uplink_load": [0.5, 0.5]}}) == "0.50"
+    (q,) = sweep_results.points([{"status": "ok", "load": 0.2}], fields=("load",))
+    assert q["range"]["offered_uplink_load"] is None and offered_cell(q) == "n/a"
