@@ -56,7 +56,8 @@ def _models() -> list[str]:
               help="Parameter servers (--arch ps).")
 @click.option("--load", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               help="Background load: offered background bytes/s over the leaves' uplink capacity "
-                   "(docs/workload.md); training traffic not counted.")
+                   "(docs/workload.md); training traffic not counted (the summary prints the "
+                   "measured total, training + background: \"offered uplink load\").")
 @click.option("--background-cdf", type=click.Choice(["websearch", "datamining"]), default="websearch",
               show_default=True, help="Flow sizes of the background load.")
 @click.option("--background-duration", "background_s", type=click.FloatRange(0, min_open=True),
@@ -139,7 +140,9 @@ def run_cmd(**opts):
     Workers (and servers) run as processes in the testbed's hosts and
     exchange tagged tensors over TCP, scheduled ByteScheduler-style; the
     summary shows tensor FCTs (short/long at target scale), trailing
-    tensors, iteration time and samples/s; the results file holds every
+    tensors, iteration time and samples/s, and the offered uplink load
+    (training + background bytes to other leaves over the busiest leaf's
+    uplinks, past saturation at 1.0 or more); the results file holds every
     parameter and every tensor. Example:
 
         sudo talb run --scheme talb --model vgg19 --arch ps --workers 4 --load 0 --seed 1
@@ -285,6 +288,30 @@ def _print_uplink_spread(s: dict) -> None:
                                   if v["spread"] is not None))
 
 
+def offered_load_line(ol: dict | None) -> str | None:
+    """The results' ``summary.offered_load`` in one line: the busiest leaf's
+    offered uplink load (training + background bytes to other leaves over
+    its uplinks' capacity in the training span), what its uplinks' queues
+    sent on and dropped; None without the block (a results file from before
+    it)."""
+    from workload.measure import OFFERED_SATURATION
+
+    if not ol or ol.get("max_total") is None:
+        return None
+    leaf = ol["max_leaf"]
+    b = ol["leaves"][leaf]
+    others = ", ".join(f"{k} {v['total']:.2f}" for k, v in ol["leaves"].items()
+                       if k != leaf and v["total"] is not None)
+    line = (f"offered uplink load: {b['training']:.2f} training + {b['background']:.2f} "
+            f"background = {b['total']:.2f} on {leaf} (max" + (f"; {others}" if others else "")
+            + ")")
+    if b.get("sent") is not None:
+        line += f"; its uplinks sent {b['sent']:.2f} and dropped {b['leaf_up_drops']} packets"
+    if b["total"] >= OFFERED_SATURATION:
+        line += " [bold red]past saturation[/]"
+    return line
+
+
 def _print_cpu_guard(s: dict) -> None:
     """The CPU's mean load and whether the run was CPU-bound (both summaries)."""
     g = s["cpu_guard"]
@@ -343,6 +370,9 @@ def print_summary(r: dict) -> None:
     console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
                   f"{tcp['reordering']} reordering events")
     _print_uplink_spread(s)
+    offered = offered_load_line(s.get("offered_load"))
+    if offered:
+        console.print("  " + offered)
     bg = s.get("background")
     if bg:
         cover = "" if r["load"]["background_covered"] else " [yellow](ended before training did)[/]"

@@ -66,6 +66,40 @@ def _check_results_file(r, arch, workers):
     assert on_disk["summary"]["speed"]["samples_per_s"] > 0
 
 
+def _check_offered_load(r, fabric):
+    """summary.offered_load (issue 18): per leaf, training + background
+    bytes to other leaves over the span x the leaf's uplinks; the training
+    part is the cross-leaf tensors' bytes, counted here from the placement;
+    the run's summary prints it."""
+    from talb import cli_run
+
+    topo = load_topology_of(fabric)
+    leaf = {h.name: h.leaf for h in topo.hosts}
+    nodes = [leaf[h] for h in r["placement"]["workers"] + r["placement"]["servers"]]
+    ol = r["summary"]["offered_load"]
+    assert ol["span_s"] == pytest.approx(r["training_s"])
+    cross = {name: 0 for name in ol["leaves"]}
+    for t in r["tensors"]:
+        if nodes[t["src"]] != nodes[t["dst"]]:
+            cross[nodes[t["src"]]] += t["bytes"]
+    assert len(set(nodes)) == 2 and all(cross.values())   # traffic crosses the fabric both ways
+    for name, b in ol["leaves"].items():
+        assert b["capacity_bps"] == 2 * 100e6                  # 2 spines x 100 Mbit/s
+        assert b["training_bytes"] == cross[name]
+        assert b["training"] == pytest.approx(cross[name] * 8 / (ol["span_s"] * 200e6))
+        assert 0 < b["training"] < 1.5
+        assert b["total"] == pytest.approx(b["training"] + b["background"])
+        assert b["forwarded"] is not None and b["sent"] is not None and b["leaf_up_drops"] >= 0
+    assert ol["max_total"] == max(b["total"] for b in ol["leaves"].values())
+    assert ol["leaves"][ol["max_leaf"]]["total"] == ol["max_total"]
+    with cli_run.console.capture() as cap:
+        cli_run.print_summary(r)
+    b = ol["leaves"][ol["max_leaf"]]
+    assert (f"offered uplink load: {b['training']:.2f} training + {b['background']:.2f} "
+            f"background = {b['total']:.2f} on {ol['max_leaf']} (max") in cap.get()
+    return ol
+
+
 def _check_every_byte(r):
     tensors = r["tensors"]
     assert tensors, "no tensor sent"
@@ -98,6 +132,12 @@ def test_parameter_server_run(fabric, tmp_path):
         _parts(r), workers, servers)
     # trailing tensors: one per worker, layer and measured iteration
     assert r["summary"]["tensors"]["trailing"]["n"] == workers * 3 * (ITERATIONS - 1)
+    # load 0: no background; every tensor byte that crosses a leaf's uplinks is
+    # in what their queues sent (with the frames' headers, the ACKs, retransmissions)
+    ol = _check_offered_load(r, fabric)
+    for b in ol["leaves"].values():
+        assert b["background"] == 0 and b["background_bytes"] == 0
+        assert b["training"] <= b["sent"] < 1.3 * b["training"], b
 
 
 def test_parameter_server_keeps_priority_order(fabric, tmp_path):
@@ -198,6 +238,16 @@ def test_run_with_background_load(fabric, tmp_path):
     last_planned_s = max(f["planned_start_ns"] for f in r["load"]["background"]["flows"]) / 1e9 \
         - pairing["t0_ns"] / 1e9
     assert pairing["end_s"] > last_planned_s
+    # the background part: planned sizes of the workers' flows planned in the span
+    ol = _check_offered_load(r, fabric)
+    leaf = {h.name: h.leaf for h in topo.hosts}
+    span0 = min(t["t_start_ns"] for t in r["tensors"])
+    span1 = max(t["t_delivered_ns"] for t in r["tensors"])
+    for name, b in ol["leaves"].items():
+        assert b["background_bytes"] == sum(
+            f["size_bytes"] for f in r["load"]["background"]["flows"]
+            if leaf[f["src"]] == name and span0 <= f["planned_start_ns"] <= span1)
+    assert sum(b["background_bytes"] for b in ol["leaves"].values()) > 0
     assert not processes_in_hosts(fabric)
 
 

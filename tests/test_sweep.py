@@ -154,9 +154,11 @@ def _t(start_ms, done_ms, *, warmup=False, cls="short"):
 NET_SHARE = 0.4
 
 
-def _fake_results(spec, *, cpu_bound=False, wire=True):
+def _fake_results(spec, *, cpu_bound=False, wire=True, offered=None):
     """A results file with the fields the sweep reads (experiment.py's format).
-    ``wire=False``: as recorded before wire times (no network FCT at all)."""
+    ``wire=False``: as recorded before wire times (no network FCT at all).
+    ``offered``: (training, background) of the busiest leaf's offered uplink
+    load (summary.offered_load); None: a file from before it."""
     base = {"ecmp": 0.100, "talb": 0.050}.get(spec.scheme, 0.080) * (1 + spec.load)
     jitter = 1 + 0.01 * spec.seed
     head = {"scheme": spec.scheme, "samples_per_s": 100.0 / base, "iteration_time_s": base,
@@ -195,7 +197,11 @@ def _fake_results(spec, *, cpu_bound=False, wire=True):
                                                     "timeouts": 3}}},
                         "uplinks": {"mean_spread": 0.25},
                         "port_drops": {"by_kind": {"to_host": 7, "leaf_up": 2,
-                                                   "spine_down": 0}}}}
+                                                   "spine_down": 0}},
+                        **({"offered_load": {
+                            "max_total": sum(offered), "max_leaf": "leaf1",
+                            "leaves": {"leaf1": {"training": offered[0], "background": offered[1],
+                                                 "total": sum(offered)}}}} if offered else {})}}
 
 
 def test_resumed_sweep_does_not_repeat_finished_runs(tmp_path):
@@ -299,6 +305,44 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
         for title, lines in panels.items():
             assert sorted(lines) == ["ecmp", "talb"], (name, title)
+
+
+def test_offered_uplink_load_in_the_csv_and_summary(tmp_path):
+    """runs.csv carries each run's offered uplink load and its parts; the
+    points table shows the mean and range per point and marks the points
+    at or past saturation; runs from before the block say n/a."""
+    import csv
+
+    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.2, 0.8], seeds=2)
+
+    def fake(spec, path):
+        bg = {0.2: 0.25, 0.8: 0.85}[spec.load] + 0.1 * spec.seed
+        path.write_text(json.dumps(_fake_results(spec, offered=(0.2, bg))))
+
+    run_plan(p, tmp_path, run_fn=fake, progress=False)
+    res = finish(p, tmp_path)
+    with open(tmp_path / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    r = next(x for x in rows if x["load"] == "0.8" and x["seed"] == "2")
+    assert float(r["offered_uplink_load"]) == pytest.approx(0.2 + 0.85 + 0.2)
+    assert float(r["offered_uplink_training"]) == pytest.approx(0.2)
+    assert float(r["offered_uplink_background"]) == pytest.approx(1.05)
+    assert r["offered_uplink_leaf"] == "leaf1"
+    pt = next(q for q in res["points"] if q["load"] == 0.8 and q["scheme"] == "talb")
+    assert pt["range"]["offered_uplink_load"] == [pytest.approx(1.15), pytest.approx(1.25)]
+    md = (tmp_path / "summary.md").read_text()
+    points = md.split("## Points")[1].split("### Where the time goes")[0]
+    assert "| offered uplink load |" in points
+    assert "| 1.20 [1.15–1.25] **past saturation** |" in points
+    assert "| 0.60 [0.55–0.65] |" in points
+    assert "2 of 4 points here (load 0.8)." in points
+    # the same report from files without the block: n/a, the report still made
+    run_plan(p, tmp_path / "old", run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))),
+             progress=False)
+    finish(p, tmp_path / "old")
+    points = (tmp_path / "old" / "summary.md").read_text().split("## Points")[1]
+    assert "| n/a |" in points and "**past saturation** |" not in points
+    assert "n/a: runs recorded before the offered load was." in points
 
 
 def test_cli_refuses_missing_scheme_naming_it(tmp_path):

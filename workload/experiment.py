@@ -1005,7 +1005,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
              "partitions": len(parts),
              "layer_fwd_s": [l.fwd_s for l in profile.layers],
              "layer_bwd_s": [l.bwd_s for l in profile.layers]}
-    return {
+    out = {
         "format": RESULTS_FORMAT,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config": asdict(cfg),
@@ -1054,3 +1054,10 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "tensors": tensors,
         "cpu_samples": samples,
     }
+    # training + background bytes offered to other leaves, per leaf, over its uplinks
+    s = out["summary"]
+    s["offered_load"] = measure.offered_load(
+        topo, [n["host"] for n in plan["workers"] + plan["servers"]], tensors,
+        background and background["flows"], measure.training_span_ns(events), s["uplinks"],
+        s["port_drops"])
+    return out

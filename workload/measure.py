@@ -439,11 +439,17 @@ class Sampler:
         self._thread.join()
 
 
-def training_span_s(events: list[dict]) -> tuple[float, float] | None:
-    """(first tensor handed to a socket, last one received), monotonic seconds."""
+def training_span_ns(events: list[dict]) -> tuple[int, int] | None:
+    """(first tensor handed to a socket, last one received), CLOCK_MONOTONIC ns."""
     tx = [e["t_ns"] for e in events if e["ev"] == "tx"]
     rx = [e["t_ns"] for e in events if e["ev"] == "rx"]
-    return (min(tx) / 1e9, max(rx) / 1e9) if tx and rx else None
+    return (min(tx), max(rx)) if tx and rx else None
+
+
+def training_span_s(events: list[dict]) -> tuple[float, float] | None:
+    """(first tensor handed to a socket, last one received), monotonic seconds."""
+    span = training_span_ns(events)
+    return (span[0] / 1e9, span[1] / 1e9) if span else None
 
 
 def cpu_guard(samples: list[dict], have_links: bool,
@@ -483,3 +489,102 @@ def cpu_guard(samples: list[dict], have_links: bool,
             "cpu_busy_mean": statistics.fmean(s["cpu_busy"] for s in samples),
             "cpu_busy_max": max(s["cpu_busy"] for s in samples),
             "peak_host_link_util_when_saturated": peak, "reason": reason}
+
+
+# --- offered load ----------------------------------------------------------------------
+#: Offered uplink load (``summary.offered_load``: training + background bytes a
+#: leaf's hosts offered to other leaves, over the leaf's uplink capacity) at or
+#: above this is past saturation: more bytes were offered than the uplinks can
+#: carry in the span, whatever the paths chosen, so queues grow until packets
+#: drop; differences between schemes there are drops and timeouts, not path
+#: choice (docs/experiments.md, "Offered load").
+OFFERED_SATURATION = 1.0
+
+
+def leaf_uplink_capacity_bps(topo) -> dict[str, float]:
+    """Per leaf (a switch with hosts): the sum of the rates of its up links
+    into the fabric, from ``topo.links`` as
+    workload.background.uplink_capacity_bps (which is their sum over leaves)."""
+    cap = {h.leaf: 0.0 for h in topo.hosts}
+    for link in topo.links:
+        if link.kind == "fabric" and link.up:
+            for end in {link.a, link.b}:
+                if end in cap:
+                    cap[end] += link.rate_bps
+    return dict(sorted(cap.items()))
+
+
+def offered_load(topo, node_hosts: list[str], tensors: list[dict], flows: list[dict] | None,
+                 span_ns: tuple[int, int] | None, uplinks: dict | None = None,
+                 drops: dict | None = None) -> dict | None:
+    """Per leaf, the bytes its hosts offered to hosts on other leaves during
+    the training span (first tensor handed to a socket to the last one
+    received, ``span_ns``, CLOCK_MONOTONIC ns like every tensor and
+    background time), each over span x the leaf's uplink capacity
+    (:func:`leaf_uplink_capacity_bps`):
+
+    * ``training``: tensors (records of :func:`join_tensors`; ``src``/``dst``
+      node ids, ``node_hosts[id]`` their hosts) handed to their socket in the
+      span whose sender and receiver are on different leaves, by the bytes the
+      application handed to TCP (header included): demand, not
+      retransmissions;
+    * ``background``: background flows (FlowRecord dicts) from the leaf's hosts
+      to other leaves planned to start in the span, by their planned size;
+    * ``total``: their sum.
+
+    Beside them, what the uplinks measured, over the same span x capacity
+    (frames: headers, ACKs and retransmissions included; the counters are
+    read before the nodes start and after they end, a little more than the
+    span): ``forwarded``, the bytes the data path handed to them (``uplinks``:
+    :func:`uplink_spread`'s record, before the queues, so drops included);
+    ``sent``, the bytes their queues sent on (``drops``: :func:`port_drops`'s
+    record); ``leaf_up_drops``, the packets those queues dropped. Each None
+    without its counters. Plus the largest total over the leaves
+    (``max_total``) and its leaf (``max_leaf``). None without a span (no
+    tensor received)."""
+    if span_ns is None:
+        return None
+    t0, t1 = span_ns
+    span_s = (t1 - t0) / 1e9
+    leaf_of = {h.name: h.leaf for h in topo.hosts}
+    cap = leaf_uplink_capacity_bps(topo)
+    training = dict.fromkeys(cap, 0)
+    background = dict.fromkeys(cap, 0)
+    for t in tensors:
+        src, dst = leaf_of[node_hosts[t["src"]]], leaf_of[node_hosts[t["dst"]]]
+        if src != dst and t0 <= t["t_start_ns"] <= t1:
+            training[src] += t["bytes"]
+    # Background bytes: a flow's planned size when its planned start lies in
+    # the span, not its bytes prorated over [start, end]. Offered load is
+    # demand, like the tensors' bytes and like `load` itself (Poisson arrivals
+    # of planned sizes); a flow's end stretches as the uplinks congest, so
+    # prorating would push bytes out of the span just when the fabric is past
+    # saturation (and a censored flow has no end). With Poisson arrivals the
+    # bytes of flows straddling the span's start balance, on average, those
+    # of flows running past its end.
+    for f in flows or ():
+        src, dst = leaf_of[f["src"]], leaf_of[f["dst"]]
+        if src != dst and t0 <= f["planned_start_ns"] <= t1:
+            background[src] += f["size_bytes"]
+    queues = {sw: [p for p in ports.values() if p["kind"] == "leaf_up"]
+              for sw, ports in ((drops or {}).get("ports") or {}).items()}
+    leaves = {}
+    for leaf, c in cap.items():
+        carried = span_s * c / 8          # bytes the leaf's uplinks can carry in the span
+
+        def frac(b, carried=carried):
+            return b / carried if carried > 0 else None
+        fwd = ((uplinks or {}).get("leaves") or {}).get(leaf)
+        q = queues.get(leaf)
+        leaves[leaf] = {
+            "capacity_bps": c, "training_bytes": training[leaf],
+            "background_bytes": background[leaf],
+            "training": frac(training[leaf]), "background": frac(background[leaf]),
+            "total": frac(training[leaf] + background[leaf]),
+            "forwarded": frac(sum(fwd["tx_bytes"].values())) if fwd else None,
+            "sent": frac(sum(p["sent_bytes"] for p in q)) if q else None,
+            "leaf_up_drops": sum(p["drops"] for p in q) if q else None}
+    rated = [(v["total"], leaf) for leaf, v in leaves.items() if v["total"] is not None]
+    top = max(rated, key=lambda r: r[0], default=(None, None))
+    return {"span_s": span_s, "background_bytes": "planned size of flows planned to start in the span",
+            "leaves": leaves, "max_total": top[0], "max_leaf": top[1]}

@@ -202,7 +202,7 @@ def points(rows: list[dict]) -> list[dict]:
     """Per point (every parameter but the seed): runs counted (status ok),
     excluded, censored and all flows, an Estimate per LB_METRICS."""
     return results.points(rows, POINT_FIELDS, LB_METRICS,
-                          {"censored": "all_censored", "flows": "all_flows"})
+                          {"censored": "all_censored", "flows": "all_flows"}, ranges=())
 
 
 # --- topologies: which is which --------------------------------------------------------------

@@ -25,10 +25,15 @@ MECHANISM_METRICS = ("hol_pct", "sendbuf_pct", "short_service_mean_s", "access_g
                      "tcp_retrans_pct",
                      "tcp_timeouts", "rto_tail_pct",
                      "uplink_spread", "drops_to_host", "drops_leaf_up", "drops_spine_down")
+#: offered uplink load (summary.offered_load of the results file, docs/workload.md):
+#: the busiest leaf's training + background bytes to other leaves over its
+#: uplinks' capacity in the training span, and its two parts; empty for results
+#: files from before it was recorded
+OFFERED_METRICS = ("offered_uplink_load", "offered_uplink_training", "offered_uplink_background")
 #: Linux's minimum retransmission timeout: a tensor slower than this most
 #: likely waited for one (its FCT is a timeout, not a queue)
 TCP_RTO_MIN_S = 0.200
-METRICS = OUTCOME_METRICS + MECHANISM_METRICS
+METRICS = OUTCOME_METRICS + MECHANISM_METRICS + OFFERED_METRICS
 CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored",
             "short_wire_missing", "long_wire_missing", "all_wire_missing",
             "trailing_wire_missing")
@@ -154,6 +159,17 @@ def mechanism(results: dict, samples_per_s: float | None) -> dict:
     }
 
 
+def offered(results: dict) -> dict:
+    """A run's offered uplink load (OFFERED_METRICS) and the leaf it is on,
+    from summary.offered_load; None each for a file from before it."""
+    ol = results["summary"].get("offered_load") or {}
+    leaf = ol.get("max_leaf")
+    b = (ol.get("leaves") or {}).get(leaf) or {}
+    return {"offered_uplink_load": ol.get("max_total"),
+            "offered_uplink_training": b.get("training"),
+            "offered_uplink_background": b.get("background"), "offered_uplink_leaf": leaf}
+
+
 #: the archive a committed results directory keeps its runs in (results/README.md)
 RUNS_ARCHIVE = "runs.tar.xz"
 
@@ -197,6 +213,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     sp = head.get("samples_per_s")
     row["ideal_gap"] = (1 - sp / ideal) if ideal and sp else None
     row.update(mechanism(res, sp))
+    row.update(offered(res))
     # how many tensors each class mean is over, and the measured span: how far
     # one RTO could move them (experiments/sweep/seeds.py rto_weight)
     summ = res["summary"].get("tensors") or {}
@@ -274,11 +291,13 @@ def point_key(spec_or_row) -> tuple:
 
 def points(rows: list[dict], fields: tuple[str, ...] = POINT_FIELDS,
            metrics: tuple[str, ...] = METRICS,
-           totals: dict[str, str] = MappingProxyType({"censored": "all_censored"})) -> list[dict]:
+           totals: dict[str, str] = MappingProxyType({"censored": "all_censored"}),
+           ranges: tuple[str, ...] = OFFERED_METRICS) -> list[dict]:
     """Per point (the rows alike in ``fields``: every parameter but the
     seed): the parameters, the runs counted (status ok) and excluded, per
     ``totals`` entry {name: row column} that column summed over the counted
-    runs, and an Estimate per metric."""
+    runs, an Estimate per metric, and per ``ranges`` metric [min, max] over
+    the counted runs (None: no run has it)."""
     by: dict[tuple, list[dict]] = {}
     for r in rows:
         by.setdefault(tuple(field(r, f) for f in fields), []).append(r)
@@ -293,6 +312,8 @@ def points(rows: list[dict], fields: tuple[str, ...] = POINT_FIELDS,
         for name, column in totals.items():
             p[name] = sum(r.get(column) or 0 for r in ok)
         p["est"] = {m: estimate([r.get(m) for r in ok]) for m in metrics}
+        vals = {m: [r[m] for r in ok if r.get(m) is not None] for m in ranges}
+        p["range"] = {m: [min(v), max(v)] if v else None for m, v in vals.items()}
         out.append(p)
     return out
 

@@ -15,6 +15,7 @@ from experiments.sweep.plan import PAPER_BASELINES, Plan, arm
 from experiments.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_METRICS,
                                        SPEC_FIELDS, est, find, load_rows, points, seed_values,
                                        write_csv)
+from workload.measure import OFFERED_SATURATION
 from experiments.sweep.stats import BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
@@ -542,16 +543,53 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             "", md_table(cols, body), ""]
 
 
+#: a point's mark when its mean offered uplink load is at least OFFERED_SATURATION
+PAST_SATURATION = "past saturation"
+
+
+def offered_cell(p: dict) -> str:
+    """A point's measured offered uplink load (the busiest leaf's training +
+    background over its uplinks, per run): mean [min–max] over the counted
+    runs, marked past saturation when the mean is at least
+    OFFERED_SATURATION; "n/a" for runs from before it was recorded."""
+    e, rng = p["est"].get("offered_uplink_load"), (p.get("range") or {}).get("offered_uplink_load")
+    if e is None or e.mean is None:
+        return "n/a"
+    s = f"{e.mean:.2f}" + (f" [{rng[0]:.2f}–{rng[1]:.2f}]" if rng and e.n > 1 else "")
+    return s + (f" **{PAST_SATURATION}**" if e.mean >= OFFERED_SATURATION else "")
+
+
+def _offered_md(pts) -> str:
+    """The note under the points table on the offered uplink load column."""
+    known = [p for p in pts if offered_cell(p) != "n/a"]
+    past = [p for p in known if p["est"]["offered_uplink_load"].mean >= OFFERED_SATURATION]
+    s = ("`offered uplink load`: per run, the busiest leaf's training + background bytes to "
+         "other leaves in the training span over its uplinks' capacity in that span "
+         "(`load` counts the background alone; docs/workload.md, \"Offered load\"); mean "
+         "[min–max] over the point's counted runs, its training and background parts in "
+         f"runs.csv. **{PAST_SATURATION}**: a mean of {OFFERED_SATURATION:.1f} or more, more "
+         "bytes offered than the uplinks carry whatever the paths, so the queues overflow "
+         "and the point measures drops and timeouts more than path choice")
+    if not known:
+        return s + "; n/a: runs recorded before the offered load was."
+    loads = ", ".join(f"{x:g}" for x in sorted({p["load"] for p in past}))
+    return s + (f": {len(past)} of {len(known)} points here"
+                + (f" (load {loads})" if past else "")
+                + ("; n/a: runs recorded before the offered load was." if len(known) < len(pts)
+                   else "."))
+
+
 #: the axes the points table gives a column of their own when the sweep ran
 #: another value than the default: (field, column, default)
 _AXIS_COLUMNS = (("placement", "placement", "spread"), ("rto_min", "rto min", None))
 
 
-def _points_table(pts, metrics) -> str:
+def _points_table(pts, metrics, offered: bool = False) -> str:
     axes = [(f, col) for f, col, default in _AXIS_COLUMNS
             if {p[f] for p in pts} - {default}]
     cols = ["topology", "model", "scheme", "agent", *(col for _, col in axes), "load", "rate",
             "n", "excluded"] + \
+        (["offered uplink load"] if offered else []) + \
         [m.replace("_fct_", " ").removesuffix("_s").replace("samples_per", "samples/s")
          .replace("_pct", "").replace("_", " ") for m in metrics]
     prow = []
@@ -567,7 +605,8 @@ def _points_table(pts, metrics) -> str:
                      arm(p["scheme"], p["queueing"], p["connections"]),
                      p["agent"], *(p[f] if p[f] is not None else "topology's" for f, _ in axes),
                      f"{p['load']:g}", f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
-                     p["cpu_bound"] + p["failed"], *vals])
+                     p["cpu_bound"] + p["failed"], *([offered_cell(p)] if offered else []),
+                     *vals])
     return md_table(cols, prow)
 
 
@@ -804,7 +843,8 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "testbed wall-clock (see *Paper vs ours*). The intervals draw the plots' error bars; "
           "whether two schemes differ is the paired comparisons' call, not whether these "
           "overlap.", ""]
-    L += [_points_table(pts, OUTCOME_METRICS), "", "`fct`: from the hand-off to the socket; "
+    L += [_points_table(pts, OUTCOME_METRICS, offered=True), "", _offered_md(pts), "",
+          "`fct`: from the hand-off to the socket; "
           "`netfct`: network FCT, from the first packet on the wire ('-' for runs recorded "
           "before wire times; tensors delivered without wire times are counted in runs.csv, "
           "`*_wire_missing`). `ideal gap` in % (1 − samples/s over the "
