@@ -48,8 +48,8 @@ def test_set_queueing_refuses_a_bad_value_naming_it():
 
 # --- plans -------------------------------------------------------------------------------
 def test_old_keys_unchanged_and_fifo_keys_differ():
-    fig10 = build_plan("fig10", implemented=ALL)
-    r = fig10.runs[0]
+    old = build_plan("fig10-2spine", implemented=ALL)
+    r = old.runs[0]
     assert r.queueing == "bands" and "queueing" not in r.params()
     assert r.key() == "1be7ea1a232f896f"       # results/fig10/plan.json, first run
     from dataclasses import replace
@@ -58,33 +58,38 @@ def test_old_keys_unchanged_and_fifo_keys_differ():
     assert fifo.params()["queueing"] == "fifo" and fifo.key() != r.key()
     assert replace(fifo, queueing="bands").key() == r.key()
     # the factorial's runs with bands are fig10's runs (a results directory serves both)
+    fig10 = build_plan("fig10", implemented=ALL)
     fact = build_plan("fig10-factorial", implemented=ALL)
     by_key = {x.key() for x in fig10.runs}
-    assert {x.key() for x in fact.runs if x.queueing == "bands" and x.load == 0.8} <= by_key
+    bands = {x.key() for x in fact.runs if x.queueing == "bands"}
+    assert len(bands) == 40 and bands <= by_key
 
 
 def test_factorial_and_paper_presets():
     fact = build_plan("fig10-factorial", implemented=ALL)
-    # TaLB and the paper's three baselines, each under bands and FIFO, loads 0.5 and 0.8, 5 seeds
+    # TaLB and the paper's three baselines, each under bands and FIFO, loads 0.2 and 0.4, 5 seeds
     assert len(fact.runs) == 4 * 2 * 2 * 5
     assert fact.counts("queueing") == {"bands": 40, "fifo": 40}
     assert fact.counts("scheme") == {s: 20 for s in ("ecmp", "rps", "conga", "talb")}
-    assert fact.counts("load") == {0.5: 40, 0.8: 40}
-    assert fact.counts("topology") == {"topologies/fig10.yaml": 80}
+    assert fact.counts("load") == {0.2: 40, 0.4: 40}
+    assert fact.counts("topology") == {"topologies/fig10-4spine.yaml": 80}
     # the 8 arms of a (seed, load) run back to back
     first = fact.runs[:8]
-    assert {(x.seed, x.load) for x in first} == {(1, 0.5)}
+    assert {(x.seed, x.load) for x in first} == {(1, 0.2)}
     assert sorted(arm(x.scheme, x.queueing) for x in first) == sorted(
         arm(s, q) for s in ("ecmp", "rps", "conga", "talb") for q in ("bands", "fifo"))
     rule = fact.seed_rule
-    assert rule.loads == (0.5, 0.8) and ("talb/fifo", "ecmp/fifo") in rule.pairs
+    assert rule.loads == (0.2, 0.4) and ("talb/fifo", "ecmp/fifo") in rule.pairs
     assert ("talb", "ecmp") in rule.pairs and len(rule.pairs) == 6
 
     paper = build_plan("fig10-paper", implemented=ALL)
     assert len(paper.runs) == 4 * 4 * 5
     assert {(x.scheme, x.queueing) for x in paper.runs} == {
         ("talb", "bands"), ("ecmp", "fifo"), ("rps", "fifo"), ("conga", "fifo")}
-    assert paper.counts("load") == {ld: 20 for ld in (0.2, 0.4, 0.6, 0.8)}
+    assert paper.counts("load") == {ld: 20 for ld in (0.1, 0.2, 0.3, 0.4)}
+    # its runs at the top load are the factorial's (T,B) and (X,F) runs
+    fact_keys = {x.key() for x in fact.runs}
+    assert {x.key() for x in paper.runs if x.load == 0.4} <= fact_keys
     assert set(paper.seed_rule.pairs) == {("talb", "ecmp/fifo"), ("talb", "rps/fifo"),
                                           ("talb", "conga/fifo")}
     assert "fifo" in fact.runs[4].label() and arm_parts("rps/fifo") == ("rps", "fifo")

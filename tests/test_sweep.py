@@ -14,6 +14,8 @@ from experiments.sweep.kinds import build_plan, finish
 from experiments.sweep.plan import ALL_SCHEMES, PlanError
 from experiments.sweep.runner import run_plan
 from experiments.sweep.stats import estimate, overlap, t_quantile
+from common.paths import REPO_ROOT as REPO
+from netns_topology import load_topology
 
 ALL = frozenset(ALL_SCHEMES)
 
@@ -54,19 +56,37 @@ def test_overlap_is_a_plot_aid():
 # --- plans ---------------------------------------------------------------------------------
 def test_fig10_plan_matches_its_description():
     p = build_plan("fig10", implemented=ALL)
-    # 6 schemes x 4 loads (0.2..0.8) x 5 seeds, one topology, PS 4:1 three-layer model
+    # 6 schemes x 4 background loads (0.1..0.4) x 5 seeds on the 4-spine fabric, workers
+    # off the server's leaf, PS 4:1 three-layer model
     assert len(p.runs) == 6 * 4 * 5
     assert p.counts("scheme") == {s: 20 for s in ALL_SCHEMES}
-    assert p.counts("load") == {0.2: 30, 0.4: 30, 0.6: 30, 0.8: 30}
+    assert p.counts("load") == {0.1: 30, 0.2: 30, 0.3: 30, 0.4: 30}
     assert p.counts("seed") == {s: 24 for s in range(1, 6)}
-    assert p.counts("topology") == {"topologies/fig10.yaml": 120}
+    assert p.counts("topology") == {"topologies/fig10-4spine.yaml": 120}
+    assert p.counts("placement") == {"remote": 120}
+    assert load_topology(REPO / "topologies/fig10-4spine.yaml").rto_min == 10   # ms
+    assert p.seed_rule.loads == (0.4,)
+    old = build_plan("fig10-2spine", implemented=ALL)
+    assert old.counts("load") == {0.2: 30, 0.4: 30, 0.6: 30, 0.8: 30}
+    assert old.counts("topology") == {"topologies/fig10.yaml": 120}
+    assert old.counts("placement") == {"spread": 120}
     assert {(r.model, r.arch, r.workers, r.servers) for r in p.runs} == {("threelayer", "ps", 4, 1)}
     assert len({r.key() for r in p.runs}) == len(p.runs)
 
 
 def test_other_presets_plans():
     f11 = build_plan("fig11", implemented=ALL)
-    assert f11.counts("topology") == {"topologies/fig11.yaml": 120}
+    assert f11.counts("topology") == {"topologies/fig11-4spine.yaml": 120}
+    assert build_plan("fig11-2spine", implemented=ALL).counts("topology") == {
+        "topologies/fig11.yaml": 120}
+    rto = build_plan("fig10-rto", implemented=ALL)
+    assert len(rto.runs) == 4 * 2 * 5 and rto.counts("load") == {0.4: 40}
+    assert set(rto.counts("rto_min")) == {"10ms", "kernel"}
+    conns = build_plan("fig10-conns", implemented=ALL)
+    assert conns.counts("connections") == {"pair": 20, "pool:8": 20}
+    # their runs with the fabric's own settings are fig10's runs
+    fig10_keys = {x.key() for x in build_plan("fig10", implemented=ALL).runs}
+    assert {x.key() for x in conns.runs if x.connections == "pair"} <= fig10_keys
     f9 = build_plan("fig9", implemented=ALL)
     assert len(f9.runs) == 6 * 3 * 4 * 5
     assert f9.counts("model") == {m: 120 for m in ("alexnet", "resnet50", "vgg19")}
@@ -83,7 +103,7 @@ def test_other_presets_plans():
     assert fifo.counts("topology") == {"topologies/fig10-fifo.yaml": 60}
     assert fifo.counts("load") == {0.2: 30, 0.8: 30}
     q = build_plan("quick", implemented=ALL)
-    assert len(q.runs) == 6 * 2 * 3 and q.counts("load") == {0.2: 18, 0.8: 18}
+    assert len(q.runs) == 6 * 2 * 3 and q.counts("load") == {0.2: 18, 0.4: 18}
     ab = build_plan("ablation", implemented=ALL)
     settings = planmod.PRESETS["ablation"]["agents"]
     assert "paper" in settings and "default" in settings

@@ -81,7 +81,7 @@ def test_very_slow_links_are_clamped_into_the_parameter_ranges():
     ("fig10.yaml", 25_000_000), ("fig10-fifo.yaml", 25_000_000),
     ("fig11.yaml", 12_500_000),           # leaf0 <-> spine1 at half of 25 Mbit/s
     ("testbed4x4.yaml", 25_000_000),
-    ("fig10-4spine.yaml", 12_500_000),
+    ("fig10-4spine.yaml", 25_000_000), ("fig11-4spine.yaml", 12_500_000),
 ])
 def test_slowest_multipath_link_of_each_topology(name, rate):
     topo = load_topology(TOPOLOGIES / name)

@@ -188,7 +188,13 @@ class Plan:
 
 # --- presets -----------------------------------------------------------------------------
 # Each preset: the sweep's dimensions (lists) and its fixed parameters.
-_FIG10 = dict(
+#
+# Two fabrics (docs/experiments.md, "Presets"): the 4-spine design of issue 18
+# (fig10, fig11, fig10-factorial, fig10-paper, fig10-rto, fig10-conns, quick,
+# quick-ci) and the 2-spine one the first results ran on (fig10-2spine,
+# fig11-2spine, fig10-fifo, ablation: their committed directories were made by
+# these definitions).
+_FIG10_2SPINE = dict(
     topologies=["topologies/fig10.yaml"], schemes=list(ALL_SCHEMES), loads=[0.2, 0.4, 0.6, 0.8],
     models=["threelayer"], archs=["ps"], seeds=5, target_rates=[100e9], agents=["default"],
     workers=4, servers=1, scaling="both", iterations=4, warmup=1, figure="fct_vs_load",
@@ -196,7 +202,18 @@ _FIG10 = dict(
     # TaLB against each baseline
     seed_rule=dict(metric="short_netfct_mean_s", loads=(0.8,)),
 )
-_SIM_KEEPS = [
+#: The 4-spine design's loads: background 0.1-0.4 of the leaves' uplinks. Training
+#: alone offers ~0.4 of a leaf's uplinks with every worker off the server's leaf
+#: (measured: delivered 0.37-0.42 at load 0, ECMP and TaLB), so the total offered
+#: load runs from ~0.5 to ~0.8 -- the paper's "overall workload" top, 0.8 (sec. V-A)
+#: -- and the top load is below saturation (each run records the measured total:
+#: summary.offered_load). 0.4 is the headline load.
+TOP_LOAD = 0.4
+_FIG10 = dict(
+    _FIG10_2SPINE, topologies=["topologies/fig10-4spine.yaml"], loads=[0.1, 0.2, 0.3, TOP_LOAD],
+    placement="remote", seed_rule=dict(metric="short_netfct_mean_s", loads=(TOP_LOAD,)),
+)
+_SIM_KEEPS_2SPINE = [
     "leaf-spine, 4:1 oversubscription (paper: 48 x 100G hosts over 12 x 100G uplinks per leaf)",
     "PS, workers : servers = 4 : 1; the three-layer model (L0:L1:L2 bytes 1:2:3, L0 short "
     "<= 100 KB, L1/L2 long >= 1 MB at target scale, the paper's send order)",
@@ -205,23 +222,58 @@ _SIM_KEEPS = [
     "communication-to-link-rate ratio of the 100G target (scaling `both`: bytes and time "
     "scaled together)",
 ]
-_SIM_CHANGES = [
+_SIM_CHANGES_2SPINE = [
     "2 spines x 2 leaves x 4 hosts instead of 12 x 24 x 48; hosts 50 Mbit/s, uplinks "
     "25 Mbit/s instead of 100G (two CPUs forward everything)",
     "queue 40 KB per band = 12.8 ms at the uplink rate (the paper's 512 KB is 42 us at 100G, "
     "under one packet here); TCP cubic instead of DCTCP",
     "several iterations per run (warm-up excluded) instead of one simulated iteration",
 ]
+_SIM_KEEPS = [
+    "leaf-spine with a graded choice of paths (4 spines: Eq. 5's PCM takes more values than "
+    "0 and 1)",
+    _SIM_KEEPS_2SPINE[1],
+    "every tensor crosses the spines: the workers sit off the server's leaf (placement "
+    "`remote`; in the paper's 24-leaf fabric nearly every pair is remote)",
+    "load = offered background bytes/s (web-search sizes, Poisson, sent by every host) over "
+    "the leaf uplinks' capacity, training on top; the measured total (training + background) "
+    "of each point is in the summary and stays below saturation at the top load, "
+    "~0.8 like the paper's top 'overall workload'",
+    _SIM_KEEPS_2SPINE[3],
+]
+_SIM_CHANGES = [
+    "4 spines x 2 leaves x 4 hosts instead of 12 x 24 x 48; hosts 50 Mbit/s, uplinks "
+    "25 Mbit/s instead of 100G (two CPUs forward everything)",
+    "2:1 oversubscription instead of 4:1: at 4:1 one PS link would be a leaf's whole uplink "
+    "capacity (paper: 1/12 of it) and training alone would offer ~0.75 of the uplinks",
+    "background loads 0.1-0.4 instead of 0.2-0.8: training adds ~0.4, so the total offered "
+    "load spans ~0.5-0.8",
+    _SIM_CHANGES_2SPINE[1],
+    "hosts' minimum RTO 10 ms (a datacenter value) instead of Linux's 200 ms",
+    _SIM_CHANGES_2SPINE[2],
+]
+_PAPER4 = [*PAPER_BASELINES, "talb"]
 
 PRESETS: dict[str, dict] = {
-    "fig10": dict(_FIG10, description="Fig. 10: tensor FCT vs load, symmetric leaf-spine",
+    "fig10": dict(_FIG10, description="Fig. 10: tensor FCT vs load, symmetric leaf-spine "
+                                      "(4 spines, workers off the server's leaf)",
                   keeps=_SIM_KEEPS, changes=_SIM_CHANGES),
-    "fig11": dict(_FIG10, topologies=["topologies/fig11.yaml"],
+    "fig11": dict(_FIG10, topologies=["topologies/fig11-4spine.yaml"],
                   description="Fig. 11: tensor FCT vs load, asymmetric leaf-spine "
-                              "(leaf0-spine1 at half rate)",
+                              "(fig10's fabric with leaf0-spine1 at half rate)",
                   keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
-                      "asymmetry: one of the four leaf-spine links at half rate (the paper "
+                      "asymmetry: one of the eight leaf-spine links at half rate (the paper "
                       "does not say which links are degraded or by how much)"]),
+    "fig10-2spine": dict(_FIG10_2SPINE,
+                         description="Fig. 10 on the first design (results/fig10): 2 spines, "
+                                     "4:1, workers spread over both leaves, loads 0.2-0.8",
+                         keeps=_SIM_KEEPS_2SPINE, changes=_SIM_CHANGES_2SPINE),
+    "fig11-2spine": dict(_FIG10_2SPINE, topologies=["topologies/fig11.yaml"],
+                         description="Fig. 11 on the first design (results/fig11): "
+                                     "fig10-2spine with leaf0-spine1 at half rate",
+                         keeps=_SIM_KEEPS_2SPINE, changes=_SIM_CHANGES_2SPINE + [
+                             "asymmetry: one of the four leaf-spine links at half rate (the "
+                             "paper does not say which links are degraded or by how much)"]),
     "fig9": dict(
         topologies=["topologies/testbed4x4.yaml"], schemes=list(ALL_SCHEMES), loads=[0.0],
         models=["alexnet", "resnet50", "vgg19"], archs=["ps"], seeds=5,
@@ -260,46 +312,48 @@ PRESETS: dict[str, dict] = {
                  "the whole VGG19 model with ByteScheduler partitions instead of 32 KB "
                  "tensor packets", "ideal speed = compute-bound (workers x batch / compute "
                  "time of one iteration)"]),
-    "fig10-fifo": dict(_FIG10, topologies=["topologies/fig10-fifo.yaml"], loads=[0.2, 0.8],
-                       description="fig10 with one FIFO per port (no priority bands), loads "
-                                   "0.2 and 0.8: what the bands every scheme gets hide",
-                       keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+    "fig10-fifo": dict(_FIG10_2SPINE, topologies=["topologies/fig10-fifo.yaml"],
+                       loads=[0.2, 0.8],
+                       description="fig10-2spine with one FIFO per port (no priority bands), "
+                                   "loads 0.2 and 0.8: what the bands every scheme gets hide",
+                       keeps=_SIM_KEEPS_2SPINE, changes=_SIM_CHANGES_2SPINE + [
                            "one 160 KB FIFO per port instead of 4 WFQ bands x 40 KB: the "
                            "same total buffer, no tensor priority in the queues (the "
                            "paper's baselines' switches)", "loads 0.2 and 0.8 only"]),
-    "quick": dict(_FIG10, loads=[0.2, 0.8], seeds=3, iterations=3, seed_rule=None,
-                  description="quick look: fig10's setup at loads 0.2 and 0.8, 3 seeds "
+    "quick": dict(_FIG10, loads=[0.2, TOP_LOAD], seeds=3, iterations=3, seed_rule=None,
+                  description=f"quick look: fig10's setup at loads 0.2 and {TOP_LOAD}, 3 seeds "
                               "(under 15 minutes here)",
                   keeps=_SIM_KEEPS, changes=_SIM_CHANGES + ["2 loads, 3 seeds, 3 iterations"]),
-    "quick-ci": dict(_FIG10, loads=[0.2, 0.8], seeds=2, iterations=2, seed_rule=None,
-                     description="CI-sized quick: fig10's setup at loads 0.2 and 0.8, 2 seeds, "
-                                 "2 iterations (a minute or two per scheme pair)",
+    "quick-ci": dict(_FIG10, loads=[0.2, TOP_LOAD], seeds=2, iterations=2, seed_rule=None,
+                     description=f"CI-sized quick: fig10's setup at loads 0.2 and {TOP_LOAD}, "
+                                 "2 seeds, 2 iterations (a minute or two per scheme pair)",
                      keeps=_SIM_KEEPS, changes=_SIM_CHANGES + ["2 loads, 2 seeds, 2 iterations"]),
-    "ablation": dict(_FIG10, schemes=["talb"], loads=[0.5, 0.8], seed_rule=None,
+    "ablation": dict(_FIG10_2SPINE, schemes=["talb"], loads=[0.5, 0.8], seed_rule=None,
                      agents=["default", "paper", "w1-0", "measured", "w1-0-measured",
                              "window-2ms", "window-20ms", "s-0.5", "s-0.8"],
                      reference="ecmp", figure="ablation",
                      description="agent defaults: window, W1/W2, delay model, threshold S on "
-                                 "fig10's setup at loads 0.5 and 0.8 (TaLB; ECMP as reference)",
-                     keeps=_SIM_KEEPS, changes=_SIM_CHANGES),
+                                 "fig10-2spine's setup at loads 0.5 and 0.8 (TaLB; ECMP as "
+                                 "reference)",
+                     keeps=_SIM_KEEPS_2SPINE, changes=_SIM_CHANGES_2SPINE),
     # Issue 18: queueing as an axis of its own (docs/experiments.md, "Queueing").
     "fig10-factorial": dict(
-        _FIG10, schemes=[*PAPER_BASELINES, "talb"], loads=[0.5, 0.8], queueing=["bands", "fifo"],
-        figure="fct_vs_load",
-        seed_rule=dict(metric="short_netfct_mean_s", loads=(0.5, 0.8),
+        _FIG10, schemes=_PAPER4, loads=[0.2, TOP_LOAD], queueing=["bands", "fifo"],
+        seed_rule=dict(metric="short_netfct_mean_s", loads=(0.2, TOP_LOAD),
                        pairs=tuple((arm("talb", q), arm(b, q)) for q in ("bands", "fifo")
                                    for b in PAPER_BASELINES)),
         description="routing x queueing: TaLB and the paper's baselines (ECMP, RPS, CONGA), "
-                    "each with the priority bands and with one FIFO per switch port, loads 0.5 "
-                    "and 0.8; TaLB's gain decomposed into queueing, routing and their interaction",
+                    "each with the priority bands and with one FIFO per switch port, loads 0.2 "
+                    f"and {TOP_LOAD}; TaLB's gain decomposed into queueing, routing and their "
+                    "interaction",
         keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
             "every scheme under both queueings: fig10's 4 WFQ bands x 40 KB per switch port, "
             "and one 160 KB FIFO per switch port (the same bytes), switched on the one fabric "
             "between runs; hosts keep fig10's queue, the agent and the band marks stay as "
-            "fig10's", "schemes: TaLB and the paper's baselines; loads 0.5 and 0.8 only"]),
+            f"fig10's", f"schemes: TaLB and the paper's baselines; loads 0.2 and {TOP_LOAD}"]),
     "fig10-paper": dict(
-        _FIG10, schemes=[*PAPER_BASELINES, "talb"], queueing={"talb": ["bands"], "*": ["fifo"]},
-        seed_rule=dict(metric="short_netfct_mean_s", loads=(0.8,),
+        _FIG10, schemes=_PAPER4, queueing={"talb": ["bands"], "*": ["fifo"]},
+        seed_rule=dict(metric="short_netfct_mean_s", loads=(TOP_LOAD,),
                        pairs=tuple(("talb", arm(b, "fifo")) for b in PAPER_BASELINES)),
         description="Fig. 10 in the paper's configuration: TaLB with its WFQ priority bands "
                     "(sec. III), ECMP, RPS and CONGA on one FIFO per switch port",
@@ -309,6 +363,29 @@ PRESETS: dict[str, dict] = {
             "the baselines' switch ports: one 160 KB FIFO (fig10's 4 bands x 40 KB, the same "
             "bytes); TaLB's: fig10's bands. This comparison mixes routing and queueing "
             "(fig10-factorial separates them)", "schemes: TaLB and the paper's baselines"]),
+    # Issue 18: what the datacenter minimum RTO does (the fig10 presets' 10 ms against
+    # the kernel's 200 ms), paired by seed at the top load.
+    "fig10-rto": dict(
+        _FIG10, schemes=_PAPER4, loads=[TOP_LOAD], rto_min=["10ms", "kernel"], seed_rule=None,
+        description=f"hosts' minimum RTO: fig10's 10 ms against the kernel's 200 ms, load "
+                    f"{TOP_LOAD}, TaLB and the paper's baselines, 5 paired seeds",
+        keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+            "every scheme under both minimum RTOs (a route metric, switched between runs)",
+            f"schemes: TaLB and the paper's baselines; load {TOP_LOAD} only; 5 seeds"]),
+    # Issue 18: the paper's flows (each tensor its own connection) against ps-lite's one
+    # connection per pair, at the headline load.
+    "fig10-conns": dict(
+        _FIG10, schemes=_PAPER4, loads=[TOP_LOAD], connections=["pair", "pool:8"],
+        seed_rule=dict(metric="short_netfct_mean_s", loads=(TOP_LOAD,),
+                       pairs=tuple((arm("talb", connections=c), arm(b, connections=c))
+                                   for c in ("pair", "pool:8") for b in PAPER_BASELINES)),
+        description="connection models: one connection per worker-server pair (ps-lite) "
+                    "against a pool of 8 per pair, one tensor per idle connection (the "
+                    f"paper's flows, sec. V-A), load {TOP_LOAD}, TaLB and the paper's "
+                    "baselines",
+        keeps=_SIM_KEEPS, changes=_SIM_CHANGES + [
+            "every scheme under both connection models",
+            f"schemes: TaLB and the paper's baselines; load {TOP_LOAD} only"]),
 }
 
 _LB_CLASSIC = dict(
