@@ -109,7 +109,7 @@ def test_set_rto_min_refuses_a_bad_value_naming_it():
 
 # --- plans -------------------------------------------------------------------------------
 def test_keys_unchanged_at_the_defaults():
-    r = build_plan("fig10", implemented=ALL).runs[0]
+    r = build_plan("fig10-2spine", implemented=ALL).runs[0]
     assert (r.placement, r.rto_min) == ("spread", None)
     assert "placement" not in r.params() and "rto_min" not in r.params()
     assert r.key() == "1be7ea1a232f896f"       # results/fig10/plan.json, first run
@@ -122,7 +122,7 @@ def test_keys_unchanged_at_the_defaults():
 
 
 def test_plan_over_placements_and_rtos():
-    p = build_plan("fig10", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=[1],
+    p = build_plan("fig10-2spine", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=[1],
                    placement=["spread", "remote", "remote"], rto_min=["10ms", "kernel", "0.01s"])
     assert p.counts("placement") == {"spread": 4, "remote": 4}
     assert p.counts("rto_min") == {"10ms": 4, "kernel": 4}
@@ -130,9 +130,9 @@ def test_plan_over_placements_and_rtos():
     assert [(r.placement, r.rto_min, r.scheme) for r in p.runs[:4]] == [
         ("spread", "10ms", "ecmp"), ("spread", "10ms", "talb"),
         ("spread", "kernel", "ecmp"), ("spread", "kernel", "talb")]
-    assert p.name == "fig10+loads+placement+rto_min+schemes+seeds"
+    assert p.name == "fig10-2spine+loads+placement+rto_min+schemes+seeds"
     # the seed rule's pairs do not name the axes: they hold at each (placement, RTO) point
-    q = build_plan("fig10", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8],
+    q = build_plan("fig10-2spine", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8],
                    rto_min=["10ms", "kernel"])
     assert q.seed_rule.pairs == (("talb", "ecmp"),)
     from experiments.sweep import seeds
@@ -157,7 +157,7 @@ def test_plan_errors_name_the_flag():
                     (dict(rto_min=["10"]), "--rto-min: must be a duration"),
                     (dict(rto_min=[]), "--rto-min: at least one value")):
         with pytest.raises(PlanError, match=msg):
-            build_plan("fig10", implemented=ALL, **kw)
+            build_plan("fig10-2spine", implemented=ALL, **kw)
     for kw, flag in ((dict(placement=["remote"]), "--placement"), (dict(rto_min=["10ms"]),
                                                                    "--rto-min")):
         with pytest.raises(PlanError, match=f"{flag}: lb-classic-quick runs"):
@@ -183,13 +183,13 @@ def test_presets_take_the_keys(monkeypatch):
     (["--rto-min", "10ms,soon"], "--rto-min: must be a duration like 10ms or 0.2s, or kernel"),
 ])
 def test_bench_cli_names_a_bad_value(tmp_path, args, msg):
-    r = CliRunner().invoke(main, ["bench", "--preset", "fig10", *args, "--dry-run", "--out",
+    r = CliRunner().invoke(main, ["bench", "--preset", "fig10-2spine", *args, "--dry-run", "--out",
                                   str(tmp_path)])
     assert r.exit_code == 1 and msg in r.output, r.output
 
 
 def test_bench_cli_dry_run_names_the_axes(tmp_path):
-    r = CliRunner().invoke(main, ["bench", "--preset", "fig10", "--schemes", "ecmp,talb",
+    r = CliRunner().invoke(main, ["bench", "--preset", "fig10-2spine", "--schemes", "ecmp,talb",
                                   "--loads", "0.8", "--seeds", "1", "--placement",
                                   "remote,h0+h1+h4+h5/h2", "--rto-min", "10ms,kernel",
                                   "--dry-run", "--out", str(tmp_path)])
@@ -246,7 +246,7 @@ def _fake(spec):
 
 
 def test_sweep_report_over_placements_and_rtos(tmp_path):
-    p = build_plan("fig10", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=3,
+    p = build_plan("fig10-2spine", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=3,
                    fixed_seeds=True, placement=["spread", "remote"], rto_min=["10ms", "kernel"])
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake(s))), progress=False)
     res = finish(p, tmp_path)
@@ -282,7 +282,7 @@ def test_sweep_report_over_placements_and_rtos(tmp_path):
 
 
 def test_a_sweep_at_the_defaults_names_neither(tmp_path):
-    p = build_plan("fig10", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=2,
+    p = build_plan("fig10-2spine", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=2,
                    fixed_seeds=True)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake(s))), progress=False)
     res = finish(p, tmp_path)

@@ -156,8 +156,8 @@ def test_key_covers_every_parameter():
 
 def test_keys_of_committed_sweeps_are_stable():
     """A field added later, at its default, leaves old keys alone: the
-    committed fig10 results stay the resume and report set of `--preset fig10`."""
-    r = build_plan("fig10", implemented=ALL).runs[0]
+    committed fig10 results stay the resume and report set of `--preset fig10-2spine`."""
+    r = build_plan("fig10-2spine", implemented=ALL).runs[0]
     assert "background_size_scale" not in r.params()
     assert r.key() == "1be7ea1a232f896f"       # results/fig10/plan.json, first run
 
@@ -382,14 +382,14 @@ def test_point_with_every_seed_cpu_bound_says_so(tmp_path):
     p = build_plan("quick-ci", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
 
     def fake(spec, path):
-        bound = spec.scheme == "talb" and spec.load == 0.8
+        bound = spec.scheme == "talb" and spec.load == 0.4
         path.write_text(json.dumps(_fake_results(spec, cpu_bound=bound)))
 
     run_plan(p, tmp_path, run_fn=fake, progress=False)
     res = finish(p, tmp_path)
     row = next(r for r in res["paper_vs_ours"] if r["number"] == "overall AFCT vs ECMP")
     assert row["ours"] == "-" and row["verdict"] == "no counted run (CPU-bound or failed)"
-    pt = next(q for q in res["points"] if q["scheme"] == "talb" and q["load"] == 0.8)
+    pt = next(q for q in res["points"] if q["scheme"] == "talb" and q["load"] == 0.4)
     assert pt["counted"] == 0 and pt["cpu_bound"] == 2 and pt["est"]["all_fct_mean_s"].mean is None
 
 
@@ -484,7 +484,7 @@ def test_report_reads_runs_from_the_archive(tmp_path):
 def test_presets_carry_a_seed_rule_and_previews_do_not():
     fig10 = build_plan("fig10", implemented=ALL).seed_rule
     assert (fig10.first, fig10.cap, fig10.width, fig10.metric, fig10.loads) == \
-        (5, 10, 0.2, "short_netfct_mean_s", (0.8,))
+        (5, 10, 0.2, "short_netfct_mean_s", (0.4,))
     assert {b for _, b in fig10.pairs} == {"ecmp", "rps", "conga"}
     assert build_plan("fig9", implemented=ALL).seed_rule.metric == "samples_per_s"
     assert build_plan("quick", implemented=ALL).seed_rule is None

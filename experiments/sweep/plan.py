@@ -350,7 +350,7 @@ PRESETS: dict[str, dict] = {
             "every scheme under both queueings: fig10's 4 WFQ bands x 40 KB per switch port, "
             "and one 160 KB FIFO per switch port (the same bytes), switched on the one fabric "
             "between runs; hosts keep fig10's queue, the agent and the band marks stay as "
-            f"fig10's", f"schemes: TaLB and the paper's baselines; loads 0.2 and {TOP_LOAD}"]),
+            "fig10's", f"schemes: TaLB and the paper's baselines; loads 0.2 and {TOP_LOAD}"]),
     "fig10-paper": dict(
         _FIG10, schemes=_PAPER4, queueing={"talb": ["bands"], "*": ["fifo"]},
         seed_rule=dict(metric="short_netfct_mean_s", loads=(TOP_LOAD,),
