@@ -81,12 +81,13 @@ def test_other_presets_plans():
         "topologies/fig11.yaml": 120}
     rto = build_plan("fig10-rto", implemented=ALL)
     assert len(rto.runs) == 4 * 2 * 5 and rto.counts("load") == {0.4: 40}
-    assert set(rto.counts("rto_min")) == {"10ms", "kernel"}
+    assert set(rto.counts("rto_min")) == {None, "kernel"}     # None: the topology's 10 ms
     conns = build_plan("fig10-conns", implemented=ALL)
     assert conns.counts("connections") == {"pair": 20, "pool:8": 20}
     # their runs with the fabric's own settings are fig10's runs
     fig10_keys = {x.key() for x in build_plan("fig10", implemented=ALL).runs}
     assert {x.key() for x in conns.runs if x.connections == "pair"} <= fig10_keys
+    assert {x.key() for x in rto.runs if x.rto_min is None} <= fig10_keys
     f9 = build_plan("fig9", implemented=ALL)
     assert len(f9.runs) == 6 * 3 * 4 * 5
     assert f9.counts("model") == {m: 120 for m in ("alexnet", "resnet50", "vgg19")}
