@@ -588,6 +588,23 @@ def test_rto_weight_on_known_numbers():
     assert rto_weight(row, "short_fct_mean_s") == pytest.approx(0.2 / (40 * 0.05))   # 10%
     assert rto_weight(row, "samples_per_s") == pytest.approx(0.1)
     assert rto_weight({"short_fct_mean_s": 0.05}, "short_fct_mean_s") is None
+    # hosts with a 10 ms minimum RTO (the 4-spine presets): one timeout weighs 20x less
+    fast = {**row, "rto_min_ms_in_effect": 10}
+    assert rto_weight(fast, "short_fct_mean_s") == pytest.approx(0.01 / (40 * 0.05))
+    assert rto_weight({**row, "rto_min_ms_in_effect": None}, "samples_per_s") == \
+        pytest.approx(0.1)
+
+
+def test_rto_tail_counts_tensors_slower_than_the_runs_own_minimum_rto():
+    from experiments.sweep.results import mechanism
+
+    spec = build_plan("quick", implemented=ALL).runs[0]
+    res = _fake_results(spec)          # measured tensors of 50 and 70 ms
+    tail = {}
+    for ms in (None, 60, 10):
+        res["fabric"]["rto_min_ms"] = ms
+        tail[ms] = mechanism(res, None)["rto_tail_pct"]
+    assert (tail[None], tail[60], tail[10]) == (0, 50, 100)
 
 
 def test_cli_states_the_seed_rule_and_refuses_it_where_it_cannot_apply(tmp_path):

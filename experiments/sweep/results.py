@@ -33,6 +33,15 @@ OFFERED_METRICS = ("offered_uplink_load", "offered_uplink_training", "offered_up
 #: Linux's minimum retransmission timeout: a tensor slower than this most
 #: likely waited for one (its FCT is a timeout, not a queue)
 TCP_RTO_MIN_S = 0.200
+
+
+def rto_min_s(res_or_row: dict) -> float:
+    """The minimum RTO a run's hosts had: its results' ``fabric.rto_min_ms``
+    (a row's ``rto_min_ms_in_effect``), or Linux's 200 ms when none was set
+    (every run before the topology field ``rto_min``)."""
+    ms = res_or_row.get("rto_min_ms_in_effect") if "rto_min_ms_in_effect" in res_or_row \
+        else (res_or_row.get("fabric") or {}).get("rto_min_ms")
+    return TCP_RTO_MIN_S if ms is None else ms / 1e3
 METRICS = OUTCOME_METRICS + MECHANISM_METRICS + OFFERED_METRICS
 CENSORED = ("short_censored", "long_censored", "all_censored", "trailing_censored",
             "short_wire_missing", "long_wire_missing", "all_wire_missing",
@@ -153,7 +162,8 @@ def mechanism(results: dict, samples_per_s: float | None) -> dict:
         "hol_pct": 100 * (1 - sum(s for _, s in served) / sum(fcts)) if sum(fcts) else None,
         "sendbuf_pct": sendbuf_pct(results.get("tensors", [])),
         "short_service_mean_s": sum(short) / len(short) if short else None,
-        "rto_tail_pct": 100 * sum(f >= TCP_RTO_MIN_S for f in fcts) / len(fcts) if fcts else None,
+        "rto_tail_pct": 100 * sum(f >= rto_min_s(results) for f in fcts) / len(fcts)
+        if fcts else None,
         "uplink_spread": (summary.get("uplinks") or {}).get("mean_spread"),
         **{f"drops_{kind}": drops.get(kind) for kind in ("to_host", "leaf_up", "spine_down")},
     }

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from experiments.sweep.plan import Plan, RunSpec, SeedRule, arm
-from experiments.sweep.results import POINT_FIELDS, TCP_RTO_MIN_S, point_key
+from experiments.sweep.results import POINT_FIELDS, point_key, rto_min_s
 from experiments.sweep.stats import paired
 
 RECORD = "seeds.json"
@@ -137,13 +137,14 @@ def with_recorded(plan: Plan, out: Path) -> Plan:
 
 
 def rto_weight(row: dict, metric: str) -> float | None:
-    """How far one RTO (200 ms) could move this run's ``metric``, as a fraction of it."""
+    """How far one RTO (the run's minimum RTO: 200 ms, Linux's, unless its hosts
+    had another) could move this run's ``metric``, as a fraction of it."""
     value = row.get(metric)
     if not value:
         return None
     if metric == "samples_per_s":
         span = row.get("training_s")
-        return TCP_RTO_MIN_S / span if span else None
+        return rto_min_s(row) / span if span else None
     cls = metric.split("_", 1)[0]
     n = row.get(f"{cls}_count")
-    return TCP_RTO_MIN_S / (n * value) if n else None
+    return rto_min_s(row) / (n * value) if n else None

@@ -719,6 +719,7 @@ def _interval(p: dict) -> str:
 
 
 def _rto_md(rows: list[dict], metric: str) -> list[str]:
+    from experiments.sweep.results import rto_min_s
     from experiments.sweep.seeds import RTO_WEIGHT_MAX, rto_weight
 
     weights = [(rto_weight(r, metric), r) for r in rows if r["status"] == "ok"]
@@ -729,15 +730,17 @@ def _rto_md(rows: list[dict], metric: str) -> list[str]:
     heavy = [(w, r) for w, r in weights if w > RTO_WEIGHT_MAX]
     heavy_at = ", ".join(sorted({f"{r['scheme']} load {r['load']:g}" for _, r in heavy}))
     worst = max(weights, key=lambda wr: wr[0])
-    L = [f"One RTO (Linux's minimum, 200 ms) could move a run's `{metric}` by at most "
+    rtos = sorted({round(rto_min_s(r) * 1e3) for _, r in weights})
+    L = [f"One RTO (the hosts' minimum: {' and '.join(f'{m} ms' for m in rtos)}) could move a "
+         f"run's `{metric}` by at most "
          f"{worst[0]:.1%} (largest over the {len(weights)} counted runs: {worst[1]['scheme']} "
          f"load {worst[1]['load']:g} seed {worst[1]['seed']}): "
          + (f"no run over {RTO_WEIGHT_MAX:.0%}, so no single timeout decides a seed."
             if not heavy else
             f"{len(heavy)} runs over {RTO_WEIGHT_MAX:.0%}, where one timeout could decide the "
             f"seed: {heavy_at}.")
-         + " (For a mean FCT: 200 ms over the class's tensors × their mean; for a speed: "
-         "200 ms over the measured training time; experiments/sweep/seeds.py.)", ""]
+         + " (For a mean FCT: the minimum RTO over the class's tensors × their mean; for a "
+         "speed: over the measured training time; experiments/sweep/seeds.py.)", ""]
     return L
 
 
@@ -865,8 +868,9 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "(every iteration at least its compute and the busiest host link's training bytes, "
           "e.g. the PS's incast: what no load balancer can beat; experiments/sweep/results.py); "
           "`tcp retrans` % of the training hosts' segments retransmitted; `tcp timeouts` "
-          "RTOs per run; `rto tail` % of measured tensors slower than the 200 ms minimum RTO "
-          "(most of them waited for a timeout); `uplink spread` (max − min)/mean of the bytes a leaf sent up each "
+          "RTOs per run; `rto tail` % of measured tensors slower than the hosts' minimum RTO "
+          "(Linux's 200 ms: most of them waited for a timeout; a datacenter 10 ms, which "
+          "queueing alone can pass: read `tcp timeouts` there); `uplink spread` (max − min)/mean of the bytes a leaf sent up each "
           "uplink (0 = even); `drops` packets dropped per run at the switches' port queues, "
           "by where the port leads: to a host (the incast), leaf up to a spine (the "
           "balancer's choice), spine down to a leaf ('-': runs from before drops were read).", "",
