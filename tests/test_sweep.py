@@ -88,6 +88,12 @@ def test_other_presets_plans():
     fig10_keys = {x.key() for x in build_plan("fig10", implemented=ALL).runs}
     assert {x.key() for x in conns.runs if x.connections == "pair"} <= fig10_keys
     assert {x.key() for x in rto.runs if x.rto_min is None} <= fig10_keys
+    pp = build_plan("fig10-paper-pool", implemented=ALL)
+    assert {(x.scheme, x.queueing, x.connections) for x in pp.runs} == {
+        ("talb", "bands", "pool:8"), *((b, "fifo", "pool:8") for b in ("ecmp", "rps", "conga"))}
+    # TaLB's runs are fig10-conns' (the same keys); the rule pairs it with FIFO baselines
+    assert {x.key() for x in pp.runs if x.scheme == "talb"} <= {x.key() for x in conns.runs}
+    assert ("talb/pool:8", "ecmp/fifo/pool:8") in pp.seed_rule.pairs
     f9 = build_plan("fig9", implemented=ALL)
     assert len(f9.runs) == 6 * 3 * 4 * 5
     assert f9.counts("model") == {m: 120 for m in ("alexnet", "resnet50", "vgg19")}
