@@ -601,16 +601,17 @@ def test_rto_weight_on_known_numbers():
         pytest.approx(0.1)
 
 
-def test_rto_tail_counts_tensors_slower_than_the_runs_own_minimum_rto():
+def test_rto_tail_is_200_ms_whatever_the_minimum_rto():
     from experiments.sweep.results import mechanism
 
     spec = build_plan("quick", implemented=ALL).runs[0]
     res = _fake_results(spec)          # measured tensors of 50 and 70 ms
     tail = {}
-    for ms in (None, 60, 10):
+    for ms in (None, 10):
         res["fabric"]["rto_min_ms"] = ms
         tail[ms] = mechanism(res, None)["rto_tail_pct"]
-    assert (tail[None], tail[60], tail[10]) == (0, 50, 100)
+    res["tensors"][1]["t_done_ns"] += int(0.2e9)       # the 50 ms tensor now takes 250 ms
+    assert (tail[None], tail[10], mechanism(res, None)["rto_tail_pct"]) == (0, 0, 50)
 
 
 def test_cli_states_the_seed_rule_and_refuses_it_where_it_cannot_apply(tmp_path):

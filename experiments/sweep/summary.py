@@ -868,9 +868,9 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "(every iteration at least its compute and the busiest host link's training bytes, "
           "e.g. the PS's incast: what no load balancer can beat; experiments/sweep/results.py); "
           "`tcp retrans` % of the training hosts' segments retransmitted; `tcp timeouts` "
-          "RTOs per run; `rto tail` % of measured tensors slower than the hosts' minimum RTO "
-          "(Linux's 200 ms: most of them waited for a timeout; a datacenter 10 ms, which "
-          "queueing alone can pass: read `tcp timeouts` there); `uplink spread` (max − min)/mean of the bytes a leaf sent up each "
+          "RTOs per run; `rto tail` % of measured tensors slower than 200 ms, Linux's minimum "
+          "RTO (with it, most of them waited for a timeout; with the 4-spine presets' 10 ms, a "
+          "tail of its own: read `tcp timeouts` for the RTOs); `uplink spread` (max − min)/mean of the bytes a leaf sent up each "
           "uplink (0 = even); `drops` packets dropped per run at the switches' port queues, "
           "by where the port leads: to a host (the incast), leaf up to a spine (the "
           "balancer's choice), spine down to a leaf ('-': runs from before drops were read).", "",
