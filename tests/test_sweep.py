@@ -610,7 +610,7 @@ def test_rto_tail_is_200_ms_whatever_the_minimum_rto():
     for ms in (None, 10):
         res["fabric"]["rto_min_ms"] = ms
         tail[ms] = mechanism(res, None)["rto_tail_pct"]
-    res["tensors"][1]["t_done_ns"] += int(0.2e9)       # the 50 ms tensor now takes 250 ms
+    res["tensors"][1]["fct_s"] = 0.25                 # the 50 ms tensor now takes 250 ms
     assert (tail[None], tail[10], mechanism(res, None)["rto_tail_pct"]) == (0, 0, 50)
 
 
