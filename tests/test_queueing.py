@@ -255,6 +255,11 @@ def test_factorial_sweep_report(tmp_path):
     # TaLB's gain over ECMP with FIFO is all queueing: routing under FIFO is ~0
     gain = by[(0.4, "ecmp", "gain")]["pair"]
     assert gain.ratio == pytest.approx(0.25, rel=0.05)
+    # the network FCT is decomposed too (the fakes' is half the FCT: the same ratio)
+    net = {(r["load"], r["baseline"], r["effect"]): r for r in res["factorial"]
+           if r["metric"] == "short_netfct_mean_s"}
+    assert net[(0.4, "ecmp", "gain")]["pair"].ratio == pytest.approx(0.25, rel=0.05)
+    assert "### short-tensor AFCT, network FCT (ms)" in md
     assert abs(by[(0.4, "ecmp", "routing_fifo")]["pair"].diff.mean) < 0.002
     assert by[(0.4, "ecmp", "queueing_base")]["verdict"] == "bands better"
     # paper vs ours pairs TaLB with bands against ECMP with FIFO, and says so
