@@ -465,7 +465,8 @@ def _factorial_md(table: list[dict]) -> list[str]:
          "the verdict from the corrected p-values: the better side, or equivalent within "
          f"±{EQUIV_MARGIN:.0%} (TOST on the log-ratio), else inconclusive; for the interaction, "
          "whether the bands favour TaLB or the baseline (the difference ≠ 0), or no interaction "
-         f"(the ratio of ratios within 1 ± {EQUIV_MARGIN:.0%}). Every compared metric, on the network FCT and from the hand-off: "
+         f"(the ratio of ratios within 1 ± {EQUIV_MARGIN:.0%}). Every compared metric, on "
+         "the network FCT and from the hand-off: "
          "`factorial.csv`.", ""]
     for metric in FACTORIAL_MD_METRICS:
         fam = [r for r in table if r["metric"] == metric]
