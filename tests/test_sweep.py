@@ -84,6 +84,9 @@ def test_other_presets_plans():
     assert set(rto.counts("rto_min")) == {None, "kernel"}     # None: the topology's 10 ms
     conns = build_plan("fig10-conns", implemented=ALL)
     assert conns.counts("connections") == {"pair": 20, "pool:8": 20}
+    assert sorted(conns.seed_rule.pairs) == sorted(
+        [("talb", b) for b in ("ecmp", "rps", "conga")]
+        + [("talb/pool:8", f"{b}/pool:8") for b in ("ecmp", "rps", "conga")])
     # their runs with the fabric's own settings are fig10's runs
     fig10_keys = {x.key() for x in build_plan("fig10", implemented=ALL).runs}
     assert {x.key() for x in conns.runs if x.connections == "pair"} <= fig10_keys
@@ -166,7 +169,7 @@ def test_keys_of_committed_sweeps_are_stable():
     committed fig10 results stay the resume and report set of `--preset fig10-2spine`."""
     r = build_plan("fig10-2spine", implemented=ALL).runs[0]
     assert "background_size_scale" not in r.params()
-    assert r.key() == "1be7ea1a232f896f"       # results/fig10/plan.json, first run
+    assert r.key() == "1be7ea1a232f896f"       # results/fig10-2spine/plan.json, first run
 
 
 # --- resume and outputs with a fake run ---------------------------------------------------
