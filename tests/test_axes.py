@@ -112,7 +112,7 @@ def test_keys_unchanged_at_the_defaults():
     r = build_plan("fig10-2spine", implemented=ALL).runs[0]
     assert (r.placement, r.rto_min) == ("spread", None)
     assert "placement" not in r.params() and "rto_min" not in r.params()
-    assert r.key() == "1be7ea1a232f896f"       # results/fig10/plan.json, first run
+    assert r.key() == "1be7ea1a232f896f"       # results/fig10-2spine/plan.json, first run
     remote, rto = replace(r, placement="remote"), replace(r, rto_min="10ms")
     assert remote.params()["placement"] == "remote" and rto.params()["rto_min"] == "10ms"
     assert len({r.key(), remote.key(), rto.key(), replace(rto, rto_min="kernel").key()}) == 4

@@ -51,7 +51,7 @@ def test_old_keys_unchanged_and_fifo_keys_differ():
     old = build_plan("fig10-2spine", implemented=ALL)
     r = old.runs[0]
     assert r.queueing == "bands" and "queueing" not in r.params()
-    assert r.key() == "1be7ea1a232f896f"       # results/fig10/plan.json, first run
+    assert r.key() == "1be7ea1a232f896f"       # results/fig10-2spine/plan.json, first run
     from dataclasses import replace
 
     fifo = replace(r, queueing="fifo")
