@@ -161,3 +161,28 @@ def test_sweep_columns_and_mark_from_runs_with_and_without_the_block():
                          "range": {"offered_uplink_load": [0.5, 0.5]}}) == "0.50"
     (q,) = sweep_results.points([{"status": "ok", "load": 0.2}], fields=("load",))
     assert q["range"]["offered_uplink_load"] is None and offered_cell(q) == "n/a"
+
+
+def test_uplink_utilisation_is_what_the_link_carried_offered_what_was_sent_to_it():
+    """On a half-rate uplink the balancer can send more than the link
+    carries (the queue drops the rest): ``offered`` counts what the switch
+    sent towards the port and passes 1, ``utilisation`` what the port's
+    queue sent, at most the rate. Without queue counters (an unshaped
+    fabric) utilisation falls back to the offered load, and says so."""
+    topo = _topo()
+    topo.set_link("leaf0", "spine1", rate="5mbit")              # half rate
+    ups = {sw: [p.name for p in topo.ports(sw) if p.kind == "fabric"] for sw in ("leaf0", "leaf1")}
+    zero = {(sw.name, p.name): (0, 0) for sw in topo.switches for p in topo.ports(sw.name)}
+    fast, slow = ups["leaf0"]
+    # 1 s: leaf0 sends 1.25 MB (10 Mbit/s) towards each uplink; the slow one carries 5 Mbit/s
+    tx = {**zero, ("leaf0", fast): (0, 1_250_000), ("leaf0", slow): (0, 1_250_000)}
+    sent = {**zero, ("leaf0", fast): (0, 1_250_000), ("leaf0", slow): (40, 625_000)}
+    u = measure.uplink_spread(topo, zero, tx, 1.0, (zero, sent))
+    leaf0 = u["leaves"]["leaf0"]
+    assert leaf0["offered"] == {fast: pytest.approx(1.0), slow: pytest.approx(2.0)}
+    assert leaf0["utilisation"] == {fast: pytest.approx(1.0), slow: pytest.approx(1.0)}
+    assert leaf0["spread"] == 0                                   # the balancer's choice: even
+    assert u["utilisation_from"] == "port queue sent bytes"
+    bare = measure.uplink_spread(topo, zero, tx, 1.0)
+    assert bare["leaves"]["leaf0"]["utilisation"] == leaf0["offered"]
+    assert bare["utilisation_from"].startswith("switch tx counters")

@@ -418,7 +418,7 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
                            "flows_planned": len(flows),
                            "by_phase": dict(Counter(f["phase"] for f in flows))},
             "tcp": tcp,
-            "uplinks": measure.uplink_spread(topo, w0[1], w1[1], window_real),
+            "uplinks": measure.uplink_spread(topo, w0[1], w1[1], window_real, (w0[2], w1[2])),
             "port_drops": measure.port_drops(topo, queues_before, queues_after)
             if queues_before and queues_after else None,
             "cpu_guard": guard,

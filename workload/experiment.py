@@ -1040,7 +1040,8 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
             "tcp": measure.tcp_summary({h: measure.counter_delta(tcp_before[h], tcp_after[h])
                                         for h in tcp_after}),
             # utilisation over the time tensors flowed (not the nodes' start-up)
-            "uplinks": measure.uplink_spread(topo, c_before, c_after, training_s or duration)
+            "uplinks": measure.uplink_spread(topo, c_before, c_after, training_s or duration,
+                                             queues)
             if c_before else None,
             # drops per switch port queue, by where the port leads (measure.port_drops)
             "port_drops": measure.port_drops(topo, *queues) if all(queues) else None,

@@ -334,22 +334,41 @@ class PortCounters:
         self.maps = {}
 
 
-def uplink_spread(topo, before: dict, after: dict, duration_s: float) -> dict:
+def uplink_spread(topo, before: dict, after: dict, duration_s: float,
+                  queues: tuple[dict | None, dict | None] = (None, None)) -> dict:
     """Bytes each leaf sent up each of its uplinks during the run, their
-    utilisation, and the spread: (max - min) / mean per leaf (0 = even)."""
+    load and the spread: (max - min) / mean per leaf (0 = even).
+
+    The switch's tx counters count what the balancer sent *towards* a port,
+    before its queue: ``offered`` (over the port's rate) passes 1 where the
+    queue drops, e.g. on a half-rate link. ``utilisation`` is what the link
+    carried: the port queue's sent bytes (``queues``: read_qdisc_counters
+    before and after) over its rate, at most ~1; without queue counters
+    (an unshaped fabric) it is the offered load, and ``utilisation_from``
+    says which."""
+    q0, q1 = queues
+    carried = q0 is not None and q1 is not None
     leaves = {}
     for sw in topo.switches:
         ups = [p for p in topo.ports(sw.name) if p.kind == "fabric" and sw.role == "leaf"]
         if not ups:
             continue
         tx = {p.name: after[(sw.name, p.name)][1] - before[(sw.name, p.name)][1] for p in ups}
-        util = {p.name: tx[p.name] * 8 / (duration_s * p.rate_bps) if duration_s > 0 else None
-                for p in ups}
+
+        def per_rate(nbytes: dict) -> dict:
+            return {p.name: nbytes[p.name] * 8 / (duration_s * p.rate_bps) if duration_s > 0
+                    else None for p in ups}
+
+        offered = per_rate(tx)
+        util = per_rate({p.name: q1[(sw.name, p.name)][1] - q0[(sw.name, p.name)][1]
+                         for p in ups}) if carried else offered
         mean = statistics.fmean(tx.values())
-        leaves[sw.name] = {"tx_bytes": tx, "utilisation": util,
+        leaves[sw.name] = {"tx_bytes": tx, "offered": offered, "utilisation": util,
                            "spread": (max(tx.values()) - min(tx.values())) / mean if mean else None}
     spreads = [v["spread"] for v in leaves.values() if v["spread"] is not None]
-    return {"leaves": leaves, "mean_spread": statistics.fmean(spreads) if spreads else None}
+    return {"leaves": leaves, "mean_spread": statistics.fmean(spreads) if spreads else None,
+            "utilisation_from": "port queue sent bytes" if carried
+            else "switch tx counters (offered, drops included)"}
 
 
 def read_qdisc_counters(prefix: str, topo) -> dict[tuple[str, str], tuple[int, int]] | None:
