@@ -72,6 +72,13 @@ _FABRICS: dict[str, Fabric] = {}    # prefix -> this worker's fabric
 
 
 def _fabric(prefix: str) -> Fabric:
+    import multiprocessing
+
+    # A nanny starts its worker as a daemonic process, and multiprocessing
+    # refuses children to those; building a fabric compiles its switches' BPF
+    # in a process pool (datapath/fabric.py) that ends with the build. (The
+    # same as running the worker with DASK_DISTRIBUTED__WORKER__DAEMON=False.)
+    multiprocessing.current_process()._config["daemon"] = False
     if prefix not in _FABRICS:
         from netns_topology.state import exists
         from testbed import lifecycle
