@@ -101,3 +101,51 @@ def test_no_testbed_worker_clear_error_nothing_written(tmp_path):
     assert r.exit_code == 1, r.output
     assert "--cluster" in r.output and "resource 'testbed'" in r.output, r.output
     assert not out.exists()
+
+
+def _fake_task(spec, prefix, timeout_s):
+    """A run on a worker without a fabric: the answer run_on_worker gives."""
+    from test_sweep import _noisy
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "r.json"
+        _noisy(lambda seed: 0.3 * (-1) ** seed)(spec, path)
+        res = json.loads(path.read_text())
+    return {"results": json.dumps({**res, "machine": _machine("w1")}), "host": "w1", "run_s": 0.0}
+
+
+def test_cluster_seed_rule_and_resume_across_local_runs(tmp_path):
+    """The client writes the workers' results into --out: a sweep started
+    locally resumes on the cluster (its finished runs are not sent), and the
+    seed rule's rounds run on the cluster as they do locally."""
+    import dataclasses
+
+    from distributed import Client, LocalCluster
+
+    from experiments.sweep import plan as planmod
+    from experiments.sweep.cluster import Cluster
+    from experiments.sweep.kinds import build_plan
+    from experiments.sweep.runner import run_plan, run_sweep
+    from test_sweep import _noisy
+
+    p = build_plan("quick", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.2, 0.8],
+                   seeds=3, fixed_seeds=False)
+    p = dataclasses.replace(p, seed_rule=planmod.SeedRule(
+        first=3, cap=6, width=0.2, pairs=(("talb", "ecmp"),), loads=(0.8,)))
+    local = p.runs[:5]                                        # 5 runs made here first
+    run_plan(dataclasses.replace(p, runs=local), tmp_path,
+             run_fn=_noisy(lambda seed: 0.3 * (-1) ** seed), progress=False)
+    with LocalCluster(n_workers=1, processes=False, threads_per_worker=1,
+                      resources={"testbed": 1}, dashboard_address=None) as lc, \
+            Client(lc) as client:
+        plan, rep = run_sweep(p, tmp_path, progress=False,
+                              cluster=Cluster(client, "tcl", task=_fake_task))
+    assert rep["skipped"] == 5 and not rep["failed"]
+    assert rep["done"] == 12 - 5 + 6                           # the rest, then seeds 4-6 at 0.8
+    assert {r.seed for r in plan.runs if r.seed > 3} == {4, 5, 6}
+    for r in plan.runs:
+        res = json.loads((tmp_path / "runs" / f"{r.key()}.json").read_text())
+        assert ("machine" in res) == (r not in local)            # the cluster's carry w1

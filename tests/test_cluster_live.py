@@ -83,6 +83,12 @@ def test_cluster_sweep_matches_local_run(local_cluster, tmp_path):
         assert json.loads(f.read_text())["machine"]["cores"] >= 1
     assert json.loads((outs["local"] / "plan.json").read_text()) == \
         json.loads((outs["cluster"] / "plan.json").read_text())
+    # the local directory resumed on the cluster: nothing left to run, nothing sent
+    before = {f: f.stat().st_mtime_ns for f in (outs["local"] / "runs").glob("*.json")}
+    r = CliRunner().invoke(main, ARGS + ["--out", str(outs["local"]), "--prefix", new_prefix(),
+                                         "--cluster", lc.scheduler_address])
+    assert r.exit_code == 0 and "resuming: 2 of 2 runs" in r.output, r.output
+    assert before == {f: f.stat().st_mtime_ns for f in (outs["local"] / "runs").glob("*.json")}
     overhead = (times["cluster"] - times["local"]) / 2
     print(f"\nlocal {times['local']:.1f} s, cluster {times['cluster']:.1f} s for 2 runs: "
           f"overhead {overhead:+.1f} s per run")

@@ -137,12 +137,16 @@ class FabricPlugin(WorkerPlugin):
 # --- in the client ----------------------------------------------------------------------------
 class Cluster:
     """What run_sweep calls instead of run_plan under --cluster: ``run_plan``
-    per round, ``close`` at the end (every worker's fabric removed)."""
+    per round, ``close`` at the end (every worker's fabric removed).
+    ``task(spec, prefix, timeout_s)`` runs a run on a worker and returns what
+    :func:`run_on_worker` does (tests give one that needs no fabric)."""
 
-    def __init__(self, client: Client, prefix: str = "tbench", timeout_s: float = 600.0):
+    def __init__(self, client: Client, prefix: str = "tbench", timeout_s: float = 600.0,
+                 task=run_on_worker):
         from common import paths
 
         self.client = client
+        self.task = task
         self.prefix = paths.check_prefix(prefix)
         self.timeout_s = timeout_s
         self.plugin = f"talb-fabric-{self.prefix}"
@@ -171,7 +175,7 @@ class Cluster:
         futures = {}
         for rank, i in enumerate(order):
             spec = todo[i]
-            fut = self.client.submit(run_on_worker, spec, self.prefix, self.timeout_s,
+            fut = self.client.submit(self.task, spec, self.prefix, self.timeout_s,
                                      resources={RESOURCE: 1}, pure=False,
                                      priority=len(order) - rank,
                                      key=f"talb-run-{spec.key()}-{os.urandom(4).hex()}")
