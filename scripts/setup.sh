@@ -59,7 +59,7 @@ fi
 # Reinstall only when the project's metadata changed since the last install.
 if [ ! -f "$STAMP" ] || [ "$REPO/pyproject.toml" -nt "$STAMP" ]; then
     say "installing the project and its Python dependencies into the venv"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO[test]"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO[test,cluster]"
     touch "$STAMP"
 else
     say "venv up to date"

@@ -142,6 +142,16 @@ def sweep_options(f):
                           "one resumes."),
         click.option("--prefix", "sweep_prefix", default="tbench", show_default=True,
                      help="Prefix of the sweep's own testbeds."),
+        click.option("--cluster", metavar="tcp://HOST:8786",
+                     help="Run the sweep's runs on a Dask distributed cluster: the scheduler's "
+                          "address (`dask scheduler` on one machine; `dask worker ADDR "
+                          "--nworkers 1 --nthreads 1 --resources testbed=1` as root on each "
+                          "testbed machine, after `make setup`). Each worker builds and reuses "
+                          "its own fabric, one run at a time; results come back here into --out "
+                          "(resume works across local and cluster runs; runs.csv says which "
+                          "machine made each run). Needs the extra `cluster` (make setup "
+                          "installs it); this machine need not be a testbed "
+                          "(docs/experiments.md, Sweeps on a cluster)."),
         click.option("--dry-run", is_flag=True, help="List the plan and exit."),
         click.option("--report-only", is_flag=True,
                      help="Rebuild CSV, plots and summary from --out without running."),
@@ -154,7 +164,7 @@ def sweep_options(f):
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
           out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None,
-          placement=None, rto_min=None) -> None:
+          placement=None, rto_min=None, cluster=None) -> None:
     from common import paths
     from experiments.sweep import seeds as seedrule
     from experiments.sweep.kinds import build_plan, finish
@@ -202,7 +212,9 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
         return
     t0 = time.monotonic()
     report = None
-    if not report_only:
+    if not report_only and cluster:
+        plan, report = _on_cluster(cluster, plan, out, sweep_prefix)
+    elif not report_only:
         from netns_topology.state import require_root
 
         require_root()
@@ -220,6 +232,26 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
         if r["ours"] != "-":
             console.print(f"  {r['number']}: paper {r['paper']}, ours {r['ours']}: {r['verdict']}")
     console.print(f"  summary: {out / 'summary.md'}")
+
+
+def _on_cluster(address: str, plan, out: Path, prefix: str):
+    """run_sweep with every run on the Dask cluster at ``address``."""
+    from experiments.sweep.runner import run_sweep
+
+    try:
+        from experiments.sweep.cluster import Cluster, connect
+    except ImportError as exc:
+        raise ValueError(f"--cluster {address}: needs Dask distributed ({exc}); install the "
+                         f"extra with `make setup` or `pip install -e '.[cluster]'`") from None
+    client = connect(address)      # before anything is written to --out
+    try:
+        sigterm_unwinds()
+        console.print(f"  on the cluster at {address}: "
+                      f"{len(client.scheduler_info().get('workers', {}))} worker(s)")
+        return run_sweep(plan, out, prefix=prefix, console=console,
+                         cluster=Cluster(client, prefix))
+    finally:
+        client.close()
 
 
 def with_sweep(f):

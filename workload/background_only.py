@@ -51,6 +51,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common import paths
+from common.machine import machine_info
 from netns_topology.state import (TestbedError, load_topology_of, queueing_of, read_state,
                                   rto_min_of)
 from workload import measure
@@ -400,6 +401,8 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config": config,
         "software": software_versions(),
+        # where it ran: host name, kernel, CPU model, cores (common/machine.py)
+        "machine": machine_info(),
         "fabric": fabric,
         "model": None,
         "scaling": None,

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import paths
+from common.machine import machine_info
 from netns_topology.state import (TestbedError, load_topology_of, queueing_of, read_state,
                                   rto_min_of)
 from testbed import lifecycle
@@ -1010,6 +1011,8 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config": asdict(cfg),
         "software": software_versions(),
+        # where it ran: host name, kernel, CPU model, cores (common/machine.py)
+        "machine": machine_info(),
         "fabric": fabric,
         "model": model,
         "scaling": scaling.describe([p.target_bytes for p in parts]),

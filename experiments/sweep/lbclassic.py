@@ -175,7 +175,8 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[d
                                                "offered_realised", "delivered_load")},
                    flows_per_s=res["load"].get("flows_per_s"),
                    cpu_busy_mean=res["summary"]["cpu_guard"].get("cpu_busy_mean"),
-                   cpu_guard=res["summary"]["cpu_guard"].get("reason"))
+                   cpu_guard=res["summary"]["cpu_guard"].get("reason"),
+                   **results.machine_fields(res))
         flows[row["key"]] = _window_flows(res)
 
     def new_row(spec: RunSpec) -> dict:

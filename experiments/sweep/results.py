@@ -216,6 +216,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["bg_senders"] = (res.get("load") or {}).get("senders_rule") or \
         ("workers" if (res.get("load") or {}).get("background") else None)
     row["commit"] = (res.get("software") or {}).get("commit")
+    row.update(machine_fields(res))
     for k in (*METRICS, *CENSORED, *SENDBUF, "iteration_time_s"):
         if k in head:
             row[k] = head[k]
@@ -238,6 +239,33 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["time_scale"] = (res.get("scaling") or {}).get("time_scale")
     row.update(pairing.fields(res))      # what the run saw of its seed's background
     row["results"] = rel
+
+
+def machine_fields(res: dict) -> dict:
+    """runs.csv's ``machine`` (the host name the run ran on) and
+    ``machine_kind`` (CPU model, cores, kernel: common/machine.py kind);
+    empty for results files from before the machine was recorded."""
+    from common.machine import kind
+
+    m = res.get("machine")
+    return {"machine": (m or {}).get("hostname"), "machine_kind": kind(m)}
+
+
+def mixed_machines(plan: Plan, rows: list[dict]) -> list[tuple[RunSpec, list[str]]]:
+    """The points (every parameter but the seed) whose runs came from
+    machines of more than one kind, with those kinds: their timings are not
+    comparable with one another."""
+    import dataclasses
+
+    specs = {r.key(): r for r in plan.runs}
+    by: dict[str, tuple[RunSpec, set]] = {}
+    for row in rows:
+        spec = specs.get(row["key"])
+        if spec is None or not row.get("machine_kind"):
+            continue
+        point = dataclasses.replace(spec, seed=0)
+        by.setdefault(point.key(), (spec, set()))[1].add(row["machine_kind"])
+    return [(spec, sorted(kinds)) for spec, kinds in by.values() if len(kinds) > 1]
 
 
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:

@@ -191,12 +191,14 @@ def run_plan(plan: Plan, out: Path, *, run_fn: RunFn | None = None, fabric=None,
 
 
 def run_sweep(plan: Plan, out: Path, *, run_fn: RunFn | None = None, prefix: str = "tbench",
-              console=None, progress: bool = True) -> tuple[Plan, dict]:
+              console=None, progress: bool = True, cluster=None) -> tuple[Plan, dict]:
     """Run ``plan``, then, under its seed rule (experiments/sweep/seeds.py), one
     more seed at a time at the headline points whose main comparison is
     still wider than the rule's width, until none is or the cap is reached.
     One fabric throughout. Returns the plan as run (with the added seeds)
-    and the report of run_plan, summed over the rounds."""
+    and the report of run_plan, summed over the rounds. ``cluster``
+    (experiments/sweep/cluster.py Cluster, --cluster) runs each round on its
+    workers instead, each with its own fabric, removed at the end."""
     from rich.console import Console
 
     from experiments.sweep import seeds
@@ -204,13 +206,19 @@ def run_sweep(plan: Plan, out: Path, *, run_fn: RunFn | None = None, prefix: str
 
     console = console or Console(highlight=False, soft_wrap=True)
     plan = seeds.with_recorded(plan, out)
-    fabric = _NoFabric() if run_fn is not None else \
-        Fabric(prefix, say=lambda m: console.print(f"  [dim]•[/] {m}"))
+    if cluster is not None:
+        fabric = cluster
+    else:
+        fabric = _NoFabric() if run_fn is not None else \
+            Fabric(prefix, say=lambda m: console.print(f"  [dim]•[/] {m}"))
     total = {"done": 0, "skipped": 0, "failed": {}}
     try:
         while True:
-            rep = run_plan(plan, out, run_fn=run_fn, fabric=fabric, prefix=prefix,
-                           console=console, progress=progress)
+            if cluster is not None:
+                rep = cluster.run_plan(plan, out, console=console, progress=progress)
+            else:
+                rep = run_plan(plan, out, run_fn=run_fn, fabric=fabric, prefix=prefix,
+                               console=console, progress=progress)
             total["done"] += rep["done"]
             total["skipped"] = total["skipped"] or rep["skipped"]   # later rounds: this round's runs
             total["failed"] = rep["failed"]

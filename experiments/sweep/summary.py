@@ -803,6 +803,30 @@ def report_head(plan: Plan, rows: list[dict], wall_s: float | None) -> list[str]
     if plan.skipped_schemes:
         L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
               f"{', '.join(plan.skipped_schemes)}.", ""]
+    return L + machines_md(plan, rows)
+
+
+def machines_md(plan: Plan, rows: list[dict]) -> list[str]:
+    """Where the runs ran (runs.csv ``machine``), and a warning per point whose
+    runs came from machines of different kinds (a cluster sweep, or a sweep
+    resumed elsewhere): timings are comparable on one kind only."""
+    from experiments.sweep.results import mixed_machines
+
+    hosts: dict[tuple, int] = {}
+    for r in rows:
+        if r.get("machine"):
+            k = (r["machine"], r.get("machine_kind"))
+            hosts[k] = hosts.get(k, 0) + 1
+    if not hosts:
+        return []
+    L = ["Machines: " + "; ".join(f"{h} ({k}): {n} runs" for (h, k), n in sorted(hosts.items()))
+         + ".", ""]
+    mixed = mixed_machines(plan, rows)
+    if mixed:
+        L += [f"**Mixed machines**: {len(mixed)} point(s) have runs from machines of different "
+              "kinds; their timings are only comparable on one kind:", ""]
+        L += [f"- {spec.label().replace(f'seed {spec.seed}', '').strip()}: "
+              + " / ".join(kinds) for spec, kinds in mixed] + [""]
     return L
 
 

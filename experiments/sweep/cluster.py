@@ -1,0 +1,228 @@
+"""A sweep's runs on a Dask distributed cluster (`talb bench --cluster tcp://HOST:8786`).
+
+The client (this module's :class:`Cluster`, in `talb bench`) submits one task
+per unfinished run with ``resources={"testbed": 1}``: every testbed machine
+runs ``dask worker ADDR --nworkers 1 --nthreads 1 --resources testbed=1`` as
+root, so a machine runs one run at a time and runs never share CPUs. The
+task (:func:`run_on_worker`, in the worker process) keeps the worker's own
+fabric (runner.Fabric: one per topology, reused by the worker's next runs on
+it, as the local runner does), runs the run into a temporary file there and
+returns the results file's text; the client writes OUT/runs/<key>.json
+itself, so its --out is the one results directory and a sweep resumes across
+local and cluster runs alike. Every results file records the machine it was
+made on (common/machine.py).
+
+A worker lost mid-run (killed, machine gone): Dask's scheduler gives its run
+to another worker, or to the same one once its nanny has restarted it, up to
+``distributed.scheduler.allowed-failures`` (3) times; after that the run is
+recorded as failed ("KilledWorker: ..."), as any failed run, and the next
+start of the sweep tries it again. A restarted worker first removes the
+fabric its dead predecessor left (a testbed with the sweep's prefix on its
+machine: only one worker per machine runs the sweep's runs). The fabrics are
+removed when the sweep ends (every worker) and when a worker closes (a
+worker plugin).
+
+Dask is imported here only: without --cluster nothing imports this module.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from distributed import Client, WorkerPlugin, as_completed
+from distributed.client import FutureCancelledError
+
+from experiments.sweep.layout import is_done, result_path
+from experiments.sweep.plan import Plan, RunSpec
+from experiments.sweep.runner import Fabric, real_run
+
+RESOURCE = "testbed"
+CONNECT_TIMEOUT_S = 10
+
+
+class ClusterError(ValueError):
+    """--cluster cannot be used: no scheduler there, or no testbed worker."""
+
+
+def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Client:
+    """A client of the scheduler at ``address``, which has at least one worker
+    with the ``testbed`` resource; ClusterError naming --cluster otherwise."""
+    try:
+        client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterError(
+            f"--cluster {address}: no Dask scheduler answers there ({exc}); start one with "
+            f"`dask scheduler` on that machine (docs/experiments.md, Sweeps on a cluster)") \
+            from None
+    workers = client.scheduler_info().get("workers", {})
+    if not any((w.get("resources") or {}).get(RESOURCE) for w in workers.values()):
+        client.close()
+        raise ClusterError(
+            f"--cluster {address}: the scheduler has {len(workers)} worker(s), none with the "
+            f"resource '{RESOURCE}'; start `dask worker {address} --nworkers 1 --nthreads 1 "
+            f"--resources {RESOURCE}=1` as root on each testbed machine")
+    return client
+
+
+# --- in the worker process ------------------------------------------------------------------
+_FABRICS: dict[str, Fabric] = {}    # prefix -> this worker's fabric
+
+
+def _fabric(prefix: str) -> Fabric:
+    import multiprocessing
+
+    # A nanny starts its worker as a daemonic process, and multiprocessing
+    # refuses children to those; building a fabric compiles its switches' BPF
+    # in a process pool (datapath/fabric.py) that ends with the build. (The
+    # same as running the worker with DASK_DISTRIBUTED__WORKER__DAEMON=False.)
+    multiprocessing.current_process()._config["daemon"] = False
+    if prefix not in _FABRICS:
+        from netns_topology.state import exists
+        from testbed import lifecycle
+
+        if exists(prefix):      # left by this machine's worker before us, killed mid-run
+            lifecycle.down(prefix)
+        _FABRICS[prefix] = Fabric(prefix, say=print)
+    return _FABRICS[prefix]
+
+
+def close_fabrics(prefix: str | None = None) -> list[str]:
+    """Remove this worker's fabric of ``prefix`` (every one when None)."""
+    closed = []
+    for p in [prefix] if prefix else list(_FABRICS):
+        fab = _FABRICS.pop(p, None)
+        if fab is not None:
+            fab.close()
+            closed.append(p)
+    return closed
+
+
+def run_on_worker(spec: RunSpec, prefix: str, timeout_s: float = 600.0) -> dict:
+    """One run on this worker's fabric: ``{"results": text of the results
+    file, "host", "run_s"}``, or ``{"error", "host"}`` when it failed."""
+    from common.machine import machine_info
+
+    host = machine_info()["hostname"]
+    t0 = time.monotonic()
+    try:
+        fab = _fabric(prefix)
+        fab.use(spec.topology)
+        fab.prepare(spec)
+        with tempfile.TemporaryDirectory(prefix="talb-run-") as d:
+            path = Path(d) / f"{spec.key()}.json"
+            real_run(prefix, timeout_s)(spec, path)
+            try:
+                text = path.read_text()
+                json.loads(text)
+            except (OSError, json.JSONDecodeError):
+                raise RuntimeError(f"the run left no results file on {host}") from None
+        return {"results": text, "host": host, "run_s": time.monotonic() - t0}
+    except Exception as exc:  # noqa: BLE001 - recorded by the client, the sweep goes on
+        return {"error": f"{type(exc).__name__} on {host}: {exc}", "host": host}
+
+
+class FabricPlugin(WorkerPlugin):
+    """Removes the worker's fabric when the worker closes."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def teardown(self, worker):
+        close_fabrics(self.prefix)
+
+
+# --- in the client ----------------------------------------------------------------------------
+class Cluster:
+    """What run_sweep calls instead of run_plan under --cluster: ``run_plan``
+    per round, ``close`` at the end (every worker's fabric removed).
+    ``task(spec, prefix, timeout_s)`` runs a run on a worker and returns what
+    :func:`run_on_worker` does (tests give one that needs no fabric)."""
+
+    def __init__(self, client: Client, prefix: str = "tbench", timeout_s: float = 600.0,
+                 task=run_on_worker):
+        from common import paths
+
+        self.client = client
+        self.task = task
+        self.prefix = paths.check_prefix(prefix)
+        self.timeout_s = timeout_s
+        self.plugin = f"talb-fabric-{self.prefix}"
+        client.register_plugin(FabricPlugin(self.prefix), name=self.plugin)
+
+    def run_plan(self, plan: Plan, out: Path, *, console=None, progress: bool = True) -> dict:
+        """runner.run_plan's work and report, each run on a worker."""
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        out = Path(out)
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+        (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1))
+        console = console or Console(highlight=False, soft_wrap=True)
+        failed_path = out / "failed.json"
+        failed: dict = {}
+        todo = [r for r in plan.runs if not is_done(out, r)]
+        skipped = len(plan.runs) - len(todo)
+        if skipped:
+            console.print(f"  [dim]•[/] resuming: {skipped} of {len(plan.runs)} runs already in {out}")
+        first: dict = {}
+        for i, r in enumerate(todo):     # grouped by topology (a worker rebuilds on a change)
+            first.setdefault(r.topology, i)
+        order = sorted(range(len(todo)), key=lambda i: (first[todo[i].topology], i))
+        futures = {}
+        for rank, i in enumerate(order):
+            spec = todo[i]
+            fut = self.client.submit(self.task, spec, self.prefix, self.timeout_s,
+                                     resources={RESOURCE: 1}, pure=False,
+                                     priority=len(order) - rank,
+                                     key=f"talb-run-{spec.key()}-{os.urandom(4).hex()}")
+            futures[fut] = spec
+        done = 0
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                       console=console, transient=True, disable=not progress)
+        try:
+            with bar:
+                task = bar.add_task(f"{plan.name} on {self.client.scheduler.address}",
+                                    total=len(todo))
+                for fut in as_completed(list(futures)):
+                    spec = futures[fut]
+                    try:
+                        rep = fut.result()
+                    except FutureCancelledError:
+                        rep = {"error": "cancelled on the scheduler"}
+                    except Exception as exc:  # noqa: BLE001 - KilledWorker: its workers kept dying
+                        rep = {"error": f"{type(exc).__name__}: {exc}"}
+                    if "results" in rep:
+                        path = result_path(out, spec)
+                        tmp = path.with_suffix(".part")
+                        tmp.write_text(rep["results"])
+                        tmp.replace(path)
+                        done += 1
+                        bar.console.print(f"  [dim]•[/] {spec.label()}: {rep['run_s']:.0f} s "
+                                          f"on {rep['host']}")
+                    else:
+                        failed[spec.key()] = {"run": spec.label(), "error": rep["error"]}
+                        bar.console.print(f"  [red]failed[/] {spec.label()}: {rep['error']}")
+                        failed_path.write_text(json.dumps(failed, indent=1))
+                    bar.advance(task)
+        finally:
+            self.client.cancel([f for f in futures if not f.done()])
+        if failed:
+            failed_path.write_text(json.dumps(failed, indent=1))
+        else:
+            failed_path.unlink(missing_ok=True)
+        return {"done": done, "skipped": skipped, "failed": failed}
+
+    def close(self) -> None:
+        """Remove every worker's fabric of this sweep."""
+        try:
+            self.client.run(close_fabrics, self.prefix)
+        finally:
+            try:
+                self.client.unregister_worker_plugin(self.plugin)
+            except Exception:  # noqa: BLE001 - a worker gone already: nothing of ours left there
+                pass
