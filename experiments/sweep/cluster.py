@@ -109,7 +109,18 @@ def run_on_worker(spec: RunSpec, prefix: str, timeout_s: float = 600.0) -> dict:
     t0 = time.monotonic()
     try:
         fab = _fabric(prefix)
-        fab.use(spec.topology)
+        try:
+            fab.use(spec.topology)
+        except BaseException:
+            # a build that failed part-way: start the worker's next run from nothing
+            # (the local runner stops the sweep instead; here other workers go on)
+            _FABRICS.pop(prefix, None)
+            from netns_topology.state import exists
+            from testbed import lifecycle
+
+            if exists(prefix):
+                lifecycle.down(prefix)
+            raise
         fab.prepare(spec)
         with tempfile.TemporaryDirectory(prefix="talb-run-") as d:
             path = Path(d) / f"{spec.key()}.json"
