@@ -213,6 +213,8 @@ def _attached_routing(prefix: str, config: AgentConfig, monitors: dict):
     limit = state["fabric"]["queue_limit"]
     parts = {}
     for sw in state["fabric"]["switches"]:
+        if sw["name"] not in state["switches"]:  # remote: another machine's agent
+            continue
         rec = state["switches"][sw["name"]]
         m = monitors[sw["name"]] = SwitchMonitor(sw["name"], rec["netns"], rec["pin"], config)
         specs = {p["iface"]: PortSpec(p["iface"], p["rate"],

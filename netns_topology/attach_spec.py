@@ -8,6 +8,8 @@
       - name: leaf1
         netns: null           # the namespace `talb attach` runs in (default);
                               # or a name under /run/netns; or pid: 1234
+        remote: false         # true: on another machine (routed through,
+                              # attached by that machine's `talb attach`)
         ports:
           - {iface: l1-eth1, to: h1}
           - {iface: l1-eth3, to: spine1, rate: 20mbit}
@@ -57,6 +59,7 @@ class AttachSwitch:
     netns: str | None  # a name under /run/netns, or None
     pid: int | None    # its namespace is /proc/<pid>/ns/net
     ports: tuple[AttachPort, ...]
+    remote: bool = False  # on another machine: routed through, attached there
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class AttachFabric:
         return {
             "name": self.name, "link_rate": self.link_rate, "queue_limit": self.queue_limit,
             "scheme": self.scheme,
-            "switches": [{**node(s), "ports": [{"iface": p.iface, "to": p.to, "rate": p.rate_bps}
+            "switches": [{**node(s), **({"remote": True} if s.remote else {}), "ports": [{"iface": p.iface, "to": p.to, "rate": p.rate_bps}
                                                for p in s.ports]} for s in self.switches],
             "hosts": [{**node(h), "ip": h.ip, **({"iface": h.iface} if h.iface else {})}
                       for h in self.hosts],
@@ -216,7 +219,7 @@ def fabric_from_dict(data) -> AttachFabric:
         hosts.append(AttachHost(hname, ip, iface, netns, pid))
     for i, s in enumerate(raw_sw):
         w = f"switches[{i}]"
-        _keys(w, s, {"name", "netns", "pid", "ports"}, {"name", "ports"})
+        _keys(w, s, {"name", "netns", "pid", "ports", "remote"}, {"name", "ports"})
         sname = _name(f"{w}.name", s["name"])
         if sname in nodes:
             raise TopologyError(f"{w}.name", f"{sname!r} is already a node")
@@ -225,6 +228,12 @@ def fabric_from_dict(data) -> AttachFabric:
     for i, s in enumerate(raw_sw):
         w = f"switches[{i}]"
         netns, pid = _where(w, s)
+        remote = s.get("remote", False)
+        if not isinstance(remote, bool):
+            raise TopologyError(f"{w}.remote", f"must be true or false, got {remote!r}")
+        if remote and (netns is not None or pid is not None):
+            raise TopologyError(f"{w}.remote", "a remote switch has no namespace here "
+                                               "(drop netns/pid, or remote)")
         ports = s["ports"]
         if not isinstance(ports, list) or not ports:
             raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {ports!r}")
@@ -233,8 +242,8 @@ def fabric_from_dict(data) -> AttachFabric:
             pw = f"{w}.ports[{j}]"
             _keys(pw, p, {"iface", "to", "rate"}, {"iface", "to"})
             iface = _iface(f"{pw}.iface", p["iface"])
-            where = ("netns", netns) if netns is not None else ("pid", pid) if pid is not None \
-                else ("local", None)
+            where = ("remote", s["name"]) if remote else ("netns", netns) if netns is not None \
+                else ("pid", pid) if pid is not None else ("local", None)
             if (where, iface) in seen_iface:
                 raise TopologyError(f"{pw}.iface", f"{iface!r} is also a port of "
                                                    f"{seen_iface[(where, iface)]} in the same namespace")
@@ -247,7 +256,7 @@ def fabric_from_dict(data) -> AttachFabric:
                 raise TopologyError(f"{pw}.to", f"a port of {to} cannot face {to} itself")
             rate = check_rate(f"{pw}.rate", p["rate"]) if p.get("rate") is not None else link_rate
             made.append(AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate))
-        switches.append(AttachSwitch(s["name"], netns, pid, tuple(made)))
+        switches.append(AttachSwitch(s["name"], netns, pid, tuple(made), remote))
 
     for h in hosts:
         facing = [(s.name, p.iface) for s in switches for p in s.ports if p.to == h.name]

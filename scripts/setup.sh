@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the testbed needs, idempotently, on Debian as root:
 #   * Debian packages (bcc for /usr/bin/python3, iproute2, ethtool, iperf3,
-#     kernel headers, Prometheus for the monitoring tests);
+#     kernel headers, Prometheus for the monitoring tests, Mininet for
+#     tests/test_attach_live.py);
 #   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
 #     kernel ships none (DESIGN §9: bcc compiles against them);
 #   * a venv made from /usr/bin/python3 --system-site-packages (so that

@@ -111,7 +111,7 @@ def _check_interfaces(fabric, ns_of: dict) -> None:
     from datapath.program import link_ifindexes
 
     for i, sw in enumerate(fabric.switches):
-        for j, p in enumerate(sw.ports):
+        for j, p in enumerate(sw.ports if not sw.remote else ()):
             try:
                 link_ifindexes(ns_of[sw.name], [p.iface])
             except OSError:
@@ -129,6 +129,8 @@ def _check_interfaces(fabric, ns_of: dict) -> None:
     if not host_mtu:
         return
     for i, sw in enumerate(fabric.switches):
+        if sw.remote:
+            continue
         for j, (iface, mtu) in enumerate(_mtus(ns_of[sw.name], [p.iface for p in sw.ports]).items()):
             if mtu < host_mtu + OPTION_BYTES:
                 raise TestbedError(
@@ -216,13 +218,16 @@ def attach(fabric, *, scheme: str | None = None, agent: dict | None = None,
     try:
         ns_of = {}
         for i, sw in enumerate(fabric.switches):
-            ns_of[sw.name] = _resolve_netns(state, f"switches[{i}]", sw, progress)
+            if not sw.remote:
+                ns_of[sw.name] = _resolve_netns(state, f"switches[{i}]", sw, progress)
         for i, h in enumerate(fabric.hosts):
             if h.reachable:
                 ns_of[h.name] = _resolve_netns(state, f"hosts[{i}]", h, progress)
         _check_interfaces(fabric, ns_of)
         ensure_bpffs()
         for sw in fabric.switches:
+            if sw.remote:
+                continue
             _attach_switch(fabric, sw, ns_of[sw.name], state, window)
             progress(f"data path on {sw.name}: {len(sw.ports)} ports, scheme {scheme}")
         for h in fabric.hosts:
@@ -292,6 +297,8 @@ def uplinks(name: str) -> dict[str, list[tuple[str | None, str]]]:
     fabric = fabric_of(name)
     out = {}
     for sw in fabric.switches:
+        if sw.name not in state["switches"]:  # remote
+            continue
         ns = state["switches"][sw.name]["netns"]
         out[sw.name] = [(ns, p.iface) for p in sw.ports if p.kind == "fabric"]
     return out

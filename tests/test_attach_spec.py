@@ -98,3 +98,23 @@ def test_reading_a_file(tmp_path):
         read_fabric_file(path)
     with pytest.raises(TopologyError, match="--fabric: cannot read"):
         read_fabric_file(tmp_path / "missing.yaml")
+
+
+def test_two_machines_each_attach_their_leaf_and_route_through_the_other():
+    """One file per machine: its own leaf, the other leaf remote (routed
+    through, attached by the other machine), two cables = two paths."""
+    data = {"name": "laba", "switches": [
+        {"name": "a", "ports": [{"iface": "va0", "to": "ha"}, {"iface": "enp1s0f0", "to": "b"},
+                                {"iface": "enp1s0f1", "to": "b"}]},
+        {"name": "b", "remote": True, "ports": [{"iface": "vb0", "to": "hb"},
+                                                {"iface": "enp1s0f0", "to": "a"},
+                                                {"iface": "enp1s0f1", "to": "a"}]}],
+        "hosts": [{"name": "ha", "ip": "10.0.0.1", "iface": "ha0", "netns": "ha"},
+                  {"name": "hb", "ip": "10.0.0.2"}]}
+    fabric = fabric_from_dict(data)
+    assert fabric.forwarding_groups("a") == {"10.0.0.1": ["va0"], "10.0.0.2": ["enp1s0f0", "enp1s0f1"]}
+    assert [s.remote for s in fabric.switches] == [False, True]
+    assert fabric_from_dict(fabric.to_dict()).to_dict() == fabric.to_dict()
+    data["switches"][1]["netns"] = "x"
+    with pytest.raises(TopologyError, match=r"switches\[1\]\.remote: a remote switch has no namespace"):
+        fabric_from_dict(data)
