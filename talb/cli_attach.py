@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import click
+from rich.console import Console
 
 from agent.config import DEFAULT_METRICS_PORT
+
+console = Console(highlight=False)
+
+
+def _progress(msg: str) -> None:
+    console.print(f"  [dim]•[/] {msg}")
 
 
 @click.command("attach")
@@ -27,7 +34,6 @@ def attach_cmd(fabric_file, scheme, with_agent, metrics_addr, metrics_port):
     /run/talb/NAME/attach.json; `talb detach --name NAME` undoes exactly that.
     A failed attach undoes itself."""
     from netns_topology.attach_spec import read_fabric_file
-    from talb.cli import _progress, console
     from testbed.attach import attach
 
     fabric = read_fabric_file(fabric_file)
@@ -47,7 +53,6 @@ def detach_cmd(name):
     """Undo `talb attach`: stop its agent, remove its filters, pins and the
     namespace names it gave; qdiscs, interfaces and addresses it did not
     create stay as they were."""
-    from talb.cli import _progress, console
     from testbed.attach import detach
 
     done = detach(name, progress=_progress)
