@@ -105,6 +105,13 @@ def _mtus(netns: str | None, ifaces: list[str]) -> dict[str, int]:
         return out
 
 
+def _link_attr(netns: str | None, iface: str, attr: str):
+    from pyroute2 import IPRoute
+
+    with (IPRoute(netns=netns, flags=0) if netns else IPRoute()) as ipr:
+        return ipr.get_links(ipr.link_lookup(ifname=iface)[0])[0].get_attr(attr)
+
+
 def _check_interfaces(fabric, ns_of: dict) -> None:
     """Every described interface exists; switch ports have room for the
     TaLB option where hosts get the tagger. TestbedError naming the field."""
@@ -123,9 +130,16 @@ def _check_interfaces(fabric, ns_of: dict) -> None:
             continue
         try:
             host_mtu = max(host_mtu, _mtus(ns_of[h.name], [h.iface])[h.iface])
+            segs = _link_attr(ns_of[h.name], h.iface, "IFLA_GSO_MAX_SEGS")
         except (IndexError, OSError):
             raise TestbedError(f"hosts[{i}].iface: no interface {h.iface!r} in "
                                f"{ns_of[h.name]} (host {h.name})") from None
+        if segs != 1:
+            # TCP always builds GSO skbs; the tagger tags one packet per skb
+            raise TestbedError(
+                f"hosts[{i}].iface: {h.iface} (host {h.name}) has gso_max_segs {segs}: the "
+                f"tagger needs one MTU-sized packet per skb (ip link set dev {h.iface} "
+                f"gso_max_segs 1, in its namespace), or leave the host without the tagger")
     if not host_mtu:
         return
     for i, sw in enumerate(fabric.switches):

@@ -9,7 +9,8 @@ kernel STP with short timers, as talb's own fabric does
 (netns_topology/builder.py: STP); talb's switch programs redirect at TC
 ingress, before the bridge, and use every uplink whatever STP blocks. Switch
 ports have MTU 1600 (room for the 12-byte TaLB option, DESIGN section 3),
-hosts 1500; offloads are off everywhere, as a user of talb sets them up.
+hosts 1500 with gso_max_segs 1; offloads are off everywhere, as a user of
+talb sets them up (docs/attach.md).
 
 Prints one JSON line describing the fabric (hosts with pid, ip, interface;
 switches with their ports and what each faces), then reads commands on
@@ -94,6 +95,8 @@ def main():
             for intf in node.intfList():
                 if intf.name != "lo":
                     node.cmd(f"ethtool -K {intf} tso off gso off gro off")
+        for host in net.hosts:  # TCP always builds GSO skbs: one MTU-sized packet each
+            host.cmd(f"ip link set dev {host.defaultIntf()} gso_max_segs 1")
         deadline = time.monotonic() + 30
         while not all(s.connected() for s in net.switches) and time.monotonic() < deadline:
             time.sleep(0.5)

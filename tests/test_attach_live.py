@@ -52,6 +52,8 @@ class MininetFabric:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
+        while line and not line.startswith("{"):  # Mininet's own warnings
+            line = self.proc.stdout.readline()
         if not line.startswith("{"):
             self.stop()
             raise AssertionError(f"Mininet did not start: {line} {self.proc.stderr.read()[-2000:]}")
