@@ -280,23 +280,41 @@ def detach(name: str, *, progress: Progress = _quiet) -> dict:
     if stop_background(name):
         done["agent"] = True
         progress("stopped the agent")
+    errors = []  # every step is tried; the record stays while one failed
+
+    def step(what: str, fn) -> bool:
+        try:
+            fn()
+            return True
+        except Exception as exc:  # noqa: BLE001 - reported below, the others still undone
+            errors.append(f"{what}: {type(exc).__name__}: {exc}")
+            return False
+
     for sw, rec in state.get("switches", {}).items():
-        SwitchDatapath(rec["netns"], rec["pin"]).detach(rec["ports"],
-                                                        keep_clsact=rec["clsact_before"])
-        remove_pins(rec["pin"])
-        done["switches"].append(sw)
-        progress(f"detached {sw} ({len(rec['ports'])} ports)")
+        if step(f"switch {sw}", lambda rec=rec: (
+                SwitchDatapath(rec["netns"], rec["pin"]).detach(
+                    rec["ports"], keep_clsact=rec["clsact_before"]),
+                remove_pins(rec["pin"]))):
+            done["switches"].append(sw)
+            progress(f"detached {sw} ({len(rec['ports'])} ports)")
     for host, rec in state.get("hosts", {}).items():
-        HostDatapath(rec["netns"], rec["pin"]).detach(
-            [rec["iface"]], keep_clsact=[rec["iface"]] if rec["clsact_before"] else [])
-        remove_pins(rec["pin"])
-        done["hosts"].append(host)
-        progress(f"detached the tagger of {host}")
+        if step(f"host {host}", lambda rec=rec: (
+                HostDatapath(rec["netns"], rec["pin"]).detach(
+                    [rec["iface"]], keep_clsact=[rec["iface"]] if rec["clsact_before"] else []),
+                remove_pins(rec["pin"]))):
+            done["hosts"].append(host)
+            progress(f"detached the tagger of {host}")
     for ns in state.get("namespaces", []):
         if _netns_path(ns).exists():
             # unmounts the name only: the namespace is its process's and stays
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
-            done["namespaces"].append(ns)
+            proc = subprocess.run(["ip", "netns", "delete", ns], capture_output=True, text=True)
+            if proc.returncode:
+                errors.append(f"ip netns delete {ns}: {proc.stderr.strip()}")
+            else:
+                done["namespaces"].append(ns)
+    if errors:
+        raise TestbedError(f"detach '{name}': " + "; ".join(errors)
+                           + " (the record is kept: fix and run `talb detach` again)")
     base = paths.pin_dir(name)
     if base.is_dir() and not any(base.iterdir()):
         base.rmdir()
