@@ -171,7 +171,9 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
 
     monitors = {}
     try:
-        if switch is None:
+        if switch is None and paths.attach_file(prefix).exists():
+            routing = _attached_routing(prefix, config, monitors)
+        elif switch is None:
             from netns_topology.state import load_topology_of, read_state
 
             state = read_state(prefix)
@@ -197,6 +199,30 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
         for m in monitors.values():
             m.close()
         raise
+
+
+def _attached_routing(prefix: str, config: AgentConfig, monitors: dict):
+    """Monitors (added to ``monitors``) and routing of a fabric `talb attach`
+    loaded (its record, /run/talb/<prefix>/attach.json)."""
+    from agent.routing import FabricRouting, LocalRouting, PortSpec
+    from agent.switch import SwitchMonitor
+
+    state = json.loads(paths.attach_file(prefix).read_text())
+    if state.get("status") != "up":
+        raise AgentError(f"attached fabric '{prefix}' is {state.get('status')}, not up")
+    limit = state["fabric"]["queue_limit"]
+    parts = {}
+    for sw in state["fabric"]["switches"]:
+        if sw["name"] not in state["switches"]:  # remote: another machine's agent
+            continue
+        rec = state["switches"][sw["name"]]
+        m = monitors[sw["name"]] = SwitchMonitor(sw["name"], rec["netns"], rec["pin"], config)
+        specs = {p["iface"]: PortSpec(p["iface"], p["rate"],
+                                      "host" if p["to"] in {h["name"] for h in state["fabric"]["hosts"]}
+                                      else "fabric", limit)
+                 for p in sw["ports"]}
+        parts[sw["name"]] = LocalRouting(sw["name"], rec["netns"], m.maps, m.links, specs)
+    return FabricRouting(parts)
 
 
 # --- /metrics ---------------------------------------------------------------------------
@@ -265,8 +291,9 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
         info = {"pid": os.getpid(), "prefix": prefix, "switch": switch,
                 "metrics": f"{config.metrics_addr}:{port}",
                 "config": config.to_dict()}
-        alive_path = paths.state_file(prefix) if switch is None else \
-            Path(pin_dir or paths.pin_dir(prefix, switch))
+        alive_path = Path(pin_dir or paths.pin_dir(prefix, switch)) if switch is not None \
+            else paths.attach_file(prefix) if paths.attach_file(prefix).exists() \
+            else paths.state_file(prefix)
 
         def tick():
             try:
@@ -375,7 +402,8 @@ def start_background(prefix: str, *, timeout: float = 30.0, **opts) -> int:
         raise ConfigError(f"start_background: unknown option(s) {', '.join(unknown)} "
                           f"(known: {', '.join(sorted(known))})")
     config = AgentConfig(**derived_window(prefix, opts))
-    read_state(prefix)  # a clear error when no testbed is up
+    if not paths.attach_file(prefix).exists():  # an attached fabric has no state.json
+        read_state(prefix)  # a clear error when no testbed is up
     with _starting(prefix):
         other = running_pid(prefix)
         if other is not None or _agent_lock_held(prefix):  # the latter: one still starting

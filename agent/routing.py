@@ -157,7 +157,8 @@ def _htb_port(ipr, netns: str, ifname: str) -> tuple[int, int]:
 class LocalRouting:
     """Switch mode: one switch, from its own maps and interfaces."""
 
-    def __init__(self, switch: str, netns: str | None, maps: SwitchMaps, watcher: LinkWatcher):
+    def __init__(self, switch: str, netns: str | None, maps: SwitchMaps, watcher: LinkWatcher,
+                 port_specs: dict[str, PortSpec] | None = None):
         from pyroute2 import IPRoute
 
         self.switch, self._netns = switch, netns
@@ -173,6 +174,12 @@ class LocalRouting:
                                   f"interfaces in {netns or 'this namespace'}")
             self._rows.append((names[ifindex], ifindex, bool(info.flags & PORT_HOST)))
         self._routes, _ = installed_state(maps)
+        if port_specs is not None:  # rates and buffers as described (an attached fabric)
+            missing = [name for name, _, _ in self._rows if name not in port_specs]
+            if missing:
+                raise LookupError(f"switch {switch}: no description of port(s) {', '.join(missing)}")
+            self._ports = [port_specs[name] for name, _, _ in self._rows]
+            return
         with (IPRoute(netns=netns, flags=0) if netns else IPRoute()) as ipr:
             self._ports = []
             for name, _ifindex, host in self._rows:
@@ -209,3 +216,30 @@ class LocalRouting:
             on_error(self.switch, exc)
             return []
         return [self.switch]
+
+
+class FabricRouting:
+    """An attached fabric (testbed/attach.py): each switch routed as in
+    switch mode (:class:`LocalRouting`: the groups `talb attach` installed
+    are the configuration, a down port is left out of them), with the
+    ports' rates and buffers from the fabric file."""
+
+    def __init__(self, parts: dict[str, LocalRouting]):
+        self._parts = parts
+
+    @property
+    def switches(self) -> list[str]:
+        return list(self._parts)
+
+    def netns(self, switch: str) -> str | None:
+        return self._parts[switch].netns(switch)
+
+    def ports(self, switch: str) -> list[PortSpec]:
+        return self._parts[switch].ports(switch)
+
+    def sync(self, watchers: dict[str, LinkWatcher], maps: dict[str, SwitchMaps],
+             on_error: OnError | None = None) -> list[str]:
+        done = []
+        for sw, part in self._parts.items():
+            done += part.sync({sw: watchers[sw]}, {sw: maps[sw]}, on_error)
+        return done

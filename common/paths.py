@@ -117,3 +117,15 @@ def pin_dir(prefix: str, switch: str | None = None) -> Path:
 
 def netns_name(prefix: str, node: str) -> str:
     return f"{check_prefix(prefix)}-{check_node(node)}"
+
+
+def attach_file(name: str) -> Path:
+    """What `talb attach --fabric FILE` did on a fabric it did not build
+    (testbed/attach.py); `talb detach` undoes exactly that."""
+    return state_dir(name) / "attach.json"
+
+
+def attach_netns_name(name: str, node: str) -> str:
+    """The name `talb attach` gives a node's namespace that it reaches by pid
+    (``ip netns attach``; never ``<prefix>-<node>``, a testbed's)."""
+    return f"talb.{check_prefix(name)}.{check_node(node)}"

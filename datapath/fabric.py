@@ -36,24 +36,36 @@ def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
               for ip, names in topo.forwarding_groups(switch).items()}
     # The hash seed stays the loader's per-switch default (from the namespace
     # name): reproducible, and no two switches hash alike.
-    program_switch(maps, port_rows, groups, scheme=scheme or topo.scheme)
-    # Packets are marked into the priority bands the topology's queues have
-    # (bpf: skb->priority = 1:(0x10+band)); the two must agree.
-    set_talb_config(maps, n_bands=len(topo.queue.bands),
-                    layers_per_band=topo.queue.layers_per_band)
-    # DRILL's queue estimates model each port's HTB: its rate and burst, and
-    # its queue's size (one bfifo of queue.limit per band).
-    set_port_rates(maps, {ifindex[p.name]: (p.rate_bps, topo.queue.limit * len(topo.queue.bands),
-                                            topo.queue.burst) for p in ports})
     # CONGA: leaves are numbered in topology order; a switch without hosts
     # is a spine
     leaves = sorted({h.leaf for h in topo.hosts}, key=[s.name for s in topo.switches].index)
-    set_conga_leaves(maps, leaves.index(switch) if switch in leaves else None,
-                     {h.ip: leaves.index(h.leaf) for h in topo.hosts})
+    install_switch(
+        maps, port_rows, groups, scheme=scheme or topo.scheme,
+        n_bands=len(topo.queue.bands), layers_per_band=topo.queue.layers_per_band,
+        port_rates={ifindex[p.name]: (p.rate_bps, topo.queue.limit * len(topo.queue.bands),
+                                      topo.queue.burst) for p in ports},
+        leaf_id=leaves.index(switch) if switch in leaves else None,
+        host_leaves={h.ip: leaves.index(h.leaf) for h in topo.hosts},
+        timer_values=timers.for_topology(topo))
+
+
+def install_switch(maps: SwitchMaps, port_rows, groups, *, scheme: str, n_bands: int,
+                   layers_per_band: int, port_rates: dict, leaf_id: int | None,
+                   host_leaves: dict, timer_values) -> None:
+    """One switch's whole forwarding state, from a fabric talb built
+    (:func:`program_fabric`) or one it was given (testbed/attach.py)."""
+    program_switch(maps, port_rows, groups, scheme=scheme)
+    # Packets are marked into the priority bands the topology's queues have
+    # (bpf: skb->priority = 1:(0x10+band)); the two must agree.
+    set_talb_config(maps, n_bands=n_bands, layers_per_band=layers_per_band)
+    # DRILL's queue estimates model each port's HTB: its rate and burst, and
+    # its queue's size (one bfifo of queue.limit per band).
+    set_port_rates(maps, port_rates)
+    set_conga_leaves(maps, leaf_id, host_leaves)
     # Flowlet gap, CONGA's T_dre and aging: multiples of the fabric's frame
     # time at its slowest multipath link (datapath/timers.py, docs/schemes.md).
     # Only here, on a fresh data path: `talb scheme --param` overrides them.
-    set_timers(maps, timers.for_topology(topo))
+    set_timers(maps, timer_values)
 
 
 def switch_configs(topo, prefix: str, scheme: str | None = None) -> dict[str, dict]:

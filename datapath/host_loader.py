@@ -60,6 +60,6 @@ class HostDatapath(BpfDatapath):
         """:meth:`BpfDatapath.attach`, to the host's eth0 by default."""
         super().attach(ifnames)
 
-    def detach(self, ifnames=("eth0",), *, missing_ok: bool = True) -> None:
+    def detach(self, ifnames=("eth0",), *, missing_ok: bool = True, keep_clsact=()) -> None:
         """:meth:`BpfDatapath.detach`, from the host's eth0 by default."""
-        super().detach(ifnames, missing_ok=missing_ok)
+        super().detach(ifnames, missing_ok=missing_ok, keep_clsact=keep_clsact)

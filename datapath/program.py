@@ -26,7 +26,7 @@ from datapath import bpf_syscall as sc
 from datapath.maps import MapSet
 
 __all__ = [
-    "BpfDatapath", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "link_ifindexes",
+    "BpfDatapath", "clsact_present", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "link_ifindexes",
     "remove_pins",
     "INCLUDE_DIR", "FILTER_PRIO", "FILTER_HANDLE", "TC_H_CLSACT_INGRESS", "TC_H_CLSACT_EGRESS",
     "VERIFIER_BUDGET_SHARE",
@@ -158,6 +158,13 @@ def link_ifindexes(netns: str | None, names: list[str]) -> dict[str, int]:
     namespace); OSError(ENODEV) naming the first that is missing."""
     with _ipr(netns) as ipr:
         return {name: _ifindex(ipr, name, netns) for name in names}
+
+
+def clsact_present(netns: str | None, ifname: str) -> bool:
+    """``ifname`` has a clsact qdisc (someone else's, or ours)."""
+    with _ipr(netns) as ipr:
+        idx = _ifindex(ipr, ifname, netns)
+        return any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(idx))
 
 
 def find_filter(netns: str | None, ifname: str, direction: str, prog_name: str) -> dict | None:
@@ -293,9 +300,10 @@ class BpfDatapath:
                     raise OSError(exc.code, f"tc filter replace dev {ifname} {self.TC_DIRECTION} "
                                             f"bpf ({self.netns}): {exc}") from exc
 
-    def detach(self, ifnames, *, missing_ok: bool = True) -> None:
+    def detach(self, ifnames, *, missing_ok: bool = True, keep_clsact=()) -> None:
         """Remove our filter from each interface, and the clsact qdisc when
-        nothing else is left on it. Works without load() (after a restart).
+        nothing else is left on it, unless the interface is in
+        ``keep_clsact`` (a clsact that was there before us). Works without load() (after a restart).
         Interfaces (or namespaces) that are gone are skipped if ``missing_ok``."""
         from pyroute2.netlink.exceptions import NetlinkError
 
@@ -325,7 +333,7 @@ class BpfDatapath:
                             + list(ipr.get_filters(idx, parent=TC_H_CLSACT_EGRESS)))
                 except NetlinkError:
                     continue  # no clsact
-                if not left:
+                if not left and ifname not in keep_clsact:
                     try:
                         ipr.tc("del", "clsact", idx)
                     except NetlinkError as exc:

@@ -276,44 +276,9 @@ class Topo:
         """
         if switch not in self._switches:
             raise TopologyError("switch", f"unknown switch {switch!r}")
-        adjacency: dict[str, list[tuple[str, str]]] = {name: [] for name in self._switches}
-        attached: dict[str, list[str]] = {}  # switch -> hosts hanging off it by a link that is up
-        for spec in self._links:
-            if not spec.up:
-                continue
-            for node, port, peer in ((spec.a, spec.a_port, spec.b), (spec.b, spec.b_port, spec.a)):
-                if node in self._switches and peer in self._switches:
-                    adjacency[node].append((port, peer))
-                elif node in self._hosts:
-                    attached.setdefault(peer, []).append(node)
-        groups: dict[str, list[str]] = {}
-        for leaf, hosts in attached.items():
-            dist = {leaf: 0}  # hops from each switch to `leaf`
-            frontier = [leaf]
-            while frontier:
-                next_frontier = []
-                for node in frontier:
-                    for _, peer in adjacency[node]:
-                        if peer not in dist:
-                            dist[peer] = dist[node] + 1
-                            next_frontier.append(peer)
-                frontier = next_frontier
-
-            def downhill(node):  # (port, peer) one hop closer to `leaf`
-                return [(port, peer) for port, peer in adjacency[node] if dist.get(peer) == dist[node] - 1]
-
-            on_path, stack = {leaf}, [node for node in attached if node in dist]
-            while stack:  # walk the shortest paths from every switch that has hosts
-                node = stack.pop()
-                if node not in on_path:
-                    on_path.add(node)
-                    stack.extend(peer for _, peer in downhill(node))
-            if switch not in on_path:
-                continue
-            for host in hosts:
-                groups[host] = ([p.name for p in self._ports_of(switch) if p.peer == host] if switch == leaf
-                                else [port for port, _ in downhill(switch)])
-        return {ip: groups[name] for name, (ip, _) in self._hosts.items() if name in groups}
+        links = [(spec.a, spec.a_port, spec.b, spec.b_port) for spec in self._links if spec.up]
+        return shortest_path_groups(switch, list(self._switches), links,
+                                    {name: ip for name, (ip, _) in self._hosts.items()})
 
     def to_dict(self) -> dict:
         """JSON/YAML-ready form; topology_from_dict() reads it back."""
@@ -396,3 +361,58 @@ class LeafSpine(Topo):
              **self._params_dict()}
         d["links"] = [o for o in (self._link_dict(spec, always=False) for spec in self._links) if o]
         return d
+
+
+def shortest_path_groups(switch: str, switches: list[str], links: list[tuple[str, str, str, str]],
+                         hosts: dict[str, str]) -> dict[str, list[str]]:
+    """{host ip: ports of ``switch`` on shortest paths to that host}.
+
+    ``switches``: switch names; ``links``: ``(a, a_port, b, b_port)`` of the
+    links that are up (a port is an interface name of its node); ``hosts``:
+    ``{host name: ip}``. :meth:`Topo.forwarding_groups` (a fabric talb
+    builds) and testbed/attach.py (a fabric it was given) both route with it.
+
+    A switch gets an entry only if it lies on a shortest path from some
+    other host: a spine cut off from a leaf has no entry for that leaf's
+    hosts, instead of a detour down to another leaf and up again.
+    Unreachable hosts have no entry. Works for any graph; hosts never forward.
+    """
+    adjacency: dict[str, list[tuple[str, str]]] = {name: [] for name in switches}
+    attached: dict[str, list[str]] = {}  # switch -> hosts hanging off it by a link that is up
+    host_ports: dict[tuple[str, str], list[str]] = {}  # (switch, host) -> its ports facing it
+    for a, a_port, b, b_port in links:
+        for node, port, peer in ((a, a_port, b), (b, b_port, a)):
+            if node in adjacency and peer in adjacency:
+                adjacency[node].append((port, peer))
+            elif node in hosts:
+                attached.setdefault(peer, []).append(node)
+            elif peer in hosts:
+                host_ports.setdefault((node, peer), []).append(port)
+    groups: dict[str, list[str]] = {}
+    for leaf, leaf_hosts in attached.items():
+        dist = {leaf: 0}  # hops from each switch to `leaf`
+        frontier = [leaf]
+        while frontier:
+            next_frontier = []
+            for node in frontier:
+                for _, peer in adjacency[node]:
+                    if peer not in dist:
+                        dist[peer] = dist[node] + 1
+                        next_frontier.append(peer)
+            frontier = next_frontier
+
+        def downhill(node):  # (port, peer) one hop closer to `leaf`
+            return [(port, peer) for port, peer in adjacency[node] if dist.get(peer) == dist[node] - 1]
+
+        on_path, stack = {leaf}, [node for node in attached if node in dist]
+        while stack:  # walk the shortest paths from every switch that has hosts
+            node = stack.pop()
+            if node not in on_path:
+                on_path.add(node)
+                stack.extend(peer for _, peer in downhill(node))
+        if switch not in on_path:
+            continue
+        for host in leaf_hosts:
+            groups[host] = (host_ports.get((switch, host), []) if switch == leaf
+                            else [port for port, _ in downhill(switch)])
+    return {ip: groups[name] for name, ip in hosts.items() if name in groups}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the testbed needs, idempotently, on Debian as root:
 #   * Debian packages (bcc for /usr/bin/python3, iproute2, ethtool, iperf3,
-#     kernel headers, Prometheus for the monitoring tests);
+#     kernel headers, Prometheus for the monitoring tests, Mininet for
+#     tests/test_attach_live.py);
 #   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
 #     kernel ships none (DESIGN §9: bcc compiles against them);
 #   * a venv made from /usr/bin/python3 --system-site-packages (so that
@@ -23,7 +24,8 @@ command -v apt-get >/dev/null || die "apt-get not found: this set-up supports De
 
 # --- Debian packages ---------------------------------------------------------
 PKGS=(python3-bpfcc bpfcc-tools python3-venv python3-pip iproute2 ethtool
-      iperf3 iputils-ping tcpdump curl linux-headers-amd64 prometheus procps kmod)
+      iperf3 iputils-ping tcpdump curl linux-headers-amd64 prometheus procps kmod
+      mininet util-linux)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

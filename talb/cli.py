@@ -450,6 +450,10 @@ def scheme(name, params, prefix):
     from datapath.maps import SwitchMaps
 
     require_root()
+    from testbed import attach as attached_fabric
+
+    if attached_fabric.attached(prefix):
+        return _scheme_attached(prefix, name, params)
     if read_state(prefix).get("datapath") != "bpf":
         raise TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
                            f"(--datapath bridge): it has no scheme to show or set")
@@ -484,6 +488,28 @@ def scheme(name, params, prefix):
         finally:
             maps.close()
     console.print(_timers_line(derived.to_dict()))
+
+
+def _scheme_attached(name: str, scheme_name: str | None, params) -> None:
+    """`talb scheme` on a fabric `talb attach` loaded under ``name``."""
+    from datapath.control import SchemeError, parse_params, read_config, set_scheme
+    from datapath.maps import SwitchMaps
+    from testbed.attach import read_attach
+
+    try:
+        parsed = parse_params(params)
+    except SchemeError as exc:
+        _fail(str(exc))
+    if params and not scheme_name:
+        _fail("--param needs a scheme NAME (talb scheme drill --param d=2)")
+    for sw, rec in read_attach(name)["switches"].items():
+        with SwitchMaps(rec["pin"]) as maps:
+            if scheme_name:
+                try:
+                    set_scheme(maps, scheme_name, parsed)
+                except SchemeError as exc:
+                    _fail(str(exc))
+            console.print(f"{sw}: {read_config(maps)['scheme']}")
 
 
 @main.command("send")
@@ -588,6 +614,8 @@ from talb import cli_faults  # noqa: E402
 cli_faults.register(bench_group)
 from talb import cli_agent  # noqa: E402
 cli_agent.register(main)
+from talb import cli_attach  # noqa: E402
+cli_attach.register(main)
 from talb import cli_run  # noqa: E402
 cli_run.register(main)
 from talb import cli_monitoring  # noqa: E402

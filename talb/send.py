@@ -140,8 +140,7 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
     removed. ``fixed_ids``: every sender numbers its tensors fixed_ids,
     fixed_ids+1, ... instead of drawing ids from its host's slots (to force
     tensors of different hosts to share ids, as tests do)."""
-    topo = load_topology_of(prefix)
-    hosts = {h.name: h for h in topo.hosts}
+    hosts, host_ns, uplinks = _fabric(prefix)
     _check_request(prefix, hosts, srcs, dst, tensors, layers, size, senders, timeout)
     workers = len(srcs) * senders
     deadline = time.monotonic() + timeout
@@ -157,16 +156,16 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
     try:
         pcaps.mkdir(parents=True, exist_ok=True)
         src_leaves = sorted({hosts[s].leaf for s in srcs})
-        _start_captures(captures, prefix, topo, src_leaves, pcaps)
+        _start_captures(captures, uplinks, src_leaves, pcaps)
         say(f"capturing tagged packets leaving {', '.join(src_leaves)} on "
             f"{len(captures)} uplinks" + (f" -> {pcaps}" if pcap_dir else ""))
-        _start_receiver(procs, prefix, dst, port, workers, min(left(), 30.0))
+        _start_receiver(procs, host_ns[dst], dst, port, workers, min(left(), 30.0))
         say(f"receiver on {dst} ({hosts[dst].ip}:{port}); {workers} sender(s) x {tensors} tensors "
             f"of {size} bytes over {layers} layer(s)")
         what = ["--tensors", str(tensors), "--layers", str(layers), "--size", str(size)]
         if fixed_ids is not None:
             what += ["--fixed-ids", str(fixed_ids)]
-        worker_src = _start_senders(procs, prefix, srcs, senders, hosts[dst].ip, port, what)
+        worker_src = _start_senders(procs, host_ns, srcs, senders, hosts[dst].ip, port, what)
         sent, received = _records(procs, _communicate_all(procs, left()), worker_src, dst, timeout)
         ports = _tagged_ports(captures)
     finally:
@@ -201,21 +200,44 @@ def _check_request(prefix: str, hosts: dict, srcs: list[str], dst: str, tensors:
         raise TestbedError(f"timeout: must be > 0 seconds, got {timeout!r}")
 
 
-def _start_captures(captures: list, prefix: str, topo, leaves: list[str], pcaps: Path) -> None:
+@dataclass(frozen=True)
+class _Host:
+    name: str
+    ip: str
+    leaf: str
+
+
+def _fabric(prefix: str) -> tuple[dict, dict, dict]:
+    """(hosts {name: .ip .leaf}, {host: its namespace}, {leaf: [(namespace,
+    interface) of each up uplink]}) of testbed ``prefix``, or of the fabric
+    attached under that name (`talb attach`: its hosts with the tagger)."""
+    from testbed import attach
+
+    if attach.attached(prefix):
+        fabric, record = attach.fabric_of(prefix), attach.read_attach(prefix)
+        hosts = {h.name: _Host(h.name, h.ip, fabric.leaf_of(h.name)) for h in fabric.hosts
+                 if h.name in record["hosts"]}
+        return hosts, {h: rec["netns"] for h, rec in record["hosts"].items()}, attach.uplinks(prefix)
+    topo = load_topology_of(prefix)
+    hosts = {h.name: h for h in topo.hosts}
+    uplinks = {sw.name: [(paths.netns_name(prefix, sw.name), p.name) for p in topo.ports(sw.name)
+                         if p.kind == "fabric" and p.up] for sw in topo.switches}
+    return hosts, {h: paths.netns_name(prefix, h) for h in hosts}, uplinks
+
+
+def _start_captures(captures: list, uplinks: dict, leaves: list[str], pcaps: Path) -> None:
     """A capture on every up uplink of ``leaves``, each appended to
     ``captures`` as it starts (so the caller stops those begun if one fails)."""
     for leaf in leaves:
-        for p in topo.ports(leaf):
-            if p.kind == "fabric" and p.up:
-                captures.append(start_capture(paths.netns_name(prefix, leaf), p.name,
-                                              pcaps / f"{leaf}-{p.name}.pcap"))
+        for netns, ifname in uplinks[leaf]:
+            captures.append(start_capture(netns, ifname, pcaps / f"{leaf}-{ifname}.pcap"))
 
 
-def _start_receiver(procs: list, prefix: str, dst: str, port: int, connections: int,
+def _start_receiver(procs: list, netns: str, dst: str, port: int, connections: int,
                     timeout: float) -> None:
     """The verifying receiver in ``dst``, appended to ``procs``, once it
     listens; TestbedError when it does not within ``timeout``."""
-    receiver = ns_popen(paths.netns_name(prefix, dst),
+    receiver = ns_popen(netns,
                         [*APP, "receive", "--port", str(port), "--connections", str(connections)])
     procs.append(receiver)
     ready = _readline(receiver, timeout)
@@ -226,7 +248,7 @@ def _start_receiver(procs: list, prefix: str, dst: str, port: int, connections: 
             f"{ready.strip() or _last_line(receiver.stderr.read(), receiver.returncode)}")
 
 
-def _start_senders(procs: list, prefix: str, srcs: list[str], senders: int, dst_ip: str,
+def _start_senders(procs: list, host_ns: dict, srcs: list[str], senders: int, dst_ip: str,
                    port: int, what: list[str]) -> dict[int, str]:
     """``senders`` sender processes per source host, appended to ``procs``;
     ``what``: their tensor options. {worker: its host}."""
@@ -235,7 +257,7 @@ def _start_senders(procs: list, prefix: str, srcs: list[str], senders: int, dst_
         for k in range(senders):
             w = i * senders + k
             worker_src[w] = src
-            procs.append(ns_popen(paths.netns_name(prefix, src), [
+            procs.append(ns_popen(host_ns[src], [
                 *APP, "send", "--dst", dst_ip, "--port", str(port), "--worker", str(w), *what]))
     return worker_src
 

@@ -195,6 +195,10 @@ def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> 
     require_root()
     from agent.daemon import stop_background
 
+    if paths.attach_file(prefix).exists():  # a fabric `talb attach` loaded: undo that
+        from testbed.attach import detach
+
+        detach(prefix, progress=progress)
     if stop_background(prefix):  # first: it holds maps and netlink sockets
         progress("stopped the agent")
     removed = teardown(prefix)

@@ -11,8 +11,10 @@ import subprocess
 from typing import Sequence
 
 
-def ns_argv(netns: str, argv: Sequence[str]) -> list[str]:
-    return ["ip", "netns", "exec", netns, *argv]
+def ns_argv(netns: str | None, argv: Sequence[str]) -> list[str]:
+    """``argv`` run in ``netns``; None: in this process's namespace (a
+    switch of an attached fabric on the local machine, testbed/attach.py)."""
+    return list(argv) if netns is None else ["ip", "netns", "exec", netns, *argv]
 
 
 def ns_run(netns: str, argv: Sequence[str], *, timeout: float = 30.0,

@@ -164,6 +164,23 @@ def locate_host(sock: socket.socket) -> HostLocation:
                     return HostLocation(prefix, host.name, index, paths.pin_dir(prefix, host.name))
             finally:
                 os.close(fd)
+    for attach_file in sorted(paths.RUN_DIR.glob("*/attach.json")):  # `talb attach`
+        try:
+            state = json.loads(attach_file.read_text())
+            name = paths.check_prefix(state["name"])
+            hosts = [(h, rec["netns"], rec["pin"]) for h, rec in state["hosts"].items()]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        for index, (host, netns, pin) in enumerate(hosts):
+            try:
+                fd = os.open(_NETNS_DIR / netns, os.O_RDONLY)
+            except (OSError, TypeError):
+                continue
+            try:
+                if _netns_id(fd) == want:
+                    return HostLocation(name, host, index, Path(pin))
+            finally:
+                os.close(fd)
     raise TensorSenderError(
         f"no TaLB host program found for socket {_describe(sock)}: its network namespace is not "
         f"a host of any testbed under {paths.RUN_DIR} (`talb testbed up` builds one and attaches "

@@ -1,0 +1,301 @@
+"""The fabric file of `talb attach`: a fabric talb did not build, described.
+
+    name: mn                  # state /run/talb/<name>/, pins /run/talb/bpffs/<name>/
+    link_rate: 20mbit         # every port's rate unless the port says (agent, timers)
+    queue_limit: 150kb        # a port's buffer, for the agent's delay model
+    scheme: ecmp              # ecmp, rps, letflow, drill, conga or talb
+    switches:
+      - name: leaf1
+        netns: null           # the namespace `talb attach` runs in (default);
+                              # or a name under /run/netns; or pid: 1234
+        remote: false         # true: on another machine (routed through,
+                              # attached by that machine's `talb attach`)
+        ports:
+          - {iface: l1-eth1, to: h1}
+          - {iface: l1-eth3, to: spine1, rate: 20mbit}
+    hosts:
+      - name: h1
+        ip: 10.0.0.1
+        iface: h1-eth0        # with netns or pid: the tagger goes there
+        pid: 4242             # or netns: NAME; neither: not reachable, no tagger
+
+A port faces a switch or a host by name. The k-th port of switch A that
+faces B is linked to the k-th port of B that faces A. Every check here is
+static (names, addresses, links); that interfaces exist is checked when
+attaching (testbed/attach.py). Errors name the field and the value
+(:class:`netns_topology.errors.TopologyError`).
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.paths import NETNS_RE, NODE_RE, PREFIX_RE
+
+from .errors import TopologyError
+from .params import check_rate
+from .topo import shortest_path_groups
+from .units import parse_size
+
+DEFAULT_NAME = "attach"
+DEFAULT_LINK_RATE = 100_000_000
+DEFAULT_QUEUE_LIMIT = 150_000
+SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+IFNAMSIZ = 15
+
+
+@dataclass(frozen=True)
+class AttachPort:
+    iface: str
+    to: str
+    kind: str          # "host" or "fabric"
+    rate_bps: int
+
+
+@dataclass(frozen=True)
+class AttachSwitch:
+    name: str
+    netns: str | None  # a name under /run/netns, or None
+    pid: int | None    # its namespace is /proc/<pid>/ns/net
+    ports: tuple[AttachPort, ...]
+    remote: bool = False  # on another machine: routed through, attached there
+
+
+@dataclass(frozen=True)
+class AttachHost:
+    name: str
+    ip: str
+    iface: str | None
+    netns: str | None
+    pid: int | None
+
+    @property
+    def reachable(self) -> bool:
+        """Its namespace is known: the tagger can be loaded there."""
+        return self.iface is not None and (self.netns is not None or self.pid is not None)
+
+
+@dataclass
+class AttachFabric:
+    name: str
+    link_rate: int
+    queue_limit: int
+    scheme: str
+    switches: list[AttachSwitch]
+    hosts: list[AttachHost]
+    links: list[tuple[str, str, str, str]] = field(default_factory=list)  # switch-switch
+
+    def switch(self, name: str) -> AttachSwitch:
+        return next(s for s in self.switches if s.name == name)
+
+    def leaf_of(self, host: str) -> str:
+        return next(s.name for s in self.switches for p in s.ports if p.to == host)
+
+    def forwarding_groups(self, switch: str) -> dict[str, list[str]]:
+        """{host ip: interfaces of ``switch`` on shortest paths to it}, as
+        talb routes its own fabrics (topo.shortest_path_groups)."""
+        links = list(self.links)
+        links += [(s.name, p.iface, p.to, "") for s in self.switches for p in s.ports
+                  if p.kind == "host"]
+        return shortest_path_groups(switch, [s.name for s in self.switches], links,
+                                    {h.name: h.ip for h in self.hosts})
+
+    def slowest_multipath_rate(self) -> int:
+        """The slowest port of any group with more than one port (the
+        timers' and the agent window's reference, datapath/timers.py)."""
+        rates = []
+        for s in self.switches:
+            by_iface = {p.iface: p.rate_bps for p in s.ports}
+            for ports in self.forwarding_groups(s.name).values():
+                if len(set(ports)) > 1:
+                    rates += [by_iface[p] for p in ports]
+        return min(rates or [p.rate_bps for s in self.switches for p in s.ports])
+
+    def to_dict(self) -> dict:
+        def node(n):
+            d = {"name": n.name}
+            if n.netns is not None:
+                d["netns"] = n.netns
+            if n.pid is not None:
+                d["pid"] = n.pid
+            return d
+        return {
+            "name": self.name, "link_rate": self.link_rate, "queue_limit": self.queue_limit,
+            "scheme": self.scheme,
+            "switches": [{**node(s), **({"remote": True} if s.remote else {}), "ports": [{"iface": p.iface, "to": p.to, "rate": p.rate_bps}
+                                               for p in s.ports]} for s in self.switches],
+            "hosts": [{**node(h), "ip": h.ip, **({"iface": h.iface} if h.iface else {})}
+                      for h in self.hosts],
+        }
+
+
+def _keys(where: str, d, allowed: set[str], required: set[str] = frozenset()) -> dict:
+    if not isinstance(d, dict):
+        raise TopologyError(where or "file", f"must be a mapping, got {d!r}")
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise TopologyError(f"{where}.{unknown[0]}" if where else unknown[0],
+                            f"unknown field (known: {', '.join(sorted(allowed))})")
+    for key in sorted(required):
+        if key not in d:
+            raise TopologyError(f"{where}.{key}" if where else key, "missing")
+    return d
+
+
+def _name(where: str, value) -> str:
+    if not isinstance(value, str) or not NODE_RE.match(value):
+        raise TopologyError(where, f"must be 1-12 lowercase letters/digits starting with a letter, "
+                                   f"got {value!r}")
+    return value
+
+
+def _iface(where: str, value) -> str:
+    if not isinstance(value, str) or not value or len(value) > IFNAMSIZ or "/" in value \
+            or any(c.isspace() for c in value) or value in (".", ".."):
+        raise TopologyError(where, f"must be an interface name (1-{IFNAMSIZ} characters, no '/' "
+                                   f"or spaces), got {value!r}")
+    return value
+
+
+def _where(where: str, d: dict) -> tuple[str | None, int | None]:
+    netns, pid = d.get("netns"), d.get("pid")
+    if netns is not None and pid is not None:
+        raise TopologyError(f"{where}.pid", f"give netns or pid, not both (netns {netns!r}, pid {pid!r})")
+    if netns is not None and (not isinstance(netns, str) or not NETNS_RE.match(netns) or ".." in netns):
+        raise TopologyError(f"{where}.netns", f"must be a namespace name under /run/netns, got {netns!r}")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid < 1):
+        raise TopologyError(f"{where}.pid", f"must be a process id (an integer >= 1), got {pid!r}")
+    return netns, pid
+
+
+def fabric_from_dict(data) -> AttachFabric:
+    """Check an attach file's contents and return the fabric; TopologyError
+    naming the field (``switches[1].ports[0].to``) and the value otherwise."""
+    _keys("", data, {"name", "link_rate", "queue_limit", "scheme", "switches", "hosts"},
+          {"switches", "hosts"})
+    name = data.get("name", DEFAULT_NAME)
+    if not isinstance(name, str) or not PREFIX_RE.match(name):
+        raise TopologyError("name", f"must be 1-12 lowercase letters/digits starting with a letter, "
+                                    f"got {name!r}")
+    link_rate = check_rate("link_rate", data.get("link_rate", DEFAULT_LINK_RATE))
+    queue_limit = data.get("queue_limit", DEFAULT_QUEUE_LIMIT)
+    try:
+        queue_limit = parse_size(queue_limit) if isinstance(queue_limit, str) else queue_limit
+    except ValueError as exc:
+        raise TopologyError("queue_limit", str(exc)) from None
+    if isinstance(queue_limit, bool) or not isinstance(queue_limit, int) or queue_limit < 1600:
+        raise TopologyError("queue_limit", f"must be a size of at least 1600 bytes, got {queue_limit!r}")
+    scheme = data.get("scheme", "ecmp")
+    if scheme not in SCHEMES:
+        raise TopologyError("scheme", f"must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+
+    raw_sw, raw_hosts = data["switches"], data["hosts"]
+    if not isinstance(raw_sw, list) or not raw_sw:
+        raise TopologyError("switches", f"must be a non-empty list, got {raw_sw!r}")
+    if not isinstance(raw_hosts, list) or not raw_hosts:
+        raise TopologyError("hosts", f"must be a non-empty list, got {raw_hosts!r}")
+    nodes: dict[str, str] = {}
+    hosts, ips = [], {}
+    for i, h in enumerate(raw_hosts):
+        w = f"hosts[{i}]"
+        _keys(w, h, {"name", "ip", "iface", "netns", "pid"}, {"name", "ip"})
+        hname = _name(f"{w}.name", h["name"])
+        if hname in nodes:
+            raise TopologyError(f"{w}.name", f"{hname!r} is already a node")
+        nodes[hname] = "host"
+        try:
+            ip = str(ipaddress.IPv4Address(h["ip"]))
+        except (ValueError, TypeError):
+            raise TopologyError(f"{w}.ip", f"not an IPv4 address: {h['ip']!r}") from None
+        if ip in ips:
+            raise TopologyError(f"{w}.ip", f"{ip} is also host {ips[ip]}'s address")
+        ips[ip] = hname
+        iface = _iface(f"{w}.iface", h["iface"]) if h.get("iface") is not None else None
+        netns, pid = _where(w, h)
+        if (netns is not None or pid is not None) and iface is None:
+            raise TopologyError(f"{w}.iface", f"host {hname} has a namespace but no interface: "
+                                              "name the one facing its switch")
+        hosts.append(AttachHost(hname, ip, iface, netns, pid))
+    for i, s in enumerate(raw_sw):
+        w = f"switches[{i}]"
+        _keys(w, s, {"name", "netns", "pid", "ports", "remote"}, {"name", "ports"})
+        sname = _name(f"{w}.name", s["name"])
+        if sname in nodes:
+            raise TopologyError(f"{w}.name", f"{sname!r} is already a node")
+        nodes[sname] = "switch"
+    switches, seen_iface = [], {}
+    for i, s in enumerate(raw_sw):
+        w = f"switches[{i}]"
+        netns, pid = _where(w, s)
+        remote = s.get("remote", False)
+        if not isinstance(remote, bool):
+            raise TopologyError(f"{w}.remote", f"must be true or false, got {remote!r}")
+        if remote and (netns is not None or pid is not None):
+            raise TopologyError(f"{w}.remote", "a remote switch has no namespace here "
+                                               "(drop netns/pid, or remote)")
+        ports = s["ports"]
+        if not isinstance(ports, list) or not ports:
+            raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {ports!r}")
+        made = []
+        for j, p in enumerate(ports):
+            pw = f"{w}.ports[{j}]"
+            _keys(pw, p, {"iface", "to", "rate"}, {"iface", "to"})
+            iface = _iface(f"{pw}.iface", p["iface"])
+            where = ("remote", s["name"]) if remote else ("netns", netns) if netns is not None \
+                else ("pid", pid) if pid is not None else ("local", None)
+            if (where, iface) in seen_iface:
+                raise TopologyError(f"{pw}.iface", f"{iface!r} is also a port of "
+                                                   f"{seen_iface[(where, iface)]} in the same namespace")
+            seen_iface[(where, iface)] = s["name"]
+            to = p["to"]
+            if to not in nodes:
+                raise TopologyError(f"{pw}.to", f"faces unknown node {to!r} (switches and hosts: "
+                                                f"{', '.join(nodes)})")
+            if to == s["name"]:
+                raise TopologyError(f"{pw}.to", f"a port of {to} cannot face {to} itself")
+            rate = check_rate(f"{pw}.rate", p["rate"]) if p.get("rate") is not None else link_rate
+            made.append(AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate))
+        switches.append(AttachSwitch(s["name"], netns, pid, tuple(made), remote))
+
+    for h in hosts:
+        facing = [(s.name, p.iface) for s in switches for p in s.ports if p.to == h.name]
+        if not facing:
+            raise TopologyError("hosts", f"no switch port faces host {h.name!r} ({h.ip}): add a port "
+                                         f"with 'to: {h.name}'")
+        if len(facing) > 1:
+            raise TopologyError("hosts", f"host {h.name!r} is faced by {len(facing)} ports "
+                                         f"({', '.join(f'{a}:{b}' for a, b in facing)}); a host hangs "
+                                         "off one switch port")
+    links = []
+    for a in switches:
+        for b in switches:
+            if a.name >= b.name:
+                continue
+            ab = [p for p in a.ports if p.to == b.name]
+            ba = [p for p in b.ports if p.to == a.name]
+            if len(ab) != len(ba):
+                raise TopologyError("switches", f"{a.name} has {len(ab)} port(s) facing {b.name} but "
+                                                f"{b.name} has {len(ba)} facing {a.name}: each link "
+                                                "needs a port at both ends")
+            for pa, pb in zip(ab, ba):
+                if pa.rate_bps != pb.rate_bps:
+                    raise TopologyError("switches", f"link {a.name}:{pa.iface} - {b.name}:{pb.iface}: "
+                                                    f"rates differ ({pa.rate_bps} vs {pb.rate_bps} bit/s)")
+                links.append((a.name, pa.iface, b.name, pb.iface))
+    return AttachFabric(name, link_rate, queue_limit, scheme, switches, hosts, links)
+
+
+def read_fabric_file(path: str | Path) -> AttachFabric:
+    """Read and check an attach file (YAML)."""
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise TopologyError("--fabric", f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TopologyError("--fabric", f"{path} is not valid YAML: {exc}") from None
+    return fabric_from_dict(data)

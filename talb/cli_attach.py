@@ -1,0 +1,65 @@
+"""`talb attach` and `talb detach`: talb on a fabric it did not build
+(testbed/attach.py, docs/attach.md). Registered by talb/cli.py."""
+from __future__ import annotations
+
+import click
+from rich.console import Console
+
+from agent.config import DEFAULT_METRICS_PORT
+
+console = Console(highlight=False)
+
+
+def _progress(msg: str) -> None:
+    console.print(f"  [dim]•[/] {msg}")
+
+
+@click.command("attach")
+@click.option("--fabric", "fabric_file", required=True, type=click.Path(dir_okay=False),
+              help="The fabric file (YAML): switches, their ports and what each faces, hosts "
+                   "(docs/attach.md; example topologies/attach-mininet.yaml).")
+@click.option("--scheme", help="Load-balancing scheme instead of the file's: ecmp, rps, letflow, "
+                               "drill, conga or talb (switch later with `talb scheme --prefix NAME`).")
+@click.option("--agent/--no-agent", "with_agent", default=True, show_default=True,
+              help="Start the PCM agent for the attached switches.")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+              help="Address of the agent's Prometheus /metrics endpoint.")
+@click.option("--metrics-port", type=int, default=None,
+              help=f"The agent's /metrics port [default: {DEFAULT_METRICS_PORT} or the next free one].")
+def attach_cmd(fabric_file, scheme, with_agent, metrics_addr, metrics_port):
+    """Load talb on a fabric it did not build (real machines, Mininet, your
+    own scripts): the switch program at ingress of every described port,
+    forwarding groups from the described neighbours, the host tagger where a
+    host's namespace is given, and the agent. Everything done is recorded in
+    /run/talb/NAME/attach.json; `talb detach --name NAME` undoes exactly that.
+    A failed attach undoes itself."""
+    from netns_topology.attach_spec import read_fabric_file
+    from testbed.attach import attach
+
+    fabric = read_fabric_file(fabric_file)
+    agent = {"metrics_addr": metrics_addr, "metrics_port": metrics_port} if with_agent else None
+    state = attach(fabric, scheme=scheme, agent=agent, progress=_progress)
+    hosts = ", ".join(state["hosts"]) or "none"
+    console.print(f"attached '{fabric.name}': {len(state['switches'])} switches, scheme "
+                  f"{state['scheme']}, tagger on hosts: {hosts}; "
+                  f"`talb send --prefix {fabric.name} --src H --dst H`, "
+                  f"`talb scheme NAME --prefix {fabric.name}`, `talb detach --name {fabric.name}`")
+
+
+@click.command("detach")
+@click.option("--name", default="attach", show_default=True,
+              help="The attached fabric's name (its file's 'name').")
+def detach_cmd(name):
+    """Undo `talb attach`: stop its agent, remove its filters, pins and the
+    namespace names it gave; qdiscs, interfaces and addresses it did not
+    create stay as they were."""
+    from testbed.attach import detach
+
+    done = detach(name, progress=_progress)
+    console.print(f"detached '{name}': {len(done['switches'])} switches, {len(done['hosts'])} hosts"
+                  + (", agent stopped" if done["agent"] else ""))
+
+
+def register(main: click.Group) -> None:
+    main.add_command(attach_cmd)
+    main.add_command(detach_cmd)

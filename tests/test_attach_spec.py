@@ -1,0 +1,120 @@
+"""The `talb attach` fabric file: what it describes, how talb routes it, and
+the errors a wrong file gets (field and value named)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from netns_topology.attach_spec import fabric_from_dict, read_fabric_file
+from netns_topology.errors import TopologyError
+
+GOOD = {
+    "name": "lab", "link_rate": "20mbit", "scheme": "talb",
+    "switches": [
+        {"name": "spine1", "ports": [{"iface": "s1-eth1", "to": "leaf1"}, {"iface": "s1-eth2", "to": "leaf2"}]},
+        {"name": "spine2", "ports": [{"iface": "s2-eth1", "to": "leaf1"}, {"iface": "s2-eth2", "to": "leaf2"}]},
+        {"name": "leaf1", "ports": [{"iface": "l1-eth1", "to": "h1"}, {"iface": "l1-eth2", "to": "spine1"},
+                                    {"iface": "l1-eth3", "to": "spine2"}]},
+        {"name": "leaf2", "netns": "rack2", "ports": [
+            {"iface": "l2-eth1", "to": "h2"}, {"iface": "l2-eth2", "to": "spine1", "rate": "20mbit"},
+            {"iface": "l2-eth3", "to": "spine2"}]},
+    ],
+    "hosts": [{"name": "h1", "ip": "10.0.0.1", "iface": "h1-eth0", "pid": 4242},
+              {"name": "h2", "ip": "10.0.0.2", "iface": "eth0", "netns": "h2"}],
+}
+
+
+def bad(mutate) -> str:
+    data = copy.deepcopy(GOOD)
+    mutate(data)
+    with pytest.raises(TopologyError) as err:
+        fabric_from_dict(data)
+    return str(err.value)
+
+
+def test_a_leaf_spine_file_routes_remote_hosts_over_every_uplink():
+    fabric = fabric_from_dict(GOOD)
+    assert fabric.forwarding_groups("leaf1") == {"10.0.0.1": ["l1-eth1"],
+                                                  "10.0.0.2": ["l1-eth2", "l1-eth3"]}
+    assert fabric.forwarding_groups("spine2") == {"10.0.0.1": ["s2-eth1"], "10.0.0.2": ["s2-eth2"]}
+    assert fabric.leaf_of("h2") == "leaf2"
+    assert fabric.slowest_multipath_rate() == 20_000_000
+    assert [h.reachable for h in fabric.hosts] == [True, True]
+    assert fabric_from_dict(fabric.to_dict()).to_dict() == fabric.to_dict()
+
+
+def test_a_host_without_namespace_is_routed_but_gets_no_tagger():
+    data = copy.deepcopy(GOOD)
+    del data["hosts"][1]["netns"]
+    fabric = fabric_from_dict(data)
+    assert not fabric.hosts[1].reachable
+    assert "10.0.0.2" in fabric.forwarding_groups("leaf1")
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["hosts"][1].update(ip="10.0.0.1"), "hosts[1].ip: 10.0.0.1 is also host h1's address"),
+    (lambda d: d["hosts"][0].update(ip="10.0.0.300"), "hosts[0].ip: not an IPv4 address: '10.0.0.300'"),
+    (lambda d: d["switches"][0]["ports"][1].update(to="leaf9"),
+     "switches[0].ports[1].to: faces unknown node 'leaf9'"),
+    (lambda d: d["switches"][2]["ports"][0].update(iface="s1-eth1"),
+     "switches[2].ports[0].iface: 's1-eth1' is also a port of spine1 in the same namespace"),
+    (lambda d: d["switches"][1]["ports"][0].update(iface="s2-eth2"),
+     "switches[1].ports[1].iface: 's2-eth2' is also a port of spine2"),
+    (lambda d: d["switches"][0]["ports"][0].update(iface="a-very-long-interface"),
+     "switches[0].ports[0].iface: must be an interface name"),
+    (lambda d: d["switches"][0]["ports"].pop(), "leaf2 has 1 port(s) facing spine1 but spine1 has 0 facing leaf2"),
+    (lambda d: d["switches"][2]["ports"].pop(0), "hosts: no switch port faces host 'h1'"),
+    (lambda d: d["switches"][3]["ports"].append({"iface": "l2-eth9", "to": "h1"}),
+     "host 'h1' is faced by 2 ports"),
+    (lambda d: d["hosts"][0].update(netns="x"), "hosts[0].pid: give netns or pid, not both"),
+    (lambda d: d["hosts"][0].update(pid=-3), "hosts[0].pid: must be a process id"),
+    (lambda d: d["hosts"][0].pop("iface"), "hosts[0].iface: host h1 has a namespace but no interface"),
+    (lambda d: d["switches"][0].update(color="red"), "switches[0].color: unknown field"),
+    (lambda d: d.update(scheme="fastest"), "scheme: must be one of ecmp, rps"),
+    (lambda d: d.update(name="Lab"), "name: must be 1-12 lowercase"),
+    (lambda d: d["switches"][3].update(name="h1"), "switches[3].name: 'h1' is already a node"),
+    (lambda d: d["switches"][3]["ports"][1].update(rate="10mbit"), "rates differ"),
+    (lambda d: d.pop("hosts"), "hosts: missing"),
+])
+def test_errors_name_the_field_and_the_value(mutate, message):
+    assert message in bad(mutate)
+
+
+def test_switches_in_different_namespaces_may_share_interface_names():
+    data = copy.deepcopy(GOOD)
+    data["switches"][3]["ports"][0]["iface"] = "l1-eth1"  # leaf2 is in namespace rack2
+    assert fabric_from_dict(data).switch("leaf2").ports[0].iface == "l1-eth1"
+
+
+def test_reading_a_file(tmp_path):
+    import yaml
+
+    path = tmp_path / "f.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    assert read_fabric_file(path).name == "lab"
+    path.write_text("switches: [")
+    with pytest.raises(TopologyError, match="--fabric: .* is not valid YAML"):
+        read_fabric_file(path)
+    with pytest.raises(TopologyError, match="--fabric: cannot read"):
+        read_fabric_file(tmp_path / "missing.yaml")
+
+
+def test_two_machines_each_attach_their_leaf_and_route_through_the_other():
+    """One file per machine: its own leaf, the other leaf remote (routed
+    through, attached by the other machine), two cables = two paths."""
+    data = {"name": "laba", "switches": [
+        {"name": "a", "ports": [{"iface": "va0", "to": "ha"}, {"iface": "enp1s0f0", "to": "b"},
+                                {"iface": "enp1s0f1", "to": "b"}]},
+        {"name": "b", "remote": True, "ports": [{"iface": "vb0", "to": "hb"},
+                                                {"iface": "enp1s0f0", "to": "a"},
+                                                {"iface": "enp1s0f1", "to": "a"}]}],
+        "hosts": [{"name": "ha", "ip": "10.0.0.1", "iface": "ha0", "netns": "ha"},
+                  {"name": "hb", "ip": "10.0.0.2"}]}
+    fabric = fabric_from_dict(data)
+    assert fabric.forwarding_groups("a") == {"10.0.0.1": ["va0"], "10.0.0.2": ["enp1s0f0", "enp1s0f1"]}
+    assert [s.remote for s in fabric.switches] == [False, True]
+    assert fabric_from_dict(fabric.to_dict()).to_dict() == fabric.to_dict()
+    data["switches"][1]["netns"] = "x"
+    with pytest.raises(TopologyError, match=r"switches\[1\]\.remote: a remote switch has no namespace"):
+        fabric_from_dict(data)
