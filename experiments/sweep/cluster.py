@@ -35,9 +35,9 @@ from pathlib import Path
 from distributed import Client, WorkerPlugin, as_completed
 from distributed.client import FutureCancelledError
 
-from experiments.sweep.layout import is_done, result_path
+from experiments.sweep.layout import result_path
 from experiments.sweep.plan import Plan, RunSpec
-from experiments.sweep.runner import Fabric, real_run
+from experiments.sweep.runner import Fabric, progress_bar, real_run, start_out
 
 RESOURCE = "testbed"
 CONNECT_TIMEOUT_S = 10
@@ -166,35 +166,22 @@ class Cluster:
     def run_plan(self, plan: Plan, out: Path, *, console=None, progress: bool = True) -> dict:
         """runner.run_plan's work and report, each run on a worker."""
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
 
         out = Path(out)
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-        (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1))
         console = console or Console(highlight=False, soft_wrap=True)
         failed_path = out / "failed.json"
         failed: dict = {}
-        todo = [r for r in plan.runs if not is_done(out, r)]
-        skipped = len(plan.runs) - len(todo)
-        if skipped:
-            console.print(f"  [dim]•[/] resuming: {skipped} of {len(plan.runs)} runs already in {out}")
-        first: dict = {}
-        for i, r in enumerate(todo):     # grouped by topology (a worker rebuilds on a change)
-            first.setdefault(r.topology, i)
-        order = sorted(range(len(todo)), key=lambda i: (first[todo[i].topology], i))
+        # grouped by topology (a worker rebuilds on a change), earlier first
+        todo, skipped = start_out(plan, out, console)
         futures = {}
-        for rank, i in enumerate(order):
-            spec = todo[i]
+        for rank, spec in enumerate(todo):
             fut = self.client.submit(self.task, spec, self.prefix, self.timeout_s,
                                      resources={RESOURCE: 1}, pure=False,
-                                     priority=len(order) - rank,
+                                     priority=len(todo) - rank,
                                      key=f"talb-run-{spec.key()}-{os.urandom(4).hex()}")
             futures[fut] = spec
         done = 0
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                       console=console, transient=True, disable=not progress)
+        bar = progress_bar(console, progress)
         try:
             with bar:
                 task = bar.add_task(f"{plan.name} on {self.client.scheduler.address}",

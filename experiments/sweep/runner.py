@@ -121,6 +121,33 @@ class _NoFabric:
         pass
 
 
+def start_out(plan: Plan, out: Path, console) -> tuple[list[RunSpec], int]:
+    """A sweep's start in ``out``: runs/ made, plan.json written; returns the
+    unfinished runs, grouped by topology (one fabric per topology; plan order
+    kept within), and how many were there already (said when any)."""
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1))
+    todo = [r for r in plan.runs if not is_done(out, r)]
+    skipped = len(plan.runs) - len(todo)
+    if skipped:
+        console.print(f"  [dim]•[/] resuming: {skipped} of {len(plan.runs)} runs already in {out}")
+    first: dict = {}
+    for i, r in enumerate(todo):
+        first.setdefault(r.topology, i)
+    order = sorted(range(len(todo)), key=lambda i: (first[todo[i].topology], i))
+    return [todo[i] for i in order], skipped
+
+
+def progress_bar(console, progress: bool = True):
+    """The sweep's progress bar: current run, done/total, elapsed and ETA."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=console, transient=True, disable=not progress)
+
+
 def run_plan(plan: Plan, out: Path, *, run_fn: RunFn | None = None, fabric=None,
              prefix: str = "tbench", console=None, progress: bool = True) -> dict:
     """Run every unfinished run of ``plan`` into ``out``; returns
@@ -129,38 +156,23 @@ def run_plan(plan: Plan, out: Path, *, run_fn: RunFn | None = None, fabric=None,
     fabric is removed, finished runs stay). A ``fabric`` given is the
     caller's to close; one made here is closed here."""
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
 
     out = Path(out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1))
     console = console or Console(highlight=False, soft_wrap=True)
     failed_path = out / "failed.json"
     failed = {}
-    todo = [r for r in plan.runs if not is_done(out, r)]
-    skipped = len(plan.runs) - len(todo)
-    if skipped:
-        console.print(f"  [dim]•[/] resuming: {skipped} of {len(plan.runs)} runs already in {out}")
+    todo, skipped = start_out(plan, out, console)
     own_fabric = fabric is None
     if fabric is None:
         fabric = _NoFabric() if run_fn is not None else \
             Fabric(prefix, say=lambda m: console.print(f"  [dim]•[/] {m}"))
     run_fn = run_fn or real_run(prefix)
-    # one fabric per topology: the runs grouped by it, plan order kept within
-    first = {}
-    for i, r in enumerate(todo):
-        first.setdefault(r.topology, i)
-    order = sorted(range(len(todo)), key=lambda i: (first[todo[i].topology], i))
     done = 0
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                   console=console, transient=True, disable=not progress)
+    bar = progress_bar(console, progress)
     try:
         with bar:
             task = bar.add_task(plan.name, total=len(todo))
-            for i in order:
-                spec = todo[i]
+            for spec in todo:
                 bar.update(task, description=spec.label())
                 path = result_path(out, spec)
                 t0 = time.monotonic()
