@@ -143,6 +143,15 @@ def _keys(where: str, d, allowed: set[str], required: set[str] = frozenset()) ->
     return d
 
 
+def _new_node(where: str, raw: dict, kind: str, nodes: dict[str, str]) -> str:
+    """A host's or switch's name, checked and unique among all nodes; recorded."""
+    name = _name(f"{where}.name", raw["name"])
+    if name in nodes:
+        raise TopologyError(f"{where}.name", f"{name!r} is already a node")
+    nodes[name] = kind
+    return name
+
+
 def _name(where: str, value) -> str:
     if not isinstance(value, str) or not NODE_RE.match(value):
         raise TopologyError(where, f"must be 1-12 lowercase letters/digits starting with a letter, "
@@ -200,10 +209,7 @@ def fabric_from_dict(data) -> AttachFabric:
     for i, h in enumerate(raw_hosts):
         w = f"hosts[{i}]"
         _keys(w, h, {"name", "ip", "iface", "netns", "pid"}, {"name", "ip"})
-        hname = _name(f"{w}.name", h["name"])
-        if hname in nodes:
-            raise TopologyError(f"{w}.name", f"{hname!r} is already a node")
-        nodes[hname] = "host"
+        hname = _new_node(w, h, "host", nodes)
         try:
             ip = str(ipaddress.IPv4Address(h["ip"]))
         except (ValueError, TypeError):
@@ -220,10 +226,7 @@ def fabric_from_dict(data) -> AttachFabric:
     for i, s in enumerate(raw_sw):
         w = f"switches[{i}]"
         _keys(w, s, {"name", "netns", "pid", "ports", "remote"}, {"name", "ports"})
-        sname = _name(f"{w}.name", s["name"])
-        if sname in nodes:
-            raise TopologyError(f"{w}.name", f"{sname!r} is already a node")
-        nodes[sname] = "switch"
+        _new_node(w, s, "switch", nodes)
     switches, seen_iface = [], {}
     for i, s in enumerate(raw_sw):
         w = f"switches[{i}]"

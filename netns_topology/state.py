@@ -34,16 +34,22 @@ def exists(prefix: str) -> bool:
     return paths.state_file(prefix).exists() or bool(namespaces(prefix))
 
 
-def read_state(prefix: str) -> dict:
-    path = paths.state_file(prefix)
+def read_record(path, missing: str, corrupt_hint: str) -> dict:
+    """A JSON record talb keeps under /run/talb; TestbedError saying
+    ``missing`` when it is not there, or that it is corrupt and ``corrupt_hint``."""
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise TestbedError(f"no testbed with prefix '{prefix}' is up "
-                           f"(start one with `talb testbed up --prefix {prefix}`)") from None
+        raise TestbedError(missing) from None
     except json.JSONDecodeError as exc:
-        raise TestbedError(f"state file {path} is corrupt ({exc}); "
-                           f"`talb testbed down --prefix {prefix}` removes the testbed") from None
+        raise TestbedError(f"{path} is corrupt ({exc}){corrupt_hint}") from None
+
+
+def read_state(prefix: str) -> dict:
+    return read_record(paths.state_file(prefix),
+                       f"no testbed with prefix '{prefix}' is up "
+                       f"(start one with `talb testbed up --prefix {prefix}`)",
+                       f"; `talb testbed down --prefix {prefix}` removes the testbed")
 
 
 def write_state(prefix: str, state: dict) -> None:

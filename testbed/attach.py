@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from common import paths
-from netns_topology.state import TestbedError, require_root
+from netns_topology.state import TestbedError, read_record, require_root
 
 Progress = Callable[[str], None]
 
@@ -43,14 +43,9 @@ def attached(name: str) -> bool:
 
 def read_attach(name: str) -> dict:
     """The attach record of ``name``; TestbedError when nothing is attached."""
-    path = paths.attach_file(name)
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TestbedError(f"nothing is attached under the name '{name}' "
-                           f"(`talb attach --fabric FILE` attaches; the file's 'name' field)") from None
-    except json.JSONDecodeError as exc:
-        raise TestbedError(f"attach record {path} is corrupt ({exc})") from None
+    return read_record(paths.attach_file(name),
+                       f"nothing is attached under the name '{name}' "
+                       f"(`talb attach --fabric FILE` attaches; the file's 'name' field)", "")
 
 
 def _write(state: dict) -> None:
