@@ -161,19 +161,19 @@ def _starting(prefix: str):
 
 
 # --- building the agent -----------------------------------------------------------------
-def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
-          netns: str | None = None, pin_dir: str | os.PathLike | None = None) -> Agent:
-    """The agent for every switch of testbed ``prefix`` (``switch`` None), or
-    for one switch: its namespace (default ``<prefix>-<switch>`` if that
-    exists, else this process's) and pin directory (default the testbed's)."""
-    from agent.routing import LocalRouting, TopologyRouting
+def build(config: AgentConfig, *, prefix: str, switch: str | None = None) -> Agent:
+    """The agent for every switch of ``prefix`` -- the fabric attached under
+    that name (`talb attach`: its record) or else the testbed (`talb testbed
+    up`: its state file) -- or, with ``switch``, for that one switch of it:
+    the same ports, rates, buffers and groups, one switch's share of them."""
+    from agent.routing import TopologyRouting
     from agent.switch import SwitchMonitor
 
     monitors = {}
     try:
-        if switch is None and paths.attach_file(prefix).exists():
-            routing = _attached_routing(prefix, config, monitors)
-        elif switch is None:
+        if paths.attach_file(prefix).exists():
+            routing = _attached_routing(prefix, config, monitors, switch)
+        else:
             from netns_topology.state import load_topology_of, read_state
 
             state = read_state(prefix)
@@ -181,15 +181,12 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
                 raise AgentError(f"testbed '{prefix}' is {state.get('status')} with datapath "
                                  f"{state.get('datapath')}: the agent needs a running bpf data path")
             routing = TopologyRouting(load_topology_of(prefix), prefix)
-            for sw in routing.switches:
+            names = routing.switches
+            if switch is not None and switch not in names:
+                raise AgentError(f"--switch: testbed '{prefix}' has no switch {switch!r} "
+                                 f"(switches: {', '.join(names)})")
+            for sw in names if switch is None else [switch]:
                 monitors[sw] = SwitchMonitor(sw, routing.netns(sw), paths.pin_dir(prefix, sw), config)
-        else:
-            if netns is None and Path("/run/netns", paths.netns_name(prefix, switch)).exists():
-                netns = paths.netns_name(prefix, switch)
-            pin_dir = pin_dir or paths.pin_dir(prefix, switch)
-            monitors[switch] = SwitchMonitor(switch, netns or None, pin_dir, config)
-            routing = LocalRouting(switch, netns or None, monitors[switch].maps,
-                                   monitors[switch].links)
         for sw, m in monitors.items():
             m.bind(routing.ports(sw))
         agent = Agent(monitors, routing, config)
@@ -201,27 +198,34 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None,
         raise
 
 
-def _attached_routing(prefix: str, config: AgentConfig, monitors: dict):
+def _attached_routing(prefix: str, config: AgentConfig, monitors: dict, switch: str | None = None):
     """Monitors (added to ``monitors``) and routing of a fabric `talb attach`
-    loaded (its record, /run/talb/<prefix>/attach.json)."""
+    loaded (its record, /run/talb/<prefix>/attach.json): every switch it
+    attached on this machine, or only ``switch``. Rates and buffers as the
+    file describes them, groups as attach installed them."""
     from agent.routing import FabricRouting, LocalRouting, PortSpec
     from agent.switch import SwitchMonitor
+    from netns_topology.attach_spec import fabric_from_dict
 
     state = json.loads(paths.attach_file(prefix).read_text())
     if state.get("status") != "up":
         raise AgentError(f"attached fabric '{prefix}' is {state.get('status')}, not up")
-    limit = state["fabric"]["queue_limit"]
+    fabric = fabric_from_dict(state["fabric"])
+    here = [sw.name for sw in fabric.switches if sw.name in state["switches"]]  # not remote
+    if switch is not None and switch not in here:
+        remote = any(sw.name == switch for sw in fabric.switches)
+        raise AgentError(f"--switch: {switch!r} is " + (
+            "remote in the fabric attached as " if remote else "no switch of the fabric attached as ")
+            + f"'{prefix}' (switches attached here: {', '.join(here)})")
     parts = {}
-    for sw in state["fabric"]["switches"]:
-        if sw["name"] not in state["switches"]:  # remote: another machine's agent
+    for sw in fabric.switches:
+        if sw.name not in here or (switch is not None and sw.name != switch):
             continue
-        rec = state["switches"][sw["name"]]
-        m = monitors[sw["name"]] = SwitchMonitor(sw["name"], rec["netns"], rec["pin"], config)
-        specs = {p["iface"]: PortSpec(p["iface"], p["rate"],
-                                      "host" if p["to"] in {h["name"] for h in state["fabric"]["hosts"]}
-                                      else "fabric", limit)
-                 for p in sw["ports"]}
-        parts[sw["name"]] = LocalRouting(sw["name"], rec["netns"], m.maps, m.links, specs)
+        rec = state["switches"][sw.name]
+        m = monitors[sw.name] = SwitchMonitor(sw.name, rec["netns"], rec["pin"], config)
+        specs = {p.iface: PortSpec(p.iface, p.rate_bps, p.kind, fabric.port_buffer(p))
+                 for p in sw.ports}
+        parts[sw.name] = LocalRouting(sw.name, rec["netns"], m.maps, m.links, specs)
     return FabricRouting(parts)
 
 
@@ -251,10 +255,11 @@ def serve_metrics(metrics: AgentMetrics, config: AgentConfig) -> int:
 
 
 # --- foreground -------------------------------------------------------------------------
-def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str | None = None,
-        netns: str | None = None, pin_dir: str | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or, in prefix mode, until the testbed is
-    removed). Returns the exit status."""
+def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX,
+        switch: str | None = None) -> int:
+    """Run until SIGTERM/SIGINT or until the testbed (attached fabric) is
+    removed. Returns the exit status. ``switch``: that one switch only
+    (no pid file, no prefix lock: several such agents may share a prefix)."""
     paths.check_prefix(prefix)
     logging.basicConfig(level=config.logging_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -265,7 +270,7 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
     try:
         if switch is None:  # one agent per prefix, however it was started
             lock = _hold_agent_lock(prefix)
-        agent = build(config, prefix=prefix, switch=switch, netns=netns, pin_dir=pin_dir)
+        agent = build(config, prefix=prefix, switch=switch)
         if switch is None:  # written once the testbed is known to be there
             pidf = pid_file(prefix)
             paths.write_private(pidf, f"{os.getpid()}\n")
@@ -291,8 +296,7 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
         info = {"pid": os.getpid(), "prefix": prefix, "switch": switch,
                 "metrics": f"{config.metrics_addr}:{port}",
                 "config": config.to_dict()}
-        alive_path = Path(pin_dir or paths.pin_dir(prefix, switch)) if switch is not None \
-            else paths.attach_file(prefix) if paths.attach_file(prefix).exists() \
+        alive_path = paths.attach_file(prefix) if paths.attach_file(prefix).exists() \
             else paths.state_file(prefix)
 
         def tick():
@@ -301,7 +305,7 @@ def run(config: AgentConfig, *, prefix: str = paths.DEFAULT_PREFIX, switch: str 
                     raise FileNotFoundError(alive_path)
                 # prefix mode: never recreate a state directory `testbed down` removed
                 write_snapshot(snap, agent.latest, {**info, "loop": dict(metrics.counts)},
-                               make_dir=switch is not None)
+                               make_dir=False)
             except FileNotFoundError:
                 log.info("%s is gone (testbed removed): exiting", alive_path)
                 stop.set()

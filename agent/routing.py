@@ -1,9 +1,10 @@
 """What each managed switch's ports are (name, rate, buffer) and how its
 forwarding groups follow link state.
 
-Two sources, one per way of running the agent:
+Two sources, one per kind of fabric (``talb agent --prefix P``, all its
+switches, or ``--switch NAME``, one of them, from the same source):
 
-* :class:`TopologyRouting` (``talb agent --prefix P``): the testbed's
+* :class:`TopologyRouting` (a fabric `talb testbed up` built): the testbed's
   topology (state file) is the truth. A link is down when any port of it
   that the agent watches is down; the topology is updated
   (``set_link(a, b, up=False)``) and every switch whose forwarding state no
@@ -12,11 +13,11 @@ Two sources, one per way of running the agent:
   that routing stays consistent across the fabric (a spine cut off from a
   leaf is also avoided by the other leaves). Links between the same two
   nodes are one link here: any of them down takes all down.
-* :class:`LocalRouting` (``talb agent --switch NAME``, as on a real switch):
-  only the switch's own maps and interfaces. The groups installed when the
-  agent starts are the configuration; a down port is left out of them, a
-  destination whose ports are all down is removed (the bridge carries it).
-  Rates and buffers come from each port's HTB root and bfifo leaf.
+* :class:`FabricRouting` of :class:`LocalRouting` parts (a fabric `talb
+  attach` loaded): each switch from its own maps and interfaces, with the
+  ports' rates and buffers from the fabric file. The groups installed when
+  the agent starts are the configuration; a down port is left out of them,
+  a destination whose ports are all down is removed (the bridge carries it).
 
 Either way ``program_switch`` does the writes: each group is one hash-map
 value, replaced atomically. The switch's config map (scheme, hash seed,
@@ -132,35 +133,12 @@ class TopologyRouting:
         return done
 
 
-def _htb_port(ipr, netns: str, ifname: str) -> tuple[int, int]:
-    """(rate bit/s of HTB class 1:1, byte limit of band 0's bfifo) of a port."""
-    import netns_topology.qdisc as q  # registers pyroute2's bfifo decoder
-
-    found = ipr.link_lookup(ifname=ifname)
-    if not found:
-        raise LookupError(f"no interface {ifname!r} in namespace {netns}")
-    rate = limit = None
-    for cls in ipr.get_classes(found[0]):
-        opts = cls.get_attr("TCA_OPTIONS")
-        if cls["handle"] == q.PARENT_CLASS and opts is not None:
-            rate = (opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]) * 8
-    for qd in ipr.get_qdiscs(found[0]):
-        if qd["handle"] == q.band_qdisc_handle(0):
-            limit = (qd.get_attr("TCA_OPTIONS") or {}).get("limit")
-    if not rate or not limit:
-        raise LookupError(f"port {ifname} ({netns}): no HTB root with class 1:1 and a bfifo "
-                          f"band 0 (netns_topology/qdisc.py): the agent needs the link rate "
-                          f"and buffer of every port")
-    return int(rate), int(limit)
-
-
 class LocalRouting:
-    """Switch mode: one switch, from its own maps and interfaces."""
+    """One attached switch, from its own maps and interfaces; its ports'
+    rates and buffers as described (``port_specs``, by interface name)."""
 
     def __init__(self, switch: str, netns: str | None, maps: SwitchMaps, watcher: LinkWatcher,
-                 port_specs: dict[str, PortSpec] | None = None):
-        from pyroute2 import IPRoute
-
+                 port_specs: dict[str, PortSpec]):
         self.switch, self._netns = switch, netns
         names = {link.ifindex: name for name, link in watcher.links.items()}
         installed = sorted(maps.ports.items(), key=lambda kv: kv[1].port_id)
@@ -174,17 +152,10 @@ class LocalRouting:
                                   f"interfaces in {netns or 'this namespace'}")
             self._rows.append((names[ifindex], ifindex, bool(info.flags & PORT_HOST)))
         self._routes, _ = installed_state(maps)
-        if port_specs is not None:  # rates and buffers as described (an attached fabric)
-            missing = [name for name, _, _ in self._rows if name not in port_specs]
-            if missing:
-                raise LookupError(f"switch {switch}: no description of port(s) {', '.join(missing)}")
-            self._ports = [port_specs[name] for name, _, _ in self._rows]
-            return
-        with (IPRoute(netns=netns, flags=0) if netns else IPRoute()) as ipr:
-            self._ports = []
-            for name, _ifindex, host in self._rows:
-                rate, limit = _htb_port(ipr, netns, name)
-                self._ports.append(PortSpec(name, rate, "host" if host else "fabric", limit))
+        missing = [name for name, _, _ in self._rows if name not in port_specs]
+        if missing:
+            raise LookupError(f"switch {switch}: no description of port(s) {', '.join(missing)}")
+        self._ports = [port_specs[name] for name, _, _ in self._rows]
 
     @property
     def switches(self) -> list[str]:

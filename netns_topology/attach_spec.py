@@ -4,6 +4,11 @@
     link_rate: 20mbit         # every port's rate unless the port says (agent, timers)
     queue_limit: 150kb        # a port's buffer, for the agent's delay model
     scheme: ecmp              # ecmp, rps, letflow, drill, conga or talb
+    queue: {bands: [1, 4, 2, 1], limit: 40kb}   # optional: priority bands on every
+                              # port (HTB + bfifo per band, as `talb testbed up`'s
+                              # queue:); a port's own queue: overrides, queue: false
+                              # keeps that port's queue as it is
+    replace_qdisc: false      # true: bands may replace a root qdisc that is there
     switches:
       - name: leaf1
         netns: null           # the namespace `talb attach` runs in (default);
@@ -12,7 +17,7 @@
                               # attached by that machine's `talb attach`)
         ports:
           - {iface: l1-eth1, to: h1}
-          - {iface: l1-eth3, to: spine1, rate: 20mbit}
+          - {iface: l1-eth3, to: spine1, rate: 20mbit, queue: {bands: [1, 2]}}
     hosts:
       - name: h1
         ip: 10.0.0.1
@@ -34,7 +39,7 @@ from pathlib import Path
 from common.paths import NETNS_RE, NODE_RE, PREFIX_RE
 
 from .errors import TopologyError
-from .params import check_rate
+from .params import Queue, check_bool, check_rate
 from .topo import shortest_path_groups
 from .units import parse_size
 
@@ -51,6 +56,7 @@ class AttachPort:
     to: str
     kind: str          # "host" or "fabric"
     rate_bps: int
+    queue: Queue | None = None  # priority bands attach installs; None: the port's own queue
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,19 @@ class AttachFabric:
     switches: list[AttachSwitch]
     hosts: list[AttachHost]
     links: list[tuple[str, str, str, str]] = field(default_factory=list)  # switch-switch
+    replace_qdisc: bool = False  # bands may replace a root qdisc attach did not create
+
+    def bands_of(self, switch: str) -> tuple[int, int]:
+        """(n_bands, layers_per_band) the switch marks packets for: its
+        ports' bands (they agree, fabric_from_dict checks), or (1, 0): one
+        band, no port asked for more."""
+        queues = [p.queue for p in self.switch(switch).ports if p.queue is not None]
+        return (len(queues[0].bands), queues[0].layers_per_band) if queues else (1, 0)
+
+    def port_buffer(self, port: AttachPort) -> int:
+        """A port's buffer for the agent's delay model and DRILL: one band's
+        bfifo where attach installs bands, else the file's queue_limit."""
+        return port.queue.limit if port.queue is not None else self.queue_limit
 
     def switch(self, name: str) -> AttachSwitch:
         return next(s for s in self.switches if s.name == name)
@@ -120,11 +139,15 @@ class AttachFabric:
             if n.pid is not None:
                 d["pid"] = n.pid
             return d
+        def port(p):
+            d = {"iface": p.iface, "to": p.to, "rate": p.rate_bps}
+            d["queue"] = p.queue.to_dict() if p.queue is not None else False
+            return d
         return {
             "name": self.name, "link_rate": self.link_rate, "queue_limit": self.queue_limit,
-            "scheme": self.scheme,
-            "switches": [{**node(s), **({"remote": True} if s.remote else {}), "ports": [{"iface": p.iface, "to": p.to, "rate": p.rate_bps}
-                                               for p in s.ports]} for s in self.switches],
+            "scheme": self.scheme, "replace_qdisc": self.replace_qdisc,
+            "switches": [{**node(s), **({"remote": True} if s.remote else {}),
+                          "ports": [port(p) for p in s.ports]} for s in self.switches],
             "hosts": [{**node(h), "ip": h.ip, **({"iface": h.iface} if h.iface else {})}
                       for h in self.hosts],
         }
@@ -181,8 +204,8 @@ def _where(where: str, d: dict) -> tuple[str | None, int | None]:
 def fabric_from_dict(data) -> AttachFabric:
     """Check an attach file's contents and return the fabric; TopologyError
     naming the field (``switches[1].ports[0].to``) and the value otherwise."""
-    _keys("", data, {"name", "link_rate", "queue_limit", "scheme", "switches", "hosts"},
-          {"switches", "hosts"})
+    _keys("", data, {"name", "link_rate", "queue_limit", "scheme", "switches", "hosts", "queue",
+                     "replace_qdisc"}, {"switches", "hosts"})
     name = data.get("name", DEFAULT_NAME)
     if not isinstance(name, str) or not PREFIX_RE.match(name):
         raise TopologyError("name", f"must be 1-12 lowercase letters/digits starting with a letter, "
@@ -198,6 +221,9 @@ def fabric_from_dict(data) -> AttachFabric:
     scheme = data.get("scheme", "ecmp")
     if scheme not in SCHEMES:
         raise TopologyError("scheme", f"must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+
+    default_queue = _queue("queue", data.get("queue"))
+    replace_qdisc = check_bool("replace_qdisc", data.get("replace_qdisc", False))
 
     raw_sw, raw_hosts = data["switches"], data["hosts"]
     if not isinstance(raw_sw, list) or not raw_sw:
@@ -243,7 +269,7 @@ def fabric_from_dict(data) -> AttachFabric:
         made = []
         for j, p in enumerate(ports):
             pw = f"{w}.ports[{j}]"
-            _keys(pw, p, {"iface", "to", "rate"}, {"iface", "to"})
+            _keys(pw, p, {"iface", "to", "rate", "queue"}, {"iface", "to"})
             iface = _iface(f"{pw}.iface", p["iface"])
             where = ("remote", s["name"]) if remote else ("netns", netns) if netns is not None \
                 else ("pid", pid) if pid is not None else ("local", None)
@@ -258,7 +284,9 @@ def fabric_from_dict(data) -> AttachFabric:
             if to == s["name"]:
                 raise TopologyError(f"{pw}.to", f"a port of {to} cannot face {to} itself")
             rate = check_rate(f"{pw}.rate", p["rate"]) if p.get("rate") is not None else link_rate
-            made.append(AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate))
+            queue = _queue(f"{pw}.queue", p["queue"]) if "queue" in p else default_queue
+            made.append(AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate, queue))
+        _same_bands(w, made)
         switches.append(AttachSwitch(s["name"], netns, pid, tuple(made), remote))
 
     for h in hosts:
@@ -286,7 +314,36 @@ def fabric_from_dict(data) -> AttachFabric:
                     raise TopologyError("switches", f"link {a.name}:{pa.iface} - {b.name}:{pb.iface}: "
                                                     f"rates differ ({pa.rate_bps} vs {pb.rate_bps} bit/s)")
                 links.append((a.name, pa.iface, b.name, pb.iface))
-    return AttachFabric(name, link_rate, queue_limit, scheme, switches, hosts, links)
+    return AttachFabric(name, link_rate, queue_limit, scheme, switches, hosts, links, replace_qdisc)
+
+
+def _queue(where: str, value) -> Queue | None:
+    """A ``queue:`` field: the topology YAML's (Queue.from_value: bands,
+    limit, burst, cburst, quantum, layers_per_band); absent, null or false:
+    no bands, the port keeps its own queue."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        raise TopologyError(where, "must be a mapping like {bands: [1, 4, 2, 1], limit: 40kb}, "
+                                   "or false (no bands), got True")
+    return Queue.from_value(where, value)
+
+
+def _same_bands(where: str, ports: list[AttachPort]) -> None:
+    """A switch marks packets for one set of bands (its n_bands and
+    layers_per_band): the ports with bands must agree on both."""
+    first = None
+    for j, p in enumerate(ports):
+        if p.queue is None:
+            continue
+        shape = (len(p.queue.bands), p.queue.layers_per_band)
+        if first is None:
+            first = (j, shape)
+        elif shape != first[1]:
+            raise TopologyError(f"{where}.ports[{j}].queue",
+                                f"{shape[0]} bands of {shape[1]} layer(s), but {where}.ports"
+                                f"[{first[0]}] has {first[1][0]} of {first[1][1]}: a switch marks "
+                                "packets for one set of bands (weights and limits may differ)")
 
 
 def read_fabric_file(path: str | Path) -> AttachFabric:

@@ -513,21 +513,31 @@ def _scheme_attached(name: str, scheme_name: str | None, params) -> None:
 
 
 @main.command("send")
-@click.option("--src", "srcs", required=True,
-              help="Sending host(s), comma-separated: h0 or h0,h1,h2.")
-@click.option("--dst", required=True, help="Receiving host (runs the verifying receiver).")
+@click.option("--src", "srcs", help="Sending host(s), comma-separated: h0 or h0,h1,h2.")
+@click.option("--dst", help="Receiving host (runs the verifying receiver on this machine).")
+@click.option("--to", "to", metavar="IP:PORT",
+              help="Instead of --dst: send to a `talb send --listen` on another machine "
+                   "(e.g. 10.0.0.2:7000); it verifies the bytes and prints its own report.")
+@click.option("--listen", is_flag=True,
+              help="Only the verifying receiver, in --host, for senders on another machine "
+                   "(`talb send --src H --to IP:PORT` there); prints every tensor it got.")
+@click.option("--host", help="With --listen: the host the receiver runs in.")
 @click.option("--tensors", type=int, default=12, show_default=True, help="Tensors per sender.")
 @click.option("--layers", type=int, default=3, show_default=True,
               help="Layers the tensors cycle through (0 = front = highest priority).")
 @click.option("--size", default="200kb", show_default=True, help="Bytes per tensor, e.g. 200kb, 1mb.")
 @click.option("--senders", type=int, default=1, show_default=True,
-              help="TCP connections (worker processes) per source host, at most 16.")
+              help="TCP connections (worker processes) per source host, at most 16; with "
+                   "--listen: the connections to wait for, all senders together.")
 @click.option("--port", type=int, default=7000, show_default=True, help="Receiver's TCP port.")
 @click.option("--pcap-dir", type=click.Path(file_okay=False),
               help="Keep the uplink captures here (default: a temporary directory, removed at the end).")
+@click.option("--timeout", type=float, default=None,
+              help="Seconds for the whole exchange [300; with --listen 600, senders included].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @PREFIX_OPTION
-def send_cmd(srcs, dst, tensors, layers, size, senders, port, pcap_dir, as_json, prefix):
+def send_cmd(srcs, dst, to, listen, host, tensors, layers, size, senders, port, pcap_dir, timeout,
+             as_json, prefix):
     """Send tagged tensors over TCP and show each tensor's FCT and uplink.
 
     A smoke tool for TaLB: the receiver checks every byte (SHA-256), the
@@ -536,22 +546,74 @@ def send_cmd(srcs, dst, tensors, layers, size, senders, port, pcap_dir, as_json,
     integrity broken). Several sources in one run and several runs side by
     side are fine: each host's ids are unique, and tensors are told apart by
     their source.
+
+    \b
+    Across two machines (a fabric attached on each, docs/attach.md):
+      B:  talb send --listen --prefix lab --host hb --port 7000
+      A:  talb send --prefix lab --src ha --to 10.0.0.2:7000
     """
     from netns_topology import parse_size
     from talb import send as send_mod
 
+    say = err_console.print if as_json else console.print
+    if listen:
+        for flag, value in (("--src", srcs), ("--dst", dst), ("--to", to)):
+            if value:
+                _fail(f"{flag}: not with --listen (the receiver alone; --host names where it runs)")
+        if not host:
+            _fail("--listen: needs --host, the host the receiver runs in")
+        require_root()
+        rep = send_mod.listen(prefix, host, port=port, connections=senders, say=say,
+                              timeout=timeout or 600.0)
+        if as_json:
+            click.echo(json.dumps({"ok": rep.ok, "errors": rep.errors, "tensors": rep.tensors},
+                                  indent=2))
+        else:
+            _print_listen(rep)
+        if not rep.ok:
+            _fail("some tensors were lost or corrupted (see above)")
+        return
+    if host:
+        _fail("--host: only with --listen (senders are --src)")
+    if not srcs:
+        _fail("--src: give the sending host(s)")
+    if bool(dst) == bool(to):
+        _fail("--dst/--to: give one: --dst HOST (receiver here) or --to IP:PORT "
+              "(a `talb send --listen` elsewhere)")
     require_root()
-    report = send_mod.run(prefix, [s.strip() for s in srcs.split(",") if s.strip()], dst,
-                          tensors=tensors, layers=layers, size=parse_size(size), senders=senders,
-                          port=port, pcap_dir=pcap_dir, say=err_console.print if as_json else console.print)
+    src_list = [s.strip() for s in srcs.split(",") if s.strip()]
+    if to:
+        report = send_mod.send_to(prefix, src_list, to, tensors=tensors, layers=layers,
+                                  size=parse_size(size), senders=senders, pcap_dir=pcap_dir,
+                                  say=say, timeout=timeout or 300.0)
+    else:
+        report = send_mod.run(prefix, src_list, dst, tensors=tensors, layers=layers,
+                              size=parse_size(size), senders=senders, port=port,
+                              pcap_dir=pcap_dir, say=say, timeout=timeout or 300.0)
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "pcap_dir": report.pcap_dir,
                                "fct_by_layer": report.fct_by_layer(),
                                "tensors": [dict(vars(t)) for t in report.tensors]}, indent=2))
     else:
         _print_send(report)
+        if to:
+            console.print(f"  (the receiver at {to} verifies the bytes: see its report)")
     if not report.ok:
         _fail("some tensors were lost, corrupted or split across uplinks (see above)")
+
+
+def _print_listen(rep) -> None:
+    t = Table(title="tensors received", title_justify="left")
+    for col in ("src", "worker", "seq", "layer", "bytes", "receive", "ok"):
+        t.add_column(col, justify="right" if col in ("bytes", "receive") else "left")
+    for r in rep.tensors:
+        t.add_row(r["src"], str(r["worker"]), str(r["seq"]), str(r["layer"]), str(r["bytes"]),
+                  f"{r['recv_s'] * 1e3:.1f} ms", "yes" if r["ok"] else "[red]NO[/]")
+    console.print(t)
+    ok = sum(r["ok"] for r in rep.tensors)
+    console.print(f"  {ok}/{len(rep.tensors)} tensors verified, {sum(r['bytes'] for r in rep.tensors)} "
+                  f"bytes, from {rep.connections} connection(s)"
+                  + "".join(f"\n  [red]{e}[/]" for e in rep.errors))
 
 
 def _print_send(report) -> None:

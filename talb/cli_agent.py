@@ -30,12 +30,11 @@ def _threshold(value: str | None) -> float | str | None:
 
 @click.command("agent")
 @click.option("--prefix", default=paths.DEFAULT_PREFIX, show_default=True, help=PREFIX_HELP)
-@click.option("--switch", help="Manage this one switch only, from its own maps and interfaces "
-                               "(as on a real switch). Default: every switch of the testbed.")
-@click.option("--netns", help="With --switch: its network namespace "
-                              "[<prefix>-<switch> if it exists, else the agent's own].")
-@click.option("--pin-dir", type=click.Path(file_okay=False),
-              help="With --switch: directory of its pinned maps [/run/talb/bpffs/<prefix>/<switch>].")
+@click.option("--switch", help="Manage this one switch of the prefix's fabric only (an attached "
+                               "fabric's or a testbed's; same ports, rates, buffers and groups as "
+                               "without it). Default: every switch (attached on this machine).")
+@click.option("--netns", hidden=True)
+@click.option("--pin-dir", hidden=True)
 @click.option("--window-ms", type=float, default=None,
               help="Window T in ms: counters read, PCM computed and published every T "
                    "[default: 40 frame times at the testbed's slowest multipath link, at least "
@@ -68,19 +67,21 @@ def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_
     """Run the PCM loop: port counters -> utilisation, queueing delay -> PCM ->
     weights in the switches' maps, every window; Prometheus metrics on /metrics.
 
-    Runs until Ctrl-C / SIGTERM (or until the testbed is removed). The data
-    path keeps forwarding with the last weights while no agent runs.
+    The switches are the prefix's: a fabric `talb attach` loaded under that
+    name, or else the testbed `talb testbed up` built. Runs until Ctrl-C /
+    SIGTERM (or until the testbed is removed or the fabric detached). The
+    data path keeps forwarding with the last weights while no agent runs.
     """
     from agent import daemon
 
-    if switch is None and (netns or pin_dir):
-        raise ConfigError("--netns/--pin-dir: only with --switch (prefix mode finds every "
-                          "switch from the testbed's state file)")
+    if netns is not None or pin_dir is not None:
+        raise ConfigError(f"{'--netns' if netns is not None else '--pin-dir'}: gone; the agent "
+                          "learns a switch from its fabric only: describe the switch in a fabric "
+                          "file (docs/attach.md: its netns, ports, rates), `talb attach --fabric "
+                          "FILE --no-agent`, then `talb agent --prefix NAME --switch SWITCH`")
     paths.check_prefix(prefix)
     if switch is not None:  # part of pin and snapshot paths
         paths.check_node(switch, "--switch")
-    if netns is not None:
-        paths.check_netns(netns, "--netns")
     # no --window-ms: the window follows the testbed's link rate (datapath/timers.py)
     timing = daemon.derived_window(prefix, {
         "window_s": None if window_ms is None else window_ms / 1e3,
@@ -90,7 +91,7 @@ def agent_cmd(prefix, switch, netns, pin_dir, window_ms, w1, w2, threshold, pcm_
                          log_level=log_level, read_strategy=read_strategy, **timing)
     require_root()
     try:
-        code = daemon.run(config, prefix=prefix, switch=switch, netns=netns, pin_dir=pin_dir)
+        code = daemon.run(config, prefix=prefix, switch=switch)
     except (daemon.AgentError, OSError, LookupError) as exc:
         raise TestbedError(str(exc)) from None
     raise SystemExit(code)

@@ -32,7 +32,8 @@ def attach_cmd(fabric_file, scheme, with_agent, metrics_addr, metrics_port):
     forwarding groups from the described neighbours, the host tagger where a
     host's namespace is given, and the agent. Everything done is recorded in
     /run/talb/NAME/attach.json; `talb detach --name NAME` undoes exactly that.
-    A failed attach undoes itself."""
+    Priority bands go where the file's queue: asks (docs/attach.md). A
+    failed attach undoes itself."""
     from netns_topology.attach_spec import read_fabric_file
     from testbed.attach import attach
 
@@ -50,13 +51,15 @@ def attach_cmd(fabric_file, scheme, with_agent, metrics_addr, metrics_port):
 @click.option("--name", default="attach", show_default=True,
               help="The attached fabric's name (its file's 'name').")
 def detach_cmd(name):
-    """Undo `talb attach`: stop its agent, remove its filters, pins and the
-    namespace names it gave; qdiscs, interfaces and addresses it did not
-    create stay as they were."""
+    """Undo `talb attach`: stop its agent, remove its filters, the bands it
+    installed (the port gets the kernel's default qdisc back), its pins and
+    the namespace names it gave; qdiscs, interfaces and addresses it did
+    not create stay as they were."""
     from testbed.attach import detach
 
     done = detach(name, progress=_progress)
     console.print(f"detached '{name}': {len(done['switches'])} switches, {len(done['hosts'])} hosts"
+                  + (f", bands on {len(done['qdiscs'])} ports" if done["qdiscs"] else "")
                   + (", agent stopped" if done["agent"] else ""))
 
 

@@ -11,6 +11,12 @@ packets by (source address, tensor_id) (common.wire.WireTensorKey), as the
 switches do, so several sources, and several runs side by side, never mix
 their tensors even when two hosts' ids coincide. Each sender process draws
 its ids from a worker slot of its host (workload/id_slots.py).
+
+Across machines (a fabric attached on two, docs/attach.md) the two ends run
+apart: :func:`listen` (`talb send --listen --host H`) is the verifying
+receiver alone, reporting every tensor it got; :func:`send_to` (`talb send
+--src H --to IP:PORT`) the senders alone, with their leaves' uplinks
+captured as :func:`run` does.
 """
 from __future__ import annotations
 
@@ -176,6 +182,139 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return SendReport(_join(sent, received, worker_src, hosts, ports), pcap_dir, local)
+
+
+@dataclass
+class ListenReport:
+    """What a receiver alone got: one dict per tensor (worker, src, seq,
+    layer, bytes, ok, recv_s: first byte to last), from ``connections``."""
+    tensors: list
+    connections: int
+    errors: list
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.tensors) and all(t["ok"] for t in self.tensors) and not self.errors
+
+
+def listen(prefix: str, host: str, *, port: int = 7000, connections: int = 1, say=print,
+           timeout: float = 600.0) -> ListenReport:
+    """The verifying receiver alone, in ``host`` (a host of testbed
+    ``prefix`` or of the fabric attached under that name with a namespace
+    on this machine), until ``connections`` senders have connected and
+    closed or ``timeout`` seconds passed (TestbedError)."""
+    hosts, host_ns, _ = _fabric(prefix)
+    if host not in hosts:
+        raise TestbedError(f"--host: no host '{host}' with a namespace on this machine in "
+                           f"'{prefix}' (hosts: {', '.join(hosts) or 'none'})")
+    _check(connections, "--senders", 1, 1024)
+    _check(port, "--port", 1, 65535)
+    if not timeout > 0:
+        raise TestbedError(f"--timeout: must be > 0 seconds, got {timeout!r}")
+    procs: list[subprocess.Popen] = []
+    try:
+        _start_receiver(procs, host_ns[host], host, port, connections, 30.0)
+        say(f"receiver on {host} ({hosts[host].ip}:{port}), waiting for {connections} "
+            f"sender connection(s) (at most {timeout:g} s)")
+        (out,) = _communicate_all(procs, timeout)
+        if out is None:
+            raise TestbedError(f"--timeout: {connections} sender(s) did not connect and finish "
+                               f"within {timeout:g} s (the receiver was ended)")
+    finally:
+        for proc in procs:
+            stop(proc)
+    lines = _read_json_lines(out[0])
+    tensors = [{"worker": r["worker"], "src": r.get("src", ""), "seq": r["seq"],
+                "layer": r["layer"], "bytes": r["bytes"], "ok": r["ok"],
+                "recv_s": (r["t_done_ns"] - r["t_first_ns"]) / 1e9}
+               for r in lines if "seq" in r]
+    errors = [r["error"] for r in lines if "error" in r]
+    if procs[0].returncode:
+        errors.append(f"receiver: {_last_line(out[1], procs[0].returncode)}")
+    return ListenReport(sorted(tensors, key=lambda t: (t["src"], t["worker"], t["seq"])),
+                        connections, errors)
+
+
+def parse_to(value: str) -> tuple[str, int]:
+    """``10.0.0.2:7000`` -> ("10.0.0.2", 7000); TestbedError naming --to."""
+    import ipaddress
+
+    ip, sep, port = value.rpartition(":")
+    try:
+        ipaddress.IPv4Address(ip)
+        if not sep or not 1 <= int(port) <= 65535:
+            raise ValueError
+    except ValueError:
+        raise TestbedError(f"--to: must be IPv4:PORT of a listening `talb send --listen`, e.g. "
+                           f"10.0.0.2:7000, got {value!r}") from None
+    return ip, int(port)
+
+
+def send_to(prefix: str, srcs: list[str], to: str, *, tensors: int = 12, layers: int = 3,
+            size: int = 200_000, senders: int = 1, pcap_dir: str | None = None, say=print,
+            timeout: float = 300.0) -> SendReport:
+    """The senders alone: tensors from ``srcs`` to a receiver elsewhere
+    (``to``: IP:PORT of `talb send --listen`), the senders' leaf uplinks
+    captured. A tensor is ok when its sender finished (the receiver closed
+    its connection after reading every byte; it verifies them and says so
+    on its machine); it has no FCT here (the receiver's clock)."""
+    dst_ip, port = parse_to(to)
+    hosts, host_ns, uplinks = _fabric(prefix)
+    for name in srcs:
+        if name not in hosts:
+            raise TestbedError(f"--src: no host '{name}' with a namespace on this machine in "
+                               f"'{prefix}' (hosts: {', '.join(hosts) or 'none'})")
+    if not srcs or len(set(srcs)) != len(srcs):
+        raise TestbedError(f"--src: give one or more distinct hosts, got {','.join(srcs)!r}")
+    if any(hosts[s].ip == dst_ip for s in srcs):
+        raise TestbedError(f"--to {to} is a --src's own address: pick another destination")
+    _check(tensors, "--tensors", 1, 100_000)
+    _check(layers, "--layers", 1, 256)
+    _check(size, "--size", 1, 1 << 30)
+    _check(senders, "--senders", 1, MAX_SENDERS_PER_HOST)
+    deadline = time.monotonic() + timeout
+    tmp = None if pcap_dir else tempfile.mkdtemp(prefix="talb-send-")
+    pcaps = Path(pcap_dir or tmp)
+    captures, procs = [], []
+    try:
+        pcaps.mkdir(parents=True, exist_ok=True)
+        src_leaves = sorted({hosts[s].leaf for s in srcs})
+        _start_captures(captures, {k: v for k, v in uplinks.items() if k in src_leaves},
+                        [leaf for leaf in src_leaves if leaf in uplinks], pcaps)
+        say(f"capturing tagged packets leaving {', '.join(src_leaves)} on {len(captures)} "
+            f"uplinks; {len(srcs) * senders} sender(s) x {tensors} tensors of {size} bytes "
+            f"over {layers} layer(s) to {dst_ip}:{port}")
+        what = ["--tensors", str(tensors), "--layers", str(layers), "--size", str(size)]
+        worker_src = _start_senders(procs, host_ns, srcs, senders, dst_ip, port, what)
+        outputs = _communicate_all(procs, max(deadline - time.monotonic(), 0.0))
+        sent, errors = [], []
+        for w, (proc, out) in enumerate(zip(procs, outputs)):
+            if out is None:
+                raise TestbedError(f"sender {w} on {worker_src[w]} did not finish within "
+                                   f"{timeout:g} s (is `talb send --listen` running at {to}, "
+                                   f"with --senders {len(procs)}?)")
+            if proc.returncode != 0:
+                errors.append(f"sender {w} on {worker_src[w]}: {_last_line(out[1], proc.returncode)}")
+            sent += [r for r in _read_json_lines(out[0]) if "tensor_id" in r]
+        if errors:
+            raise TestbedError("sender failed: " + "; ".join(errors))
+        ports = _tagged_ports(captures)
+    finally:
+        for proc in procs:
+            stop(proc)
+        for cap in captures:
+            cap.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    results = []
+    for r in sorted(sent, key=lambda r: (r["worker"], r["seq"])):
+        src = worker_src[r["worker"]]
+        key = WireTensorKey(hosts[src].ip, r["tensor_id"])
+        results.append(TensorResult(
+            worker=r["worker"], src=src, seq=r["seq"], tensor_id=r["tensor_id"], layer=r["layer"],
+            bytes=r["bytes"], len_pkts=r["len_pkts"], fct_s=None, ok=True,
+            uplinks=ports.get(key, {}), src_ip=key.src))
+    return SendReport(results, pcap_dir, local=False)
 
 
 def _check_request(prefix: str, hosts: dict, srcs: list[str], dst: str, tensors: int,

@@ -14,6 +14,14 @@ our pins, the namespace names it gave processes (``ip netns attach``: the
 namespace itself belongs to its process and stays), the agent. Interfaces,
 addresses, qdiscs and bridges it did not create are left alone. A failed
 attach undoes what it did.
+
+Priority bands (HTB + a bfifo per band, netns_topology/qdisc.py, the one
+place that installs them for `talb testbed up` too) go only on the ports
+whose ``queue:`` asks, at the port's rate. A port whose root qdisc is not
+the kernel's default (handle 0:, e.g. pfifo_fast, noqueue, mq, fq_codel)
+is refused unless the file says ``replace_qdisc: true``; detach deletes
+the root qdisc attach made, which leaves the port with the kernel's
+default qdisc (not a replaced one: that is gone).
 """
 from __future__ import annotations
 
@@ -149,6 +157,82 @@ def _check_interfaces(fabric, ns_of: dict) -> None:
                     f"mtu {host_mtu + OPTION_BYTES}), or leave the hosts without the tagger")
 
 
+def _root_qdisc(ns: str | None, iface: str) -> tuple[str, int]:
+    """(kind, handle) of ``iface``'s root qdisc; handle 0: the kernel's default."""
+    from pyroute2 import IPRoute
+
+    from netns_topology.qdisc import TC_H_ROOT
+
+    with (IPRoute(netns=ns, flags=0) if ns else IPRoute()) as ipr:
+        for qd in ipr.get_qdiscs(ipr.link_lookup(ifname=iface)[0]):
+            if qd["parent"] == TC_H_ROOT:
+                return qd.get_attr("TCA_KIND"), qd["handle"]
+    return "none", 0
+
+
+def _handle(handle: int) -> str:
+    return f"{handle >> 16:x}:"
+
+
+def _check_qdiscs(fabric, ns_of: dict) -> None:
+    """Ports asking for bands have the kernel's default root qdisc, or the
+    file allows replacing theirs. TestbedError naming the field."""
+    if fabric.replace_qdisc:
+        return
+    for i, sw in enumerate(fabric.switches):
+        for j, p in enumerate(sw.ports if not sw.remote else ()):
+            if p.queue is None:
+                continue
+            kind, handle = _root_qdisc(ns_of[sw.name], p.iface)
+            if handle != 0:
+                raise TestbedError(
+                    f"switches[{i}].ports[{j}].queue: port {p.iface} already has a root qdisc "
+                    f"{kind} {_handle(handle)} that attach did not create; bands would replace it "
+                    f"(drop queue: for this port, or set replace_qdisc: true: detach then leaves "
+                    f"the kernel's default qdisc, not {kind})")
+
+
+def _install_bands(sw, ns: str | None, state: dict, progress: Progress) -> None:
+    """HTB + bfifo per band on the ports of ``sw`` that ask, each recorded
+    before it is installed."""
+    from pyroute2 import IPRoute
+
+    from netns_topology import qdisc
+    from netns_topology.qdisc import TC_H_ROOT
+
+    for p in sw.ports:
+        if p.queue is None:
+            continue
+        kind, handle = _root_qdisc(ns, p.iface)
+        state["qdiscs"].append({"switch": sw.name, "netns": ns, "iface": p.iface,
+                                "before": f"{kind} {_handle(handle)}"})
+        _write(state)
+        mtu = _mtus(ns, [p.iface])[p.iface]
+        with (IPRoute(netns=ns, flags=0) if ns else IPRoute()) as ipr:
+            index = ipr.link_lookup(ifname=p.iface)[0]
+            if handle != 0:  # replace_qdisc: true (checked before)
+                ipr.tc("del", index=index, handle=handle, parent=TC_H_ROOT)
+            qdisc.apply(ipr, index, p.rate_bps, mtu, p.queue)
+        progress(f"{len(p.queue.bands)} bands on {sw.name}:{p.iface} at {p.rate_bps / 1e6:g} Mbit/s"
+                 + (f" (replaced {kind} {_handle(handle)})" if handle else ""))
+
+
+def _remove_bands(rec: dict) -> None:
+    """Delete the root qdisc attach installed on a port (the kernel puts
+    its default back), if it is still ours: HTB 1:."""
+    from pyroute2 import IPRoute
+
+    from netns_topology.qdisc import ROOT, TC_H_ROOT
+
+    ns = rec["netns"]
+    with (IPRoute(netns=ns, flags=0) if ns else IPRoute()) as ipr:
+        found = ipr.link_lookup(ifname=rec["iface"])
+        if not found:
+            return  # the interface is gone, and our qdisc with it
+        if _root_qdisc(ns, rec["iface"]) == ("htb", ROOT):
+            ipr.tc("del", index=found[0], handle=ROOT, parent=TC_H_ROOT)
+
+
 def _attach_switch(fabric, sw, ns: str | None, state: dict, timer_values) -> None:
     from datapath.fabric import install_switch
     from datapath.loader import SwitchDatapath
@@ -169,14 +253,24 @@ def _attach_switch(fabric, sw, ns: str | None, state: dict, timer_values) -> Non
     rows = [(p.iface, ifindex[p.iface], p.kind == "host", True) for p in sw.ports]
     groups = {ip: [ifindex[n] for n in names] for ip, names in fabric.forwarding_groups(sw.name).items()}
     leaves = [s.name for s in fabric.switches if any(p.kind == "host" for p in s.ports)]
+    # packets are marked into the bands this switch's ports have (one band: none asked)
+    n_bands, per_band = fabric.bands_of(sw.name)
     with SwitchMaps(pin) as maps:
-        install_switch(maps, rows, groups, scheme=state["scheme"], n_bands=1,
-                       layers_per_band=_layers_per_band(),
-                       port_rates={ifindex[p.iface]: (p.rate_bps, fabric.queue_limit, 15_000)
-                                   for p in sw.ports},
+        install_switch(maps, rows, groups, scheme=state["scheme"], n_bands=n_bands,
+                       layers_per_band=per_band or _layers_per_band(),
+                       port_rates={ifindex[p.iface]: _port_model(fabric, p) for p in sw.ports},
                        leaf_id=leaves.index(sw.name) if sw.name in leaves else None,
                        host_leaves={h.ip: leaves.index(fabric.leaf_of(h.name)) for h in fabric.hosts},
                        timer_values=timer_values)
+
+
+def _port_model(fabric, port) -> tuple[int, int, int]:
+    """(rate, buffer, burst) of a port for DRILL's and CONGA's queue model:
+    the bands' bytes together where attach installs them (as
+    datapath.fabric does), else the file's queue_limit."""
+    if port.queue is not None:
+        return port.rate_bps, port.queue.limit * len(port.queue.bands), port.queue.burst
+    return port.rate_bps, fabric.queue_limit, 15_000
 
 
 def _layers_per_band() -> int:
@@ -222,7 +316,8 @@ def attach(fabric, *, scheme: str | None = None, agent: dict | None = None,
                            f"`talb detach --name {name}` first")
     window = timers.derive(fabric.slowest_multipath_rate())
     state = {"name": name, "status": "attaching", "pid": os.getpid(), "fabric": fabric.to_dict(),
-             "scheme": scheme, "namespaces": [], "switches": {}, "hosts": {}, "agent": None}
+             "scheme": scheme, "namespaces": [], "switches": {}, "qdiscs": [], "hosts": {},
+             "agent": None}
     _write(state)  # first: a crash from here on is undone by `talb detach`
     try:
         ns_of = {}
@@ -233,12 +328,14 @@ def attach(fabric, *, scheme: str | None = None, agent: dict | None = None,
             if h.reachable:
                 ns_of[h.name] = _resolve_netns(state, f"hosts[{i}]", h, progress)
         _check_interfaces(fabric, ns_of)
+        _check_qdiscs(fabric, ns_of)
         ensure_bpffs()
         for sw in fabric.switches:
             if sw.remote:
                 continue
             _attach_switch(fabric, sw, ns_of[sw.name], state, window)
             progress(f"data path on {sw.name}: {len(sw.ports)} ports, scheme {scheme}")
+            _install_bands(sw, ns_of[sw.name], state, progress)
         for h in fabric.hosts:
             if h.reachable:
                 _attach_host(h, ns_of[h.name], state)
@@ -271,7 +368,8 @@ def detach(name: str, *, progress: Progress = _quiet) -> dict:
     paths.check_prefix(name)
     require_root()
     state = read_attach(name)
-    done = {"name": name, "agent": False, "switches": [], "hosts": [], "namespaces": []}
+    done = {"name": name, "agent": False, "switches": [], "qdiscs": [], "hosts": [],
+            "namespaces": []}
     if stop_background(name):
         done["agent"] = True
         progress("stopped the agent")
@@ -292,6 +390,11 @@ def detach(name: str, *, progress: Progress = _quiet) -> dict:
                 remove_pins(rec["pin"]))):
             done["switches"].append(sw)
             progress(f"detached {sw} ({len(rec['ports'])} ports)")
+    for rec in state.get("qdiscs", []):
+        if step(f"bands on {rec['switch']}:{rec['iface']}", lambda rec=rec: _remove_bands(rec)):
+            done["qdiscs"].append(f"{rec['switch']}:{rec['iface']}")
+            progress(f"removed the bands of {rec['switch']}:{rec['iface']} "
+                     f"(the kernel's default qdisc is back)")
     for host, rec in state.get("hosts", {}).items():
         if step(f"host {host}", lambda rec=rec: (
                 HostDatapath(rec["netns"], rec["pin"]).detach(

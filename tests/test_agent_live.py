@@ -482,10 +482,10 @@ def test_agent_killed_mid_transfer_then_restarted(fabric, agent, tmp_path):
           f"after it): all 40 tensors verified; restarted agent pid {pid}, counters continued")
 
 
-def test_one_switch_mode_reads_rates_from_htb_and_follows_its_own_links(fabric, agent):
-    """`talb agent --switch leaf0`, as on a real switch: no topology, only
-    leaf0's maps and interfaces (rates from the HTB root, buffers from the
-    bfifo). Its own link going down takes the port out of its groups."""
+def test_one_switch_mode_is_the_prefix_agent_restricted_to_that_switch(fabric, agent):
+    """`talb agent --switch leaf0`: the prefix's fabric (the testbed's
+    topology: rates and buffers as the whole-fabric agent has them),
+    leaf0 only. Its own link going down takes the port out of its groups."""
     from agent.config import AgentConfig
 
     prefix, _ = fabric

@@ -118,3 +118,43 @@ def test_two_machines_each_attach_their_leaf_and_route_through_the_other():
     data["switches"][1]["netns"] = "x"
     with pytest.raises(TopologyError, match=r"switches\[1\]\.remote: a remote switch has no namespace"):
         fabric_from_dict(data)
+
+
+def test_bands_where_the_file_asks_fabric_wide_and_per_port():
+    """``queue:`` is the topology YAML's (bands, limit, ...): fabric-wide for
+    every port, a port's own overrides it, ``queue: false`` keeps a port's
+    own queue. The switch marks for its ports' bands; the agent's buffer is
+    one band's limit where bands go, else queue_limit."""
+    data = copy.deepcopy(GOOD)
+    data["queue"] = {"bands": [1, 4, 2, 1], "limit": "40kb"}
+    data["switches"][2]["ports"][0]["queue"] = False                 # leaf1's host port
+    data["switches"][0]["ports"][0]["queue"] = {"bands": [1, 1, 1, 1], "limit": "20kb"}
+    fabric = fabric_from_dict(data)
+    leaf1 = fabric.switch("leaf1").ports
+    assert leaf1[0].queue is None and leaf1[1].queue.bands == (1, 4, 2, 1)
+    assert leaf1[1].queue.limit == 40_000 and fabric.port_buffer(leaf1[1]) == 40_000
+    assert fabric.port_buffer(leaf1[0]) == 150_000                  # queue_limit
+    assert fabric.switch("spine1").ports[0].queue.limit == 20_000
+    assert fabric.bands_of("leaf1") == (4, 1) and fabric.bands_of("spine1") == (4, 1)
+    assert fabric_from_dict(fabric.to_dict()).to_dict() == fabric.to_dict()
+    assert fabric_from_dict(GOOD).bands_of("leaf1") == (1, 0)       # none asked: one band
+    assert not fabric.replace_qdisc
+    data["replace_qdisc"] = True
+    assert fabric_from_dict(data).replace_qdisc
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(queue={"bands": [1, 0]}), "queue.bands[1]: must be an integer between 1 and 1000, got 0"),
+    (lambda d: d.update(queue={"bands": []}), "queue.bands: must be a list of 1 to"),
+    (lambda d: d.update(queue={"limit": "4zb"}), "queue.limit: cannot parse size '4zb'"),
+    (lambda d: d.update(queue={"bands": [1], "colour": 1}), "queue: unknown field 'colour'"),
+    (lambda d: d.update(queue=True), "queue: must be a mapping like {bands: [1, 4, 2, 1], limit: 40kb}"),
+    (lambda d: d["switches"][2]["ports"][1].update(queue={"limit": 0}),
+     "switches[2].ports[1].queue.limit: must be between 1 and"),
+    (lambda d: d["switches"][2]["ports"][1].update(queue={"bands": [1, 2]}) or
+     d["switches"][2]["ports"][2].update(queue={"bands": [1, 2, 3]}),
+     "switches[2].ports[2].queue: 3 bands of 1 layer(s), but switches[2].ports[1] has 2 of 1"),
+    (lambda d: d.update(replace_qdisc="yes"), "replace_qdisc: must be true or false, got 'yes'"),
+])
+def test_bad_bands_name_the_field_and_the_value(mutate, message):
+    assert message in bad(mutate)

@@ -143,14 +143,16 @@ def test_hostile_node_names_in_a_topology_file_are_refused(prefix, tmp_path, bad
     assert_nothing_left(prefix)
 
 
-@pytest.mark.parametrize("args, option", [
-    (["--switch", "../../etc"], "--switch"), (["--switch", "leaf0;id"], "--switch"),
-    (["--switch", "leaf0", "--netns", "../../proc/1/ns/net"], "--netns"),
-    (["--switch", "leaf0", "--netns", "$(id)"], "--netns"),
+@pytest.mark.parametrize("args, message", [
+    (["--switch", "../../etc"], "--switch: must be"), (["--switch", "leaf0;id"], "--switch: must be"),
+    # the agent learns a switch from its fabric only: no namespace or pins of its own
+    (["--switch", "leaf0", "--netns", "../../proc/1/ns/net"], "--netns: gone"),
+    (["--switch", "leaf0", "--pin-dir", "/tmp"], "--pin-dir: gone"),
 ])
-def test_hostile_agent_switch_and_netns_are_refused(prefix, args, option):
+def test_hostile_agent_switch_and_netns_are_refused(prefix, args, message):
     result = talb("agent", "--prefix", prefix, *args)
-    assert result.returncode == 1 and f"{option}: must be" in result.stderr, result.stderr
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert "talb attach --fabric FILE --no-agent" in result.stderr or message.startswith("--switch")
     assert_nothing_left(prefix)
 
 

@@ -49,7 +49,7 @@ def _emit(obj: dict) -> None:
     sys.stdout.flush()
 
 
-def _serve(conn: socket.socket, lock: threading.Lock) -> None:
+def _serve(conn: socket.socket, lock: threading.Lock, src: str = "") -> None:
     head = bytearray(HEADER.size)
     with conn:
         while recv_exact(conn, head):
@@ -65,7 +65,7 @@ def _serve(conn: socket.socket, lock: threading.Lock) -> None:
             ok = complete and hashlib.sha256(body).digest() == digest
             with lock:
                 _emit({"worker": worker, "seq": seq, "layer": layer, "bytes": length,
-                       "ok": ok, "t_first_ns": t_first, "t_done_ns": t_done})
+                       "ok": ok, "t_first_ns": t_first, "t_done_ns": t_done, "src": src})
 
 
 def receive(port: int, connections: int) -> int:
@@ -74,8 +74,8 @@ def receive(port: int, connections: int) -> int:
         _emit({"ready": port})
         threads = []
         for _ in range(connections):
-            conn, _addr = srv.accept()
-            t = threading.Thread(target=_serve, args=(conn, lock), daemon=True)
+            conn, addr = srv.accept()
+            t = threading.Thread(target=_serve, args=(conn, lock, addr[0]), daemon=True)
             t.start()
             threads.append(t)
         for t in threads:
