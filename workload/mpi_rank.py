@@ -1,0 +1,124 @@
+"""One rank of a real MPI job (workload/mpi_job.py starts it with mpirun).
+
+Self-contained on purpose: it runs under the system ``/usr/bin/python3``
+with Debian's mpi4py (python3-mpi4py), not under the project's venv, so it
+imports the standard library and mpi4py only (no numpy: buffers are
+``array('f')``) and takes everything from the JSON file named by its one
+argument. Rank 0 prints one JSON line (the result) on stdout.
+
+Modes (``spec["mode"]``):
+
+* ``allreduce``: a data-parallel training loop. Each iteration: the
+  forward pass's compute (a sleep, ``fwd_s``), then per message in
+  ``counts`` (float32 elements, backward order: the last layer's tensors
+  first) the compute before it (``compute_s[i]``: its layer's backward step,
+  a sleep) and an ``MPI_Allreduce`` (sum) of that many float32; a barrier
+  ends the iteration. Rank r contributes ``r + 1 + it`` in every element, so
+  every element of the sum must be ``N(N+1)/2 + N*it`` (exact in float32
+  for the sizes used); each result is checked after the iteration's barrier
+  (outside its time).
+* ``sendrecv``: the goodput of one rank pair: rank 0 ``MPI_Send``s
+  ``bytes`` bytes ``reps`` times to rank 1, which acknowledges the last with
+  one byte; goodput = bytes x reps / time. The other ranks only wait.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from array import array
+
+
+def _allreduce(comm, spec: dict) -> dict:
+    from mpi4py import MPI
+
+    rank, n = comm.Get_rank(), comm.Get_size()
+    counts = [int(c) for c in spec["counts"]]
+    compute = [float(x) for x in spec.get("compute_s") or [0.0] * len(counts)]
+    fwd_s = float(spec.get("fwd_s", 0.0))
+    iterations, warmup = int(spec["iterations"]), int(spec.get("warmup", 0))
+    send = [array("f", bytes(4 * c)) for c in counts]
+    recv = [array("f", bytes(4 * c)) for c in counts]
+    errors, its = [], []
+    comm.Barrier()
+    for it in range(iterations):
+        mine = float(rank + 1 + it)
+        for buf, c in zip(send, counts):     # the "gradients" of this iteration
+            buf[:] = array("f", [mine]) * c
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if fwd_s > 0:
+            time.sleep(fwd_s)
+        comm_s, msg_s = 0.0, []
+        for i, c in enumerate(counts):
+            if compute[i] > 0:
+                time.sleep(compute[i])
+            t = time.perf_counter()
+            comm.Allreduce([send[i], MPI.FLOAT], [recv[i], MPI.FLOAT], op=MPI.SUM)
+            took = time.perf_counter() - t
+            comm_s += took
+            msg_s.append(took)
+        comm.Barrier()
+        took_it = time.perf_counter() - t0
+        want = float(n * (n + 1) // 2 + n * it)
+        for i, c in enumerate(counts):
+            if recv[i].count(want) != c:
+                bad = next(j for j, v in enumerate(recv[i]) if v != want)
+                errors.append(f"rank {rank} iteration {it} message {i}: element {bad} is "
+                              f"{recv[i][bad]!r}, expected {want!r}")
+        its.append({"it": it, "warmup": it < warmup, "time_s": took_it, "comm_s": comm_s,
+                    "message_s": msg_s})
+    all_errors = comm.gather(errors[:5], root=0)
+    if rank != 0:
+        return {}
+    flat = [e for es in all_errors for e in es]
+    return {"mode": "allreduce", "ranks": n, "iterations": its,
+            "message_bytes": [4 * c for c in counts],
+            "bytes_per_iteration": 4 * sum(counts),
+            "correct": not flat, "errors": flat[:10]}
+
+
+def _sendrecv(comm, spec: dict) -> dict:
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    size, reps = int(spec["bytes"]), int(spec["reps"])
+    buf = bytearray(size)
+    ok = True
+    comm.Barrier()
+    t0 = time.perf_counter()
+    if rank == 0:
+        for i in range(reps):
+            buf[0] = buf[-1] = i % 251
+            comm.Send([buf, MPI.BYTE], dest=1, tag=1)
+        ack = bytearray(1)
+        comm.Recv([ack, MPI.BYTE], source=1, tag=2)
+        ok = ack[0] == 1
+    elif rank == 1:
+        for i in range(reps):
+            comm.Recv([buf, MPI.BYTE], source=0, tag=1)
+            ok = ok and buf[0] == buf[-1] == i % 251
+        comm.Send([bytearray([1 if ok else 0]), MPI.BYTE], dest=0, tag=2)
+    took = time.perf_counter() - t0
+    ok = comm.allreduce(ok, op=MPI.LAND)
+    if rank != 0:
+        return {}
+    return {"mode": "sendrecv", "ranks": comm.Get_size(), "bytes": size, "reps": reps,
+            "time_s": took, "goodput_bps": 8 * size * reps / took, "correct": bool(ok)}
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    run = {"allreduce": _allreduce, "sendrecv": _sendrecv}[spec["mode"]]
+    out = run(comm, spec)
+    if comm.Get_rank() == 0:
+        print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
