@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import shutil
 import subprocess
 
@@ -228,3 +229,45 @@ def test_a_talb_run_keeps_its_key():
     assert "client" not in spec.params()
     assert "client" in dataclasses.replace(spec, client="mpi").params()
     assert dataclasses.replace(spec, client="mpi").key() != spec.key()
+
+
+def _fake_mpi_results(spec) -> dict:
+    """What workload/mpi_run.py writes, as much as a sweep's report reads:
+    TaLB's iterations 10% shorter than ECMP's, with a little noise per seed."""
+    t = (1.0 if spec.scheme == "ecmp" else 0.9) * (1 + 0.01 * spec.seed)
+    return {"format": "talb-run/1", "client": "mpi", "config": {"workers": spec.workers},
+            "fabric": {"queueing": {"mode": "bands"}, "rto_min_ms": None,
+                       "host_link_bps": {"h0": 100e6}},
+            "model": {"batch_size": 128, "layer_fwd_s": [0.01], "layer_bwd_s": [0.02]},
+            "placement": {"workers": ["h0", "h3", "h1", "h4"], "servers": [], "spec": "spread"},
+            "load": {"offered": spec.load, "senders_rule": "workers"},
+            "scaling": {"time_scale": 1.0},
+            "summary": {"speed": {"iteration_time_s": t, "samples_per_s": 512 / t},
+                        "cpu_guard": {"flagged": False, "reason": "ok", "cpu_busy_mean": 0.5},
+                        "tcp": {"per_host": {}}},
+            "flags": {"cpu_bound": False},
+            "headline": {"scheme": spec.scheme, "client": "mpi", "iteration_time_s": t,
+                         "samples_per_s": 512 / t, "mpi_comm_s": t / 2, "mpi_correct": True,
+                         "mpi_tagged": False, "cpu_bound": False},
+            "tensors": []}
+
+
+def test_an_mpi_sweep_pairs_the_schemes_on_the_iteration_time(tmp_path):
+    import csv
+
+    from experiments.sweep.kinds import build_plan, finish
+    from experiments.sweep.plan import ALL_SCHEMES
+    from experiments.sweep.runner import run_plan
+
+    plan = build_plan("mpi-quick", implemented=frozenset(ALL_SCHEMES))
+    run_plan(plan, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_mpi_results(s))),
+             progress=False)
+    finish(plan, tmp_path)
+    rows = list(csv.DictReader(open(tmp_path / "runs.csv")))
+    assert {r["client"] for r in rows} == {"mpi"} and all(r["status"] == "ok" for r in rows)
+    assert {r["mpi_correct"] for r in rows} == {"True"}
+    paired = [r for r in csv.DictReader(open(tmp_path / "paired.csv"))
+              if r["metric"] == "iteration_time_s"]
+    assert len(paired) == 1 and {paired[0]["a"], paired[0]["b"]} == {"ecmp", "talb"}
+    assert paired[0]["n"] == "2"
+    assert "iteration" in (tmp_path / "summary.md").read_text()

@@ -623,6 +623,8 @@ def training_plan(req: Request) -> Plan:
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
         for pl, rto, client in itertools.product(placements, rtos, clients):
+            if client == "mpi" and arch != base["archs"][0]:
+                continue            # an MPI job is an all-reduce whatever --archs: once a point
             axes = dict(placement=pl, rto_min=rto, client=client)
             for agent in base["agents"]:
                 for c in conns:
