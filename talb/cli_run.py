@@ -144,7 +144,8 @@ def _models() -> list[str]:
 @click.option("--mpi-tag", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True,
               help="--client mpi: tag the MPI data connections (the btl's port range) "
-                   "transparently so TaLB sees tensors; auto: on under scheme talb, off otherwise.")
+                   "transparently so TaLB sees tensors; auto: on under scheme talb when the "
+                   "transparent tagger is installed, off otherwise (the results say why).")
 @click.option("--mpi-priority", metavar="RULE",
               help="--client mpi with tagging: the transparent tagger's priority rule [its default].")
 @click.option("--mpi-ports", metavar="LO-HI", default="7600-7663", show_default=True,
@@ -262,7 +263,7 @@ def print_mpi_summary(r: dict) -> None:
     console.print(f"  {m['messages_per_iteration']} messages an iteration, "
                   f"{m['bytes_per_iteration']:,} B (largest {max(m['message_bytes']):,} B); "
                   f"btl ports {m['port_range'][0]}-{m['port_range'][1]}; tagging "
-                  + ("on, rule " + str(tg["rule"]) if tg["on"] else f"off (--mpi-tag {tg['mode']})"))
+                  + ("on, rule " + str(tg["rule"]) if tg["on"] else f"off ({tg.get('why')})"))
     sp = s["speed"]
     console.print(f"  iterations measured {sp['iterations']}, iteration {_ms(sp['iteration_time_s'])} "
                   f"ms (all-reduces {_ms(m['comm_s_mean'])} ms)"

@@ -129,11 +129,16 @@ def test_tagging_on_without_the_tagger_is_a_clear_error():
     assert "--mpi-tag off" in str(exc.value)
 
 
-def test_tagging_auto_follows_the_scheme():
-    assert mpi_run.tagging_wanted("auto", {"talb"})
-    assert not mpi_run.tagging_wanted("auto", {"ecmp"})
-    assert not mpi_run.tagging_wanted("auto", {"talb", "ecmp"})
-    assert mpi_run.tagging_wanted("on", {"ecmp"}) and not mpi_run.tagging_wanted("off", {"talb"})
+def test_tagging_auto_follows_the_scheme_and_the_tagger():
+    have = mpi_run.tagger_available()
+    assert mpi_run.tagging_decision("auto", {"talb"})[0] is have
+    if not have:
+        assert "no transparent tagger" in mpi_run.tagging_decision("auto", {"talb"})[1]
+    assert mpi_run.tagging_decision("auto", {"ecmp"}) == \
+        (False, "--mpi-tag auto: scheme ecmp, not talb")
+    assert not mpi_run.tagging_decision("auto", {"talb", "ecmp"})[0]
+    assert mpi_run.tagging_decision("on", {"ecmp"}) == (True, "--mpi-tag on")
+    assert mpi_run.tagging_decision("off", {"talb"}) == (False, "--mpi-tag off")
 
 
 def test_job_spec_sends_every_tensor_in_backward_order_with_its_layer_compute():

@@ -134,7 +134,8 @@ def test_talb_run_client_mpi_writes_its_results(fabric, tmp_path):
     assert m["port_range"] == [7600, 7663] and m["transport"].startswith("pml ob1, btl tcp")
     assert m["messages_per_iteration"] == on_disk["model"]["tensors"] == len(m["message_bytes"])
     assert m["bytes_per_iteration"] == sum(m["message_bytes"])
-    assert m["tagging"] == {"mode": "auto", "on": False, "rule": None, "counters": None}
+    assert m["tagging"] == {"mode": "auto", "on": False, "rule": None, "counters": None,
+                            "why": "--mpi-tag auto: scheme ecmp, not talb"}
     assert sp["iterations"] == 2 and sp["iteration_time_s"] > 0
     assert head["iteration_time_s"] == sp["iteration_time_s"]
     assert head["samples_per_s"] == sp["samples_per_s"] > 0      # threelayer has a batch size
@@ -171,3 +172,42 @@ def test_cli_run_client_mpi(fabric, tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "MPI all-reduce x2 ranks" in p.stdout and "results correct" in p.stdout
     assert json.loads(out.read_text())["mpi"]["hosts"] == ["h0", "h3"]
+
+
+def test_mpi_quick_preset_end_to_end(root, mpi_tools, tmp_path):
+    """`talb bench --preset mpi-quick` (2 iterations): a fabric of its own,
+    every run's results file, runs.csv, the paired comparison on the MPI
+    iteration time, the figure, nothing left behind."""
+    import csv
+
+    from click.testing import CliRunner
+
+    from conftest import new_prefix
+    from experiments.sweep.kinds import build_plan
+    from netns_topology.teardown import namespaces
+    from netns_topology.state import exists
+    from talb.cli import main
+    from testbed import lifecycle
+
+    prefix, out = new_prefix(), tmp_path / "mpiq"
+    plan = build_plan("mpi-quick", skip_missing=True, iterations=2)
+    try:
+        r = CliRunner().invoke(main, ["bench", "--preset", "mpi-quick", "--skip-missing",
+                                      "--iterations", "2", "--out", str(out), "--prefix", prefix])
+        assert r.exit_code == 0, r.output
+        assert not namespaces(prefix) and not paths.state_dir(prefix).exists()
+        assert not (out / "failed.json").exists(), (out / "failed.json").read_text()
+        for spec in plan.runs:
+            res = json.loads((out / "runs" / f"{spec.key()}.json").read_text())
+            assert res["client"] == "mpi" and res["mpi"]["correct"] is True
+            assert res["headline"]["scheme"] == spec.scheme and res["config"]["seed"] == spec.seed
+            assert res["fabric"]["built_for_run"] is False
+        rows = list(csv.DictReader(open(out / "runs.csv")))
+        assert len(rows) == len(plan.runs) and {r["client"] for r in rows} == {"mpi"}
+        paired = [x for x in csv.DictReader(open(out / "paired.csv"))
+                  if x["metric"] == "iteration_time_s"]
+        assert len(paired) == 1 and {paired[0]["a"], paired[0]["b"]} == {"ecmp", "talb"}
+        assert any(name.startswith("mpi-") for name in json.loads((out / "plots.json").read_text()))
+    finally:
+        if exists(prefix):
+            lifecycle.down(prefix)

@@ -12,7 +12,8 @@ the fabric as a normal run scales them (``--target-link-rate``,
 ``--scaling``): one message per parameter tensor, no ByteScheduler
 partitions (what Horovod-style all-reduce sends).
 
-Tagging (``--mpi-tag``): ``auto`` tags under scheme talb and not otherwise;
+Tagging (``--mpi-tag``): ``auto`` tags under scheme talb when the checkout
+has the tagger, and not otherwise (the results say why);
 ``on`` wraps the job in workload.transparent_tag.TransparentTagger over the
 ranks' hosts and the btl's port range (the MPI data connections, never the
 out-of-band ones); the results say whether it was on, its rule and its
@@ -68,11 +69,25 @@ def validate(cfg) -> None:
     validate_run(cfg)
 
 
-def tagging_wanted(mode: str, schemes: set[str]) -> bool:
-    """``--mpi-tag``: on, off, or auto: on when every switch runs talb."""
-    if mode == "auto":
-        return schemes == {"talb"}
-    return mode == "on"
+def tagger_available() -> bool:
+    """Whether this checkout has the transparent tagger (workload/transparent_tag.py)."""
+    import importlib.util
+
+    return importlib.util.find_spec("workload.transparent_tag") is not None
+
+
+def tagging_decision(mode: str, schemes: set[str]) -> tuple[bool, str]:
+    """``--mpi-tag``: (tag?, why). on and off as said; auto: on when every
+    switch runs talb and the checkout has the tagger, off otherwise (the
+    reason is recorded, and said)."""
+    if mode != "auto":
+        return mode == "on", f"--mpi-tag {mode}"
+    if schemes != {"talb"}:
+        return False, f"--mpi-tag auto: scheme {','.join(sorted(schemes))}, not talb"
+    if not tagger_available():
+        return False, ("--mpi-tag auto: no transparent tagger in this checkout "
+                       "(workload/transparent_tag.py): TaLB sees no tensors, its fallback is ECMP")
+    return True, "--mpi-tag auto: scheme talb"
 
 
 def _tagger_class():
@@ -135,18 +150,18 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
     scaling = _scaling(cfg, link_bps, target_sizes)
     spec = job_spec(cfg, profile, scaling)
     schemes = {c["scheme"] for c in fabric["switch_config"].values()}
-    tag = tagging_wanted(cfg.mpi_tag, schemes)
+    tag, why = tagging_decision(cfg.mpi_tag, schemes)
     tagger_cls = _tagger_class() if tag else None
     names = [h.name for h in hosts["workers"]]
     ports = (cfg.mpi_port_min, cfg.mpi_port_min + cfg.mpi_port_range - 1)
     say(f"MPI job: {len(names)} ranks on {', '.join(names)}, {len(spec['counts'])} all-reduces "
         f"an iteration ({4 * sum(spec['counts']):,} B), btl ports {ports[0]}-{ports[1]}, "
-        f"tagging {'on' if tag else 'off'}")
+        f"tagging {'on' if tag else 'off'} ({why})")
 
     run = SimpleNamespace(topo=topo, node_hosts=hosts["workers"], fabric=fabric)
     counters = _Counters(cfg.prefix, run)
     bg = None
-    tagging = {"mode": cfg.mpi_tag, "on": tag, "rule": None, "counters": None}
+    tagging = {"mode": cfg.mpi_tag, "on": tag, "why": why, "rule": None, "counters": None}
     t0 = time.monotonic()
     try:
         counters.read_before()
