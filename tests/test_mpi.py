@@ -276,3 +276,10 @@ def test_an_mpi_sweep_pairs_the_schemes_on_the_iteration_time(tmp_path):
     assert len(paired) == 1 and {paired[0]["a"], paired[0]["b"]} == {"ecmp", "talb"}
     assert paired[0]["n"] == "2"
     assert "iteration" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_talb_engine_hands_mpi_runs_to_their_own():
+    from workload import experiment
+
+    with pytest.raises(ValueError, match="--client: talb here .*workload.mpi_run.run, got 'mpi'"):
+        experiment.run(_cfg())

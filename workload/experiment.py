@@ -586,10 +586,9 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
         from workload import background_only
 
         return background_only.run(cfg, say=say)
-    if cfg.client != "talb":
-        from workload import mpi_run
-
-        return mpi_run.run(cfg, say=say)
+    # a real MPI job (--client mpi) runs through workload.mpi_run.run, which builds on this module
+    _need(cfg.client == "talb", "--client", cfg.client,
+          "talb here (our own nodes); a real MPI job runs with workload.mpi_run.run")
     validate(cfg, profile_needed=profile is None)
 
     def check(topo):
