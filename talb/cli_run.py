@@ -146,6 +146,12 @@ def _models() -> list[str]:
               help="--client mpi: tag the MPI data connections (the btl's port range) "
                    "transparently so TaLB sees tensors; auto: on under scheme talb when the "
                    "transparent tagger is installed, off otherwise (the results say why).")
+@click.option("--mpi-pattern", type=click.Choice(["allreduce", "ps"]), default="allreduce",
+              show_default=True,
+              help="--client mpi: allreduce, one MPI_Allreduce per tensor across --workers "
+                   "ranks; ps, a parameter server as rank 0 (on the host --placement gives the "
+                   "server) receiving every worker's MPI_Send and sending the sum back, "
+                   "--workers worker ranks.")
 @click.option("--mpi-priority", metavar="RULE",
               help="--client mpi with tagging: the transparent tagger's priority rule [its default].")
 @click.option("--mpi-ports", metavar="LO-HI", default="7600-7663", show_default=True,
@@ -189,13 +195,14 @@ def run_cmd(**opts):
                     click.core.ParameterSource.COMMANDLINE:
                 raise ValueError(f"{flag}: --model none runs background flows only, no "
                                  f"training client; drop {flag}, got {opts[name]!r}")
-        for name in ("client", "mpi_tag", "mpi_priority", "mpi_port_min", "mpi_port_range"):
+        for name in ("client", "mpi_tag", "mpi_priority", "mpi_port_min", "mpi_port_range",
+                     "mpi_pattern"):
             opts.pop(name)
         return _run_background_only(opts)
     if opts["client"] == "mpi":
         return _run_mpi(opts)
     for name, flag in (("mpi_tag", "--mpi-tag"), ("mpi_priority", "--mpi-priority"),
-                       ("mpi_ports", "--mpi-ports")):
+                       ("mpi_ports", "--mpi-ports"), ("mpi_pattern", "--mpi-pattern")):
         if click.get_current_context().get_parameter_source(name) == \
                 click.core.ParameterSource.COMMANDLINE:
             raise ValueError(f"{flag}: an option of --client mpi; add --client mpi or drop "
@@ -242,7 +249,7 @@ def _run_mpi(opts: dict) -> None:
     if opts["workers"] is None:
         raise click.UsageError("Missing option '--workers' (--client mpi: the number of ranks, "
                                "one per host).")
-    opts["arch"] = "allreduce"
+    opts["arch"] = "ps" if opts["mpi_pattern"] == "ps" else "allreduce"
     cfg = RunConfig(**opts)
     with console.status(f"MPI job: {cfg.model} x{cfg.workers} ranks"):
         try:
@@ -256,7 +263,8 @@ def print_mpi_summary(r: dict) -> None:
     """The summary of a --client mpi run."""
     cfg, m, s = r["config"], r["mpi"], r["summary"]
     schemes = {c["scheme"] for c in r["fabric"]["switch_config"].values()}
-    console.print(f"[bold]{cfg['model']}[/] MPI all-reduce x{m['ranks']} ranks "
+    what = "parameter server" if m.get("pattern") == "ps" else "all-reduce"
+    console.print(f"[bold]{cfg['model']}[/] MPI {what} x{m['ranks']} ranks "
                   f"({', '.join(m['hosts'])}), scheme {', '.join(sorted(schemes))}, load "
                   f"{cfg['load']:g}, seed {cfg['seed']}")
     tg = m["tagging"]

@@ -283,3 +283,13 @@ def test_the_talb_engine_hands_mpi_runs_to_their_own():
 
     with pytest.raises(ValueError, match="--client: talb here .*workload.mpi_run.run, got 'mpi'"):
         experiment.run(_cfg())
+
+
+def test_ps_pattern_checks():
+    with pytest.raises(ValueError, match="--mpi-pattern: one of allreduce, ps, got 'ring'"):
+        mpi_run.validate(_cfg(mpi_pattern="ring"))
+    cfg = _cfg(mpi_pattern="ps", workers=1)      # one worker and the server: 2 ranks
+    mpi_run.validate(cfg)
+    assert cfg.arch == "ps"
+    r = _cli(BASE + ["--mpi-pattern", "ps", "--servers", "2"])
+    assert r.exit_code == 1 and "--servers: the MPI parameter server is one rank" in r.output

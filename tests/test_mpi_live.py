@@ -211,3 +211,14 @@ def test_mpi_quick_preset_end_to_end(root, mpi_tools, tmp_path):
     finally:
         if exists(prefix):
             lifecycle.down(prefix)
+
+
+def test_ps_pattern_across_leaves_is_correct(fabric, tmp_path):
+    """PS-style point-to-point: rank 0 the server, workers push to it at once and get the sum."""
+    r = _run(fabric, tmp_path, mpi_pattern="ps", workers=3, load=0.0)
+    m = r["mpi"]
+    assert m["correct"] is True and m["pattern"] == "ps" and m["ranks"] == 4
+    assert r["placement"]["servers"] == [m["hosts"][0]]           # rank 0 = the server
+    assert m["hosts"][1:] == r["placement"]["workers"]
+    assert r["headline"]["arch"] == "ps" and r["headline"]["servers"] == 1
+    assert processes_in_hosts(fabric.prefix) == {}

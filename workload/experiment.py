@@ -117,6 +117,7 @@ class RunConfig:
     # scheme talb), "on", "off"; the tagger's priority rule (None: its default);
     # the ranks' btl TCP ports [mpi_port_min, mpi_port_min + mpi_port_range).
     mpi_tag: str = "auto"
+    mpi_pattern: str = "allreduce"      # or "ps": rank 0 a parameter server (send/receive)
     mpi_priority: str | None = None
     mpi_port_min: int = 7600
     mpi_port_range: int = 64

@@ -17,6 +17,11 @@ Modes (``spec["mode"]``):
   every element of the sum must be ``N(N+1)/2 + N*it`` (exact in float32
   for the sizes used); each result is checked after the iteration's barrier
   (outside its time).
+* ``ps``: the same loop, parameter-server style with point-to-point
+  messages: rank 0 is the server, ranks 1.. the workers; per message every
+  worker ``MPI_Send``s its gradient to rank 0, which receives them all at
+  once (``MPI_Irecv``: the incast), checks each, and ``MPI_Isend``s the
+  aggregate (the sum of the workers' contributions) back to every worker.
 * ``sendrecv``: the goodput of one rank pair: rank 0 ``MPI_Send``s
   ``bytes`` bytes ``reps`` times to rank 1, which acknowledges the last with
   one byte; goodput = bytes x reps / time. The other ranks only wait.
@@ -29,17 +34,44 @@ import time
 from array import array
 
 
-def _allreduce(comm, spec: dict) -> dict:
+def _training(comm, spec: dict) -> dict:
+    """The data-parallel loop of mode ``allreduce`` or ``ps``."""
     from mpi4py import MPI
 
     rank, n = comm.Get_rank(), comm.Get_size()
+    ps = spec["mode"] == "ps"
     counts = [int(c) for c in spec["counts"]]
     compute = [float(x) for x in spec.get("compute_s") or [0.0] * len(counts)]
     fwd_s = float(spec.get("fwd_s", 0.0))
     iterations, warmup = int(spec["iterations"]), int(spec.get("warmup", 0))
+    # ps: rank 0 is the server (no gradients of its own), ranks 1.. the workers
+    contributors = range(1, n) if ps else range(n)
+    server = ps and rank == 0
     send = [array("f", bytes(4 * c)) for c in counts]
     recv = [array("f", bytes(4 * c)) for c in counts]
+    inbox = {w: [array("f", bytes(4 * c)) for c in counts] for w in range(1, n)} if server else {}
     errors, its = [], []
+
+    def want(it: int) -> float:
+        return float(sum(r + 1 + it for r in contributors))
+
+    def exchange(i: int, it: int) -> None:
+        if not ps:
+            comm.Allreduce([send[i], MPI.FLOAT], [recv[i], MPI.FLOAT], op=MPI.SUM)
+        elif server:        # every worker's push at once, then the aggregate back to each
+            MPI.Request.Waitall([comm.Irecv([inbox[w][i], MPI.FLOAT], source=w, tag=i)
+                                 for w in inbox])
+            for w in inbox:
+                if inbox[w][i].count(float(w + 1 + it)) != counts[i]:
+                    errors.append(f"server iteration {it} message {i}: worker {w}'s push "
+                                  f"is not {w + 1 + it}")
+            recv[i][:] = array("f", [want(it)]) * counts[i]
+            MPI.Request.Waitall([comm.Isend([recv[i], MPI.FLOAT], dest=w, tag=i)
+                                 for w in inbox])
+        else:
+            comm.Send([send[i], MPI.FLOAT], dest=0, tag=i)
+            comm.Recv([recv[i], MPI.FLOAT], source=0, tag=i)
+
     comm.Barrier()
     start = time.monotonic()          # CLOCK_MONOTONIC: the machine's, every namespace's
     for it in range(iterations):
@@ -55,18 +87,17 @@ def _allreduce(comm, spec: dict) -> dict:
             if compute[i] > 0:
                 time.sleep(compute[i])
             t = time.perf_counter()
-            comm.Allreduce([send[i], MPI.FLOAT], [recv[i], MPI.FLOAT], op=MPI.SUM)
+            exchange(i, it)
             took = time.perf_counter() - t
             comm_s += took
             msg_s.append(took)
         comm.Barrier()
         took_it = time.perf_counter() - t0
-        want = float(n * (n + 1) // 2 + n * it)
         for i, c in enumerate(counts):
-            if recv[i].count(want) != c:
-                bad = next(j for j, v in enumerate(recv[i]) if v != want)
+            if recv[i].count(want(it)) != c:
+                bad = next(j for j, v in enumerate(recv[i]) if v != want(it))
                 errors.append(f"rank {rank} iteration {it} message {i}: element {bad} is "
-                              f"{recv[i][bad]!r}, expected {want!r}")
+                              f"{recv[i][bad]!r}, expected {want(it)!r}")
         its.append({"it": it, "warmup": it < warmup, "time_s": took_it, "comm_s": comm_s,
                     "message_s": msg_s})
     end = time.monotonic()
@@ -74,7 +105,7 @@ def _allreduce(comm, spec: dict) -> dict:
     if rank != 0:
         return {}
     flat = [e for es in all_errors for e in es]
-    return {"mode": "allreduce", "ranks": n, "iterations": its,
+    return {"mode": spec["mode"], "ranks": n, "iterations": its,
             "message_bytes": [4 * c for c in counts],
             "bytes_per_iteration": 4 * sum(counts),
             "correct": not flat, "errors": flat[:10], "t_start_s": start, "t_end_s": end}
@@ -115,7 +146,7 @@ def main(argv: list[str]) -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    run = {"allreduce": _allreduce, "sendrecv": _sendrecv}[spec["mode"]]
+    run = {"allreduce": _training, "ps": _training, "sendrecv": _sendrecv}[spec["mode"]]
     out = run(comm, spec)
     if comm.Get_rank() == 0:
         print(json.dumps(out), flush=True)

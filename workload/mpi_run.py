@@ -40,8 +40,8 @@ from workload.testbed_use import queueing_for_run, rto_min_for_run, testbed_for
 
 CLIENTS = ("talb", "mpi")
 TAG_MODES = ("auto", "on", "off")
-#: the architecture an MPI run records: its ranks all-reduce (no servers)
-ARCH = "allreduce"
+#: --mpi-pattern -> the architecture the run records (placement, results)
+PATTERNS = {"allreduce": "allreduce", "ps": "ps"}
 #: flags of a normal run that mean nothing for an MPI job: refused when set
 NOT_FOR_MPI = {"fault": "--fault", "connections": "--connections"}
 
@@ -57,15 +57,21 @@ def validate(cfg) -> None:
 
     _need(cfg.client in CLIENTS, "--client", cfg.client, f"one of {', '.join(CLIENTS)}")
     _need(cfg.mpi_tag in TAG_MODES, "--mpi-tag", cfg.mpi_tag, f"one of {', '.join(TAG_MODES)}")
-    _need(isinstance(cfg.workers, int) and cfg.workers >= 2, "--workers", cfg.workers,
-          "an MPI job across the fabric needs at least 2 ranks (one per host)")
+    _need(cfg.mpi_pattern in PATTERNS, "--mpi-pattern", cfg.mpi_pattern,
+          f"one of {', '.join(PATTERNS)}")
+    ps = cfg.mpi_pattern == "ps"
+    _need(isinstance(cfg.workers, int) and cfg.workers >= (1 if ps else 2), "--workers",
+          cfg.workers, "at least 1 worker (and the server: 2 ranks)" if ps else
+          "an MPI all-reduce across the fabric needs at least 2 ranks (one per host)")
     _need(cfg.fault is None, "--fault", cfg.fault, "faults are injected into our own nodes' "
           "runs; --client mpi takes none")
     _need(cfg.connections == "pair", "--connections", cfg.connections,
           "Open MPI opens its own connections; --client mpi takes the default, pair")
-    _need(cfg.servers == 1, "--servers", cfg.servers, "an MPI all-reduce has no servers")
-    check_ports(cfg.mpi_port_min, cfg.mpi_port_range, cfg.workers)
-    cfg.arch = ARCH
+    _need(cfg.servers == 1, "--servers", cfg.servers,
+          "the MPI parameter server is one rank (rank 0)" if ps else
+          "an MPI all-reduce has no servers")
+    check_ports(cfg.mpi_port_min, cfg.mpi_port_range, cfg.workers + ps)
+    cfg.arch = PATTERNS[cfg.mpi_pattern]
     validate_run(cfg)
 
 
@@ -131,7 +137,7 @@ def run(cfg, *, say=lambda _m: None) -> dict:
     check_tools()
 
     def check(topo):
-        place(topo, ARCH, cfg.workers, 1, cfg.placement)
+        place(topo, cfg.arch, cfg.workers, 1, cfg.placement)
 
     with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, check, say) as built, \
             rto_min_for_run(cfg.prefix, cfg.rto_min, built, say), \
@@ -144,21 +150,24 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
     fabric = fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
     profile = _profile(cfg)
-    hosts = place(topo, ARCH, cfg.workers, 1, cfg.placement)
-    link_bps = min(topo.ports(h.name)[0].rate_bps for h in hosts["workers"])
+    hosts = place(topo, cfg.arch, cfg.workers, 1, cfg.placement)
+    # rank 0 (where mpirun runs) is the server under ps; then the workers in placement order
+    rank_hosts = hosts["servers"] + hosts["workers"]
+    link_bps = min(topo.ports(h.name)[0].rate_bps for h in rank_hosts)
     target_sizes = [t.nbytes for t in profile.backward_order()]
     scaling = _scaling(cfg, link_bps, target_sizes)
     spec = job_spec(cfg, profile, scaling)
+    spec["mode"] = cfg.mpi_pattern
     schemes = {c["scheme"] for c in fabric["switch_config"].values()}
     tag, why = tagging_decision(cfg.mpi_tag, schemes)
     tagger_cls = _tagger_class() if tag else None
-    names = [h.name for h in hosts["workers"]]
+    names = [h.name for h in rank_hosts]
     ports = (cfg.mpi_port_min, cfg.mpi_port_min + cfg.mpi_port_range - 1)
-    say(f"MPI job: {len(names)} ranks on {', '.join(names)}, {len(spec['counts'])} all-reduces "
-        f"an iteration ({4 * sum(spec['counts']):,} B), btl ports {ports[0]}-{ports[1]}, "
+    say(f"MPI job ({cfg.mpi_pattern}): {len(names)} ranks on {', '.join(names)}, "
+        f"{len(spec['counts'])} messages an iteration ({4 * sum(spec['counts']):,} B), btl ports {ports[0]}-{ports[1]}, "
         f"tagging {'on' if tag else 'off'} ({why})")
 
-    run = SimpleNamespace(topo=topo, node_hosts=hosts["workers"], fabric=fabric)
+    run = SimpleNamespace(topo=topo, node_hosts=rank_hosts, fabric=fabric)
     counters = _Counters(cfg.prefix, run)
     bg = None
     tagging = {"mode": cfg.mpi_tag, "on": tag, "why": why, "rule": None, "counters": None}
@@ -233,7 +242,7 @@ def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, 
     uplinks = measure.uplink_spread(topo, c.before, c.after, span[1] - span[0],
                                     (c.queues_before, c.queues_after)) if c.before else None
     mpi = {
-        "ranks": out["ranks"], "hosts": job.hosts, "one_rank_per_host": True,
+        "pattern": cfg.mpi_pattern, "ranks": out["ranks"], "hosts": job.hosts, "one_rank_per_host": True,
         "launcher": "mpirun in the first host's namespace, rsh agent = ip netns exec",
         "mpirun": job.argv, "open_mpi": _open_mpi_version(),
         "transport": "pml ob1, btl tcp,self on eth0; oob tcp on eth0",
@@ -248,8 +257,8 @@ def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, 
     schemes = sorted({x["scheme"] for x in fabric["switch_config"].values()})
     headline = {"scheme": ",".join(schemes), "queueing": fabric["queueing"]["mode"],
                 "client": "mpi", "connections": "mpi", "placement": cfg.placement,
-                "rto_min_ms": fabric.get("rto_min_ms"), "model": cfg.model, "arch": ARCH,
-                "workers": cfg.workers, "servers": 0, "load": cfg.load, "seed": cfg.seed,
+                "rto_min_ms": fabric.get("rto_min_ms"), "model": cfg.model, "arch": cfg.arch,
+                "workers": cfg.workers, "servers": len(hosts["servers"]), "load": cfg.load, "seed": cfg.seed,
                 "samples_per_s": speed["samples_per_s"],
                 "iteration_time_s": speed["iteration_time_s"],
                 "mpi_comm_s": mpi["comm_s_mean"], "mpi_correct": out["correct"],
@@ -272,7 +281,8 @@ def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, 
                   "layer_fwd_s": [x.fwd_s for x in profile.layers],
                   "layer_bwd_s": [x.bwd_s for x in profile.layers]},
         "scaling": scaling.describe([t.nbytes for t in profile.backward_order()]),
-        "placement": {"workers": [h.name for h in hosts["workers"]], "servers": [],
+        "placement": {"workers": [h.name for h in hosts["workers"]],
+                      "servers": [h.name for h in hosts["servers"]],
                       "mode": mode_of(cfg.placement), "spec": cfg.placement},
         "mpi": mpi,
         "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
