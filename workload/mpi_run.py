@@ -30,7 +30,7 @@ from types import SimpleNamespace
 from common.machine import machine_info
 from netns_topology.state import load_topology_of
 from workload import measure
-from workload.experiment import (DEFAULT_TOPOLOGY, RunError, _Counters, _finish_background,
+from workload.experiment import (DEFAULT_TOPOLOGY, GO_LEAD_S, RunError, _Counters, _finish_background,
                                  _prepare_background, _profile, _results_path, _scaling,
                                  _stop_now, fabric_settings, pairing_record, place)
 from workload.mpi_job import MpiError, check_ports, check_tools, run_job
@@ -164,43 +164,45 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
     names = [h.name for h in rank_hosts]
     ports = (cfg.mpi_port_min, cfg.mpi_port_min + cfg.mpi_port_range - 1)
     say(f"MPI job ({cfg.mpi_pattern}): {len(names)} ranks on {', '.join(names)}, "
-        f"{len(spec['counts'])} messages an iteration ({4 * sum(spec['counts']):,} B), btl ports {ports[0]}-{ports[1]}, "
-        f"tagging {'on' if tag else 'off'} ({why})")
+        f"{len(spec['counts'])} messages an iteration ({4 * sum(spec['counts']):,} B), "
+        f"btl ports {ports[0]}-{ports[1]}, tagging {'on' if tag else 'off'} ({why})")
 
     run = SimpleNamespace(topo=topo, node_hosts=rank_hosts, fabric=fabric)
     counters = _Counters(cfg.prefix, run)
     bg = None
     tagging = {"mode": cfg.mpi_tag, "on": tag, "why": why, "rule": None, "counters": None}
-    t0 = time.monotonic()
     try:
-        counters.read_before()
-        counters.read_queues_before()
-        bg = _prepare_background(cfg, topo, hosts, scaling, _estimate_plan(spec), link_bps, say)
-        if bg is not None:
-            say(f"background load {cfg.load:g}: {bg.params['planned_flows']} "
-                f"{cfg.background_cdf} flows planned over {bg.duration_s:.1f} s")
-            bg.wait_ready()
-        start_ns = time.monotonic_ns()
-        if bg is not None:
-            from workload.experiment import GO_LEAD_S
-
-            start_ns += int(GO_LEAD_S * 1e9)
-            bg.go(start_ns)
-        with ExitStack() as stack, measure.Sampler(counters.ports, counters.host_ports) as sampler:
+        with ExitStack() as stack:
+            # the tagger first (it compiles and attaches its programs): the job and the
+            # background start together after it, as in an untagged run
             tagger = stack.enter_context(
                 tagger_cls(cfg.prefix, names, ports=ports, priority=cfg.mpi_priority)
                 if tag else nullcontext())
-            try:
-                job = run_job(cfg.prefix, topo, names, spec, port_min=cfg.mpi_port_min,
-                              port_range=cfg.mpi_port_range, timeout_s=cfg.timeout_s)
-            except MpiError as exc:
-                raise RunError(str(exc)) from None
+            t0 = time.monotonic()
+            counters.read_before()
+            counters.read_queues_before()
+            bg = _prepare_background(cfg, topo, hosts, scaling, _estimate_plan(spec), link_bps,
+                                     say)
+            if bg is not None:
+                say(f"background load {cfg.load:g}: {bg.params['planned_flows']} "
+                    f"{cfg.background_cdf} flows planned over {bg.duration_s:.1f} s")
+                bg.wait_ready()
+            start_ns = time.monotonic_ns()
+            if bg is not None:
+                start_ns += int(GO_LEAD_S * 1e9)
+                bg.go(start_ns)
+            with measure.Sampler(counters.ports, counters.host_ports) as sampler:
+                try:
+                    job = run_job(cfg.prefix, topo, names, spec, port_min=cfg.mpi_port_min,
+                                  port_range=cfg.mpi_port_range, timeout_s=cfg.timeout_s)
+                except MpiError as exc:
+                    raise RunError(str(exc)) from None
+            duration = time.monotonic() - t0
+            training_end_ns = time.monotonic_ns()
+            counters.read_after()
             if tag:
                 tagging["rule"] = tagger.rule
                 tagging["counters"] = dict(tagger.counters())
-        duration = time.monotonic() - t0
-        training_end_ns = time.monotonic_ns()
-        counters.read_after()
         fabric["agent"] = agent_settings(cfg.prefix)
         background = None
         if bg is not None:
