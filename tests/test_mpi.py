@@ -293,3 +293,10 @@ def test_ps_pattern_checks():
     assert cfg.arch == "ps"
     r = _cli(BASE + ["--mpi-pattern", "ps", "--servers", "2"])
     assert r.exit_code == 1 and "--servers: the MPI parameter server is one rank" in r.output
+
+
+def test_bench_help_and_dry_run_show_the_mpi_sweep():
+    assert "--clients" in _cli(["bench", "--help"]).output
+    r = _cli(["bench", "--preset", "mpi-quick", "--skip-missing", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "client=mpi" in r.output and "4 runs" in r.output
