@@ -113,7 +113,7 @@ def test_a_failing_rank_fails_the_job_and_leaves_nothing(fabric):
 
 
 def _run(fabric, tmp_path, **kw):
-    from workload.experiment import run
+    from workload.mpi_run import run
 
     cfg = RunConfig(**{"model": "threelayer", "arch": "allreduce", "workers": 4, "client": "mpi",
                        "scheme": "ecmp", "load": 0.2, "background_size_scale": 0.1,
