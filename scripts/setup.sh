@@ -2,7 +2,8 @@
 # Install what the testbed needs, idempotently, on Debian as root:
 #   * Debian packages (bcc for /usr/bin/python3, iproute2, ethtool, iperf3,
 #     kernel headers, Prometheus for the monitoring tests, Mininet for
-#     tests/test_attach_live.py);
+#     tests/test_attach_live.py, Open MPI and mpi4py for /usr/bin/python3:
+#     real MPI jobs, `talb run --client mpi`, workload/mpi_job.py);
 #   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
 #     kernel ships none (DESIGN §9: bcc compiles against them);
 #   * a venv made from /usr/bin/python3 --system-site-packages (so that
@@ -25,7 +26,7 @@ command -v apt-get >/dev/null || die "apt-get not found: this set-up supports De
 # --- Debian packages ---------------------------------------------------------
 PKGS=(python3-bpfcc bpfcc-tools python3-venv python3-pip iproute2 ethtool
       iperf3 iputils-ping tcpdump curl linux-headers-amd64 prometheus procps kmod
-      mininet util-linux)
+      mininet util-linux openmpi-bin python3-mpi4py)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -129,6 +129,12 @@ def sweep_options(f):
                           "route metric: the kernel's 200 ms); a list runs every scheme under "
                           "each, paired by seed (10ms,kernel) [the topology's] "
                           "(docs/experiments.md, Placement and minimum RTO)."),
+        click.option("--clients", callback=_list(str), metavar="LIST",
+                     help="What makes the training traffic, per run: talb (our nodes, tagged "
+                          "tensors), mpi (a real Open MPI all-reduce job over the model's "
+                          "tensors, `talb run --client mpi`); a list runs every point under "
+                          "each [talb; --preset mpi and mpi-quick: mpi] (docs/workload.md, "
+                          "Real MPI jobs)."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (experiments/sweep/plan.py AGENT_SETTINGS)."),
         click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
@@ -164,7 +170,7 @@ def sweep_options(f):
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
           out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None,
-          placement=None, rto_min=None, cluster=None) -> None:
+          placement=None, rto_min=None, cluster=None, clients=None) -> None:
     from common import paths
     from experiments.sweep import seeds as seedrule
     from experiments.sweep.kinds import build_plan, finish
@@ -175,7 +181,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
         plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
                           target_rates=target_rates, queueing=queueing, connections=connections,
-                          placement=placement, rto_min=rto_min,
+                          placement=placement, rto_min=rto_min, clients=clients,
                           agents=agents, workers=workers,
                           servers=servers, iterations=iterations, seed_cap=seed_cap,
                           seed_width=seed_width, fixed_seeds=fixed_seeds, cdfs=cdfs)

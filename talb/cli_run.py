@@ -49,7 +49,8 @@ def _models() -> list[str]:
               "'none': no training, background flows only (the lb-classic calibration, "
               "docs/experiments.md): every flow's FCT and its FCT normalised to the ideal.")
 @click.option("--arch", type=click.Choice(["ps", "allreduce"]),
-              help="Parameter server or ring all-reduce (required unless --model none).")
+              help="Parameter server or ring all-reduce (required unless --model none or "
+                   "--client mpi).")
 @click.option("--workers", type=click.IntRange(1, 64),
               help="Worker count (required unless --model none).")
 @click.option("--servers", type=click.IntRange(1, 64), default=1, show_default=True,
@@ -134,6 +135,29 @@ def _models() -> list[str]:
                    "table-full (limit=), forged-options (from=, to=, rate=), none (a control); "
                    "e.g. uplink-down@2s:for=1s. Reports recovery time and delivery "
                    "(docs/faults.md).")
+@click.option("--client", type=click.Choice(["talb", "mpi"]), default="talb", show_default=True,
+              help="What makes the training traffic: talb, our own nodes (tagged tensors, "
+                   "ByteScheduler); mpi, a real Open MPI job (mpirun, btl tcp, one rank per "
+                   "host placed as --placement, --workers ranks) running an MPI_Allreduce loop "
+                   "over the model's tensors, each result checked (docs/workload.md, \"Real MPI "
+                   "jobs\"; `make testbed` installs Open MPI and mpi4py).")
+@click.option("--mpi-tag", type=click.Choice(["auto", "on", "off"]), default="auto",
+              show_default=True,
+              help="--client mpi: tag the MPI data connections (the btl's port range) "
+                   "transparently so TaLB sees tensors; auto: on under scheme talb when the "
+                   "transparent tagger is installed, off otherwise (the results say why).")
+@click.option("--mpi-pattern", type=click.Choice(["allreduce", "ps"]), default="allreduce",
+              show_default=True,
+              help="--client mpi: allreduce, one MPI_Allreduce per tensor across --workers "
+                   "ranks; ps, a parameter server as rank 0 (on the host --placement gives the "
+                   "server) receiving every worker's MPI_Send and sending the sum back, "
+                   "--workers worker ranks.")
+@click.option("--mpi-priority", metavar="RULE",
+              help="--client mpi with tagging: the transparent tagger's priority rule [its default].")
+@click.option("--mpi-ports", metavar="LO-HI", default="7600-7663", show_default=True,
+              help="--client mpi: the ports the ranks' TCP btl listens on (btl_tcp_port_min_v4 "
+                   "and _range_v4): the MPI data connections have one end in it, the "
+                   "out-of-band traffic none.")
 def run_cmd(**opts):
     """Run one distributed-training experiment on the fabric and write its results.
 
@@ -164,8 +188,25 @@ def run_cmd(**opts):
     from workload.experiment import RunConfig, RunError, run
 
     sigterm_unwinds()
+    opts["mpi_port_min"], opts["mpi_port_range"] = _port_range(opts.pop("mpi_ports"))
     if opts["model"] == "none":
+        for name, flag in (("client", "--client"), ("mpi_tag", "--mpi-tag")):
+            if click.get_current_context().get_parameter_source(name) == \
+                    click.core.ParameterSource.COMMANDLINE:
+                raise ValueError(f"{flag}: --model none runs background flows only, no "
+                                 f"training client; drop {flag}, got {opts[name]!r}")
+        for name in ("client", "mpi_tag", "mpi_priority", "mpi_port_min", "mpi_port_range",
+                     "mpi_pattern"):
+            opts.pop(name)
         return _run_background_only(opts)
+    if opts["client"] == "mpi":
+        return _run_mpi(opts)
+    for name, flag in (("mpi_tag", "--mpi-tag"), ("mpi_priority", "--mpi-priority"),
+                       ("mpi_ports", "--mpi-ports"), ("mpi_pattern", "--mpi-pattern")):
+        if click.get_current_context().get_parameter_source(name) == \
+                click.core.ParameterSource.COMMANDLINE:
+            raise ValueError(f"{flag}: an option of --client mpi; add --client mpi or drop "
+                             f"{flag}")
     for flag, name in (("--arch", "arch"), ("--workers", "workers")):
         if opts[name] is None:
             raise click.UsageError(f"Missing option '{flag}' (every --model but 'none' trains).")
@@ -184,6 +225,66 @@ def run_cmd(**opts):
         except RunError as exc:
             raise ValueError(f"run failed: {exc}") from None   # talb's one red error line
     print_summary(results)
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    """--mpi-ports LO-HI -> (LO, number of ports); ValueError naming the flag."""
+    lo, dash, hi = str(text).partition("-")
+    try:
+        lo_i, hi_i = int(lo), int(hi)
+    except ValueError:
+        raise ValueError(f"--mpi-ports: a port range LO-HI (e.g. 7600-7663), got {text!r}") \
+            from None
+    if not dash or not 1024 <= lo_i <= hi_i <= 65535:
+        raise ValueError(f"--mpi-ports: a port range LO-HI with 1024 <= LO <= HI <= 65535, "
+                         f"got {text!r}")
+    return lo_i, hi_i - lo_i + 1
+
+
+def _run_mpi(opts: dict) -> None:
+    """--client mpi: a real Open MPI job as the training traffic."""
+    from workload.experiment import RunConfig, RunError
+    from workload.mpi_run import run
+
+    if opts["workers"] is None:
+        raise click.UsageError("Missing option '--workers' (--client mpi: the number of ranks, "
+                               "one per host).")
+    opts["arch"] = "ps" if opts["mpi_pattern"] == "ps" else "allreduce"
+    cfg = RunConfig(**opts)
+    with console.status(f"MPI job: {cfg.model} x{cfg.workers} ranks"):
+        try:
+            results = run(cfg, say=lambda m: console.print(f"  [dim]•[/] {m}"))
+        except RunError as exc:
+            raise ValueError(f"run failed: {exc}") from None
+    print_mpi_summary(results)
+
+
+def print_mpi_summary(r: dict) -> None:
+    """The summary of a --client mpi run."""
+    cfg, m, s = r["config"], r["mpi"], r["summary"]
+    schemes = {c["scheme"] for c in r["fabric"]["switch_config"].values()}
+    what = "parameter server" if m.get("pattern") == "ps" else "all-reduce"
+    console.print(f"[bold]{cfg['model']}[/] MPI {what} x{m['ranks']} ranks "
+                  f"({', '.join(m['hosts'])}), scheme {', '.join(sorted(schemes))}, load "
+                  f"{cfg['load']:g}, seed {cfg['seed']}")
+    tg = m["tagging"]
+    console.print(f"  {m['messages_per_iteration']} messages an iteration, "
+                  f"{m['bytes_per_iteration']:,} B (largest {max(m['message_bytes']):,} B); "
+                  f"btl ports {m['port_range'][0]}-{m['port_range'][1]}; tagging "
+                  + ("on, rule " + str(tg["rule"]) if tg["on"] else f"off ({tg.get('why')})"))
+    sp = s["speed"]
+    console.print(f"  iterations measured {sp['iterations']}, iteration {_ms(sp['iteration_time_s'])} "
+                  f"ms (all-reduces {_ms(m['comm_s_mean'])} ms)"
+                  + (f", [bold]{sp['samples_per_s']:.1f} samples/s[/] at target scale"
+                     if sp["samples_per_s"] else ""))
+    console.print("  results " + ("correct" if m["correct"] else
+                                  "[bold red]WRONG: " + "; ".join(m["errors"][:3]) + "[/]"))
+    tcp = s["tcp"]["total"]
+    console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
+                  f"{tcp['reordering']} reordering events")
+    _print_uplink_spread(s)
+    _print_cpu_guard(s)
+    console.print(f"  results: {r['path']}")
 
 
 #: options that only mean something for a training run: refused with --model none

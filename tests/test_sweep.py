@@ -327,9 +327,11 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     # results files without a pairing record (made before it existed): said so, no crash
     assert "**Pairing not recorded.**" in md and "testbed wall-clock (time scale 1:" in md
     assert "**FCT rows compare network FCT**" in md and "| short netfct mean |" in md
-    # every scheme pair at every point: ecmp-talb, 2 loads, 12 outcomes
+    # every scheme pair at every point: ecmp-talb, 2 loads, 13 outcomes (iteration time the 13th)
+    from experiments.sweep.results import OUTCOME_METRICS
+
     pairs = (tmp_path / "paired.csv").read_text().splitlines()
-    assert len(pairs) == 1 + 2 * 12
+    assert len(OUTCOME_METRICS) == 13 and len(pairs) == 1 + 2 * 13
     assert "## Paired comparisons: TaLB against each scheme" in md
     for name, panels in res["plots"].items():
         assert (tmp_path / name).stat().st_size > 0

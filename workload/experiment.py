@@ -34,7 +34,6 @@ from common import paths
 from common.machine import machine_info
 from netns_topology.state import (TestbedError, load_topology_of, queueing_of, read_state,
                                   rto_min_of)
-from testbed import lifecycle
 from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
@@ -44,7 +43,8 @@ from workload.run_record import RESULTS_FORMAT, agent_settings, software_version
 from workload.scaling import MSS_BYTES
 from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
 from workload.tensor_sender import MAX_TENSOR_PKTS
-from workload.testbed_use import rto_min_for_run, rto_min_setting, testbed_for
+from workload.testbed_use import (queueing_for_run, rto_min_for_run, rto_min_setting,
+                                  testbed_for)
 
 NODE = [sys.executable, "-m", "workload.patterns.node"]
 DEFAULT_TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
@@ -110,6 +110,17 @@ class RunConfig:
     # metric: the kernel's 200 ms); None: as the fabric is now. Set before the run
     # and put back after it on a testbed the run did not build (testbed.lifecycle.set_rto_min).
     rto_min: str | None = None
+    # What makes the training traffic: "talb" (our nodes, TensorSender's tagged
+    # tensors) or "mpi" (a real Open MPI all-reduce job, workload/mpi_run.py).
+    client: str = "talb"
+    # --client mpi: tag the MPI data connections transparently: "auto" (under
+    # scheme talb), "on", "off"; the tagger's priority rule (None: its default);
+    # the ranks' btl TCP ports [mpi_port_min, mpi_port_min + mpi_port_range).
+    mpi_tag: str = "auto"
+    mpi_pattern: str = "allreduce"      # or "ps": rank 0 a parameter server (send/receive)
+    mpi_priority: str | None = None
+    mpi_port_min: int = 7600
+    mpi_port_range: int = 64
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -576,6 +587,9 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
         from workload import background_only
 
         return background_only.run(cfg, say=say)
+    # a real MPI job (--client mpi) runs through workload.mpi_run.run, which builds on this module
+    _need(cfg.client == "talb", "--client", cfg.client,
+          "talb here (our own nodes); a real MPI job runs with workload.mpi_run.run")
     validate(cfg, profile_needed=profile is None)
 
     def check(topo):
@@ -587,19 +601,9 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
             check_names(parse_fault(cfg.fault), topo)
 
     with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, check, say) as built, \
-            rto_min_for_run(cfg.prefix, cfg.rto_min, built, say):
-        before = None
-        try:
-            if cfg.queueing is not None:
-                before = queueing_of(cfg.prefix)["mode"]
-                if before != cfg.queueing:
-                    say(f"switch ports: {cfg.queueing} queueing (was {before})")
-                lifecycle.set_queueing(cfg.prefix, cfg.queueing)
-            return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
-        finally:
-            if before is not None and before != cfg.queueing and not built:
-                say(f"switch ports: back to {before} queueing")
-                lifecycle.set_queueing(cfg.prefix, before)
+            rto_min_for_run(cfg.prefix, cfg.rto_min, built, say), \
+            queueing_for_run(cfg.prefix, cfg.queueing, built, say):
+        return _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built)
 
 
 def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:

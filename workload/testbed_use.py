@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from common import paths
-from netns_topology.state import exists, require_root, rto_min_of
+from netns_topology.state import exists, queueing_of, require_root, rto_min_of
 from testbed import lifecycle
 
 
@@ -86,3 +86,25 @@ def rto_min_for_run(prefix: str, value: str | None, built: bool,
         if now != before and not built:
             say(f"hosts' minimum RTO: back to {_rto_text(before)}")
             lifecycle.set_rto_min(prefix, before)
+
+
+@contextmanager
+def queueing_for_run(prefix: str, value: str | None, built: bool,
+                     say=lambda _m: None) -> Iterator[None]:
+    """The switch ports' queueing ``value`` (``bands``, ``fifo``; None: as the
+    fabric is now) in force while the block runs (testbed.lifecycle.set_queueing);
+    on a testbed the run did not build the one before is put back after it,
+    also on failure."""
+    if value is None:
+        yield
+        return
+    before = queueing_of(prefix)["mode"]
+    if before != value:
+        say(f"switch ports: {value} queueing (was {before})")
+    lifecycle.set_queueing(prefix, value)
+    try:
+        yield
+    finally:
+        if before != value and not built:
+            say(f"switch ports: back to {before} queueing")
+            lifecycle.set_queueing(prefix, before)

@@ -96,6 +96,9 @@ class RunSpec:
     placement: str = "spread"
     # the hosts' minimum TCP RTO: "10ms", ..., "kernel" (no route metric); None: the topology's
     rto_min: str | None = None
+    # what makes the training traffic: "talb" (our nodes) or "mpi" (a real Open MPI job,
+    # workload/mpi_run.py)
+    client: str = "talb"
 
     def params(self) -> dict:
         d = asdict(self)
@@ -113,6 +116,8 @@ class RunSpec:
             del d["placement"]
         if d["rto_min"] is None:          # and ran with the topology's minimum RTO
             del d["rto_min"]
+        if d["client"] == "talb":         # and trained with our own nodes
+            del d["client"]
         return d
 
     def key(self) -> str:
@@ -128,7 +133,8 @@ class RunSpec:
         return (f"{topo} {self.model} {self.arch} "
                 f"{arm(self.scheme, self.queueing, self.connections)} load "
                 f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}"
-                f"{axes_label(self.placement, self.rto_min)}")
+                f"{axes_label(self.placement, self.rto_min)}"
+                f"{'' if self.client == 'talb' else f' client={self.client}'}")
 
 
 def axes_label(placement: str = "spread", rto_min: str | None = None) -> str:
@@ -405,6 +411,33 @@ PRESETS: dict[str, dict] = {
             f"schemes: TaLB and the paper's baselines; load {TOP_LOAD} only"]),
 }
 
+# Issue 22: a real Open MPI job (workload/mpi_run.py) as the training traffic, the
+# schemes compared on its iteration time, paired by seed.
+_MPI = dict(
+    topologies=["topologies/talb.yaml"], schemes=list(ALL_SCHEMES), loads=[0.3],
+    models=["alexnet"], archs=["allreduce"], clients=["mpi"], seeds=5, target_rates=[10e9],
+    agents=["default"], workers=4, servers=1, scaling="bytes", iterations=5, warmup=1,
+    background_size_scale=0.1, figure="mpi",
+    seed_rule=dict(metric="iteration_time_s", loads=(0.3,)),
+    description="a real MPI job: Open MPI all-reduce of AlexNet's tensors (one MPI_Allreduce "
+                "per parameter tensor, 4 ranks on both leaves), every scheme, background load "
+                "0.3, iteration time paired by seed",
+    keeps=["an unmodified Open MPI 4.1 job (mpirun, btl tcp) over the fabric, one rank per host",
+           "data-parallel training's communication: every parameter tensor all-reduced each "
+           "iteration, in backward order, after its layer's backward compute"],
+    changes=["the default fabric (topologies/talb.yaml: 2 spines, 2 leaves x 3 hosts, 100 "
+             "Mbit/s); AlexNet's tensors x 0.01 (10G target -> 100 Mbit/s, scaling bytes)",
+             "compute emulated by sleeps (the V100 profile); blocking all-reduces, no overlap",
+             "tagging: off unless the transparent tagger is in the checkout and the scheme is "
+             "talb (--mpi-tag auto): untagged, TaLB falls back to ECMP",
+             "background sizes x 0.1 (fewer, larger flows: the CPUs stay out of the result)"])
+
+PRESETS["mpi"] = _MPI
+PRESETS["mpi-quick"] = dict(
+    _MPI, schemes=["ecmp", "talb"], seeds=2, iterations=3, seed_rule=None,
+    description="mpi's setup for a check that it runs: ECMP and TaLB, 2 seeds, 3 iterations",
+    changes=_MPI["changes"] + ["two schemes, 2 seeds, 3 iterations: not a result"])
+
 _LB_CLASSIC = dict(
     kind="background", topologies=["topologies/lb-classic-sym.yaml",
                                    "topologies/lb-classic-asym.yaml"],
@@ -445,7 +478,7 @@ PRESETS["lb-classic-quick"] = dict(
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
                 "background_size_scale", "queueing", "connections", "placement", "rto_min",
-                "cdfs")
+                "cdfs", "clients")
 
 
 def topology_path(t: str) -> str:
@@ -580,6 +613,7 @@ def training_plan(req: Request) -> Plan:
     topologies = [topology_path(t) for t in base["topologies"]]
     placements = _placements(base.get("placement"), base, topologies)
     rtos = _rto_mins(base.get("rto_min"))
+    clients = _clients(base.get("clients"), base, conns)
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
     # setting innermost: what a sweep compares runs back to back, so a slow drift of
@@ -588,8 +622,10 @@ def training_plan(req: Request) -> Plan:
     for topo, seed, load, rate, model, arch in itertools.product(
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
-        for pl, rto in itertools.product(placements, rtos):
-            axes = dict(placement=pl, rto_min=rto)
+        for pl, rto, client in itertools.product(placements, rtos, clients):
+            if client == "mpi" and arch != base["archs"][0]:
+                continue            # an MPI job is an all-reduce whatever --archs: once a point
+            axes = dict(placement=pl, rto_min=rto, client=client)
             for agent in base["agents"]:
                 for c in conns:
                     for q in _QUEUEING_ORDER:
@@ -710,6 +746,31 @@ def _rto_mins(value) -> list:
     return out
 
 
+CLIENTS = ("talb", "mpi")
+
+
+def _clients(value, base: dict, conns: list[str]) -> list[str]:
+    """The training clients of a preset's or --clients's value (None: talb),
+    each once: talb (our nodes) and mpi (a real Open MPI all-reduce job, ring
+    all-reduce's placement, its own connections)."""
+    values = _values(value, "talb")
+    if not values:
+        raise PlanError("--clients: at least one of talb, mpi")
+    out = []
+    for v in values:
+        if v not in CLIENTS:
+            raise PlanError(f"--clients: one of {', '.join(CLIENTS)}, got {v!r}")
+        if v not in out:
+            out.append(v)
+    if "mpi" in out:
+        if base["workers"] < 2:
+            raise PlanError(f"--workers: an MPI job needs at least 2 ranks, got {base['workers']}")
+        if conns != ["pair"]:
+            raise PlanError(f"--connections: Open MPI opens its own connections; --clients mpi "
+                            f"takes pair only, got {','.join(conns)!r}")
+    return out
+
+
 def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float | None,
                fixed: bool, conns: list[str] = ("pair",)) -> SeedRule | None:
     """The preset's SeedRule with the command line's changes, or None.
@@ -750,7 +811,9 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
 
 
 def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
-          connections="pair", placement="spread", rto_min=None) -> RunSpec:
+          connections="pair", placement="spread", rto_min=None, client="talb") -> RunSpec:
+    if client == "mpi":                 # an MPI all-reduce: no servers
+        arch = "allreduce"
     servers = base["servers"] if arch == "ps" else 1
     return RunSpec(topology=topo, scheme=scheme, model=model, arch=arch, workers=base["workers"],
                    servers=servers, load=float(load), seed=int(seed), target_link_bps=float(rate),
@@ -758,4 +821,4 @@ def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="ba
                    warmup=base["warmup"], agent=agent,
                    background_size_scale=base.get("background_size_scale"), queueing=queueing,
                    connections=connections, placement=placement, rto_min=rto_min,
-                   agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))
+                   client=client, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))

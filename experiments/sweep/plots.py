@@ -26,6 +26,8 @@ FCT_PANELS = [("short_fct_mean_s", "(a) short flows: AFCT", MS, "ms"),
               ("all_fct_mean_s", "(d) all tensors: AFCT", MS, "ms")]
 MOTIVATION_PANELS = [("trailing_fct_p99_s", "(a) trailing tensors: p99 FCT", MS, "ms"),
                      ("samples_per_s", "(b) training speed", 1, "samples/s")]
+MPI_PANELS = [("iteration_time_s", "(a) MPI iteration time", MS, "ms"),
+              ("samples_per_s", "(b) training speed", 1, "samples/s")]
 ABLATION_PANELS = FCT_PANELS[:2] + [("all_fct_mean_s", "(c) all tensors: AFCT", MS, "ms")]
 SCHEME_ORDER = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
@@ -153,9 +155,9 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
     """Draw the sweep's figures into ``out``; returns the manifest."""
     out = Path(out)
     manifest: dict = {}
-    if kind in ("fct_vs_load", "ablation", "motivation"):
+    if kind in ("fct_vs_load", "ablation", "motivation", "mpi"):
         panels = {"fct_vs_load": FCT_PANELS, "ablation": ABLATION_PANELS,
-                  "motivation": MOTIVATION_PANELS}[kind]
+                  "motivation": MOTIVATION_PANELS, "mpi": MPI_PANELS}[kind]
         split, suffix = _axes(pts)
         keys = ("topology", "model", "arch", "target_link_bps") + \
             (("agent",) if kind != "ablation" else ()) + split

@@ -20,7 +20,9 @@ from experiments.sweep.stats import Estimate, estimate
 OUTCOME_METRICS = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
                    "short_netfct_mean_s", "short_netfct_p99_s", "long_netfct_mean_s",
                    "all_netfct_mean_s",
-                   "trailing_fct_mean_s", "trailing_fct_p99_s", "samples_per_s", "ideal_gap")
+                   "trailing_fct_mean_s", "trailing_fct_p99_s", "samples_per_s", "ideal_gap",
+                   # the iteration's time on the testbed (a real MPI job's, --clients mpi)
+                   "iteration_time_s")
 MECHANISM_METRICS = ("hol_pct", "sendbuf_pct", "short_service_mean_s", "access_gap",
                      "tcp_retrans_pct",
                      "tcp_timeouts", "rto_tail_pct",
@@ -56,7 +58,7 @@ SENDBUF = ("short_sendbuf_wait_mean_s", "long_sendbuf_wait_mean_s", "all_sendbuf
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
                "background_size_scale", "agent", "queueing", "connections", "placement",
-               "rto_min")
+               "rto_min", "client")
 POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
 #: a cell: the runs that share a seed's background plan, and are paired by seed
 #: (schemes, agent settings, queueing and connection-model arms, minimum RTOs;
@@ -205,7 +207,9 @@ def archived_results(out: Path, keys: set[str]):
 
 def _fill(row: dict, res: dict, rel: str) -> None:
     head = res["headline"]
-    row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else "ok"
+    # a real MPI job whose all-reduce gave a wrong sum (--clients mpi) is left out as CPU-bound runs are
+    row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else \
+        "incorrect" if res["flags"].get("mpi_incorrect") else "ok"
     row["scheme_in_effect"] = head["scheme"]
     row["queueing_in_effect"] = ((res.get("fabric") or {}).get("queueing") or {}).get("mode", "bands")
     # results from before the connection models had one connection per pair
@@ -217,7 +221,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
         ("workers" if (res.get("load") or {}).get("background") else None)
     row["commit"] = (res.get("software") or {}).get("commit")
     row.update(machine_fields(res))
-    for k in (*METRICS, *CENSORED, *SENDBUF, "iteration_time_s"):
+    for k in (*METRICS, *CENSORED, *SENDBUF, "mpi_comm_s", "mpi_correct", "mpi_tagged"):
         if k in head:
             row[k] = head[k]
     ideal = ideal_samples_per_s(res)
@@ -314,7 +318,8 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 
 #: a row's value of a field it may lack (rows made before the field existed)
-FIELD_DEFAULTS = {"connections": "pair", "placement": "spread", "rto_min": None}
+FIELD_DEFAULTS = {"connections": "pair", "placement": "spread", "rto_min": None,
+                  "client": "talb"}
 
 
 def field(row: dict, name: str):

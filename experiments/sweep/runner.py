@@ -93,8 +93,11 @@ class Fabric:
 def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
     """One `talb run` on the prepared fabric (workload.experiment.run)."""
     def run_one(spec: RunSpec, path: Path) -> None:
-        from workload.experiment import RunConfig, run
+        from workload import experiment, mpi_run
+        from workload.experiment import RunConfig
 
+        # a real MPI job (--clients mpi) or our own nodes as the training traffic
+        run = mpi_run.run if spec.client == "mpi" else experiment.run
         run(RunConfig(model=spec.model, arch=spec.arch, workers=spec.workers,
                       servers=spec.servers, scheme=spec.scheme, load=spec.load, seed=spec.seed,
                       iterations=spec.iterations, warmup=spec.warmup,
@@ -102,7 +105,7 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       background_cdf=spec.background_cdf,
                       background_size_scale=spec.background_size_scale, queueing=spec.queueing,
                       connections=spec.connections, placement=spec.placement,
-                      rto_min=spec.rto_min,
+                      rto_min=spec.rto_min, client=spec.client,
                       prefix=prefix, out=str(path),
                       timeout_s=timeout_s, background_s=spec.background_s))
     return run_one

@@ -1,0 +1,157 @@
+"""One rank of a real MPI job (workload/mpi_job.py starts it with mpirun).
+
+Self-contained on purpose: it runs under the system ``/usr/bin/python3``
+with Debian's mpi4py (python3-mpi4py), not under the project's venv, so it
+imports the standard library and mpi4py only (no numpy: buffers are
+``array('f')``) and takes everything from the JSON file named by its one
+argument. Rank 0 prints one JSON line (the result) on stdout.
+
+Modes (``spec["mode"]``):
+
+* ``allreduce``: a data-parallel training loop. Each iteration: the
+  forward pass's compute (a sleep, ``fwd_s``), then per message in
+  ``counts`` (float32 elements, backward order: the last layer's tensors
+  first) the compute before it (``compute_s[i]``: its layer's backward step,
+  a sleep) and an ``MPI_Allreduce`` (sum) of that many float32; a barrier
+  ends the iteration. Rank r contributes ``r + 1 + it`` in every element, so
+  every element of the sum must be ``N(N+1)/2 + N*it`` (exact in float32
+  for the sizes used); each result is checked after the iteration's barrier
+  (outside its time).
+* ``ps``: the same loop, parameter-server style with point-to-point
+  messages: rank 0 is the server, ranks 1.. the workers; per message every
+  worker ``MPI_Send``s its gradient to rank 0, which receives them all at
+  once (``MPI_Irecv``: the incast), checks each, and ``MPI_Isend``s the
+  aggregate (the sum of the workers' contributions) back to every worker.
+* ``sendrecv``: the goodput of one rank pair: rank 0 ``MPI_Send``s
+  ``bytes`` bytes ``reps`` times to rank 1, which acknowledges the last with
+  one byte; goodput = bytes x reps / time. The other ranks only wait.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from array import array
+
+
+def _training(comm, spec: dict) -> dict:
+    """The data-parallel loop of mode ``allreduce`` or ``ps``."""
+    from mpi4py import MPI
+
+    rank, n = comm.Get_rank(), comm.Get_size()
+    ps = spec["mode"] == "ps"
+    counts = [int(c) for c in spec["counts"]]
+    compute = [float(x) for x in spec.get("compute_s") or [0.0] * len(counts)]
+    fwd_s = float(spec.get("fwd_s", 0.0))
+    iterations, warmup = int(spec["iterations"]), int(spec.get("warmup", 0))
+    # ps: rank 0 is the server (no gradients of its own), ranks 1.. the workers
+    contributors = range(1, n) if ps else range(n)
+    server = ps and rank == 0
+    send = [array("f", bytes(4 * c)) for c in counts]
+    recv = [array("f", bytes(4 * c)) for c in counts]
+    inbox = {w: [array("f", bytes(4 * c)) for c in counts] for w in range(1, n)} if server else {}
+    errors, its = [], []
+
+    def want(it: int) -> float:
+        return float(sum(r + 1 + it for r in contributors))
+
+    def exchange(i: int, it: int) -> None:
+        if not ps:
+            comm.Allreduce([send[i], MPI.FLOAT], [recv[i], MPI.FLOAT], op=MPI.SUM)
+        elif server:        # every worker's push at once, then the aggregate back to each
+            MPI.Request.Waitall([comm.Irecv([inbox[w][i], MPI.FLOAT], source=w, tag=i)
+                                 for w in inbox])
+            for w in inbox:
+                if inbox[w][i].count(float(w + 1 + it)) != counts[i]:
+                    errors.append(f"server iteration {it} message {i}: worker {w}'s push "
+                                  f"is not {w + 1 + it}")
+            recv[i][:] = array("f", [want(it)]) * counts[i]
+            MPI.Request.Waitall([comm.Isend([recv[i], MPI.FLOAT], dest=w, tag=i)
+                                 for w in inbox])
+        else:
+            comm.Send([send[i], MPI.FLOAT], dest=0, tag=i)
+            comm.Recv([recv[i], MPI.FLOAT], source=0, tag=i)
+
+    comm.Barrier()
+    start = time.monotonic()          # CLOCK_MONOTONIC: the machine's, every namespace's
+    for it in range(iterations):
+        mine = float(rank + 1 + it)
+        for buf, c in zip(send, counts):     # the "gradients" of this iteration
+            buf[:] = array("f", [mine]) * c
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if fwd_s > 0:
+            time.sleep(fwd_s)
+        comm_s, msg_s = 0.0, []
+        for i, c in enumerate(counts):
+            if compute[i] > 0:
+                time.sleep(compute[i])
+            t = time.perf_counter()
+            exchange(i, it)
+            took = time.perf_counter() - t
+            comm_s += took
+            msg_s.append(took)
+        comm.Barrier()
+        took_it = time.perf_counter() - t0
+        for i, c in enumerate(counts):
+            if recv[i].count(want(it)) != c:
+                bad = next(j for j, v in enumerate(recv[i]) if v != want(it))
+                errors.append(f"rank {rank} iteration {it} message {i}: element {bad} is "
+                              f"{recv[i][bad]!r}, expected {want(it)!r}")
+        its.append({"it": it, "warmup": it < warmup, "time_s": took_it, "comm_s": comm_s,
+                    "message_s": msg_s})
+    end = time.monotonic()
+    all_errors = comm.gather(errors[:5], root=0)
+    if rank != 0:
+        return {}
+    flat = [e for es in all_errors for e in es]
+    return {"mode": spec["mode"], "ranks": n, "iterations": its,
+            "message_bytes": [4 * c for c in counts],
+            "bytes_per_iteration": 4 * sum(counts),
+            "correct": not flat, "errors": flat[:10], "t_start_s": start, "t_end_s": end}
+
+
+def _sendrecv(comm, spec: dict) -> dict:
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    size, reps = int(spec["bytes"]), int(spec["reps"])
+    buf = bytearray(size)
+    ok = True
+    comm.Barrier()
+    t0 = time.perf_counter()
+    if rank == 0:
+        for i in range(reps):
+            buf[0] = buf[-1] = i % 251
+            comm.Send([buf, MPI.BYTE], dest=1, tag=1)
+        ack = bytearray(1)
+        comm.Recv([ack, MPI.BYTE], source=1, tag=2)
+        ok = ack[0] == 1
+    elif rank == 1:
+        for i in range(reps):
+            comm.Recv([buf, MPI.BYTE], source=0, tag=1)
+            ok = ok and buf[0] == buf[-1] == i % 251
+        comm.Send([bytearray([1 if ok else 0]), MPI.BYTE], dest=0, tag=2)
+    took = time.perf_counter() - t0
+    ok = comm.allreduce(ok, op=MPI.LAND)
+    if rank != 0:
+        return {}
+    return {"mode": "sendrecv", "ranks": comm.Get_size(), "bytes": size, "reps": reps,
+            "time_s": took, "goodput_bps": 8 * size * reps / took, "correct": bool(ok)}
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    run = {"allreduce": _training, "ps": _training, "sendrecv": _sendrecv}[spec["mode"]]
+    out = run(comm, spec)
+    if comm.Get_rank() == 0:
+        print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,314 @@
+"""`talb run --client mpi`: a real Open MPI job as the training traffic
+(docs/workload.md, "Real MPI jobs").
+
+The same testbed, scheme, seed, placement and background flows as a normal
+run (workload/experiment.py); instead of our nodes, an MPI data-parallel
+loop (workload/mpi_rank.py under mpirun, workload/mpi_job.py) with the
+model profile's tensors: every iteration the forward compute, then per
+parameter tensor in backward order its layer's backward compute and an
+``MPI_Allreduce`` (sum) of its testbed-scale bytes as float32, a barrier at
+the end; every result checked. Tensor sizes and compute times are scaled to
+the fabric as a normal run scales them (``--target-link-rate``,
+``--scaling``): one message per parameter tensor, no ByteScheduler
+partitions (what Horovod-style all-reduce sends).
+
+Tagging (``--mpi-tag``): ``auto`` tags under scheme talb when the checkout
+has the tagger, and not otherwise (the results say why);
+``on`` wraps the job in workload.transparent_tag.TransparentTagger over the
+ranks' hosts and the btl's port range (the MPI data connections, never the
+out-of-band ones); the results say whether it was on, its rule and its
+counters. The results file has the format of every run (workload/run_record.py)
+with a block ``mpi`` and a ``headline`` a sweep reads (experiments/sweep).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack, nullcontext
+from dataclasses import asdict
+from types import SimpleNamespace
+
+from common.machine import machine_info
+from netns_topology.state import load_topology_of
+from workload import measure
+from workload.experiment import (DEFAULT_TOPOLOGY, GO_LEAD_S, RunError, _Counters, _finish_background,
+                                 _prepare_background, _profile, _results_path, _scaling,
+                                 _stop_now, fabric_settings, pairing_record, place)
+from workload.mpi_job import MpiError, check_ports, check_tools, run_job
+from workload.placement import mode_of
+from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
+from workload.testbed_use import queueing_for_run, rto_min_for_run, testbed_for
+
+CLIENTS = ("talb", "mpi")
+TAG_MODES = ("auto", "on", "off")
+#: --mpi-pattern -> the architecture the run records (placement, results)
+PATTERNS = {"allreduce": "allreduce", "ps": "ps"}
+#: flags of a normal run that mean nothing for an MPI job: refused when set
+NOT_FOR_MPI = {"fault": "--fault", "connections": "--connections"}
+
+
+def _need(cond: bool, flag: str, value, what: str) -> None:
+    if not cond:
+        raise ValueError(f"{flag}: {what}, got {value!r}")
+
+
+def validate(cfg) -> None:
+    """An MPI run's configuration; ValueError naming the flag and its value."""
+    from workload.experiment import validate as validate_run
+
+    _need(cfg.client in CLIENTS, "--client", cfg.client, f"one of {', '.join(CLIENTS)}")
+    _need(cfg.mpi_tag in TAG_MODES, "--mpi-tag", cfg.mpi_tag, f"one of {', '.join(TAG_MODES)}")
+    _need(cfg.mpi_pattern in PATTERNS, "--mpi-pattern", cfg.mpi_pattern,
+          f"one of {', '.join(PATTERNS)}")
+    ps = cfg.mpi_pattern == "ps"
+    _need(isinstance(cfg.workers, int) and cfg.workers >= (1 if ps else 2), "--workers",
+          cfg.workers, "at least 1 worker (and the server: 2 ranks)" if ps else
+          "an MPI all-reduce across the fabric needs at least 2 ranks (one per host)")
+    _need(cfg.fault is None, "--fault", cfg.fault, "faults are injected into our own nodes' "
+          "runs; --client mpi takes none")
+    _need(cfg.connections == "pair", "--connections", cfg.connections,
+          "Open MPI opens its own connections; --client mpi takes the default, pair")
+    _need(cfg.servers == 1, "--servers", cfg.servers,
+          "the MPI parameter server is one rank (rank 0)" if ps else
+          "an MPI all-reduce has no servers")
+    check_ports(cfg.mpi_port_min, cfg.mpi_port_range, cfg.workers + ps)
+    cfg.arch = PATTERNS[cfg.mpi_pattern]
+    validate_run(cfg)
+
+
+def tagger_available() -> bool:
+    """Whether this checkout has the transparent tagger (workload/transparent_tag.py)."""
+    import importlib.util
+
+    return importlib.util.find_spec("workload.transparent_tag") is not None
+
+
+def tagging_decision(mode: str, schemes: set[str]) -> tuple[bool, str]:
+    """``--mpi-tag``: (tag?, why). on and off as said; auto: on when every
+    switch runs talb and the checkout has the tagger, off otherwise (the
+    reason is recorded, and said)."""
+    if mode != "auto":
+        return mode == "on", f"--mpi-tag {mode}"
+    if schemes != {"talb"}:
+        return False, f"--mpi-tag auto: scheme {','.join(sorted(schemes))}, not talb"
+    if not tagger_available():
+        return False, ("--mpi-tag auto: no transparent tagger in this checkout "
+                       "(workload/transparent_tag.py): TaLB sees no tensors, its fallback is ECMP")
+    return True, "--mpi-tag auto: scheme talb"
+
+
+def _tagger_class():
+    """workload.transparent_tag.TransparentTagger, imported when a run tags;
+    RunError when this checkout has no tagger."""
+    try:
+        from workload.transparent_tag import TransparentTagger
+    except ImportError as exc:
+        raise RunError(f"--mpi-tag on: transparent tagging (workload/transparent_tag.py) is not "
+                       f"available in this checkout ({exc}); run with --mpi-tag off, or "
+                       f"--mpi-tag auto under a scheme other than talb") from None
+    return TransparentTagger
+
+
+def job_spec(cfg, profile, scaling) -> dict:
+    """The rank program's input: one message per parameter tensor (backward
+    order) of its testbed-scale bytes as float32, each preceded by its
+    layer's backward compute (at the layer's first tensor), the forward
+    compute first; all scaled as a normal run's."""
+    counts, compute, seen = [], [], set()
+    bwd = {layer.index: layer.bwd_s for layer in profile.layers}
+    for t in profile.backward_order():
+        counts.append(max(1, scaling.tensor_bytes(t.nbytes) // 4))
+        compute.append(0.0 if t.layer in seen else scaling.compute_s(bwd[t.layer]))
+        seen.add(t.layer)
+    return {"mode": "allreduce", "counts": counts, "compute_s": compute,
+            "fwd_s": scaling.compute_s(sum(layer.fwd_s for layer in profile.layers)),
+            "iterations": cfg.iterations, "warmup": cfg.warmup}
+
+
+def _estimate_plan(spec: dict) -> dict:
+    """The shape experiment.background_duration_s reads (layers' compute,
+    partitions' bytes), for the background's planned duration."""
+    return {"layers": [{"fwd_s": spec["fwd_s"], "bwd_s": sum(spec["compute_s"])}],
+            "partitions": [[i, 0, "", 0, 4 * c, 4 * c, 0] for i, c in enumerate(spec["counts"])]}
+
+
+def run(cfg, *, say=lambda _m: None) -> dict:
+    """One MPI run end to end; the results (also written, ``results["path"]``)."""
+    validate(cfg)
+    check_tools()
+
+    def check(topo):
+        place(topo, cfg.arch, cfg.workers, 1, cfg.placement)
+
+    with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, check, say) as built, \
+            rto_min_for_run(cfg.prefix, cfg.rto_min, built, say), \
+            queueing_for_run(cfg.prefix, cfg.queueing, built, say):
+        return _run_on_fabric(cfg, built, say)
+
+
+def _run_on_fabric(cfg, built: bool, say) -> dict:
+    topo = load_topology_of(cfg.prefix)
+    fabric = fabric_settings(cfg.prefix, topo, cfg.scheme)
+    fabric["built_for_run"] = built
+    profile = _profile(cfg)
+    hosts = place(topo, cfg.arch, cfg.workers, 1, cfg.placement)
+    # rank 0 (where mpirun runs) is the server under ps; then the workers in placement order
+    rank_hosts = hosts["servers"] + hosts["workers"]
+    link_bps = min(topo.ports(h.name)[0].rate_bps for h in rank_hosts)
+    target_sizes = [t.nbytes for t in profile.backward_order()]
+    scaling = _scaling(cfg, link_bps, target_sizes)
+    spec = job_spec(cfg, profile, scaling)
+    spec["mode"] = cfg.mpi_pattern
+    schemes = {c["scheme"] for c in fabric["switch_config"].values()}
+    tag, why = tagging_decision(cfg.mpi_tag, schemes)
+    tagger_cls = _tagger_class() if tag else None
+    names = [h.name for h in rank_hosts]
+    ports = (cfg.mpi_port_min, cfg.mpi_port_min + cfg.mpi_port_range - 1)
+    say(f"MPI job ({cfg.mpi_pattern}): {len(names)} ranks on {', '.join(names)}, "
+        f"{len(spec['counts'])} messages an iteration ({4 * sum(spec['counts']):,} B), "
+        f"btl ports {ports[0]}-{ports[1]}, tagging {'on' if tag else 'off'} ({why})")
+
+    run = SimpleNamespace(topo=topo, node_hosts=rank_hosts, fabric=fabric)
+    counters = _Counters(cfg.prefix, run)
+    bg = None
+    tagging = {"mode": cfg.mpi_tag, "on": tag, "why": why, "rule": None, "counters": None}
+    try:
+        with ExitStack() as stack:
+            # the tagger first (it compiles and attaches its programs): the job and the
+            # background start together after it, as in an untagged run
+            tagger = stack.enter_context(
+                tagger_cls(cfg.prefix, names, ports=ports, priority=cfg.mpi_priority)
+                if tag else nullcontext())
+            t0 = time.monotonic()
+            counters.read_before()
+            counters.read_queues_before()
+            bg = _prepare_background(cfg, topo, hosts, scaling, _estimate_plan(spec), link_bps,
+                                     say)
+            if bg is not None:
+                say(f"background load {cfg.load:g}: {bg.params['planned_flows']} "
+                    f"{cfg.background_cdf} flows planned over {bg.duration_s:.1f} s")
+                bg.wait_ready()
+            start_ns = time.monotonic_ns()
+            if bg is not None:
+                start_ns += int(GO_LEAD_S * 1e9)
+                bg.go(start_ns)
+            with measure.Sampler(counters.ports, counters.host_ports) as sampler:
+                try:
+                    job = run_job(cfg.prefix, topo, names, spec, port_min=cfg.mpi_port_min,
+                                  port_range=cfg.mpi_port_range, timeout_s=cfg.timeout_s)
+                except MpiError as exc:
+                    raise RunError(str(exc)) from None
+            duration = time.monotonic() - t0
+            training_end_ns = time.monotonic_ns()
+            counters.read_after()
+            if tag:
+                tagging["rule"] = tagger.rule
+                tagging["counters"] = dict(tagger.counters())
+        fabric["agent"] = agent_settings(cfg.prefix)
+        background = None
+        if bg is not None:
+            background = _finish_background(bg, duration, say)
+            bg = None
+        pairing = pairing_record([], start_ns, background, training_end_ns, time.monotonic_ns())
+    except BaseException:
+        if bg is not None:
+            _stop_now(bg)
+            bg.close()
+        raise
+    finally:
+        counters.close()
+    results = _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging,
+                       counters, sampler.samples, duration, background, pairing)
+    write_results(results, _results_path(cfg))
+    return results
+
+
+def _open_mpi_version() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.splitlines()[0].strip() if out else None
+
+
+def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, samples,
+             duration, background, pairing) -> dict:
+    out = job.output
+    iterations = [{**i, "complete": True} for i in out["iterations"]]
+    speed = measure.speed(iterations, cfg.workers, profile.batch_size, scaling.time_scale)
+    measured = [i for i in out["iterations"] if not i["warmup"]]
+    span = (out["t_start_s"], out["t_end_s"])
+    guard = measure.cpu_guard(samples, c.have_links, span)
+    uplinks = measure.uplink_spread(topo, c.before, c.after, span[1] - span[0],
+                                    (c.queues_before, c.queues_after)) if c.before else None
+    mpi = {
+        "pattern": cfg.mpi_pattern, "ranks": out["ranks"], "hosts": job.hosts, "one_rank_per_host": True,
+        "launcher": "mpirun in the first host's namespace, rsh agent = ip netns exec",
+        "mpirun": job.argv, "open_mpi": _open_mpi_version(),
+        "transport": "pml ob1, btl tcp,self on eth0; oob tcp on eth0",
+        "port_range": list(job.port_range),
+        "message_bytes": out["message_bytes"], "messages_per_iteration": len(out["message_bytes"]),
+        "bytes_per_iteration": out["bytes_per_iteration"],
+        "compute_s_per_iteration": spec["fwd_s"] + sum(spec["compute_s"]),
+        "correct": out["correct"], "errors": out["errors"],
+        "comm_s_mean": (sum(i["comm_s"] for i in measured) / len(measured)) if measured else None,
+        "wall_s": job.wall_s, "tagging": tagging,
+    }
+    schemes = sorted({x["scheme"] for x in fabric["switch_config"].values()})
+    headline = {"scheme": ",".join(schemes), "queueing": fabric["queueing"]["mode"],
+                "client": "mpi", "connections": "mpi", "placement": cfg.placement,
+                "rto_min_ms": fabric.get("rto_min_ms"), "model": cfg.model, "arch": cfg.arch,
+                "workers": cfg.workers, "servers": len(hosts["servers"]), "load": cfg.load, "seed": cfg.seed,
+                "samples_per_s": speed["samples_per_s"],
+                "iteration_time_s": speed["iteration_time_s"],
+                "mpi_comm_s": mpi["comm_s_mean"], "mpi_correct": out["correct"],
+                "mpi_tagged": tagging["on"], "cpu_bound": guard["flagged"]}
+    from workload.experiment import _senders_record
+
+    return {
+        "format": RESULTS_FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "client": "mpi",
+        "config": asdict(cfg),
+        "software": software_versions(),
+        "machine": machine_info(),
+        "fabric": fabric,
+        "model": {"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
+                  "layers": len(profile.layers), "params": profile.total_params,
+                  "target_bytes": profile.total_bytes,
+                  "testbed_bytes": out["bytes_per_iteration"],
+                  "tensors": len(out["message_bytes"]),
+                  "layer_fwd_s": [x.fwd_s for x in profile.layers],
+                  "layer_bwd_s": [x.bwd_s for x in profile.layers]},
+        "scaling": scaling.describe([t.nbytes for t in profile.backward_order()]),
+        "placement": {"workers": [h.name for h in hosts["workers"]],
+                      "servers": [h.name for h in hosts["servers"]],
+                      "mode": mode_of(cfg.placement), "spec": cfg.placement},
+        "mpi": mpi,
+        "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
+                 **_senders_record(cfg, topo, hosts),
+                 "background_covered": pairing["background"]["covered"]
+                 if background and pairing.get("background") else None,
+                 "background": background},
+        "duration_s": duration,
+        "training_s": span[1] - span[0],
+        "pairing": pairing,
+        "summary": {
+            "speed": speed,
+            "bytes": {"mpi_per_iteration": out["bytes_per_iteration"]},
+            "tcp": measure.tcp_summary({h: measure.counter_delta(c.tcp_before[h], c.tcp_after[h])
+                                        for h in c.tcp_after}),
+            "uplinks": uplinks,
+            "port_drops": measure.port_drops(topo, c.queues_before, c.queues_after)
+            if c.queues_before and c.queues_after else None,
+            "cpu_guard": guard,
+            "background": background["summary"] if background else None,
+        },
+        "flags": {"cpu_bound": guard["flagged"], "mpi_incorrect": not out["correct"]},
+        "headline": headline,
+        "iterations": iterations,
+        "tensors": [],
+        "cpu_samples": samples,
+    }
