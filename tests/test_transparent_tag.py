@@ -414,15 +414,19 @@ def test_live_cost_per_send_call(fabric, capsys):
             c.close()
             srv.close()
             if tag:
-                assert tag.counters()["started"] >= n * 0.9
+                c_ = tag.counters()
+                # tiny writes outrun the ACKs: past 32 in flight, ring_full
+                assert c_["started"] + c_["ring_full"] >= n * 0.9, c_
+                counts.append(c_)
                 tag.close()
         return dt
 
     res = {"untagged": [], "tagged": []}
+    counts = []
     for _ in range(3):
         for k in res:
             res[k].append(one(k == "tagged"))
     med = {k: sorted(v)[1] for k, v in res.items()}
     with capsys.disabled():
         print(f"\n  ns per 64-byte send: {med} (all {res}); tagging adds "
-              f"{med['tagged'] - med['untagged']:.0f} ns")
+              f"{med['tagged'] - med['untagged']:.0f} ns; tagged runs' counters {counts}")
