@@ -9,8 +9,10 @@
  * Per packet: parse Ethernet -> IPv4 -> TCP; a SYN records the ISN; a
  * segment with payload of a flow that has a ring (flow_rings, written by the
  * library) and a known ISN gets stream offset seq - ISN - 1, the descriptor
- * owning that offset, and the option pushed right after the 20-byte base
- * header: bpf_skb_adjust_room(+12, BPF_ADJ_ROOM_NET) opens the room there,
+ * owning that offset; a flow without one but with a sendmsg ring (writes of
+ * an unmodified process, registered by bpf/host_sendmsg.c in sequence
+ * space) gets the write owning its raw sequence number; then the option is
+ * pushed right after the 20-byte base header: bpf_skb_adjust_room(+12, BPF_ADJ_ROOM_NET) opens the room there,
  * one store writes the new 32-byte IPv4 header (IHL 8, total length + 12,
  * checksum). The TaLB option is therefore always the first and only
  * option of a tagged packet (packets that had options are not tagged).
@@ -45,7 +47,10 @@ int talb_host_tc(struct __sk_buff *skb)
 	struct host_flow_key key;
 	struct host_ring *ring;
 	struct host_isn *isn;
+	struct host_seq_ring *sring;
+	struct host_desc seqd = {};
 	const struct host_desc *d;
+	__u32 cnt;
 	union host_l3 l3;
 	void *data, *data_end;
 	__u32 off;
@@ -104,18 +109,29 @@ int talb_host_tc(struct __sk_buff *skb)
 		host_count(HOST_CNT_PURE_ACK);
 		return TC_ACT_OK;
 	}
+	/* flow_rings first (TensorSender, stream offsets); only on a miss the
+	 * writes an unmodified process made (sendmsg_rings, raw sequence
+	 * numbers): one extra lookup for untagged traffic. */
 	ring = flow_rings.lookup(&key);
-	if (!ring) {
-		host_count(HOST_CNT_UNTAGGED_NO_RING);
-		return TC_ACT_OK;
+	if (ring) {
+		isn = flow_isn.lookup(&key);
+		if (!isn) {
+			host_count(HOST_CNT_UNTAGGED_NO_ISN);
+			return TC_ACT_OK;
+		}
+		off = bpf_ntohl(tcph->seq) - isn->isn - 1;
+		d = host_find_desc(ring, off);
+		cnt = HOST_CNT_TAGGED;
+	} else {
+		sring = sendmsg_rings.lookup(&key);
+		if (!sring) {
+			host_count(HOST_CNT_UNTAGGED_NO_RING);
+			return TC_ACT_OK;
+		}
+		off = bpf_ntohl(tcph->seq);
+		d = host_find_seq_desc(sring, off, &seqd) ? &seqd : NULL;
+		cnt = HOST_CNT_TAGGED_SENDMSG;
 	}
-	isn = flow_isn.lookup(&key);
-	if (!isn) {
-		host_count(HOST_CNT_UNTAGGED_NO_ISN);
-		return TC_ACT_OK;
-	}
-	off = bpf_ntohl(tcph->seq) - isn->isn - 1;
-	d = host_find_desc(ring, off);
 	if (!d) {
 		host_count(HOST_CNT_UNTAGGED_NO_DESCRIPTOR);
 		return TC_ACT_OK;
@@ -140,7 +156,7 @@ int talb_host_tc(struct __sk_buff *skb)
 		host_count(HOST_CNT_PUSH_FAILED);
 		return TC_ACT_SHOT;
 	}
-	host_count(HOST_CNT_TAGGED);
+	host_count(cnt);
 	host_note_wire(bpf_ntohl(l3.h.opt.tensor_id), l3.h.opt.flags);
 	return TC_ACT_OK;
 }

@@ -25,6 +25,7 @@ from datapath.maps import MapSet
 __all__ = [
     "HOST_CONSTANTS_H", "HOST_CONST", "HOST_RING_SLOTS", "HOST_ISN_ACTIVE",
     "HOST_COUNTER_NAMES", "HostFlowKey", "HostIsn", "HostDesc", "HostRing", "HostWire",
+    "HostSeqDesc", "HostSeqRing", "HOST_SEQ_RING_SLOTS", "HOST_MAX_SENDMSG_FLOWS",
     "HOST_MAX_WIRE_TENSORS", "HOST_WIRE_STALE_NS",
     "HOST_MAP_SPECS", "HostMaps",
 ]
@@ -41,6 +42,8 @@ HOST_RING_SLOTS = _c("HOST_RING_SLOTS")
 HOST_MAX_TAGGED_FLOWS = _c("HOST_MAX_TAGGED_FLOWS")
 HOST_MAX_FLOWS = _c("HOST_MAX_FLOWS")
 HOST_MAX_WIRE_TENSORS = _c("HOST_MAX_WIRE_TENSORS")
+HOST_MAX_SENDMSG_FLOWS = _c("HOST_MAX_SENDMSG_FLOWS")
+HOST_SEQ_RING_SLOTS = _c("HOST_SEQ_RING_SLOTS")
 HOST_WIRE_STALE_NS = _c("HOST_WIRE_STALE_NS")
 HOST_ISN_ACTIVE = _c("HOST_ISN_ACTIVE")
 HOST_OPT_VERSION = _c("HOST_OPT_VERSION")
@@ -111,6 +114,45 @@ class HostRing(ctypes.Structure):
     _fields_ = [("desc", HostDesc * HOST_RING_SLOTS)]
 
 
+class HostSeqDesc(ctypes.Structure):
+    """One write of an unmodified process in TCP sequence space (struct
+    host_seq_desc): ``range`` = seq_start | seq_end << 32."""
+
+    _fields_ = [
+        ("range", ctypes.c_uint64),
+        ("tensor_id", ctypes.c_uint32),
+        ("len_pkts", ctypes.c_uint16),
+        ("mss", ctypes.c_uint16),
+        ("layer", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8 * 7),
+    ]
+
+    @classmethod
+    def of(cls, seq_start: int, seq_end: int, tensor_id: int, layer: int, len_pkts: int,
+           mss: int) -> "HostSeqDesc":
+        return cls(((seq_end & 0xFFFFFFFF) << 32) | (seq_start & 0xFFFFFFFF), tensor_id,
+                   len_pkts, mss, layer)
+
+    @property
+    def seq_start(self) -> int:
+        return self.range & 0xFFFFFFFF
+
+    @property
+    def seq_end(self) -> int:
+        return self.range >> 32
+
+    @property
+    def empty(self) -> bool:
+        return self.seq_start == self.seq_end
+
+
+class HostSeqRing(ctypes.Structure):
+    _fields_ = [("desc", HostSeqDesc * HOST_SEQ_RING_SLOTS)]
+
+    def live(self) -> list[HostSeqDesc]:
+        return [d for d in self.desc if not d.empty]
+
+
 class HostWire(ctypes.Structure):
     """When one tensor's tagged packets passed the host's TC egress
     (CLOCK_MONOTONIC ns, the clock of ``time.monotonic_ns``): its first
@@ -132,7 +174,7 @@ class HostWire(ctypes.Structure):
 
 
 assert ctypes.sizeof(HostFlowKey) == 12 and ctypes.sizeof(HostDesc) == 20
-assert ctypes.sizeof(HostWire) == 32
+assert ctypes.sizeof(HostWire) == 32 and ctypes.sizeof(HostSeqDesc) == 24
 
 
 # --- one host --------------------------------------------------------------------
@@ -141,6 +183,7 @@ assert ctypes.sizeof(HostWire) == 32
 HOST_MAP_SPECS = MappingProxyType({
     "flow_isn": (HostFlowKey, HostIsn, sc.BPF_MAP_TYPE_LRU_HASH),
     "flow_rings": (HostFlowKey, HostRing, sc.BPF_MAP_TYPE_HASH),
+    "sendmsg_rings": (HostFlowKey, HostSeqRing, sc.BPF_MAP_TYPE_LRU_HASH),
     "tensor_wire": (ctypes.c_uint32, HostWire, sc.BPF_MAP_TYPE_LRU_HASH),
     "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
 })
@@ -148,7 +191,7 @@ HOST_MAP_SPECS = MappingProxyType({
 
 class HostMaps(MapSet):
     """All maps of one host's data path, as attributes named like the maps
-    (``.flow_isn``, ``.flow_rings``, ``.tensor_wire``, ``.counters``). Open with
+    (``.flow_isn``, ``.flow_rings``, ``.sendmsg_rings``, ``.tensor_wire``, ``.counters``). Open with
     ``HostMaps(pin_dir)`` (from pins, any process, no bcc) or
     ``HostMaps.from_fds({name: fd})``."""
 

@@ -5,6 +5,7 @@
     talb table [--switch S]            a switch's live TaLB tensor table and decision counters
     talb scheme [NAME] [--param k=v]   show or switch the load-balancing scheme at runtime
     talb send --src H --dst H          send tagged tensors, see each one's FCT and uplink
+    talb tag --netns H --port N        tag the TCP writes of unmodified processes (MPI, any client)
     talb run --model M --arch ps ...   one training experiment: PS or all-reduce, results JSON
     talb bench --preset fig10          the paper's experiments: sweeps, CIs, plots, summary
     talb bench datapath                data-path benchmarks
@@ -682,6 +683,8 @@ from talb import cli_run  # noqa: E402
 cli_run.register(main)
 from talb import cli_monitoring  # noqa: E402
 cli_monitoring.register(main)
+from talb import cli_tag  # noqa: E402
+cli_tag.register(main)
 
 if __name__ == "__main__":
     main()

@@ -63,7 +63,7 @@ class Host:
         self.maps = dp.maps
 
     def reset(self):
-        for name in ("flow_isn", "flow_rings", "tensor_wire", "counters"):
+        for name in ("flow_isn", "flow_rings", "sendmsg_rings", "tensor_wire", "counters"):
             self.maps[name].clear()
 
     def run(self, frame: bytes, ctx=None, repeat: int = 1):
@@ -1119,7 +1119,7 @@ def test_testbed_up_attaches_the_host_program_everywhere(bcc):
             ns = paths.netns_name(prefix, h.name)
             assert egress_filter(ns, h.iface)["name"].startswith("talb_host_tc")
             assert sorted(p.name for p in paths.pin_dir(prefix, h.name).iterdir()) == \
-                ["counters", "flow_isn", "flow_rings", "tensor_wire"]
+                ["counters", "flow_isn", "flow_rings", "sendmsg_rings", "tensor_wire"]
         h0, h1 = topo.hosts
         rx = Receiver(paths.netns_name(prefix, h1.name), h1.ip)
         # a process started with `ip netns exec` finds its host's pins itself

@@ -23,6 +23,12 @@
  * tensors (fig4: 7,875), and the oldest entries (earlier runs) go first.
  * ~90 bytes an entry in the kernel: ~6 MB per host. */
 #define HOST_MAX_WIRE_TENSORS   65536
+/* sendmsg_rings (LRU): sockets of unmodified processes whose writes the
+ * kernel-side tagger (bpf/host_sendmsg.c) registers, in sequence space.
+ * Descriptors per ring: writes of one socket whose bytes may still be
+ * (re)transmitted; a slot is reused once snd_una has passed its end. */
+#define HOST_MAX_SENDMSG_FLOWS  4096
+#define HOST_SEQ_RING_SLOTS     32
 
 /* ---- tensor_wire: when a tensor's packets pass TC egress --------------
  * An entry idle for longer than this is another tensor with the same id
@@ -53,14 +59,17 @@
 #define HOST_CNT_UNTAGGED_FRAGMENT      2   /* IPv4 fragment of a TCP segment    */
 #define HOST_CNT_ISN_LEARNED            3   /* our SYN / SYN-ACK: ISN recorded   */
 #define HOST_CNT_PURE_ACK               4   /* no payload: ACK, FIN, RST         */
-#define HOST_CNT_UNTAGGED_NO_RING       5   /* flow without a TensorSender       */
+#define HOST_CNT_UNTAGGED_NO_RING       5   /* neither a TensorSender ring nor a
+					       sendmsg ring                      */
 #define HOST_CNT_UNTAGGED_NO_ISN        6   /* opened before the program was attached */
 #define HOST_CNT_UNTAGGED_NO_DESCRIPTOR 7   /* bytes outside every descriptor    */
 #define HOST_CNT_UNTAGGED_IP_OPTIONS    8   /* IPv4 options present (IHL > 5)    */
 #define HOST_CNT_UNTAGGED_GSO           9   /* GSO skb: the option would be copied
 					       to every segment (gso_max_segs 1) */
 #define HOST_CNT_PUSH_FAILED            10  /* adjust_room/store failed          */
-#define HOST_CNT_TAGGED                 11  /* option pushed                     */
+#define HOST_CNT_TAGGED                 11  /* option pushed (flow_rings: library) */
+#define HOST_CNT_TAGGED_SENDMSG         12  /* option pushed (sendmsg_rings: an
+					       unmodified process's write)     */
 #define HOST_NR_COUNTERS                16
 
 #endif /* TALB_HOST_CONSTANTS_H */

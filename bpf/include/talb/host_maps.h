@@ -25,6 +25,13 @@ TALB_MAP("lru_hash", struct host_flow_key, struct host_isn, flow_isn, HOST_MAX_F
  * also deletes it (close()). Not LRU: a ring must never vanish under a
  * sender; a full map is a clear error in the library instead. */
 TALB_MAP("hash", struct host_flow_key, struct host_ring, flow_rings, HOST_MAX_TAGGED_FLOWS);
+/* flow -> writes of an unmodified process, in sequence space, written by
+ * the kernel-side tagger (bpf/host_sendmsg.c, which reaches every tagged
+ * host's pinned map through a hash of maps keyed by the host's netns
+ * inode). LRU: a socket that dies without passing TCP_CLOSE, or a flow idle
+ * long enough, goes first; the SYN of a new connection on the 4-tuple
+ * deletes it (host_learn_isn), and so does TCP_CLOSE (the tagger). */
+TALB_MAP("lru_hash", struct host_flow_key, struct host_seq_ring, sendmsg_rings, HOST_MAX_SENDMSG_FLOWS);
 /* tensor_id -> when its packets passed TC egress (host_note_wire). Keyed by
  * the id alone: ids are unique per host across its processes and
  * connections (workload/id_slots.py). LRU: nobody deletes entries; a run

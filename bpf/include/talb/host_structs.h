@@ -47,6 +47,30 @@ struct host_ring {
 	struct host_desc desc[HOST_RING_SLOTS];
 };
 
+/* One application write of an unmodified process (bpf/host_sendmsg.c), in
+ * TCP sequence space: the write owns [seq_start, seq_end) of absolute
+ * sequence numbers (no ISN needed, so connections opened before tagging
+ * started are tagged too). Both ends share one 64-bit word, `range` =
+ * seq_start | (u64)seq_end << 32, stored and loaded whole: the TC program
+ * on another CPU never sees a new start with an old end (a modular range
+ * that would cover the whole stream). range 0 (start == end) is an empty
+ * slot. Host byte order. */
+struct host_seq_desc {
+	__u64 range;
+	__u32 tensor_id;        /* Snowflake id made in the kernel */
+	__u16 len_pkts;         /* ceil(bytes / mss) */
+	__u16 mss;              /* tp->mss_cache at the write */
+	__u8 layer;
+	__u8 reserved[7];       /* 0 */
+};
+
+/* sendmsg_rings value: the registered writes of one socket. Written in
+ * place by the tracing program (under the socket's lock), read by the TC
+ * program. */
+struct host_seq_ring {
+	struct host_seq_desc desc[HOST_SEQ_RING_SLOTS];
+};
+
 /* tensor_wire value: when the host's tagged packets of one tensor passed
  * TC egress (bpf_ktime_get_ns, CLOCK_MONOTONIC: the clock of the
  * workload's time.monotonic_ns stamps). TC egress runs before the host's

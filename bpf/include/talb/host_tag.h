@@ -5,6 +5,8 @@
  *
  *   host_learn_isn()   our SYN / SYN-ACK -> flow_isn
  *   host_find_desc()   stream offset -> the descriptor owning it
+ *   host_find_seq_desc() sequence number -> the write (sendmsg_rings) owning
+ *                      it, as a host_desc in sequence space
  *   host_build_l3()    base IPv4 header + descriptor -> the 32-byte header
  *                      to write back (IHL 8, total length + 12, checksum)
  *   host_note_wire()   a tagged packet passes: its tensor's egress times
@@ -61,6 +63,7 @@ static __always_inline void host_learn_isn(const struct host_flow_key *key,
 	}
 	flow_isn.update((struct host_flow_key *)key, &v);
 	flow_rings.delete((struct host_flow_key *)key);
+	sendmsg_rings.delete((struct host_flow_key *)key);
 }
 
 /* The descriptor whose bytes contain stream offset `off` (the segment's
@@ -82,6 +85,37 @@ host_find_desc(const struct host_ring *ring, __u32 off)
 			return d;
 	}
 	return NULL;
+}
+
+/* The registered write whose bytes contain sequence number `seq`, copied
+ * into `out` with stream_start/stream_end in sequence space (host_build_l3
+ * then works unchanged with off = seq); 0 if none. Each slot's range is
+ * one 64-bit load (struct host_seq_desc). Writes of one socket never
+ * overlap (each starts at write_seq), so the first match is the only one. */
+static __always_inline int host_find_seq_desc(const struct host_seq_ring *ring, __u32 seq,
+					      struct host_desc *out)
+{
+	const struct host_seq_desc *d;
+	__u64 range;
+	__u32 start, end;
+	int i;
+
+	for (i = 0; i < HOST_SEQ_RING_SLOTS; i++) {
+		d = &ring->desc[i];
+		range = *(volatile const __u64 *)&d->range;
+		start = (__u32)range;
+		end = (__u32)(range >> 32);
+		if (seq - start < end - start) {
+			out->stream_start = start;
+			out->stream_end = end;
+			out->tensor_id = d->tensor_id;
+			out->len_pkts = d->len_pkts;
+			out->mss = d->mss;
+			out->layer = d->layer;
+			return 1;
+		}
+	}
+	return 0;
 }
 
 static __always_inline __u16 host_csum_fold(__u32 sum)
