@@ -144,8 +144,8 @@ def _models() -> list[str]:
 @click.option("--mpi-tag", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True,
               help="--client mpi: tag the MPI data connections (the btl's port range) "
-                   "transparently so TaLB sees tensors; auto: on under scheme talb when the "
-                   "transparent tagger is installed, off otherwise (the results say why).")
+                   "transparently so TaLB sees tensors; auto: on under scheme talb, off under "
+                   "the others (the results say why).")
 @click.option("--mpi-pattern", type=click.Choice(["allreduce", "ps"]), default="allreduce",
               show_default=True,
               help="--client mpi: allreduce, one MPI_Allreduce per tensor across --workers "

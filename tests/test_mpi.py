@@ -5,7 +5,6 @@ compute, mpirun's arguments, the rsh stand-in); the sweep's presets."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ from common import paths
 from netns_topology import load_topology
 from talb.cli import main
 from workload import mpi_job, mpi_run
-from workload.experiment import RunConfig, RunError
+from workload.experiment import RunConfig
 
 TOPOLOGY = paths.REPO_ROOT / "topologies" / "talb.yaml"
 BASE = ["run", "--client", "mpi", "--model", "alexnet", "--workers", "4", "--prefix", "t0mpicli"]
@@ -120,20 +119,8 @@ def test_help_explains_the_mpi_options():
         assert opt in r.output
 
 
-@pytest.mark.skipif(importlib.util.find_spec("workload.transparent_tag") is not None,
-                    reason="workload.transparent_tag is in this checkout: tagging is available")
-def test_tagging_on_without_the_tagger_is_a_clear_error():
-    with pytest.raises(RunError) as exc:
-        mpi_run._tagger_class()
-    assert "--mpi-tag on" in str(exc.value) and "transparent_tag" in str(exc.value)
-    assert "--mpi-tag off" in str(exc.value)
-
-
-def test_tagging_auto_follows_the_scheme_and_the_tagger():
-    have = mpi_run.tagger_available()
-    assert mpi_run.tagging_decision("auto", {"talb"})[0] is have
-    if not have:
-        assert "no transparent tagger" in mpi_run.tagging_decision("auto", {"talb"})[1]
+def test_tagging_auto_follows_the_scheme():
+    assert mpi_run.tagging_decision("auto", {"talb"}) == (True, "--mpi-tag auto: scheme talb")
     assert mpi_run.tagging_decision("auto", {"ecmp"}) == \
         (False, "--mpi-tag auto: scheme ecmp, not talb")
     assert not mpi_run.tagging_decision("auto", {"talb", "ecmp"})[0]

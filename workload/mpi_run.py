@@ -12,8 +12,8 @@ the fabric as a normal run scales them (``--target-link-rate``,
 ``--scaling``): one message per parameter tensor, no ByteScheduler
 partitions (what Horovod-style all-reduce sends).
 
-Tagging (``--mpi-tag``): ``auto`` tags under scheme talb when the checkout
-has the tagger, and not otherwise (the results say why);
+Tagging (``--mpi-tag``): ``auto`` tags under scheme talb, and not under the
+other schemes (the results say why);
 ``on`` wraps the job in workload.transparent_tag.TransparentTagger over the
 ranks' hosts and the btl's port range (the MPI data connections, never the
 out-of-band ones); the results say whether it was on, its rule and its
@@ -37,6 +37,7 @@ from workload.mpi_job import MpiError, check_ports, check_tools, run_job
 from workload.placement import mode_of
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
 from workload.testbed_use import queueing_for_run, rto_min_for_run, testbed_for
+from workload.transparent_tag import TransparentTagger
 
 CLIENTS = ("talb", "mpi")
 TAG_MODES = ("auto", "on", "off")
@@ -75,37 +76,14 @@ def validate(cfg) -> None:
     validate_run(cfg)
 
 
-def tagger_available() -> bool:
-    """Whether this checkout has the transparent tagger (workload/transparent_tag.py)."""
-    import importlib.util
-
-    return importlib.util.find_spec("workload.transparent_tag") is not None
-
-
 def tagging_decision(mode: str, schemes: set[str]) -> tuple[bool, str]:
     """``--mpi-tag``: (tag?, why). on and off as said; auto: on when every
-    switch runs talb and the checkout has the tagger, off otherwise (the
-    reason is recorded, and said)."""
+    switch runs talb, off otherwise (the reason is recorded, and said)."""
     if mode != "auto":
         return mode == "on", f"--mpi-tag {mode}"
     if schemes != {"talb"}:
         return False, f"--mpi-tag auto: scheme {','.join(sorted(schemes))}, not talb"
-    if not tagger_available():
-        return False, ("--mpi-tag auto: no transparent tagger in this checkout "
-                       "(workload/transparent_tag.py): TaLB sees no tensors, its fallback is ECMP")
     return True, "--mpi-tag auto: scheme talb"
-
-
-def _tagger_class():
-    """workload.transparent_tag.TransparentTagger, imported when a run tags;
-    RunError when this checkout has no tagger."""
-    try:
-        from workload.transparent_tag import TransparentTagger
-    except ImportError as exc:
-        raise RunError(f"--mpi-tag on: transparent tagging (workload/transparent_tag.py) is not "
-                       f"available in this checkout ({exc}); run with --mpi-tag off, or "
-                       f"--mpi-tag auto under a scheme other than talb") from None
-    return TransparentTagger
 
 
 def job_spec(cfg, profile, scaling) -> dict:
@@ -160,7 +138,6 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
     spec["mode"] = cfg.mpi_pattern
     schemes = {c["scheme"] for c in fabric["switch_config"].values()}
     tag, why = tagging_decision(cfg.mpi_tag, schemes)
-    tagger_cls = _tagger_class() if tag else None
     names = [h.name for h in rank_hosts]
     ports = (cfg.mpi_port_min, cfg.mpi_port_min + cfg.mpi_port_range - 1)
     say(f"MPI job ({cfg.mpi_pattern}): {len(names)} ranks on {', '.join(names)}, "
@@ -176,7 +153,7 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
             # the tagger first (it compiles and attaches its programs): the job and the
             # background start together after it, as in an untagged run
             tagger = stack.enter_context(
-                tagger_cls(cfg.prefix, names, ports=ports, priority=cfg.mpi_priority)
+                TransparentTagger(cfg.prefix, names, ports=ports, priority=cfg.mpi_priority)
                 if tag else nullcontext())
             t0 = time.monotonic()
             counters.read_before()
