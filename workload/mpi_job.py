@@ -137,7 +137,11 @@ def mpirun_argv(mpirun: str, hosts: Sequence[MpiHost], agent: Path, ports: tuple
            "btl_tcp_if_include": "eth0", "oob_tcp_if_include": "eth0",
            "btl_tcp_port_min_v4": str(lo), "btl_tcp_port_range_v4": str(hi - lo + 1),
            # every "host" is this machine: a rank per host, none pinned to a core
-           "rmaps_base_oversubscribe": "1"}
+           "rmaps_base_oversubscribe": "1",
+           # each daemon talks to mpirun directly: ORTE's default routing tree once
+           # failed to launch here ("does not know how to route a message to the
+           # specified daemon"); with one daemon per host the tree saves nothing
+           "routed": "direct"}
     argv = [mpirun, "--allow-run-as-root", "-np", str(len(hosts)),
             "--host", ",".join(f"{h.ip}:1" for h in hosts), "--map-by", "node",
             "--bind-to", "none"]
