@@ -116,8 +116,8 @@ def rsh_agent_script(hosts: Sequence[MpiHost]) -> str:
     """The rsh stand-in: ``agent HOST COMMAND...`` runs COMMAND through
     /bin/sh inside HOST's namespace (HOST an address of the job's hosts, as
     mpirun's --host names them, or its name)."""
-    cases = "\n".join(f"    {shlex.quote(h.ip)}|{shlex.quote(h.name)}) ns={shlex.quote(h.netns)} ;;"
-                      for h in hosts)
+    cases = "\n".join(f"    {shlex.quote(h.ip)}|{shlex.quote(h.name)}) ns={shlex.quote(h.netns)} "
+                      f"name={shlex.quote(h.name)} ;;" for h in hosts)
     return f"""#!/bin/sh
 # talb: Open MPI's rsh agent for one job (workload/mpi_job.py): no ssh, the
 # testbed's hosts are network namespaces of this machine.
@@ -126,7 +126,10 @@ case "$host" in
 {cases}
     *) echo "talb mpi rsh agent: unknown host $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$ns" /bin/sh -c "$*"
+# its own host name (UTS namespace): Open MPI names its session directories
+# in /tmp after the host, and daemons of "different hosts" sharing one name
+# raced on them (launches failed now and then)
+exec ip netns exec "$ns" unshare --uts /bin/sh -c 'hostname "$0" && exec /bin/sh -c "$1"' "$name" "$*"
 """
 
 
@@ -215,7 +218,9 @@ def run_job(prefix: str, topo, host_names: Sequence[str], spec: dict, *,
         spec_file.write_text(json.dumps(spec))
         program = [RANK_PYTHON, str(RANK_PROGRAM), str(spec_file)]
         argv = mpirun_argv(mpirun, hosts, agent, ports, program)
-        full = ["ip", "netns", "exec", hosts[0].netns, *argv]
+        # mpirun in the first host's namespace, under that host's name (see the agent)
+        full = ["ip", "netns", "exec", hosts[0].netns, "unshare", "--uts",
+                "/bin/sh", "-c", 'hostname "$0" && exec "$@"', hosts[0].name, *argv]
         t0 = time.monotonic()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
         env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
