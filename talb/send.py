@@ -92,6 +92,16 @@ class SendReport:
         return out
 
 
+def _clean_up(procs, captures, tmp) -> None:
+    """End our processes (by pid) and captures, remove the pcap directory we made."""
+    for proc in procs:
+        stop(proc)
+    for cap in captures:
+        cap.stop()
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _read_json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
@@ -175,12 +185,7 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
         sent, received = _records(procs, _communicate_all(procs, left()), worker_src, dst, timeout)
         ports = _tagged_ports(captures)
     finally:
-        for proc in procs:
-            stop(proc)
-        for cap in captures:
-            cap.stop()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _clean_up(procs, captures, tmp)
     return SendReport(_join(sent, received, worker_src, hosts, ports), pcap_dir, local)
 
 
@@ -300,12 +305,7 @@ def send_to(prefix: str, srcs: list[str], to: str, *, tensors: int = 12, layers:
             raise TestbedError("sender failed: " + "; ".join(errors))
         ports = _tagged_ports(captures)
     finally:
-        for proc in procs:
-            stop(proc)
-        for cap in captures:
-            cap.stop()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _clean_up(procs, captures, tmp)
     results = []
     for r in sorted(sent, key=lambda r: (r["worker"], r["seq"])):
         src = worker_src[r["worker"]]
