@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from common import paths
+from conftest import skip_or_fail
 from netns_topology import load_topology
 from talb.cli import main
 from workload import mpi_job, mpi_run
@@ -80,7 +81,7 @@ def test_missing_mpirun_says_make_testbed_installs_it(tmp_path, monkeypatch):
 
 def test_missing_mpi4py_says_make_testbed_installs_it(tmp_path):
     if not shutil.which("mpirun"):
-        pytest.skip("Open MPI not installed (make testbed)")
+        skip_or_fail("Open MPI not installed (make testbed installs it)")
     with pytest.raises(mpi_job.MpiError, match="cannot import mpi4py.*make testbed"):
         mpi_job.check_tools(python="/bin/false")
 
