@@ -428,8 +428,8 @@ _MPI = dict(
     changes=["the default fabric (topologies/talb.yaml: 2 spines, 2 leaves x 3 hosts, 100 "
              "Mbit/s); AlexNet's tensors x 0.01 (10G target -> 100 Mbit/s, scaling bytes)",
              "compute emulated by sleeps (the V100 profile); blocking all-reduces, no overlap",
-             "tagging: off unless the transparent tagger is in the checkout and the scheme is "
-             "talb (--mpi-tag auto): untagged, TaLB falls back to ECMP",
+             "tagging (--mpi-tag auto): the transparent tagger tags the MPI connections under "
+             "talb; the other schemes run untagged (they do not read tags)",
              "background sizes x 0.1 (fewer, larger flows: the CPUs stay out of the result)"])
 
 PRESETS["mpi"] = _MPI
