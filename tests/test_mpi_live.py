@@ -20,7 +20,7 @@ from common import paths
 from datapath.control import set_scheme
 from datapath.maps import SwitchMaps
 from netns_topology.state import load_topology_of
-from workload import mpi_job
+from workload import mpi_job, mpi_rank, mpi_run
 from workload.experiment import RunConfig
 from conftest import skip_or_fail
 from helpers import processes_in_hosts, up_fabric
@@ -142,7 +142,14 @@ def test_talb_run_client_mpi_writes_its_results(fabric, tmp_path):
     assert all(not isinstance(v, (dict, list)) for v in head.values())
     assert on_disk["config"]["client"] == "mpi" and on_disk["config"]["seed"] == 3
     bg = on_disk["load"]["background"]
-    assert bg is not None and on_disk["pairing"]["background"]["planned_flows"] > 0
+    pairing = on_disk["pairing"]
+    assert bg is not None and pairing["background"]["planned_flows"] > 0
+    # training starts at a fixed offset into the background (pairing across
+    # schemes), after the ranks were ready, and the plan covers it
+    assert pairing["mpi_ready_s"] < mpi_run.MPI_START_S, pairing
+    assert abs(pairing["start_offset_s"] - mpi_run.MPI_START_S) < 0.005, pairing
+    assert pairing["background"]["covered"] is True
+    assert len(m["rank_cpu_s"]) == 4 and m["wait"].startswith("nonblocking calls")
     assert processes_in_hosts(fabric.prefix) == {}
 
 
@@ -222,3 +229,18 @@ def test_ps_pattern_across_leaves_is_correct(fabric, tmp_path):
     assert m["hosts"][1:] == r["placement"]["workers"]
     assert r["headline"]["arch"] == "ps" and r["headline"]["servers"] == 1
     assert processes_in_hosts(fabric.prefix) == {}
+
+
+def test_waiting_ranks_leave_the_cpus_to_the_fabric(fabric):
+    """Ranks wait by MPI_Testall and sleeps (workload/mpi_rank.py): ranks 2
+    and 3 only wait while rank 0 sends to rank 1, and use a small share of
+    their wall time; with Open MPI's blocking calls (poll_s 0) they spin."""
+    _scheme(fabric.prefix, "ecmp")
+    share = {}
+    for poll_s in (mpi_rank.POLL_S, 0):
+        spec = {"mode": "sendrecv", "bytes": 1 << 20, "reps": 30, "poll_s": poll_s}
+        out = mpi_job.run_job(fabric.prefix, fabric.topo, RANKS, spec, timeout_s=60).output
+        assert out["correct"] is True and len(out["rank_cpu_s"]) == 4
+        share[poll_s] = max(out["rank_cpu_s"][2:]) / out["wall_s"]
+    assert share[mpi_rank.POLL_S] < 0.3, share
+    assert share[mpi_rank.POLL_S] < share[0] / 2, share

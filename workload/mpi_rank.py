@@ -25,6 +25,22 @@ Modes (``spec["mode"]``):
 * ``sendrecv``: the goodput of one rank pair: rank 0 ``MPI_Send``s
   ``bytes`` bytes ``reps`` times to rank 1, which acknowledges the last with
   one byte; goodput = bytes x reps / time. The other ranks only wait.
+
+Training starts at ``spec["start_at"]`` (CLOCK_MONOTONIC seconds, shared by
+every namespace) when given and not yet past: runs of one seed then start
+it at the same offset into their background.
+
+Rank 0's output carries every rank's CPU time from the start barrier to the
+end (``rank_cpu_s``): how much of the machine the job took from the fabric.
+
+Waiting (``spec["poll_s"]``, default :data:`POLL_S`): every MPI call is the
+nonblocking one (``MPI_Iallreduce``, ``MPI_Ibarrier``, ``MPI_Isend``/``Irecv``)
+completed by ``MPI_Testall`` every ``poll_s`` seconds, sleeping in between;
+Open MPI's progress (the tcp btl's reads and writes) runs in each test.
+Blocking calls busy-poll: four ranks spinning on this machine's two CPUs
+saturated them in every run of ``--preset mpi`` (the CPU guard excluded
+12 of 12), and those CPUs forward the fabric. ``poll_s`` 0 uses the blocking
+calls (Open MPI's own busy wait), as a job on machines of its own would.
 """
 from __future__ import annotations
 
@@ -33,12 +49,53 @@ import sys
 import time
 from array import array
 
+#: Seconds between two MPI_Testall of a wait. 0.2 ms is 2.5 KB at a 100
+#: Mbit/s link: a test moves far more than that from the socket buffers, so
+#: the links do not wait for the rank; each wake-up costs some 20 us of CPU.
+POLL_S = 0.0002
+
+
+def _complete(reqs, poll_s: float) -> None:
+    """Wait for the requests ``reqs``: MPI_Waitall (busy) when ``poll_s`` is 0,
+    else MPI_Testall every ``poll_s`` seconds (module docstring)."""
+    from mpi4py import MPI
+
+    if poll_s <= 0:
+        MPI.Request.Waitall(reqs)
+        return
+    while not MPI.Request.Testall(reqs):
+        time.sleep(poll_s)
+
+
+class _Waiting:
+    """The rank's collective and point-to-point calls, each completed by
+    :func:`_complete`."""
+
+    def __init__(self, comm, poll_s: float):
+        self.comm, self.poll_s = comm, poll_s
+
+    def barrier(self) -> None:
+        _complete([self.comm.Ibarrier()], self.poll_s)
+
+    def allreduce(self, send, recv, op) -> None:
+        _complete([self.comm.Iallreduce(send, recv, op=op)], self.poll_s)
+
+    def send(self, buf, dest: int, tag: int) -> None:
+        _complete([self.comm.Isend(buf, dest=dest, tag=tag)], self.poll_s)
+
+    def recv(self, buf, source: int, tag: int) -> None:
+        _complete([self.comm.Irecv(buf, source=source, tag=tag)], self.poll_s)
+
+    def all(self, reqs) -> None:
+        _complete(reqs, self.poll_s)
+
 
 def _training(comm, spec: dict) -> dict:
     """The data-parallel loop of mode ``allreduce`` or ``ps``."""
     from mpi4py import MPI
 
     rank, n = comm.Get_rank(), comm.Get_size()
+    w8 = _Waiting(comm, float(spec.get("poll_s", POLL_S)))
     ps = spec["mode"] == "ps"
     counts = [int(c) for c in spec["counts"]]
     compute = [float(x) for x in spec.get("compute_s") or [0.0] * len(counts)]
@@ -57,28 +114,35 @@ def _training(comm, spec: dict) -> dict:
 
     def exchange(i: int, it: int) -> None:
         if not ps:
-            comm.Allreduce([send[i], MPI.FLOAT], [recv[i], MPI.FLOAT], op=MPI.SUM)
+            w8.allreduce([send[i], MPI.FLOAT], [recv[i], MPI.FLOAT], op=MPI.SUM)
         elif server:        # every worker's push at once, then the aggregate back to each
-            MPI.Request.Waitall([comm.Irecv([inbox[w][i], MPI.FLOAT], source=w, tag=i)
-                                 for w in inbox])
+            w8.all([comm.Irecv([inbox[w][i], MPI.FLOAT], source=w, tag=i) for w in inbox])
             for w in inbox:
                 if inbox[w][i].count(float(w + 1 + it)) != counts[i]:
                     errors.append(f"server iteration {it} message {i}: worker {w}'s push "
                                   f"is not {w + 1 + it}")
             recv[i][:] = array("f", [want(it)]) * counts[i]
-            MPI.Request.Waitall([comm.Isend([recv[i], MPI.FLOAT], dest=w, tag=i)
-                                 for w in inbox])
+            w8.all([comm.Isend([recv[i], MPI.FLOAT], dest=w, tag=i) for w in inbox])
         else:
-            comm.Send([send[i], MPI.FLOAT], dest=0, tag=i)
-            comm.Recv([recv[i], MPI.FLOAT], source=0, tag=i)
+            w8.send([send[i], MPI.FLOAT], dest=0, tag=i)
+            w8.recv([recv[i], MPI.FLOAT], source=0, tag=i)
 
-    comm.Barrier()
-    start = time.monotonic()          # CLOCK_MONOTONIC: the machine's, every namespace's
+    w8.barrier()
+    ready = time.monotonic()          # CLOCK_MONOTONIC: the machine's, every namespace's
+    # every scheme's run of a seed starts training at the same instant after the
+    # background's origin (spec["start_at"]), however long mpirun took to launch
+    # (no barrier after the sleep: its messages would cross the background's
+    # queues, and the start would lag by their delay, which differs by scheme;
+    # the first iteration begins with one)
+    if spec.get("start_at") and spec["start_at"] > ready:
+        time.sleep(spec["start_at"] - ready)
+    start = time.monotonic()
+    cpu0 = time.process_time()
     for it in range(iterations):
         mine = float(rank + 1 + it)
         for buf, c in zip(send, counts):     # the "gradients" of this iteration
             buf[:] = array("f", [mine]) * c
-        comm.Barrier()
+        w8.barrier()
         t0 = time.perf_counter()
         if fwd_s > 0:
             time.sleep(fwd_s)
@@ -91,7 +155,7 @@ def _training(comm, spec: dict) -> dict:
             took = time.perf_counter() - t
             comm_s += took
             msg_s.append(took)
-        comm.Barrier()
+        w8.barrier()
         took_it = time.perf_counter() - t0
         for i, c in enumerate(counts):
             if recv[i].count(want(it)) != c:
@@ -101,6 +165,8 @@ def _training(comm, spec: dict) -> dict:
         its.append({"it": it, "warmup": it < warmup, "time_s": took_it, "comm_s": comm_s,
                     "message_s": msg_s})
     end = time.monotonic()
+    cpu = comm.gather(time.process_time() - cpu0, root=0)
+    w8.barrier()
     all_errors = comm.gather(errors[:5], root=0)
     if rank != 0:
         return {}
@@ -108,36 +174,43 @@ def _training(comm, spec: dict) -> dict:
     return {"mode": spec["mode"], "ranks": n, "iterations": its,
             "message_bytes": [4 * c for c in counts],
             "bytes_per_iteration": 4 * sum(counts),
-            "correct": not flat, "errors": flat[:10], "t_start_s": start, "t_end_s": end}
+            "correct": not flat, "errors": flat[:10], "t_ready_s": ready, "t_start_s": start,
+            "t_end_s": end,
+            "rank_cpu_s": cpu}
 
 
 def _sendrecv(comm, spec: dict) -> dict:
     from mpi4py import MPI
 
     rank = comm.Get_rank()
+    w8 = _Waiting(comm, float(spec.get("poll_s", POLL_S)))
     size, reps = int(spec["bytes"]), int(spec["reps"])
     buf = bytearray(size)
     ok = True
-    comm.Barrier()
-    t0 = time.perf_counter()
+    w8.barrier()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     if rank == 0:
         for i in range(reps):
             buf[0] = buf[-1] = i % 251
-            comm.Send([buf, MPI.BYTE], dest=1, tag=1)
+            w8.send([buf, MPI.BYTE], dest=1, tag=1)
         ack = bytearray(1)
-        comm.Recv([ack, MPI.BYTE], source=1, tag=2)
+        w8.recv([ack, MPI.BYTE], source=1, tag=2)
         ok = ack[0] == 1
     elif rank == 1:
         for i in range(reps):
-            comm.Recv([buf, MPI.BYTE], source=0, tag=1)
+            w8.recv([buf, MPI.BYTE], source=0, tag=1)
             ok = ok and buf[0] == buf[-1] == i % 251
-        comm.Send([bytearray([1 if ok else 0]), MPI.BYTE], dest=0, tag=2)
+        w8.send([bytearray([1 if ok else 0]), MPI.BYTE], dest=0, tag=2)
     took = time.perf_counter() - t0
+    w8.barrier()                      # ranks 2.. wait here, not in a busy allreduce
+    wall = time.perf_counter() - t0
+    cpu = comm.gather(time.process_time() - cpu0, root=0)
     ok = comm.allreduce(ok, op=MPI.LAND)
     if rank != 0:
         return {}
     return {"mode": "sendrecv", "ranks": comm.Get_size(), "bytes": size, "reps": reps,
-            "time_s": took, "goodput_bps": 8 * size * reps / took, "correct": bool(ok)}
+            "time_s": took, "goodput_bps": 8 * size * reps / took, "correct": bool(ok),
+            "wall_s": wall, "rank_cpu_s": cpu}
 
 
 def main(argv: list[str]) -> int:

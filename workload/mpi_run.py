@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from types import SimpleNamespace
 
 from common.machine import machine_info
 from netns_topology.state import load_topology_of
-from workload import measure
+from workload import measure, mpi_rank
 from workload.experiment import (DEFAULT_TOPOLOGY, GO_LEAD_S, RunError, _Counters, _finish_background,
                                  _prepare_background, _profile, _results_path, _scaling,
-                                 _stop_now, fabric_settings, pairing_record, place)
+                                 _stop_now, background_duration_s, fabric_settings, pairing_record,
+                                 place)
 from workload.mpi_job import MpiError, check_ports, check_tools, run_job
 from workload.placement import mode_of
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
@@ -86,6 +87,32 @@ def tagging_decision(mode: str, schemes: set[str]) -> tuple[bool, str]:
     return True, "--mpi-tag auto: scheme talb"
 
 
+#: When training starts, in seconds after the background's time origin.
+#: mpirun launches during the origin's lead (GO_LEAD_S): 4 ranks were ready
+#: 0.04-0.09 s after the origin here. A run whose ranks are later says so,
+#: and its seed's pairing check shows it.
+MPI_START_S = 0.5
+#: An MPI job's training took 3-4 times experiment.training_estimate_s on
+#: mpi-quick (2.5-3.4 s against 0.89 s): one message at a time, each in
+#: 2(n-1) rounds of its own. The estimate is scaled by this factor before
+#: background_duration_s doubles it (+3 s), so the plan covers 4 estimates.
+MPI_ESTIMATE_FACTOR = 2
+
+
+def mpi_background_s(cfg, spec: dict, link_bps: float) -> float:
+    """The background's planned duration for an MPI run: --background-s when
+    given, else experiment.background_duration_s of MPI_ESTIMATE_FACTOR times
+    the job's bytes and compute, after MPI_START_S. The point's, never the
+    scheme's (pairing)."""
+    if cfg.background_s:
+        return cfg.background_s
+    plan = _estimate_plan(spec)
+    plan["partitions"] = [p[:4] + [p[4] * MPI_ESTIMATE_FACTOR, p[5] * MPI_ESTIMATE_FACTOR] + p[6:]
+                          for p in plan["partitions"]]
+    plan["layers"] = [{k: v * MPI_ESTIMATE_FACTOR for k, v in x.items()} for x in plan["layers"]]
+    return MPI_START_S + background_duration_s(cfg, plan, link_bps)
+
+
 def job_spec(cfg, profile, scaling) -> dict:
     """The rank program's input: one message per parameter tensor (backward
     order) of its testbed-scale bytes as float32, each preceded by its
@@ -99,7 +126,7 @@ def job_spec(cfg, profile, scaling) -> dict:
         seen.add(t.layer)
     return {"mode": "allreduce", "counts": counts, "compute_s": compute,
             "fwd_s": scaling.compute_s(sum(layer.fwd_s for layer in profile.layers)),
-            "iterations": cfg.iterations, "warmup": cfg.warmup}
+            "iterations": cfg.iterations, "warmup": cfg.warmup, "poll_s": mpi_rank.POLL_S}
 
 
 def _estimate_plan(spec: dict) -> dict:
@@ -158,8 +185,8 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
             t0 = time.monotonic()
             counters.read_before()
             counters.read_queues_before()
-            bg = _prepare_background(cfg, topo, hosts, scaling, _estimate_plan(spec), link_bps,
-                                     say)
+            bg = _prepare_background(replace(cfg, background_s=mpi_background_s(cfg, spec, link_bps)),
+                                     topo, hosts, scaling, _estimate_plan(spec), link_bps, say)
             if bg is not None:
                 say(f"background load {cfg.load:g}: {bg.params['planned_flows']} "
                     f"{cfg.background_cdf} flows planned over {bg.duration_s:.1f} s")
@@ -170,6 +197,9 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
                 bg.go(start_ns)
             with measure.Sampler(counters.ports, counters.host_ports) as sampler:
                 try:
+                    # training starts MPI_START_S after the background's origin in every
+                    # run (pairing), whatever mpirun's launch took
+                    spec = {**spec, "start_at": start_ns / 1e9 + MPI_START_S}
                     job = run_job(cfg.prefix, topo, names, spec, port_min=cfg.mpi_port_min,
                                   port_range=cfg.mpi_port_range, timeout_s=cfg.timeout_s)
                 except MpiError as exc:
@@ -186,6 +216,14 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
             background = _finish_background(bg, duration, say)
             bg = None
         pairing = pairing_record([], start_ns, background, training_end_ns, time.monotonic_ns())
+        out = job.output
+        pairing.update(start_offset_s=out["t_start_s"] - start_ns / 1e9,
+                       first_send_offset_s=out["t_start_s"] - start_ns / 1e9,
+                       mpi_ready_s=out["t_ready_s"] - start_ns / 1e9)
+        if pairing["mpi_ready_s"] > MPI_START_S:
+            say(f"[warn] the MPI ranks were ready {pairing['mpi_ready_s']:.2f} s after the "
+                f"background's origin, past the {MPI_START_S:g} s planned: this run's training "
+                "starts later than its seed's other runs")
     except BaseException:
         if bg is not None:
             _stop_now(bg)
@@ -225,6 +263,9 @@ def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, 
         "launcher": "mpirun in the first host's namespace, rsh agent = ip netns exec",
         "mpirun": job.argv, "open_mpi": _open_mpi_version(),
         "transport": "pml ob1, btl tcp,self on eth0; oob tcp on eth0",
+        "wait": (f"nonblocking calls completed by MPI_Testall every {spec['poll_s'] * 1e3:g} ms, "
+                 "sleeping between (workload/mpi_rank.py)" if spec["poll_s"] > 0 else
+                 "blocking calls (Open MPI's busy wait)"),
         "port_range": list(job.port_range),
         "message_bytes": out["message_bytes"], "messages_per_iteration": len(out["message_bytes"]),
         "bytes_per_iteration": out["bytes_per_iteration"],
@@ -232,6 +273,8 @@ def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, 
         "correct": out["correct"], "errors": out["errors"],
         "comm_s_mean": (sum(i["comm_s"] for i in measured) / len(measured)) if measured else None,
         "wall_s": job.wall_s, "tagging": tagging,
+        # every rank's CPU seconds over the measured span (start to end barrier)
+        "rank_cpu_s": out.get("rank_cpu_s"),
     }
     schemes = sorted({x["scheme"] for x in fabric["switch_config"].values()})
     headline = {"scheme": ",".join(schemes), "queueing": fabric["queueing"]["mode"],
