@@ -142,7 +142,7 @@ def rto_weight(row: dict, metric: str) -> float | None:
     value = row.get(metric)
     if not value:
         return None
-    if metric == "samples_per_s":
+    if metric in ("samples_per_s", "iteration_time_s"):
         span = row.get("training_s")
         return rto_min_s(row) / span if span else None
     cls = metric.split("_", 1)[0]

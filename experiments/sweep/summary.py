@@ -229,7 +229,9 @@ def paper_vs_ours(plan: Plan, pts: list[dict], rows: list[dict] | None = None) -
     loads = sorted({p["load"] for p in ref})
     at = PAPER_LOAD if PAPER_LOAD in loads else (loads[-1] if loads else None)
     groups = _groups(ref)
-    for metric, (what, paper) in PAPER_FCT.items():
+    # a real MPI job (--clients mpi) has no per-tensor FCT: only its speed is compared
+    fct = {} if plan.runs and all(r.client == "mpi" for r in plan.runs) else PAPER_FCT
+    for metric, (what, paper) in fct.items():
         for base in PAPER_BASELINES:
             for g in groups:
                 kw = {**dict(zip(_GROUP, g)), "agent": "default", "load": at}
@@ -693,9 +695,11 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     L = ["## Seeds", ""]
     n_seeds = sorted({r.seed for r in plan.runs})
     if rule is None:
+        mpi = plan.runs and all(r.client == "mpi" for r in plan.runs)
         return L + [f"Fixed: seeds {', '.join(map(str, n_seeds))} at every point (this sweep has "
                     "no seed rule: a preview preset, a list given with --seeds, or "
-                    "--fixed-seeds).", ""] + _rto_md(rows, "short_fct_mean_s")
+                    "--fixed-seeds).", ""] + _rto_md(rows, "iteration_time_s" if mpi
+                                                     else "short_fct_mean_s")
     L += [f"Seed rule: {rule.first} seeds at every point; then at the headline points "
           f"(load {', '.join(f'{x:g}' for x in sorted(seeds.headline_loads(rule, plan)))}) one "
           f"more seed at a time, every scheme, until the paired 95% interval of the ratio "
