@@ -300,12 +300,11 @@ static __always_inline void on_exit(void *sk, long ret)
 	}
 }
 
-/* x86_64 numbers of the system calls that write to a TCP socket through
- * tcp_sendmsg_locked and return the bytes accepted */
-#define NR_WRITE        1
-#define NR_WRITEV       20
-#define NR_SENDTO       44
-#define NR_SENDMSG      46
+/* NR_WRITE, NR_WRITEV, NR_SENDTO, NR_SENDMSG: the machine's numbers of
+ * the system calls that write to a TCP socket through tcp_sendmsg_locked
+ * and return the bytes accepted, and REGS_OFF_NR the offset of the
+ * number in struct pt_regs (x86_64 orig_ax, aarch64 syscallno), all -D
+ * flags from datapath/sendmsg_tagger.py (syscall_numbers). */
 
 /* trace_tcp_sendmsg_locked(sk, msg, skb, size_goal): once per iteration of
  * tcp_sendmsg_locked's copy loop, socket lock held. The thread's first
@@ -330,9 +329,10 @@ RAW_TRACEPOINT_PROBE(tcp_sendmsg_locked)
 RAW_TRACEPOINT_PROBE(sys_exit)
 {
 	__u64 tid, *skp;
-	long nr = 0;
+	int nr = -1;    /* x86_64 orig_ax is a long, aarch64 syscallno an s32: the
+			 * low 32 bits (little-endian) carry the number on both */
 
-	RD(nr, (void *)ctx->args[0], REGS_OFF_ORIG_AX);
+	RD(nr, (void *)ctx->args[0], REGS_OFF_NR);
 	if (nr != NR_WRITE && nr != NR_WRITEV && nr != NR_SENDTO && nr != NR_SENDMSG)
 		return 0;
 	tid = bpf_get_current_pid_tgid();

@@ -390,6 +390,24 @@ def test_live_cli_tag_runs_for_a_while_and_stops_cleanly(fabric):
     assert bad.returncode == 1 and "'nosuch' is not a host of testbed" in bad.stderr
 
 
+def test_system_call_numbers_per_architecture(monkeypatch):
+    import platform
+
+    from datapath.sendmsg_tagger import syscall_numbers
+
+    assert syscall_numbers("x86_64") == ("orig_ax", {"WRITE": 1, "WRITEV": 20, "SENDTO": 44,
+                                                     "SENDMSG": 46})
+    want_arm = ("syscallno", {"WRITE": 64, "WRITEV": 66, "SENDTO": 206, "SENDMSG": 211})
+    assert syscall_numbers("aarch64") == syscall_numbers("arm64") == want_arm
+    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    with pytest.raises(ValueError, match="known for x86_64, aarch64 only.*'riscv64'"):
+        syscall_numbers()
+    from workload.transparent_tag import TransparentTagger
+
+    with pytest.raises(ValueError, match="architecture 'riscv64'"):
+        TransparentTagger("nosuch", ["h0"], ports=(1, 1))
+
+
 @pytest.mark.live
 @pytest.mark.bench
 def test_live_cost_per_send_call(fabric, capsys):
