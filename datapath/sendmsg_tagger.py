@@ -296,6 +296,7 @@ def _offsets() -> list[str]:
         "NET_OFF_INUM": ("net", "ns.inum"),
         "TP_OFF_WRITE_SEQ": ("tcp_sock", "write_seq"),
         "TP_OFF_SND_UNA": ("tcp_sock", "snd_una"),
+        "TP_OFF_SND_NXT": ("tcp_sock", "snd_nxt"),
         "TP_OFF_MSS_CACHE": ("tcp_sock", "mss_cache"),
         "MSG_OFF_ITER": ("msghdr", "msg_iter"),
         "ITER_OFF_COUNT": ("iov_iter", "count"),

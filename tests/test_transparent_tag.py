@@ -157,12 +157,15 @@ class Server:
     sizes and answers one byte after each (a request/response rhythm: every
     write starts on a fresh segment); ``sizes`` None: just drain."""
 
-    def __init__(self, fab, port, sizes=None):
+    def __init__(self, fab, port, sizes=None, *, rcvbuf=None, delay=0.0):
         self.srv = socket_in(paths.netns_name(fab.prefix, DST), socket.AF_INET, socket.SOCK_STREAM)
         self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if rcvbuf:       # inherited by the accepted socket: a small window
+            self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.srv.bind((_ip(fab, DST), port))
         self.srv.listen(4)
         self.sizes = sizes
+        self.delay = delay
         self.got = 0
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
@@ -170,6 +173,7 @@ class Server:
     def _run(self):
         self.srv.settimeout(60)
         conn, _ = self.srv.accept()
+        time.sleep(self.delay)
         with conn:
             if self.sizes is None:
                 while (n := len(conn.recv(1 << 20))):
@@ -390,6 +394,62 @@ def test_live_cli_tag_runs_for_a_while_and_stops_cleanly(fabric):
     assert bad.returncode == 1 and "'nosuch' is not a host of testbed" in bad.stderr
 
 
+# ---- a full ring ------------------------------------------------------------------
+@pytest.mark.live
+@pytest.mark.parametrize("blocking", [True, False])
+def test_live_full_ring_merges_a_run_of_writes_into_the_open_tensor(fabric, tmp_path, blocking):
+    """64-byte writes into a closed window (the receiver does not read for
+    0.5 s): once all 32 slots are live, a write that starts at the end of
+    the newest, still unsent, tensor extends it. Nonblocking, with a small
+    send buffer, never retrying the rest of a partial write: the next write
+    cuts the open tensor to what was accepted, and one refused (EAGAIN)
+    after extending it cuts it back. On the wire every tensor keeps one
+    tensor_len, its packets' indexes below it, and one LAST, on its last
+    packet."""
+    import select
+
+    from workload.transparent_tag import TransparentTagger
+
+    n, port = 600, 5345 if blocking else 5346
+    srv = Server(fabric, port, rcvbuf=4096, delay=0.5)
+    with TransparentTagger(fabric.prefix, [SRC], ports=(port, port)) as tag:
+        cap = _capture(fabric, port, tmp_path / "h0.pcap")
+        try:
+            c = _client(fabric)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20 if blocking else 8192)
+            c.connect((_ip(fabric, DST), port))
+            c.setblocking(blocking)
+            sent = 0
+            for _ in range(n):      # n writes accepted, fully or in part
+                while True:
+                    try:
+                        sent += c.send(b"z" * 64)
+                        break
+                    except BlockingIOError:
+                        select.select([], [c], [], 10)
+            c.setblocking(True)
+            c.close()
+            srv.close()
+            time.sleep(0.3)
+        finally:
+            cap.stop()
+        counters = tag.counters()
+    assert srv.got == sent and (sent == n * 64 or not blocking)
+    assert counters["merged"] > 0 and (blocking or counters["failed"] > 0), counters
+    assert counters["started"] + counters["merged"] + counters["ring_full"] == \
+        counters["selected"] == n + counters["failed"], counters
+    tensors, plain = _tensors(tmp_path / "h0.pcap")
+    if counters["ring_full"] == 0:
+        assert plain == 0, (plain, counters)
+    for tid, hs in tensors.items():
+        assert len({h.tensor_len for h in hs}) == 1, (tid, hs)
+        tlen = hs[0].tensor_len
+        assert all(h.pkt_idx < tlen for h in hs), (tid, hs)
+        lasts = {h.pkt_idx for h in hs if h.last}
+        assert lasts == {max(h.pkt_idx for h in hs)}, (tid, hs, counters)
+    assert max(hs[0].tensor_len for hs in tensors.values()) > 1    # a merged run
+
+
 def test_system_call_numbers_per_architecture(monkeypatch):
     import platform
 
@@ -433,8 +493,8 @@ def test_live_cost_per_send_call(fabric, capsys):
             srv.close()
             if tag:
                 c_ = tag.counters()
-                # tiny writes outrun the ACKs: past 32 in flight, ring_full
-                assert c_["started"] + c_["ring_full"] >= n * 0.9, c_
+                # tiny writes outrun the ACKs: past 32 in flight, merged or ring_full
+                assert c_["started"] + c_["merged"] + c_["ring_full"] >= n * 0.9, c_
                 counts.append(c_)
                 tag.close()
         return dt
@@ -448,3 +508,38 @@ def test_live_cost_per_send_call(fabric, capsys):
     with capsys.disabled():
         print(f"\n  ns per 64-byte send: {med} (all {res}); tagging adds "
               f"{med['tagged'] - med['untagged']:.0f} ns; tagged runs' counters {counts}")
+
+
+def _tiny_write_loop(fab, port, n, size=64):
+    """``n`` send(``size`` B) calls in a tight loop, h0 -> h3, tagged by
+    port: the tagger's counters (the ring_full measurement of
+    docs/workload.md)."""
+    from workload.transparent_tag import TransparentTagger
+
+    srv = Server(fab, port)
+    c = _client(fab)
+    c.connect((_ip(fab, DST), port))
+    buf = b"x" * size
+    with TransparentTagger(fab.prefix, [SRC], ports=(port, port)) as tag:
+        try:
+            for _ in range(n):
+                c.send(buf)
+        finally:
+            c.close()
+            srv.close()
+        return tag.counters()
+
+
+@pytest.mark.live
+@pytest.mark.bench
+def test_live_tiny_writes_ring_full_share(fabric, capsys):
+    """The share of 1e5 64-byte writes (a tight loop, h0 -> h3) that found
+    all ring slots live and went untagged (ring_full), and the share merged
+    into the open tensor, over 10 runs."""
+    shares = []
+    for i in range(10):
+        c = _tiny_write_loop(fabric, 5350 + i, 100_000)
+        sel = c["selected"]
+        shares.append({k: round(c.get(k, 0) / sel, 3) for k in ("started", "merged", "ring_full")})
+    with capsys.disabled():
+        print(f"\n  shares of 1e5 64-byte writes: {shares}")
