@@ -77,7 +77,7 @@ class TransparentTagger:
         else:
             if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1 \
                     or not Path(f"/proc/{pid}").exists():
-                raise ValueError(f"pid: no such process {pid!r}")
+                raise ValueError(f"--pid: no process {pid!r} is running")
             selector = Selector(tgid=pid)
         self._rule = parse_priority(priority)
         self.rule: str = self._rule.text
