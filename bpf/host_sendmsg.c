@@ -16,7 +16,18 @@
  * end). Registration is at entry: a large write's first segments leave
  * during the call.
  *
- * Exit: ret <= 0 clears the descriptor. A partial write (0 < ret < size,
+ * Ring full (every slot live: snd_una short of each end), a write that
+ * starts exactly at the end of the socket's newest tensor, none of whose
+ * bytes has been sent yet (snd_nxt at or before its start), extends that
+ * tensor (len_pkts recomputed): a run of writes without a pause, the
+ * segments not yet built, one tensor. Its packets all leave after the
+ * extension, so they carry the grown tensor_len and only the last byte's
+ * packet LAST; retransmissions see the same entry. Otherwise the write goes
+ * untagged (ring_full). A write that finds a free slot is always a tensor
+ * of its own (docs/workload.md, "Tagging unmodified applications").
+ *
+ * Exit: ret <= 0 clears the descriptor (a merged write: cuts the tensor
+ * back to where it ended before). A partial write (0 < ret < size,
  * nonblocking sockets) keeps its descriptor whole and expects its
  * continuation: the socket's next write, if it starts at the first byte
  * not accepted with exactly the bytes left, continues the same tensor;
@@ -97,9 +108,9 @@ static __always_inline __u16 pkts_of(__u32 bytes, __u16 mss)
 	return mss ? (bytes + mss - 1) / mss : 0;
 }
 
-/* Cut the socket's open tensor to the bytes accepted so far (its
- * continuation did not come). */
-static __always_inline void trim_open(struct sendmsg_sock *st)
+/* Cut the socket's open tensor to end at `to` (its continuation did not
+ * come, or the write merged into it failed); 1 if it was cut. */
+static __always_inline int cut_open(struct sendmsg_sock *st, __u32 to)
 {
 	struct host_seq_ring *ring;
 	struct host_seq_desc *d;
@@ -107,23 +118,60 @@ static __always_inline void trim_open(struct sendmsg_sock *st)
 	__u32 slot = st->slot;
 	__u32 start, end;
 
-	st->cont_left = 0;
 	inner = seq_rings_of.lookup(&st->netns);
 	if (!inner || slot >= HOST_SEQ_RING_SLOTS)
-		return;
+		return 0;
 	ring = bpf_map_lookup_elem(inner, &st->key);
 	if (!ring)
-		return;
+		return 0;
 	d = &ring->desc[slot];
 	start = (__u32)d->range;
 	end = (__u32)(d->range >> 32);
-	if (start != st->desc_start)
-		return;         /* reused since */
-	if (end != st->cont_seq) {
-		d->len_pkts = pkts_of(st->cont_seq - start, d->mss);
-		d->range = (__u64)start | ((__u64)st->cont_seq << 32);
+	if (start != st->desc_start || start == end)
+		return 0;       /* reused since */
+	if (end == to)
+		return 0;
+	d->len_pkts = pkts_of(to - start, d->mss);
+	d->range = (__u64)start | ((__u64)to << 32);
+	return 1;
+}
+
+/* Cut the socket's open tensor to the bytes accepted so far (its
+ * continuation did not come). */
+static __always_inline void trim_open(struct sendmsg_sock *st)
+{
+	st->cont_left = 0;
+	if (cut_open(st, st->cont_seq))
 		sendmsg_count(SENDMSG_CNT_TRIMMED);
-	}
+}
+
+/* The ring is full: extend the socket's newest tensor (slot st->slot) by
+ * the write [seq, seq + size) if it starts exactly at the tensor's end and
+ * no byte of the tensor has been sent (snd_nxt at or before its start; the
+ * socket's lock is held, so none leaves while the entry changes). 1 if
+ * merged. */
+static __always_inline int merge_newest(struct sendmsg_sock *st, struct host_seq_ring *ring,
+					__u32 seq, __u32 size, __u32 nxt)
+{
+	struct host_seq_desc *d;
+	__u32 slot = st->slot, start, end;
+	__u64 total;
+
+	if (slot >= HOST_SEQ_RING_SLOTS)
+		return 0;
+	d = &ring->desc[slot];
+	start = (__u32)d->range;
+	end = (__u32)(d->range >> 32);
+	if (start == end || start != st->desc_start || end != seq)
+		return 0;
+	if ((__s32)(nxt - start) > 0)
+		return 0;       /* on the wire: its packets carry the old length */
+	total = (__u64)(end - start) + size;
+	if (!d->mss || total > (__u64)SENDMSG_MAX_PKTS * d->mss)
+		return 0;
+	d->len_pkts = pkts_of((__u32)total, d->mss);
+	d->range = (__u64)start | ((__u64)(seq + size) << 32);   /* one store */
+	return 1;
 }
 
 static __always_inline void on_enter(void *sk, __u64 size)
@@ -135,7 +183,7 @@ static __always_inline void on_enter(void *sk, __u64 size)
 	struct host_seq_desc *d;
 	__u64 skp = (__u64)sk, now;
 	void *inner, *lib;
-	__u32 inum, seq = 0, una = 0, id, zero = 0, slot, i, end;
+	__u32 inum, seq = 0, una = 0, nxt = 0, id, zero = 0, slot, i, end;
 	__u16 mss = 0, family = 0, pkts;
 	__u8 state = 0, layer, burst;
 
@@ -172,6 +220,7 @@ static __always_inline void on_enter(void *sk, __u64 size)
 	}
 	RD(seq, sk, TP_OFF_WRITE_SEQ);
 	RD(una, sk, TP_OFF_SND_UNA);
+	RD(nxt, sk, TP_OFF_SND_NXT);
 	RD(mss, sk, TP_OFF_MSS_CACHE);
 
 	st = sendmsg_socks.lookup(&skp);
@@ -194,15 +243,13 @@ static __always_inline void on_enter(void *sk, __u64 size)
 		}
 		trim_open(st);
 	}
-	/* burst: writes closer than the gap to the previous one's end */
+	/* burst: a write closer than the gap to the end of the socket's
+	 * previous one continues the burst; burst_idx is the position of the
+	 * burst's next tensor (0 after a pause) */
 	now = bpf_ktime_get_ns();
-	burst = 0;
-	if (st->last_ns && now - st->last_ns < cfg->burst_gap_ns) {
-		burst = st->burst_idx;
-		if (burst < cfg->default_layer)
-			burst += 1;
-	}
-	st->burst_idx = burst;
+	if (!st->last_ns || now - st->last_ns >= cfg->burst_gap_ns)
+		st->burst_idx = 0;
+	burst = st->burst_idx;
 
 	if (size > (__u64)SENDMSG_MAX_PKTS * (mss ? mss : 1) || !mss) {
 		sendmsg_count(SENDMSG_CNT_TOO_LARGE);
@@ -231,6 +278,11 @@ static __always_inline void on_enter(void *sk, __u64 size)
 		}
 	}
 	if (slot >= HOST_SEQ_RING_SLOTS) {
+		if (merge_newest(st, ring, seq, (__u32)size, nxt)) {
+			st->in_call = SENDMSG_CALL_MERGED;
+			sendmsg_count(SENDMSG_CNT_MERGED);
+			return;
+		}
 		sendmsg_count(SENDMSG_CNT_RING_FULL);
 		return;
 	}
@@ -247,6 +299,8 @@ static __always_inline void on_enter(void *sk, __u64 size)
 	st->slot = slot;
 	st->desc_start = seq;
 	st->in_call = SENDMSG_CALL_NEW;
+	if (burst < cfg->default_layer)
+		st->burst_idx = burst + 1;
 	sendmsg_count(SENDMSG_CNT_STARTED);
 }
 
@@ -277,8 +331,14 @@ static __always_inline void on_exit(void *sk, long ret)
 		}
 		return;
 	}
-	if (call != SENDMSG_CALL_NEW)
+	if (call != SENDMSG_CALL_NEW && call != SENDMSG_CALL_MERGED)
 		return;
+	if (ret <= 0 && call == SENDMSG_CALL_MERGED) {
+		st->cont_left = 0;
+		cut_open(st, st->call_seq);     /* back to where it ended */
+		sendmsg_count(SENDMSG_CNT_FAILED);
+		return;
+	}
 	if (ret <= 0) {
 		st->cont_left = 0;
 		inner = seq_rings_of.lookup(&st->netns);
@@ -300,12 +360,11 @@ static __always_inline void on_exit(void *sk, long ret)
 	}
 }
 
-/* x86_64 numbers of the system calls that write to a TCP socket through
- * tcp_sendmsg_locked and return the bytes accepted */
-#define NR_WRITE        1
-#define NR_WRITEV       20
-#define NR_SENDTO       44
-#define NR_SENDMSG      46
+/* NR_WRITE, NR_WRITEV, NR_SENDTO, NR_SENDMSG: the machine's numbers of
+ * the system calls that write to a TCP socket through tcp_sendmsg_locked
+ * and return the bytes accepted, and REGS_OFF_NR the offset of the
+ * number in struct pt_regs (x86_64 orig_ax, aarch64 syscallno), all -D
+ * flags from datapath/sendmsg_tagger.py (syscall_numbers). */
 
 /* trace_tcp_sendmsg_locked(sk, msg, skb, size_goal): once per iteration of
  * tcp_sendmsg_locked's copy loop, socket lock held. The thread's first
@@ -330,9 +389,10 @@ RAW_TRACEPOINT_PROBE(tcp_sendmsg_locked)
 RAW_TRACEPOINT_PROBE(sys_exit)
 {
 	__u64 tid, *skp;
-	long nr = 0;
+	int nr = -1;    /* x86_64 orig_ax is a long, aarch64 syscallno an s32: the
+			 * low 32 bits (little-endian) carry the number on both */
 
-	RD(nr, (void *)ctx->args[0], REGS_OFF_ORIG_AX);
+	RD(nr, (void *)ctx->args[0], REGS_OFF_NR);
 	if (nr != NR_WRITE && nr != NR_WRITEV && nr != NR_SENDTO && nr != NR_SENDMSG)
 		return 0;
 	tid = bpf_get_current_pid_tgid();

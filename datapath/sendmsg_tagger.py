@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import platform
 import re
 import struct
 from dataclasses import dataclass, field
@@ -34,7 +35,8 @@ from datapath.btf import offset_of
 from datapath.program import INCLUDE_DIR, expand_source
 
 __all__ = ["SendmsgTagger", "Selector", "PriorityRule", "parse_priority", "KernelIdModel",
-           "SENDMSG_COUNTER_NAMES", "DEFAULT_PRIORITY", "cpu_bits", "SendmsgHostCfg"]
+           "SENDMSG_COUNTER_NAMES", "DEFAULT_PRIORITY", "cpu_bits", "SendmsgHostCfg",
+           "syscall_numbers", "SYSCALLS"]
 
 SENDMSG_SRC = Path(BPF_SRC_DIR) / "host_sendmsg.c"
 SENDMSG_CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "sendmsg_constants.h"
@@ -249,6 +251,38 @@ class KernelIdModel:
 
 
 # ---- the program ----------------------------------------------------------------
+#: Per machine (platform.machine()): the pt_regs field holding the system
+#: call number at sys_exit, and the numbers of write, writev, sendto, sendmsg
+#: (arch/x86/entry/syscalls/syscall_64.tbl; aarch64 has the generic table,
+#: include/uapi/asm-generic/unistd.h, and keeps the number in the s32
+#: syscallno).
+SYSCALLS = MappingProxyType({
+    "x86_64": ("orig_ax", {"WRITE": 1, "WRITEV": 20, "SENDTO": 44, "SENDMSG": 46}),
+    "aarch64": ("syscallno", {"WRITE": 64, "WRITEV": 66, "SENDTO": 206, "SENDMSG": 211}),
+})
+_MACHINE_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def syscall_numbers(machine: str | None = None) -> tuple[str, dict[str, int]]:
+    """(pt_regs field of the system call number, {"WRITE": nr, ...}) of
+    ``machine`` (default: this one); ValueError naming it on any other."""
+    m = platform.machine() if machine is None else machine
+    m = _MACHINE_ALIASES.get(m.lower(), m.lower())
+    if m not in SYSCALLS:
+        raise ValueError(f"transparent tagging: the system call numbers of write/writev/sendto/"
+                         f"sendmsg are known for {', '.join(SYSCALLS)} only, not for this "
+                         f"machine's architecture {machine if machine is not None else platform.machine()!r}")
+    field_, nrs = SYSCALLS[m]
+    return field_, dict(nrs)
+
+
+def _syscall_flags(machine: str | None = None) -> list[str]:
+    """-D flags: NR_WRITE, ... and REGS_OFF_NR of the running kernel."""
+    field_, nrs = syscall_numbers(machine)
+    return [f"-DNR_{name}={nr}" for name, nr in nrs.items()] + \
+        [f"-DREGS_OFF_NR={offset_of('pt_regs', field_)}"]
+
+
 def _offsets() -> list[str]:
     """-D flags: the socket fields' offsets in the running kernel (BTF)."""
     fields = {
@@ -262,10 +296,10 @@ def _offsets() -> list[str]:
         "NET_OFF_INUM": ("net", "ns.inum"),
         "TP_OFF_WRITE_SEQ": ("tcp_sock", "write_seq"),
         "TP_OFF_SND_UNA": ("tcp_sock", "snd_una"),
+        "TP_OFF_SND_NXT": ("tcp_sock", "snd_nxt"),
         "TP_OFF_MSS_CACHE": ("tcp_sock", "mss_cache"),
         "MSG_OFF_ITER": ("msghdr", "msg_iter"),
         "ITER_OFF_COUNT": ("iov_iter", "count"),
-        "REGS_OFF_ORIG_AX": ("pt_regs", "orig_ax"),
     }
     return [f"-D{name}={offset_of(s, p)}" for name, (s, p) in fields.items()]
 
@@ -280,7 +314,8 @@ class SendmsgTagger:
 
         self.bpf = None
         self.hosts: dict[int, Path] = {}
-        flags = [f"-I{INCLUDE_DIR}", f"-DSENDMSG_CPU_BITS={cpu_bits()}", *_offsets()]
+        sys_flags = _syscall_flags()    # before the compile: a clear error on other machines
+        flags = [f"-I{INCLUDE_DIR}", f"-DSENDMSG_CPU_BITS={cpu_bits()}", *_offsets(), *sys_flags]
         try:
             self.bpf = BPF(text=expand_source(SENDMSG_SRC).encode(), cflags=flags)
         except Exception as exc:

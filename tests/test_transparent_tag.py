@@ -157,12 +157,15 @@ class Server:
     sizes and answers one byte after each (a request/response rhythm: every
     write starts on a fresh segment); ``sizes`` None: just drain."""
 
-    def __init__(self, fab, port, sizes=None):
+    def __init__(self, fab, port, sizes=None, *, rcvbuf=None, delay=0.0):
         self.srv = socket_in(paths.netns_name(fab.prefix, DST), socket.AF_INET, socket.SOCK_STREAM)
         self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if rcvbuf:       # inherited by the accepted socket: a small window
+            self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.srv.bind((_ip(fab, DST), port))
         self.srv.listen(4)
         self.sizes = sizes
+        self.delay = delay
         self.got = 0
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
@@ -170,6 +173,7 @@ class Server:
     def _run(self):
         self.srv.settimeout(60)
         conn, _ = self.srv.accept()
+        time.sleep(self.delay)
         with conn:
             if self.sizes is None:
                 while (n := len(conn.recv(1 << 20))):
@@ -390,6 +394,286 @@ def test_live_cli_tag_runs_for_a_while_and_stops_cleanly(fabric):
     assert bad.returncode == 1 and "'nosuch' is not a host of testbed" in bad.stderr
 
 
+# ---- selectors: cgroup, pid; the burst rule; a full ring --------------------------
+_SENDER = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+print("ready", flush=True)
+sys.stdin.readline()
+for n in map(int, sys.argv[3].split(",")):
+    s.sendall(b"y" * n)
+    assert s.recv(1) == b"k"
+s.close()
+"""
+
+
+class Sender:
+    """A process of its own in SRC (not our library, not the test's
+    process): connects to ``port`` on DST, and on :meth:`go` writes
+    messages of ``sizes``, each answered by the server. ``cgroup``: it
+    joins that cgroup v2 directory before it runs anything."""
+
+    def __init__(self, fab, port, sizes, cgroup=None):
+        def join():
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+        # `ip netns exec` execs (no fork): self.proc.pid is the writer's pid
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", paths.netns_name(fab.prefix, SRC), sys.executable, "-c",
+             _SENDER, _ip(fab, DST), str(port), ",".join(map(str, sizes))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            preexec_fn=join if cgroup else None)
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def go(self):
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def wait(self):
+        assert self.proc.wait(60) == 0
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _tensors_by_port(pcap, ports):
+    """{dport: {tensor_id: [TaLBHeader...]}} and {dport: untagged data packets}."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.utils import rdpcap
+
+    from common.wire import talb_header_of
+
+    out, plain = {p: {} for p in ports}, {p: 0 for p in ports}
+    for pkt in rdpcap(str(pcap)):
+        if IP not in pkt or TCP not in pkt or pkt[TCP].dport not in out:
+            continue
+        ip = pkt[IP]
+        if ip.len - ip.ihl * 4 - pkt[TCP].dataofs * 4 <= 0:
+            continue
+        h = talb_header_of(pkt)
+        if h is None:
+            plain[pkt[TCP].dport] += 1
+        else:
+            out[pkt[TCP].dport].setdefault(h.tensor_id, []).append(h)
+    return out, plain
+
+
+def _two_senders(fab, tmp_path, port_in, port_out, sizes, tagger_kw, cgroup=None):
+    """Sender ``a`` on port_in (in ``cgroup`` if given), ``b`` on port_out,
+    both in SRC; tagged with ``tagger_kw(a, b)``: what port_in and port_out
+    carried."""
+    from workload.transparent_tag import TransparentTagger
+
+    servers = [Server(fab, p, sizes) for p in (port_in, port_out)]
+    a = Sender(fab, port_in, sizes, cgroup=cgroup)
+    b = Sender(fab, port_out, sizes)
+    try:
+        with TransparentTagger(fab.prefix, [SRC], **tagger_kw(a, b)) as tag:
+            cap = _capture(fab, f"{port_in} or port {port_out}", tmp_path / "h0.pcap")
+            try:
+                a.go()
+                b.go()
+                a.wait()
+                b.wait()
+                for s in servers:
+                    s.close()
+                time.sleep(0.3)
+            finally:
+                cap.stop()
+            counters = tag.counters()
+    finally:
+        a.kill()
+        b.kill()
+    tensors, plain = _tensors_by_port(tmp_path / "h0.pcap", (port_in, port_out))
+    return tensors, plain, counters
+
+
+def _assert_selected_only(tensors, plain, counters, port_in, port_out, sizes):
+    assert len(tensors[port_in]) == len(sizes) and plain[port_in] == 0, (tensors, plain, counters)
+    assert tensors[port_out] == {} and plain[port_out] > 0, (tensors, plain)
+    assert counters["started"] == len(sizes) and counters["not_selected"] >= len(sizes), counters
+
+
+@pytest.fixture
+def cgroup_dir(fabric):
+    """A cgroup v2 directory of the test's own under the unified hierarchy,
+    its processes killed and the directory removed at the end."""
+    from workload.transparent_tag import _cgroup2_root
+
+    path = _cgroup2_root() / f"{fabric.prefix}-tag"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        for _ in range(50):
+            pids = [int(x) for x in (path / "cgroup.procs").read_text().split()]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        path.rmdir()
+
+
+@pytest.mark.live
+def test_live_cgroup_selects_the_processes_in_it(fabric, tmp_path, cgroup_dir):
+    sizes = [3000, 70_000, 500]
+    tensors, plain, counters = _two_senders(
+        fabric, tmp_path, 5340, 5341, sizes, lambda a, b: {"cgroup": str(cgroup_dir)},
+        cgroup=str(cgroup_dir))
+    _assert_selected_only(tensors, plain, counters, 5340, 5341, sizes)
+
+
+@pytest.mark.live
+def test_live_pid_selects_that_process(fabric, tmp_path):
+    sizes = [3000, 70_000, 500]
+    tensors, plain, counters = _two_senders(
+        fabric, tmp_path, 5342, 5343, sizes, lambda a, b: {"pid": a.proc.pid})
+    _assert_selected_only(tensors, plain, counters, 5342, 5343, sizes)
+
+
+@pytest.mark.live
+def test_live_burst_rule_numbers_the_writes_of_a_burst(fabric, tmp_path):
+    """burst:500ms: the writes of a burst (each answered by the server
+    within the gap) get layers 0, 1, 2, ... capped at 7; a pause longer than
+    the gap starts the next burst at 0."""
+    from datapath.sendmsg_tagger import BURST_CAP
+    from workload.transparent_tag import TransparentTagger
+
+    first, second, port = 10, 3, 5344
+    srv = Server(fabric, port, [2000] * (first + second))
+    with TransparentTagger(fabric.prefix, [SRC], ports=(port, port), priority="burst:500ms") as tag:
+        assert tag.rule == f"burst:500ms (cap {BURST_CAP})"
+        cap = _capture(fabric, port, tmp_path / "h0.pcap")
+        try:
+            c = _client(fabric)
+            c.connect((_ip(fabric, DST), port))
+            for i in range(first + second):
+                if i == first:
+                    time.sleep(1.5)          # a pause: > the gap
+                c.sendall(os.urandom(2000))
+                assert c.recv(1) == b"k"
+            c.close()
+            srv.close()
+            time.sleep(0.3)
+        finally:
+            cap.stop()
+        counters = tag.counters()
+    tensors, plain = _tensors(tmp_path / "h0.pcap")     # in order of first packet
+    assert plain == 0 and counters["started"] == first + second, (plain, counters)
+    layers = [{h.layer for h in hs} for hs in tensors.values()]
+    assert all(len(s) == 1 for s in layers), layers   # one layer per tensor
+    want = [min(i, BURST_CAP) for i in range(first)] + list(range(second))
+    assert [s.pop() for s in layers] == want
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("blocking", [True, False])
+def test_live_full_ring_merges_a_run_of_writes_into_the_open_tensor(fabric, tmp_path, blocking):
+    """64-byte writes into a closed window (the receiver does not read for
+    0.5 s): once all 32 slots are live, a write that starts at the end of
+    the newest, still unsent, tensor extends it. Nonblocking, with a small
+    send buffer, never retrying the rest of a partial write: the next write
+    cuts the open tensor to what was accepted, and one refused (EAGAIN)
+    after extending it cuts it back. On the wire every tensor keeps one
+    tensor_len, its packets' indexes below it, and one LAST, on its last
+    packet."""
+    import select
+
+    from workload.transparent_tag import TransparentTagger
+
+    n, port = 600, 5345 if blocking else 5346
+    srv = Server(fabric, port, rcvbuf=4096, delay=0.5)
+    with TransparentTagger(fabric.prefix, [SRC], ports=(port, port)) as tag:
+        cap = _capture(fabric, port, tmp_path / "h0.pcap")
+        try:
+            c = _client(fabric)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20 if blocking else 8192)
+            c.connect((_ip(fabric, DST), port))
+            c.setblocking(blocking)
+            sent = 0
+            for _ in range(n):      # n writes accepted, fully or in part
+                while True:
+                    try:
+                        sent += c.send(b"z" * 64)
+                        break
+                    except BlockingIOError:
+                        select.select([], [c], [], 10)
+            c.setblocking(True)
+            c.close()
+            srv.close()
+            time.sleep(0.3)
+        finally:
+            cap.stop()
+        counters = tag.counters()
+    assert srv.got == sent and (sent == n * 64 or not blocking)
+    assert counters["merged"] > 0 and (blocking or counters["failed"] > 0), counters
+    assert counters["started"] + counters["merged"] + counters["ring_full"] == \
+        counters["selected"] == n + counters["failed"], counters
+    tensors, plain = _tensors(tmp_path / "h0.pcap")
+    if counters["ring_full"] == 0:
+        assert plain == 0, (plain, counters)
+    for tid, hs in tensors.items():
+        assert len({h.tensor_len for h in hs}) == 1, (tid, hs)
+        tlen = hs[0].tensor_len
+        assert all(h.pkt_idx < tlen for h in hs), (tid, hs)
+        lasts = {h.pkt_idx for h in hs if h.last}
+        assert lasts == {max(h.pkt_idx for h in hs)}, (tid, hs, counters)
+    assert max(hs[0].tensor_len for hs in tensors.values()) > 1    # a merged run
+
+
+@pytest.mark.live
+def test_live_cli_tag_cgroup_and_selectors_that_do_not_exist(fabric, cgroup_dir):
+    from workload.transparent_tag import _cgroup2_root
+
+    rel = str(cgroup_dir.relative_to(_cgroup2_root()))
+    out = subprocess.run([sys.executable, "-m", "talb.cli", "tag", "--prefix", fabric.prefix,
+                          "--netns", SRC, "--cgroup", rel, "--priority", "burst:1ms",
+                          "--for", "0.5"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"tagging writes of cgroup {rel} on h0 (worker" in out.stdout
+    assert "priority burst:1ms (cap 7)" in out.stdout and "stopped:" in out.stdout
+
+    def bad(*args):
+        r = subprocess.run([sys.executable, "-m", "talb.cli", "tag", "--prefix", fabric.prefix,
+                            "--netns", SRC, *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        return r.stderr
+
+    err = bad("--cgroup", "/sys/fs/cgroup/unified/nosuch-talb")
+    assert "--cgroup: '/sys/fs/cgroup/unified/nosuch-talb' is not a cgroup v2 directory" in err
+    assert "--cgroup: '../etc' is not a cgroup v2 directory" in bad("--cgroup", "../etc")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert f"--pid: no process {dead.pid} is running" in bad("--pid", str(dead.pid))
+    assert "--pid: no process 0 is running" in bad("--pid", "0")
+
+
+def test_system_call_numbers_per_architecture(monkeypatch):
+    import platform
+
+    from datapath.sendmsg_tagger import syscall_numbers
+
+    assert syscall_numbers("x86_64") == ("orig_ax", {"WRITE": 1, "WRITEV": 20, "SENDTO": 44,
+                                                     "SENDMSG": 46})
+    want_arm = ("syscallno", {"WRITE": 64, "WRITEV": 66, "SENDTO": 206, "SENDMSG": 211})
+    assert syscall_numbers("aarch64") == syscall_numbers("arm64") == want_arm
+    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    with pytest.raises(ValueError, match="known for x86_64, aarch64 only.*'riscv64'"):
+        syscall_numbers()
+    from workload.transparent_tag import TransparentTagger
+
+    with pytest.raises(ValueError, match="architecture 'riscv64'"):
+        TransparentTagger("nosuch", ["h0"], ports=(1, 1))
+
+
 @pytest.mark.live
 @pytest.mark.bench
 def test_live_cost_per_send_call(fabric, capsys):
@@ -415,8 +699,8 @@ def test_live_cost_per_send_call(fabric, capsys):
             srv.close()
             if tag:
                 c_ = tag.counters()
-                # tiny writes outrun the ACKs: past 32 in flight, ring_full
-                assert c_["started"] + c_["ring_full"] >= n * 0.9, c_
+                # tiny writes outrun the ACKs: past 32 in flight, merged or ring_full
+                assert c_["started"] + c_["merged"] + c_["ring_full"] >= n * 0.9, c_
                 counts.append(c_)
                 tag.close()
         return dt
@@ -430,3 +714,38 @@ def test_live_cost_per_send_call(fabric, capsys):
     with capsys.disabled():
         print(f"\n  ns per 64-byte send: {med} (all {res}); tagging adds "
               f"{med['tagged'] - med['untagged']:.0f} ns; tagged runs' counters {counts}")
+
+
+def _tiny_write_loop(fab, port, n, size=64):
+    """``n`` send(``size`` B) calls in a tight loop, h0 -> h3, tagged by
+    port: the tagger's counters (the ring_full measurement of
+    docs/workload.md)."""
+    from workload.transparent_tag import TransparentTagger
+
+    srv = Server(fab, port)
+    c = _client(fab)
+    c.connect((_ip(fab, DST), port))
+    buf = b"x" * size
+    with TransparentTagger(fab.prefix, [SRC], ports=(port, port)) as tag:
+        try:
+            for _ in range(n):
+                c.send(buf)
+        finally:
+            c.close()
+            srv.close()
+        return tag.counters()
+
+
+@pytest.mark.live
+@pytest.mark.bench
+def test_live_tiny_writes_ring_full_share(fabric, capsys):
+    """The share of 1e5 64-byte writes (a tight loop, h0 -> h3) that found
+    all ring slots live and went untagged (ring_full), and the share merged
+    into the open tensor, over 10 runs."""
+    shares = []
+    for i in range(10):
+        c = _tiny_write_loop(fabric, 5350 + i, 100_000)
+        sel = c["selected"]
+        shares.append({k: round(c.get(k, 0) / sel, 3) for k in ("started", "merged", "ring_full")})
+    with capsys.disabled():
+        print(f"\n  shares of 1e5 64-byte writes: {shares}")

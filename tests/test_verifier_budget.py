@@ -70,3 +70,21 @@ def test_every_program_within_verifier_budget(programs):
         assert info.verified_insns <= budget, (
             f"{name}: {info.verified_insns} instructions verified, more than "
             f"{VERIFIER_BUDGET_SHARE:.0%} of the verifier's {VERIFIER_INSN_LIMIT}")
+
+
+def test_sendmsg_tagger_within_verifier_budget(bcc):
+    """The kernel-side tagger of unmodified processes (bpf/host_sendmsg.c):
+    its three raw tracepoint programs, loaded (and attached: a tagger with
+    no host registered returns at its first lookup)."""
+    from datapath.bpf_syscall import VERIFIER_INSN_LIMIT, prog_info
+    from datapath.program import VERIFIER_BUDGET_SHARE
+    from datapath.sendmsg_tagger import SendmsgTagger
+
+    budget = int(VERIFIER_BUDGET_SHARE * VERIFIER_INSN_LIMIT)
+    with SendmsgTagger() as tagger:
+        report = {name.decode(): prog_info(f.fd).verified_insns for name, f in tagger.bpf.funcs.items()}
+    print(f"verified_insns (budget {budget}): {report}")
+    assert {"raw_tracepoint__tcp_sendmsg_locked", "raw_tracepoint__sys_exit",
+            "raw_tracepoint__inet_sock_set_state"} <= set(report), report
+    for name, insns in report.items():
+        assert 0 < insns <= budget, (name, insns, budget)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from common import paths
-from datapath.sendmsg_tagger import UNIT_NS, Selector, SendmsgTagger, parse_priority
+from datapath.sendmsg_tagger import UNIT_NS, Selector, SendmsgTagger, parse_priority, syscall_numbers
 from workload.id_slots import SlotIds, slot_dir
 
 __all__ = ["TransparentTagger", "cgroup_selector", "CGROUP2_DEFAULTS"]
@@ -62,6 +62,7 @@ class TransparentTagger:
 
     def __init__(self, prefix: str, hosts: Sequence[str], *, ports: tuple[int, int] | None = None,
                  cgroup: str | None = None, pid: int | None = None, priority: str | None = None):
+        syscall_numbers()     # this machine's architecture is one the program knows
         given = [n for n, v in (("ports", ports), ("cgroup", cgroup), ("pid", pid)) if v is not None]
         if len(given) != 1:
             raise ValueError("TransparentTagger: exactly one of ports, cgroup, pid selects what to "
@@ -76,7 +77,7 @@ class TransparentTagger:
         else:
             if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1 \
                     or not Path(f"/proc/{pid}").exists():
-                raise ValueError(f"pid: no such process {pid!r}")
+                raise ValueError(f"--pid: no process {pid!r} is running")
             selector = Selector(tgid=pid)
         self._rule = parse_priority(priority)
         self.rule: str = self._rule.text

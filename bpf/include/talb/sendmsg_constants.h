@@ -33,6 +33,7 @@
 #define SENDMSG_CALL_NONE       0
 #define SENDMSG_CALL_NEW        1       /* this call registered a new tensor */
 #define SENDMSG_CALL_CONT       2       /* this call continues a partial write */
+#define SENDMSG_CALL_MERGED     3       /* this call extended the newest tensor (ring full) */
 
 /* ---- counters (index into the per-CPU sendmsg_counters array) ---------- */
 #define SENDMSG_CNT_WRITES_SEEN         0   /* tcp_sendmsg_locked on a tagged host */
@@ -44,12 +45,13 @@
 #define SENDMSG_CNT_STARTED             6   /* a new tensor registered */
 #define SENDMSG_CNT_CONTINUED           7   /* a write continuing a partial one */
 #define SENDMSG_CNT_TRIMMED             8   /* a partial write's tensor cut to what was accepted */
-#define SENDMSG_CNT_RING_FULL           9   /* every slot live: untagged */
+#define SENDMSG_CNT_RING_FULL           9   /* every slot live, no merge: untagged */
 #define SENDMSG_CNT_TOO_LARGE           10  /* > SENDMSG_MAX_PKTS packets: untagged */
 #define SENDMSG_CNT_FAILED              11  /* ret <= 0: descriptor cleared */
 #define SENDMSG_CNT_PARTIAL             12  /* 0 < ret < size */
 #define SENDMSG_CNT_CLOSED              13  /* TCP_CLOSE: ring and state deleted */
 #define SENDMSG_CNT_NO_HOST_MAP         14  /* host's sendmsg_rings not registered */
+#define SENDMSG_CNT_MERGED              15  /* every slot live: extended the newest, unsent tensor */
 #define SENDMSG_NR_COUNTERS             16
 
 #endif /* TALB_SENDMSG_CONSTANTS_H */

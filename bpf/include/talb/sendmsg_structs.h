@@ -41,7 +41,7 @@ struct sendmsg_sock {
 	struct host_flow_key key;
 	__u16 slot;             /* the open tensor's ring slot */
 	__u8 in_call;           /* SENDMSG_CALL_* */
-	__u8 burst_idx;
+	__u8 burst_idx;         /* the burst's next tensor: its position (layer) */
 };
 
 /* sendmsg_ids value (per CPU): the CPU's Snowflake generator. */
