@@ -2,7 +2,10 @@
 --client mpi`): an all-reduce across hosts on different leaves under ECMP
 and under TaLB, every element of every result checked; a job that passes
 its timeout is ended and leaves nothing; a run end to end writes its
-results file; with the transparent tagger in the checkout, a tagged run.
+results file; with the transparent tagger in the checkout, a tagged run;
+the all-reduce captured at every sender's link and leaf uplinks under all
+six schemes (talb tagged: every packet tagged, one spine per tensor; the
+others untagged).
 
 Fabric: topologies/talb.yaml (2 spines, 2 leaves x 3 hosts, 100 Mbit/s).
 Needs Open MPI and mpi4py for /usr/bin/python3 (`make testbed`).
@@ -13,6 +16,8 @@ import json
 import os
 import shutil
 import subprocess
+import time
+from contextlib import nullcontext
 
 import pytest
 
@@ -244,3 +249,174 @@ def test_waiting_ranks_leave_the_cpus_to_the_fabric(fabric):
         share[poll_s] = max(out["rank_cpu_s"][2:]) / out["wall_s"]
     assert share[mpi_rank.POLL_S] < 0.3, share
     assert share[mpi_rank.POLL_S] < share[0] / 2, share
+
+
+# --- every message at the senders' uplinks ------------------------------------------------
+#: small tensors: 4 B, 4 KB and 400 KB a message (the last one fragmented by the btl)
+CAPTURE_COUNTS = [1, 1000, 100_000]
+
+
+def _btl_captures(prefix: str, topo, hosts: list[str], directory, ports: tuple[int, int]):
+    """tcpdump outbound on each rank host's eth0 (what the host sent, before
+    any switch) and on every leaf's uplinks (which spine each packet took),
+    only the MPI data connections (one end in the btl's port range)."""
+    from workload.capture import start_capture
+
+    flt = f"tcp and portrange {ports[0]}-{ports[1]}"
+    where = [(h, "eth0") for h in hosts]
+    where += [(sw.name, p.name) for sw in topo.switches if sw.role == "leaf"
+              for p in topo.ports(sw.name) if p.kind == "fabric"]
+    caps = []
+    try:
+        for node, ifname in where:
+            caps.append(start_capture(paths.netns_name(prefix, node), ifname,
+                                      directory / f"{node}-{ifname}.pcap", bpf_filter=flt))
+    except BaseException:
+        for c in caps:
+            c.stop()
+        raise
+    return caps
+
+
+def _data_packets(pcap):
+    """(src, dst, sport, dport, seq, TaLBHeader or None) of every TCP packet with payload."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.utils import PcapReader
+
+    from common.wire import talb_header_of
+
+    out = []
+    with PcapReader(str(pcap)) as reader:
+        for pkt in reader:
+            if IP not in pkt or TCP not in pkt:
+                continue
+            ip, tcp = pkt[IP], pkt[TCP]
+            if ip.len - ip.ihl * 4 - tcp.dataofs * 4 <= 0:
+                continue
+            out.append((ip.src, ip.dst, tcp.sport, tcp.dport, tcp.seq, talb_header_of(pkt)))
+    return out
+
+
+def _pinned(prefix: str) -> list[str]:
+    root = paths.pin_dir(prefix)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _netns() -> list[str]:
+    return sorted(os.listdir("/run/netns"))
+
+
+def _sendmsg_rings(prefix: str, hosts) -> dict[str, int]:
+    from datapath.host_maps import HostMaps
+
+    out = {}
+    for h in hosts:
+        with HostMaps(paths.pin_dir(prefix, h)) as maps:
+            if (n := len(list(maps.sendmsg_rings.keys()))):
+                out[h] = n
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["talb", "ecmp", "rps", "letflow", "drill", "conga"])
+def test_allreduce_every_message_tagged_at_the_senders_uplinks(fabric, tmp_path, scheme):
+    """The all-reduce across leaves, captured outbound at every rank host's
+    link and every leaf uplink. Under talb with the transparent tagger on the
+    btl's ports: every data packet of the MPI connections carries the TaLB
+    option; each tensor is of one connection, one length, one layer, has one
+    LAST packet (a retransmission repeats it, never adds another) and
+    crossed exactly one spine; every tag is this tagger's, for a write the
+    kernel registered. Under the other schemes, untagged (--mpi-tag off): no
+    packet carries the option. Results correct and nothing left behind
+    either way (processes, namespaces, pinned objects, the tagger's rings)."""
+    from datapath.sendmsg_tagger import WORKER_BITS
+    from workload.transparent_tag import TransparentTagger
+
+    tagged = scheme == "talb"
+    _scheme(fabric.prefix, scheme)
+    ports = (mpi_job.DEFAULT_PORT_MIN, mpi_job.DEFAULT_PORT_MIN + mpi_job.DEFAULT_PORT_RANGE - 1)
+    ip = {h.name: h.ip for h in fabric.topo.hosts}
+    leaf_of = {h.name: fabric.topo.ports(h.name)[0].peer for h in fabric.topo.hosts}
+    leaf_of_ip = {ip[h]: leaf_of[h] for h in ip}
+    before = (_pinned(fabric.prefix), _netns(), _no_job_dirs())
+    started, counters = [], None
+    spec = {"mode": "allreduce", "counts": CAPTURE_COUNTS, "iterations": 2, "warmup": 0}
+    with (TransparentTagger(fabric.prefix, RANKS, ports=ports) if tagged else nullcontext()) as tag:
+        caps = _btl_captures(fabric.prefix, fabric.topo, RANKS, tmp_path, ports)
+        try:
+            job = mpi_job.run_job(fabric.prefix, fabric.topo, RANKS, spec, timeout_s=120,
+                                  on_start=started.append)
+            time.sleep(0.3)          # the last ACKs and FINs reach the captures
+        finally:
+            for c in caps:
+                c.stop()
+        if tagged:
+            counters, workers = tag.counters(), dict(tag.workers)
+            # every socket the job had closed (TCP_CLOSE): the kernel dropped its ring
+            deadline = time.monotonic() + 10
+            while _sendmsg_rings(fabric.prefix, RANKS) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _sendmsg_rings(fabric.prefix, RANKS) == {}, counters
+    assert job.output["correct"] is True and job.output["errors"] == []
+    assert job.output["message_bytes"] == [4 * c for c in CAPTURE_COUNTS]
+    # nothing left behind: processes, namespaces, pinned objects, job directories
+    assert _leftovers(started[0].pid, fabric.prefix) == ([], {})
+    assert (_pinned(fabric.prefix), _netns(), _no_job_dirs()) == before
+
+    for c in caps:
+        assert c.exited_early is None, str(c)
+    at_host = {h: _data_packets(tmp_path / f"{h}-eth0.pcap") for h in RANKS}
+    at_uplink = {c.netns.rsplit("-", 1)[1] + ":" + c.ifname: _data_packets(c.pcap)
+                 for c in caps if c.ifname != "eth0"}
+    for h, pkts in at_host.items():
+        assert pkts, f"{h} sent no MPI data"
+        assert all(p[0] == ip[h] for p in pkts), h
+    crossed = [p for pkts in at_uplink.values() for p in pkts]
+    assert crossed, "no MPI data crossed the spines: the ranks are not across leaves"
+
+    if not tagged:
+        assert [p for p in crossed if p[5]] == [], scheme
+        assert [p for pkts in at_host.values() for p in pkts if p[5]] == [], scheme
+        return
+
+    untagged = [p[:5] for pkts in at_host.values() for p in pkts if p[5] is None]
+    assert untagged == [], f"{len(untagged)} untagged MPI data packets, e.g. {untagged[:3]}; " \
+                           f"counters {counters}"
+    assert [p[:5] for p in crossed if p[5] is None] == []
+    tensors: dict = {}
+    for pkts in at_host.values():
+        for src, dst, sport, dport, seq, h in pkts:
+            tensors.setdefault((src, h.tensor_id), []).append(((src, dst, sport, dport), seq, h))
+    # every tag on the wire is this tagger's (the host's worker slot in the id's low bits)
+    # and belongs to a write the kernel registered; a tiny write that TCP appended to
+    # the previous write's last unsent segment rides in that tensor's packet and has
+    # none of its own (docs/workload.md, "Limits"): at most as many tensors as writes
+    worker_of_ip = {ip[h]: w for h, w in workers.items()}
+    assert all(tid & ((1 << WORKER_BITS) - 1) == worker_of_ip[src] for src, tid in tensors), \
+        workers
+    assert 0 < len(tensors) <= counters["started"], (counters, len(tensors))
+    assert counters["ring_full"] == counters["too_large"] == counters["no_host_map"] == 0, counters
+    for key, pkts in tensors.items():
+        assert len({conn for conn, _, _ in pkts}) == 1, (key, "more than one connection")
+        assert len({(h.tensor_len, h.layer) for _, _, h in pkts}) == 1, (key, pkts[:3])
+        lasts = {h.pkt_idx for _, _, h in pkts if h.last}
+        assert len(lasts) == 1, (key, lasts)
+        idx = {h.pkt_idx for _, _, h in pkts}
+        # its packets numbered 0, 1, ... without a gap, LAST the highest, within its length
+        assert idx == set(range(max(idx) + 1)) and lasts == {max(idx)} and \
+            max(idx) < pkts[0][2].tensor_len, (key, sorted(idx), lasts)
+        # a retransmitted segment keeps its tag: one sequence number, one packet index
+        by_seq: dict = {}
+        for _, seq, h in pkts:
+            by_seq.setdefault(seq, set()).add((h.pkt_idx, h.last))
+        assert all(len(v) == 1 for v in by_seq.values()), key
+    # no tensor split: each crossing tensor left its leaf on exactly one uplink (one spine)
+    spines: dict = {}
+    for where, pkts in at_uplink.items():
+        for src, _, _, _, _, h in pkts:
+            spines.setdefault((src, h.tensor_id), set()).add(where)
+    split = {k: v for k, v in spines.items() if len(v) != 1}
+    assert split == {}, split
+    crossing = {k for k, pkts in tensors.items()
+                if leaf_of_ip[pkts[0][0][0]] != leaf_of_ip[pkts[0][0][1]]}
+    assert set(spines) == crossing
+    assert all(next(iter(spines[k])).startswith(leaf_of_ip[k[0]] + ":") for k in spines)
