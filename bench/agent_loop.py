@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import re
 import shutil
 import subprocess
 import threading
@@ -47,12 +48,23 @@ RATE = 100_000_000
 QUEUE = 150_000
 WINDOWS_MS = (20.0, 10.0, 5.0, 2.0, 1.0, 0.5)
 
-_MAX_ENTRIES = {
-    "ports": TALB_MAX_PORTS, "port_stats": TALB_MAX_PORTS, "fwd": CONST["TALB_MAX_ROUTES"],
-    "groups": CONST["TALB_MAX_GROUPS"], "config": 1, "counters": CONST["TALB_NR_COUNTERS"],
-    "tensors": CONST["TALB_TENSOR_MAP_SIZE"], "group_state": CONST["TALB_MAX_GROUPS"],
-    "group_swept": CONST["TALB_MAX_GROUPS"], "tensor_count": 2,
-}
+
+def _max_entries() -> dict[str, int]:
+    """Each map's size as bpf/include/talb/maps.h declares it (a size is a
+    number or a constant of constants.h, possibly a product of them)."""
+    text = (paths.BPF_SRC_DIR / "include" / "talb" / "maps.h").read_text()
+    sizes = {}
+    for name, size in re.findall(r'^TALB_MAP\("[^"]+",[^,]+,[^,]+,\s*(\w+),\s*([^;]+)\);',
+                                 text, re.M):
+        terms = re.findall(r"\w+", size)
+        value = 1
+        for t in terms:
+            value *= int(t) if t.isdigit() else CONST[t]
+        sizes[name] = value
+    missing = [n for n in MAP_SPECS if n not in sizes]
+    if missing:
+        raise RuntimeError(f"maps.h declares no size for map(s) {', '.join(missing)}")
+    return sizes
 
 
 class _FixedRouting:
@@ -113,8 +125,9 @@ class BenchFabric:
         _batch(["tc", "-n", netns, "-batch", "-"], tc)
         pin = self.pin_dir(name)
         pin.mkdir(parents=True, exist_ok=True)
+        sizes = _max_entries()
         for mname, (kt, vt, mtype) in MAP_SPECS.items():
-            fd = sc.map_create(mtype, ctypes.sizeof(kt), ctypes.sizeof(vt), _MAX_ENTRIES[mname],
+            fd = sc.map_create(mtype, ctypes.sizeof(kt), ctypes.sizeof(vt), sizes[mname],
                                mname[:15])
             try:
                 sc.obj_pin(fd, pin / mname)
