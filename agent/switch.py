@@ -17,7 +17,7 @@ from agent.routing import PortSpec
 from agent.rtnl import QdiscStats, Rtnl
 from agent.window import CounterWindow
 from common.c_constants import COUNTER_NAMES
-from datapath.control import publish_pcm, read_config, tensor_occupancy
+from datapath.control import GroupPublisher, read_config, tensor_occupancy
 from datapath.maps import SwitchMaps
 from datapath.statsread import PerCpuArrayReader
 
@@ -76,6 +76,7 @@ class _Group:
     members: tuple[int, ...]       # ifindexes as installed (publish_pcm's key)
     distinct: tuple[int, ...]
     names: tuple[str, ...]
+    positions: tuple[int, ...]     # each member's index in ``distinct``
 
     @property
     def label(self) -> str:
@@ -144,8 +145,10 @@ class SwitchMonitor:
                 log.warning("%s: group %d has ports outside the switch's ports: %s",
                             self.name, gid, members)
                 continue
-            groups.append(_Group(gid, members, distinct, tuple(names[x] for x in distinct)))
+            groups.append(_Group(gid, members, distinct, tuple(names[x] for x in distinct),
+                                 tuple(distinct.index(x) for x in members)))
         self._groups = groups
+        self._publisher = GroupPublisher(self.maps, [(g.gid, g.members) for g in groups])
 
     def down_ports(self) -> list[str]:
         return [p.spec.name for p in self._ports if not self.links.up(p.spec.name)]
@@ -183,11 +186,14 @@ class SwitchMonitor:
 
         groups = []
         if win is not None:
-            for g in self._groups:
-                pcm = pcm_math.group_pcm([util[x] for x in g.distinct],
-                                         [delay[x] for x in g.distinct],
-                                         self.config.w1, self.config.w2)
-                if not self.publishes or self._publish(g, dict(zip(g.distinct, pcm))):
+            plan = self._groups  # a failed publication re-reads self._groups
+            pcms = [pcm_math.group_pcm([util[x] for x in g.distinct],
+                                       [delay[x] for x in g.distinct],
+                                       self.config.w1, self.config.w2)
+                    for g in plan]
+            failed = self._publish(plan, pcms) if self.publishes else ()
+            for k, (g, pcm) in enumerate(zip(plan, pcms)):
+                if k not in failed:
                     groups.append(GroupReading(g.gid, g.label, g.names,
                                                tuple(pcm), tuple(pcm_math.wrr_weights(pcm))))
         reading = SwitchReading(self.name, now, win.dt_s if win else None, tuple(readings),
@@ -196,17 +202,23 @@ class SwitchMonitor:
         self.latest = reading
         return reading
 
-    def _publish(self, g: _Group, pcm: dict[int, float]) -> bool:
-        try:
-            s = self.config.threshold
-            publish_pcm(self.maps, g.members, pcm,
-                        threshold=max(pcm.values()) if s == "max" else s, group_id=g.gid)
-        except ValueError as exc:
-            # Reprogrammed behind our back (talb testbed, another tool): re-read.
-            log.warning("%s: %s; re-reading the groups", self.name, exc)
+    def _publish(self, plan: list[_Group], pcms: list[list[float]]) -> set[int]:
+        """Every group's PCMs (per distinct port) to the maps, as publish_pcm
+        would write them one group at a time; the positions in ``plan`` of
+        the groups not published."""
+        s = self.config.threshold
+        errors = self._publisher.publish(
+            [[pcm[i] for i in g.positions] for g, pcm in zip(plan, pcms)],
+            [max(pcm) if s == "max" else s for pcm in pcms])
+        failed = set()
+        for k, exc in enumerate(errors):
+            if exc is not None:
+                # Reprogrammed behind our back (talb testbed, another tool): re-read.
+                log.warning("%s: %s; re-reading the groups", self.name, exc)
+                failed.add(k)
+        if failed:
             self.refresh_groups()
-            return False
-        return True
+        return failed
 
     # -- less often -------------------------------------------------------------------
     def housekeeping(self, read_qdiscs: bool) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import random
 import re
 import shutil
 import subprocess
@@ -41,7 +42,7 @@ from common.c_constants import CONST, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS
 from datapath import bpf_syscall as sc
 from datapath.control import program_switch, read_port_stats
 from datapath.loader import ensure_bpffs
-from datapath.maps import MAP_SPECS, SwitchMaps
+from datapath.maps import MAP_SPECS, SwitchMaps, possible_cpus
 from datapath.statsread import PerCpuArrayReader
 
 RATE = 100_000_000
@@ -65,6 +66,20 @@ def _max_entries() -> dict[str, int]:
     if missing:
         raise RuntimeError(f"maps.h declares no size for map(s) {', '.join(missing)}")
     return sizes
+
+
+def pin_switch_maps(pin_dir) -> None:
+    """A switch's maps with the data path's exact layout, empty, pinned in
+    ``pin_dir`` (made if missing) as a loaded switch pins them; no program.
+    Remove them with shutil.rmtree."""
+    pin_dir.mkdir(parents=True, exist_ok=True)
+    sizes = _max_entries()
+    for mname, (kt, vt, mtype) in MAP_SPECS.items():
+        fd = sc.map_create(mtype, ctypes.sizeof(kt), ctypes.sizeof(vt), sizes[mname], mname[:15])
+        try:
+            sc.obj_pin(fd, pin_dir / mname)
+        finally:
+            os.close(fd)
 
 
 class _FixedRouting:
@@ -124,15 +139,7 @@ class BenchFabric:
                    f"qdisc add dev p{i} parent 1:10 handle 10: bfifo limit {QUEUE}"]
         _batch(["tc", "-n", netns, "-batch", "-"], tc)
         pin = self.pin_dir(name)
-        pin.mkdir(parents=True, exist_ok=True)
-        sizes = _max_entries()
-        for mname, (kt, vt, mtype) in MAP_SPECS.items():
-            fd = sc.map_create(mtype, ctypes.sizeof(kt), ctypes.sizeof(vt), sizes[mname],
-                               mname[:15])
-            try:
-                sc.obj_pin(fd, pin / mname)
-            finally:
-                os.close(fd)
+        pin_switch_maps(pin)
         index = _ifindexes(netns)
         rows = [(f"p{i}", index[f"p{i}"], False, True) for i in range(n)]
         groups = {}
@@ -159,6 +166,47 @@ class BenchFabric:
         for ns in self._namespaces:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         shutil.rmtree(self.pin_root, ignore_errors=True)
+
+
+class SyntheticTraffic:
+    """Traffic without packets: each :meth:`step` adds a window's worth of
+    frames to every port's ``port_stats`` (CPU 0's slot, one
+    BPF_MAP_UPDATE_BATCH per switch), so that U, E[W] and the PCMs change
+    from one window to the next, as under load. Port i of a switch sends
+    0..8 full frames a window (100 Mbit/s carries ~8 in 1 ms), its mean
+    rising with i, from a seeded generator: every run the same sequence."""
+
+    FRAME = 1514
+    FIELDS = 4  # struct port_stats: rx_packets, rx_bytes, tx_packets, tx_bytes
+
+    def __init__(self, fabric: BenchFabric, seed: int = 1):
+        self._rng = random.Random(seed)
+        self._switches = []
+        ncpu = possible_cpus()
+        for sw, specs in fabric.switches.items():
+            n = len(specs)
+            fd = sc.obj_get(fabric.pin_dir(sw) / "port_stats")
+            batch = sc.MapBatch(fd, 4, self.FIELDS * 8 * ncpu, n, f"{sw}/port_stats")
+            keys = memoryview(batch.keys).cast("B").cast("I")
+            for i in range(n):
+                keys[i] = i
+            values = memoryview(batch.values).cast("B").cast("Q")
+            self._switches.append((fd, batch, values, n, ncpu))
+
+    def step(self) -> None:
+        rng, f = self._rng, self.FIELDS
+        for _fd, batch, values, n, ncpu in self._switches:
+            for i in range(n):
+                k = min(8, int(rng.random() * (2 + 8 * i / n)))
+                base = i * ncpu * f  # CPU 0's slot of entry i
+                values[base + 2] += k
+                values[base + 3] += k * self.FRAME
+            batch.update(n)
+
+    def close(self) -> None:
+        for fd, *_ in self._switches:
+            os.close(fd)
+        self._switches = []
 
 
 def _ip(*args: str) -> None:

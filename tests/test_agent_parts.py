@@ -805,3 +805,112 @@ def test_top_fits_80_columns():
             assert col in header
     # a longer name (a future attach of foreign interfaces) is cut in the middle
     assert _fit("enp0s31f6-uplink-a") == "enp0s31…plink-a" and len(_fit("x" * 40)) == 15
+
+
+# --- publishing ------------------------------------------------------------------------
+@pytest.fixture
+def twin_switch_maps(root):
+    """Two switches' maps (the data path's layout, no program), pinned on the
+    project's bpffs and programmed alike: ports 11..18, four groups (one
+    weighting a port by listing it twice)."""
+    import shutil
+
+    from bench.agent_loop import pin_switch_maps
+    from common import paths
+    from datapath.control import program_switch
+    from datapath.maps import SwitchMaps
+
+    base = paths.BPFFS_DIR / f"{new_prefix()}pub"
+    ports = [(f"p{i}", i, False, True) for i in range(11, 19)]
+    groups = {"198.18.0.1": [11, 12, 13, 14], "198.18.0.2": [15, 16],
+              "198.18.0.3": [11, 11, 12], "198.18.0.4": [17, 18, 11]}
+    twins = []
+    try:
+        for name in ("old", "new"):
+            pin_switch_maps(base / name)
+            twins.append(SwitchMaps(base / name))
+            program_switch(twins[-1], ports, groups)
+        yield twins
+    finally:
+        for m in twins:
+            m.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _groups_bytes(maps) -> dict[int, bytes]:
+    return {gid: bytes(g) for gid, g in maps.groups.items()}
+
+
+def test_batched_publishing_writes_what_publish_pcm_writes(twin_switch_maps):
+    """The agent's publisher (one batch read, one batch write of the groups
+    that change) leaves the groups map exactly as one publish_pcm per group
+    does, window after window: a group whose PCMs did not change is not
+    rewritten, one that changed is, one reset behind the agent's back is
+    restored, and a group reprogrammed away fails as publish_pcm fails."""
+    from datapath.control import GroupPublisher, program_switch, publish_pcm
+    from datapath.structs import FwdGroup
+
+    old, new = twin_switch_maps
+    assert _groups_bytes(old) == _groups_bytes(new)
+    members = {gid: g.ports() for gid, g in sorted(new.groups.items())}
+    plan = list(members.items())
+    gid_of = {tuple(ports): gid for gid, ports in plan}
+    # the groups, in the order of the lists below
+    order = [gid_of[(11, 12, 13, 14)], gid_of[(15, 16)], gid_of[(11, 11, 12)], gid_of[(17, 18, 11)]]
+    plan = [(gid, members[gid]) for gid in order]
+    publisher = GroupPublisher(new, plan)
+
+    def window(pcms, thresholds):
+        """Both paths publish the same window; the errors of the batched one."""
+        for (gid, ports), pcm, s in zip(plan, pcms, thresholds):
+            try:
+                publish_pcm(old, ports, dict(zip(ports, pcm)), s, group_id=gid)
+            except ValueError:
+                pass
+        return publisher.publish(pcms, thresholds)
+
+    def pcms(*values):  # one value list per group, in group order
+        return [list(v) for v in values]
+
+    first = pcms((0.1, 0.7, 0.7, 1.0), (0.0, 0.5), (0.3, 0.3, 0.9), (0.2, 0.2, 0.2))
+    assert window(first, [None, None, 0.6, None]) == [None] * 4
+    assert _groups_bytes(old) == _groups_bytes(new)
+    assert (publisher.written, publisher.unchanged) == (4, 0)
+    snapshot = _groups_bytes(new)
+
+    # group 0 unchanged, group 1 changed, group 2 only its threshold, group 3
+    # a change too small to show in fixed point
+    second = pcms((0.1, 0.7, 0.7, 1.0), (0.25, 0.5), (0.3, 0.3, 0.9), (0.2, 0.2, 0.2000001))
+    assert window(second, [None, None, 0.8, None]) == [None] * 4
+    after = _groups_bytes(new)
+    assert after == _groups_bytes(old)
+    gids = order
+    assert after[gids[0]] == snapshot[gids[0]] and after[gids[3]] == snapshot[gids[3]]
+    assert after[gids[1]] != snapshot[gids[1]] and after[gids[2]] != snapshot[gids[2]]
+    assert (publisher.written, publisher.unchanged) == (6, 2)
+
+    # Behind the agent's back: group 0 reset to neutral values (flags set), in
+    # both maps. The same PCMs again: both paths restore group 0, keep its flags.
+    for m in (old, new):
+        g = FwdGroup.of(members[gids[0]])
+        g.flags = 0x5
+        m.groups[gids[0]] = g
+    assert window(second, [None, None, 0.8, None]) == [None] * 4
+    assert _groups_bytes(old) == _groups_bytes(new)
+    assert new.groups[gids[0]].flags == 0x5
+    assert new.groups[gids[0]].talb()["pcm"] != [0, 0, 0, 0]
+    assert (publisher.written, publisher.unchanged) == (7, 5)
+
+    # Reprogrammed: the group of ports 15+16 is gone (publish_pcm raises for
+    # it, the batched path returns the same error), the others still publish.
+    ports = [(f"p{i}", i, False, True) for i in range(11, 19)]
+    groups = {"198.18.0.1": [11, 12, 13, 14], "198.18.0.3": [11, 11, 12],
+              "198.18.0.4": [17, 18, 11]}
+    for m in (old, new):
+        program_switch(m, ports, groups)
+    third = pcms((0.9, 0.0, 0.5, 0.5), (0.5, 0.5), (0.0, 0.0, 1.0), (1.0, 0.0, 0.4))
+    errors = window(third, [None] * 4)
+    assert [e is None for e in errors] == [True, False, True, True]
+    assert "no group with ports [15, 16]" in str(errors[1])
+    assert _groups_bytes(old) == _groups_bytes(new)
+    assert publisher.batched, "the kernel refused the batch commands: the per-group path ran"
