@@ -591,8 +591,10 @@ class GroupPublisher:
                                  f"{TALB_MAX_GROUP_PORTS}")
             ifx = struct.pack(f"={TALB_MAX_GROUP_PORTS}I",
                               *members, *(0,) * (TALB_MAX_GROUP_PORTS - n))
-            # [gid, key bytes, members, n_ports bytes, ifindex[] bytes, last (fixed, S), its bytes]
-            self._groups.append([gid, _U32.pack(gid), members, _U32.pack(n), ifx, None, b""])
+            # [gid, key bytes, members, n_ports bytes, ifindex[] bytes,
+            #  last (fixed PCMs, fixed S), their TaLB part, the (PCMs, S) they came from]
+            self._groups.append([gid, _U32.pack(gid), members, _U32.pack(n), ifx, None, b"",
+                                 None])
         m = maps.groups
         self._read = sc.MapBatch(m.fd, 4, _GROUP_SIZE, m.info.max_entries, "groups")
         self._write = sc.MapBatch(m.fd, 4, _GROUP_SIZE, max(1, len(self._groups)), "groups")
@@ -642,7 +644,7 @@ class GroupPublisher:
         errors: list[ValueError | None] = []
         changed = []
         for g, pcm, s in zip(self._groups, pcms, thresholds):
-            gid, key, members, n_bytes, ifx, last, part = g
+            gid, key, members, n_bytes, ifx, last, part, given = g
             if len(pcm) != len(members):
                 raise ValueError(f"publish: group {gid} has {len(members)} ports, "
                                  f"got {len(pcm)} PCMs")
@@ -658,11 +660,14 @@ class GroupPublisher:
                 self.written += 1
                 errors.append(None)
                 continue
-            fixed = [to_fixed(p) for p in pcm]
-            state = (fixed, one if s is None else to_fixed(s))
-            if state != last:
-                part = _talb_part(fixed, state[1])
-                g[5], g[6] = state, part
+            if given is None or given[0] != pcm or given[1] != s:
+                # pcm_to_fixed; its clamps and NaN check only where they can matter
+                fixed = [round(p * one) if 0.0 <= p <= 1.0 else to_fixed(p) for p in pcm]
+                state = (fixed, one if s is None else to_fixed(s))
+                if state != last:
+                    part = _talb_part(fixed, state[1])
+                    g[5], g[6] = state, part
+                g[7] = (list(pcm), s)
             value = cur[:8] + ifx + part  # flags as installed, as publish_pcm keeps them
             if value != cur:
                 changed.append((key, value))
