@@ -20,7 +20,7 @@ import pytest
 from agent.config import AgentConfig, ConfigError
 from agent.loop import Agent
 from agent.metrics import AgentMetrics, decisions, drops
-from agent.window import CounterWindow
+from agent.window import ColumnWindow, CounterWindow
 from datapath import bpf_syscall as sc
 from datapath.maps import Map, possible_cpus
 from datapath.statsread import PerCpuArrayReader
@@ -44,6 +44,26 @@ def test_window_counter_reset_counts_from_zero():
     w = CounterWindow()
     w.advance(1.0, {"a": (10_000, 10)})
     assert w.advance(2.0, {"a": (300, 2)}).deltas == {"a": (300, 2)}
+
+
+def test_column_window_gives_the_counter_windows_deltas():
+    """The agent's per-port columns: the same deltas as CounterWindow's dicts,
+    including a counter that went back (map recreated) and ports rebound."""
+    cw, col = CounterWindow(), ColumnWindow()
+    readings = [(1.0, ("a", "b"), [[100, 5], [1, 1]]),
+                (1.004, ("a", "b"), [[1600, 5], [2, 1]]),
+                (1.004, ("a", "b"), [[1700, 5], [3, 1]]),     # the clock did not move
+                (1.009, ("a", "b"), [[300, 3000], [1, 3]]),   # a went back: counts from zero
+                (1.013, ("b", "c"), [[3100, 7], [4, 7]])]     # a gone, c new: no window yet
+    for t, keys, cols in readings:
+        win = cw.advance(t, {k: (cols[0][i], cols[1][i]) for i, k in enumerate(keys)})
+        got = col.advance(t, keys, cols)
+        if win is None:
+            assert got is None
+            continue
+        dt, (db, dp) = got
+        assert dt == win.dt_s
+        assert {k: (db[i], dp[i]) for i, k in enumerate(keys)} == win.deltas
 
 
 # --- configuration ---------------------------------------------------------------------
@@ -325,6 +345,9 @@ def test_batch_and_per_key_reads_agree(root):
         batch = PerCpuArrayReader(m, 40, "batch")
         per_key = PerCpuArrayReader(m, 40, "per_key")
         assert batch.read() == expect == per_key.read()
+        columns = [list(col) for col in zip(*expect)]
+        assert batch.columns((0, 1, 2, 3)) == columns == per_key.columns((0, 1, 2, 3))
+        assert batch.columns((3, 2)) == [columns[3], columns[2]]
         assert PerCpuArrayReader(m, 40).strategy == "batch"  # this kernel has it
     finally:
         m.close()
@@ -914,3 +937,45 @@ def test_batched_publishing_writes_what_publish_pcm_writes(twin_switch_maps):
     assert "no group with ports [15, 16]" in str(errors[1])
     assert _groups_bytes(old) == _groups_bytes(new)
     assert publisher.batched, "the kernel refused the batch commands: the per-group path ran"
+
+
+def test_an_agent_window_leaves_the_maps_as_publish_pcm_would(root):
+    """A real window of the agent (16 ports in a namespace, pinned maps,
+    counters moving as under load, then still): after each window, one
+    publish_pcm per group with the window's PCMs changes nothing in the
+    groups map -- the agent wrote exactly what the old path writes, both for
+    groups whose PCMs changed and for groups whose PCMs did not."""
+    from agent.config import AgentConfig
+    from bench.agent_loop import BenchFabric, SyntheticTraffic
+    from datapath.control import publish_pcm
+
+    fabric = BenchFabric(16, new_prefix())
+    traffic = None
+    try:
+        traffic = SyntheticTraffic(fabric, seed=7)
+        agent = fabric.agent(AgentConfig(window_s=0.001))
+        try:
+            (m,) = agent.monitors.values()
+            agent.step(time.monotonic())  # the first reading: no window yet
+            written = []
+            for k in range(12):
+                if k < 8:  # then the counters stand still: the same PCMs again
+                    traffic.step()
+                time.sleep(0.001)
+                agent.step(time.monotonic())
+                after = _groups_bytes(m.maps)
+                reading = m.latest
+                assert len(reading.groups) == 2
+                for g, r in zip(m._groups, reading.groups):
+                    publish_pcm(m.maps, g.members, dict(zip(g.distinct, r.pcm)), group_id=g.gid)
+                assert _groups_bytes(m.maps) == after, f"window {k}"
+                written.append(m._publisher.written)
+            moved = [b - a for a, b in zip(written, written[1:])]
+            assert all(n > 0 for n in moved[:7]), moved      # PCMs changed: rewritten
+            assert moved[8:] == [0, 0, 0], moved             # unchanged: left alone
+        finally:
+            agent.close()
+    finally:
+        if traffic is not None:
+            traffic.close()
+        fabric.close()
