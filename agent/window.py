@@ -77,5 +77,6 @@ class ColumnWindow:
             where = {k: i for i, k in enumerate(last_keys)}
             last = [[before[where[k]] if k in where else now[j] for j, k in enumerate(keys)]
                     for before, now in zip(last, columns)]
-        return t - last_t, [[n - b if n >= b else n for n, b in zip(now, before)]
+        return t - last_t, [[0] * len(now) if now == before else
+                            [n - b if n >= b else n for n, b in zip(now, before)]
                             for now, before in zip(columns, last)]
