@@ -17,11 +17,12 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 #: Default window. At 100 Mbit/s a 150 KB queue drains in 12 ms (DESIGN §6),
 #: so the window must be a few ms to see it build. Measured on the
-#: project's 2-core machines (bench/agent_loop.py): a window of the default
-#: fabric (4 switches, 12 ports) costs ~0.35 ms and the loop sustains
-#: 1 kHz at 16 ports; 5 ms keeps the agent near 7% of one core, leaving the
-#: CPU to the data path, and still holds ~40 full frames per port and
-#: window at 100 Mbit/s (a shorter window mostly measures packet noise).
+#: project's 2-core machines (bench/agent_loop.py, docs/agent.md): 64 ports
+#: cost ~0.05 ms a window when idle and ~0.6 ms when every group's PCMs
+#: change; at 5 ms the loop takes 3% (idle) to 15% (loaded) of one core for
+#: 64 ports, leaving the CPU to the data path, and a window still holds ~40
+#: full frames per port at 100 Mbit/s (a shorter one mostly measures packet
+#: noise).
 DEFAULT_WINDOW_S = 0.005
 DEFAULT_METRICS_PORT = 9477
 #: With no --metrics-port, the agent serves on the first free port of

@@ -26,6 +26,8 @@ class LinkWatcher:
         # Every name ever seen: a deleted port is down, and still has its index
         # (its groups are rewritten without it instead of failing).
         self._known: dict[str, int] = {}
+        #: grows whenever ``links`` may have changed (a reader caches by it)
+        self.version = 0
         self._resync()
 
     def _resync(self) -> None:
@@ -35,6 +37,7 @@ class LinkWatcher:
     def _index_names(self) -> None:
         # Kept by ifindex: a renamed interface replaces its old name.
         self.links = {link.name: link for link in self._by_index.values()}
+        self.version += 1
         self._known.update((name, link.ifindex) for name, link in self.links.items())
 
     def fileno(self) -> int:
@@ -53,8 +56,10 @@ class LinkWatcher:
 
     def poll(self) -> bool:
         """Apply pending notifications; True if any port's up/down changed."""
-        before = {name: link.up for name, link in self.links.items()}
         events = self._events.drain()
+        if not events and not self._events.overflowed:
+            return False  # the common case, every window: nothing happened
+        before = {name: link.up for name, link in self.links.items()}
         for deleted, link in events:
             if deleted:
                 self._by_index.pop(link.ifindex, None)

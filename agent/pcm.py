@@ -74,6 +74,58 @@ def md1_delay(load: PortLoad, max_wait_s: float) -> float:
     return min(rho * rho / (2.0 * (1.0 - rho) * lam), max_wait_s) + service
 
 
+class PortModel:
+    """Eq. 1 and Eq. 3/4 for a fixed list of ports, a whole window at once:
+    :meth:`window` gives what :func:`utilization` and :func:`md1_delay`
+    give port by port, the same floats (the same operations in the same
+    order; tests/test_pcm.py holds them equal), without a PortLoad per port.
+    An idle port (no byte, no packet) costs a lookup."""
+
+    def __init__(self, capacities_bps: Sequence[float], max_waits_s: Sequence[float]):
+        if len(capacities_bps) != len(max_waits_s):
+            raise ValueError(f"{len(capacities_bps)} capacities but {len(max_waits_s)} buffers")
+        for c in capacities_bps:
+            if c <= 0:
+                raise ValueError(f"capacity must be > 0, got {c} bit/s")
+        for w in max_waits_s:
+            if w < 0:
+                raise ValueError(f"max_wait_s must be >= 0, got {w}")
+        self.capacities = list(capacities_bps)
+        self.max_waits = list(max_waits_s)
+        # md1_delay of an idle port: a full frame's service time
+        self.idle_delays = [1.0 / (c / (8 * FULL_FRAME_BYTES)) for c in self.capacities]
+        self._idle = ([0.0] * len(self.capacities), self.idle_delays)
+
+    def window(self, tx_bytes: Sequence[int], tx_packets: Sequence[int],
+               dt_s: float) -> tuple[list[float], list[float]]:
+        """(U, E[W]) of every port for one window of ``dt_s`` seconds."""
+        if dt_s <= 0:
+            raise ValueError(f"capacity and window must be > 0, got window {dt_s} s")
+        if not any(tx_bytes) and not any(tx_packets) and len(tx_bytes) == len(self.capacities):
+            return self._idle  # every port idle (the same lists every time: do not modify)
+        utils, delays = [], []
+        u_append, d_append = utils.append, delays.append
+        for b, k, c, max_wait, idle in zip(tx_bytes, tx_packets, self.capacities,
+                                           self.max_waits, self.idle_delays):
+            if not b and not k:  # idle: U = 0, E[W] = one full frame's service time
+                u_append(0.0)
+                d_append(idle)
+                continue
+            rho = b * 8 / (c * dt_s)                 # load_ratio
+            u_append(min(1.0, rho))                  # utilization
+            service_pps = c / (8 * (b / k if k else FULL_FRAME_BYTES))
+            service = 1.0 / service_pps
+            if rho >= 1.0:
+                d_append(max_wait + service)
+                continue
+            lam = rho * service_pps
+            if lam == 0.0:
+                d_append(service)
+            else:
+                d_append(min(rho * rho / (2.0 * (1.0 - rho) * lam), max_wait) + service)
+        return utils, delays
+
+
 def measured_delay(backlog_bytes: int, capacity_bps: float) -> float:
     """The queue's drain time: what a packet arriving now waits, seconds."""
     if capacity_bps <= 0:
@@ -96,13 +148,59 @@ def group_pcm(utils: Sequence[float], delays: Sequence[float],
         raise ValueError(f"{len(utils)} utilisations but {len(delays)} delays")
     if not utils:
         return []
-    if w1 < 0 or w2 < 0 or w1 + w2 <= 0:
-        raise ValueError(f"weights must be >= 0 with W1 + W2 > 0, got W1={w1}, W2={w2}")
+    _check_weights(w1, w2)
     if any(math.isnan(x) for x in (*utils, *delays)):
         raise ValueError("NaN utilisation or delay")
+    return _group_pcm(utils, delays, w1, w2)
+
+
+def _check_weights(w1: float, w2: float) -> None:
+    if w1 < 0 or w2 < 0 or w1 + w2 <= 0:
+        raise ValueError(f"weights must be >= 0 with W1 + W2 > 0, got W1={w1}, W2={w2}")
+
+
+def _group_pcm(utils: Sequence[float], delays: Sequence[float], w1: float,
+               w2: float) -> list[float]:
     u, e = _minmax(utils), _minmax(delays)
     # min() absorbs the last-bit rounding of the weighted mean.
     return [min(1.0, (w1 * a + w2 * b) / (w1 + w2)) for a, b in zip(u, e)]
+
+
+class GroupPcm:
+    """Eq. 5 for a fixed set of groups, window after window: ``groups[k]``
+    lists group k's ports as positions in the per-port lists :meth:`window`
+    takes. Each group's P_i are :func:`group_pcm`'s; a group whose inputs
+    are those of the last window is not recomputed (its list is returned
+    again, the same object: idle ports read the same every window)."""
+
+    def __init__(self, groups: Sequence[Sequence[int]], w1: float = 1.0, w2: float = 1.0):
+        _check_weights(w1, w2)
+        self.groups = [tuple(g) for g in groups]
+        self.w1, self.w2 = w1, w2
+        self._last: list[tuple | None] = [None] * len(self.groups)  # (utils, delays, pcm)
+        self._inputs: tuple | None = None  # the last window's (utils, delays, result)
+
+    def window(self, utils: Sequence[float], delays: Sequence[float]) -> list[list[float]]:
+        if len(utils) != len(delays):
+            raise ValueError(f"{len(utils)} utilisations but {len(delays)} delays")
+        # a sum of values >= 0 is NaN only if one of them is
+        if math.isnan(sum(utils)) or math.isnan(sum(delays)):
+            raise ValueError("NaN utilisation or delay")
+        if self._inputs is not None and self._inputs[0] is utils and self._inputs[1] is delays:
+            return self._inputs[2]  # the same lists (PortModel's idle ones): nothing to do
+        out, last, w1, w2 = [], self._last, self.w1, self.w2
+        for k, idx in enumerate(self.groups):
+            u = [utils[i] for i in idx]
+            e = [delays[i] for i in idx]
+            before = last[k]
+            if before is not None and before[0] == u and before[1] == e:
+                out.append(before[2])
+                continue
+            pcm = _group_pcm(u, e, w1, w2) if idx else []
+            last[k] = (u, e, pcm)
+            out.append(pcm)
+        self._inputs = (utils, delays, out)
+        return out
 
 
 def wrr_weights(pcm: Sequence[float]) -> list[float]:

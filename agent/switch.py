@@ -3,6 +3,11 @@ of every multipath group, publish them to its maps.
 
 Readings are immutable snapshots (:class:`SwitchReading`); the metrics
 exporter and the snapshot file read the latest one from other threads.
+
+A window keeps its numbers as plain lists (one per quantity, one entry per
+port) and builds the :class:`SwitchReading` only when someone asks for
+``latest`` (a scrape, the snapshot file): at a window a millisecond, 64
+ports' reading objects cost more than the window's own work.
 """
 from __future__ import annotations
 
@@ -15,9 +20,9 @@ from agent.config import AgentConfig
 from agent.linkstate import LinkWatcher
 from agent.routing import PortSpec
 from agent.rtnl import QdiscStats, Rtnl
-from agent.window import CounterWindow
+from agent.window import ColumnWindow
 from common.c_constants import COUNTER_NAMES
-from datapath.control import publish_pcm, read_config, tensor_occupancy
+from datapath.control import GroupPublisher, read_config, tensor_occupancy
 from datapath.maps import SwitchMaps
 from datapath.statsread import PerCpuArrayReader
 
@@ -76,6 +81,8 @@ class _Group:
     members: tuple[int, ...]       # ifindexes as installed (publish_pcm's key)
     distinct: tuple[int, ...]
     names: tuple[str, ...]
+    positions: tuple[int, ...] | None  # each member's index in ``distinct`` (None: the same)
+    at: tuple[int, ...]            # each distinct port's position in the monitor's ports
 
     @property
     def label(self) -> str:
@@ -101,10 +108,13 @@ class SwitchMonitor:
             raise
         self._ports: list[_Port] = []
         self._groups: list[_Group] = []
-        self._window = CounterWindow()
+        self._window = ColumnWindow()
         self._qdiscs: dict[int, QdiscStats] = {}
         self._slow = {"counters": {}, "scheme": None, "tensors": None}
-        self.latest: SwitchReading | None = None
+        self._raw: tuple | None = None         # the latest window's numbers
+        self._built: tuple | None = None       # (raw, its SwitchReading)
+        self._up: tuple[bool, ...] = ()
+        self._up_version = None
         #: False: each window computes the PCMs but writes nothing to the
         #: maps (bench/agent_loop.py times the window without publish_pcm).
         self.publishes = True
@@ -122,6 +132,13 @@ class SwitchMonitor:
             ports.append(_Port(spec, ifindex, installed[ifindex],
                                spec.queue_limit_bytes * 8 / spec.rate_bps))
         self._ports = ports
+        self._ifindexes = tuple(p.ifindex for p in ports)
+        pids = [p.port_id for p in ports]
+        # port_stats entries in port order (None: entry i is port i)
+        self._pids = None if pids == list(range(len(pids))) else pids
+        self._model = pcm_math.PortModel([p.spec.rate_bps for p in ports],
+                                         [p.max_wait_s for p in ports])
+        self._up_version = None
         self._reader = PerCpuArrayReader(self.maps.port_stats,
                                          max(p.port_id for p in ports) + 1,
                                          self.config.read_strategy)
@@ -134,6 +151,7 @@ class SwitchMonitor:
     def refresh_groups(self) -> None:
         """Re-read the installed groups (after a reprogramming)."""
         names = {p.ifindex: p.spec.name for p in self._ports}
+        at = {p.ifindex: i for i, p in enumerate(self._ports)}
         groups = []
         for gid, g in sorted(self.maps.groups.items()):
             members = tuple(g.ports())
@@ -144,7 +162,12 @@ class SwitchMonitor:
                 log.warning("%s: group %d has ports outside the switch's ports: %s",
                             self.name, gid, members)
                 continue
-            groups.append(_Group(gid, members, distinct, tuple(names[x] for x in distinct)))
+            positions = tuple(distinct.index(x) for x in members)
+            groups.append(_Group(gid, members, distinct, tuple(names[x] for x in distinct),
+                                 None if members == distinct else positions,
+                                 tuple(at[x] for x in distinct)))
+        self._publisher = GroupPublisher(self.maps, [(g.gid, g.members) for g in groups])
+        self._pcm = pcm_math.GroupPcm([g.at for g in groups], self.config.w1, self.config.w2)
         self._groups = groups
 
     def down_ports(self) -> list[str]:
@@ -154,59 +177,86 @@ class SwitchMonitor:
     def poll_links(self) -> bool:
         return self.links.poll()
 
-    def window(self, now: float, read_qdiscs: bool) -> SwitchReading:
-        """Read, compute and publish one window ending at monotonic ``now``."""
-        stats = self._reader.read()
-        totals = {p.ifindex: (stats[p.port_id][_TX_BYTES], stats[p.port_id][_TX_PACKETS])
-                  for p in self._ports}
-        win = self._window.advance(now, totals)
+    def window(self, now: float, read_qdiscs: bool) -> None:
+        """Read, compute and publish one window ending at monotonic ``now``
+        (its reading: :attr:`latest`)."""
+        totals = self._reader.columns((_TX_BYTES, _TX_PACKETS))
+        if self._pids is not None:
+            totals = [[col[i] for i in self._pids] for col in totals]
+        win = self._window.advance(now, self._ifindexes, totals)
         if read_qdiscs:
             self._qdiscs = self.rtnl.root_qdiscs()
-        measured = self.config.pcm_delay == "measured"
-
-        util, delay, readings = {}, {}, []
-        for p in self._ports:
-            q = self._qdiscs.get(p.ifindex)
-            d_meas = pcm_math.measured_delay(q.backlog_bytes, p.spec.rate_bps) if q else None
-            u = d_model = None
-            if win is not None:
-                tx_bytes, tx_packets = win.deltas[p.ifindex]
-                load = pcm_math.PortLoad(tx_bytes, tx_packets, p.spec.rate_bps, win.dt_s)
-                u = pcm_math.utilization(load)
-                d_model = pcm_math.md1_delay(load, p.max_wait_s)
-                util[p.ifindex] = u
-                delay[p.ifindex] = (d_meas or 0.0) if measured else d_model
-            readings.append(PortReading(
-                p.spec.name, p.spec.kind, p.spec.rate_bps, self.links.up(p.spec.name),
-                totals[p.ifindex][0], totals[p.ifindex][1], u, d_model, d_meas,
-                q.backlog_bytes if q else None, q.drops if q else None))
-
-        groups = []
+        qdiscs = self._qdiscs
+        dt = util = d_model = None
+        groups: tuple = ()
         if win is not None:
-            for g in self._groups:
-                pcm = pcm_math.group_pcm([util[x] for x in g.distinct],
-                                         [delay[x] for x in g.distinct],
-                                         self.config.w1, self.config.w2)
-                if not self.publishes or self._publish(g, dict(zip(g.distinct, pcm))):
-                    groups.append(GroupReading(g.gid, g.label, g.names,
-                                               tuple(pcm), tuple(pcm_math.wrr_weights(pcm))))
-        reading = SwitchReading(self.name, now, win.dt_s if win else None, tuple(readings),
-                                tuple(groups), self._slow["counters"], self._slow["scheme"],
-                                self._slow["tensors"])
-        self.latest = reading
+            dt, (tx_bytes, tx_packets) = win
+            util, d_model = self._model.window(tx_bytes, tx_packets, dt)
+            if self.config.pcm_delay == "measured":
+                delay = [q.backlog_bytes * 8 / c if (q := qdiscs.get(x)) else 0.0
+                         for x, c in zip(self._ifindexes, self._model.capacities)]
+            else:
+                delay = d_model
+            plan, pcm = self._groups, self._pcm  # a failed publication re-reads the groups
+            pcms = pcm.window(util, delay)
+            failed = self._publish(plan, pcms) if self.publishes else ()
+            groups = tuple((g, p) for k, (g, p) in enumerate(zip(plan, pcms)) if k not in failed)
+        self._raw = (now, dt, self._ports, totals, util, d_model, qdiscs, self._up_states(),
+                     groups, self._slow)
+
+    def _up_states(self) -> tuple[bool, ...]:
+        """Each port usable, now (recomputed only when link state moved)."""
+        if self._up_version != self.links.version:
+            self._up = tuple(self.links.up(p.spec.name) for p in self._ports)
+            self._up_version = self.links.version
+        return self._up
+
+    @property
+    def latest(self) -> SwitchReading | None:
+        """The latest window's reading, built on first use (any thread)."""
+        raw, built = self._raw, self._built
+        if raw is None:
+            return None
+        if built is not None and built[0] is raw:
+            return built[1]
+        reading = self._reading(raw)
+        self._built = (raw, reading)
         return reading
 
-    def _publish(self, g: _Group, pcm: dict[int, float]) -> bool:
-        try:
-            s = self.config.threshold
-            publish_pcm(self.maps, g.members, pcm,
-                        threshold=max(pcm.values()) if s == "max" else s, group_id=g.gid)
-        except ValueError as exc:
-            # Reprogrammed behind our back (talb testbed, another tool): re-read.
-            log.warning("%s: %s; re-reading the groups", self.name, exc)
+    def _reading(self, raw: tuple) -> SwitchReading:
+        now, dt, ports, (tx_bytes, tx_packets), util, d_model, qdiscs, up, groups, slow = raw
+        readings = []
+        for i, p in enumerate(ports):
+            q = qdiscs.get(p.ifindex)
+            readings.append(PortReading(
+                p.spec.name, p.spec.kind, p.spec.rate_bps, up[i], tx_bytes[i], tx_packets[i],
+                None if util is None else util[i], None if d_model is None else d_model[i],
+                pcm_math.measured_delay(q.backlog_bytes, p.spec.rate_bps) if q else None,
+                q.backlog_bytes if q else None, q.drops if q else None))
+        return SwitchReading(
+            self.name, now, dt, tuple(readings),
+            tuple(GroupReading(g.gid, g.label, g.names, tuple(pcm),
+                               tuple(pcm_math.wrr_weights(pcm))) for g, pcm in groups),
+            slow["counters"], slow["scheme"], slow["tensors"])
+
+    def _publish(self, plan: list[_Group], pcms: list[list[float]]) -> set[int]:
+        """Every group's PCMs (per distinct port) to the maps, as publish_pcm
+        would write them one group at a time; the positions in ``plan`` of
+        the groups not published."""
+        s = self.config.threshold
+        errors = self._publisher.publish(
+            [pcm if g.positions is None else [pcm[i] for i in g.positions]
+             for g, pcm in zip(plan, pcms)],
+            [max(pcm) for pcm in pcms] if s == "max" else [s] * len(plan))
+        failed = set()
+        for k, exc in enumerate(errors):
+            if exc is not None:
+                # Reprogrammed behind our back (talb testbed, another tool): re-read.
+                log.warning("%s: %s; re-reading the groups", self.name, exc)
+                failed.add(k)
+        if failed:
             self.refresh_groups()
-            return False
-        return True
+        return failed
 
     # -- less often -------------------------------------------------------------------
     def housekeeping(self, read_qdiscs: bool) -> None:

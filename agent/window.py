@@ -48,3 +48,35 @@ class CounterWindow:
             before = last.get(k, now)
             deltas[k] = tuple(n - b if n >= b else n for n, b in zip(now, before))
         return Window(t - last_t, deltas)
+
+
+class ColumnWindow:
+    """:class:`CounterWindow` for readings given as columns: one list per
+    counter, one entry per key, keys in a fixed order (the agent's ports).
+    :meth:`advance` returns ``(dt, [delta column, ...])`` -- the same
+    deltas CounterWindow gives, without a dict or tuple per key -- or None."""
+
+    def __init__(self):
+        self._t: float | None = None
+        self._keys: tuple = ()
+        self._last: list[list[int]] = []
+
+    def reset(self) -> None:
+        self._t, self._keys, self._last = None, (), []
+
+    def advance(self, t: float, keys: tuple,
+                columns: list[list[int]]) -> tuple[float, list[list[int]]] | None:
+        """Record the reading ``columns`` (``columns[f][i]``: counter f of
+        ``keys[i]``) taken at monotonic time ``t``. A key new since the last
+        reading has no window yet (zeros)."""
+        last, last_t, last_keys = self._last, self._t, self._keys
+        self._t, self._keys, self._last = t, keys, columns
+        if last_t is None or t <= last_t:
+            return None
+        if keys != last_keys:  # keys changed (ports rebound): line the old reading up
+            where = {k: i for i, k in enumerate(last_keys)}
+            last = [[before[where[k]] if k in where else now[j] for j, k in enumerate(keys)]
+                    for before, now in zip(last, columns)]
+        return t - last_t, [[0] * len(now) if now == before else
+                            [n - b if n >= b else n for n, b in zip(now, before)]
+                            for now, before in zip(columns, last)]

@@ -1,31 +1,44 @@
 """`talb bench agent`: what one agent window costs for N switch ports, and
-the highest window rate the loop sustains.
+the highest window rate the loop sustains, with the loop's CPU share.
 
 No program is loaded: each switch is a namespace whose ports are veth ends
 with the testbed's link emulation (HTB root, bfifo leaf; the peers sit in
 another namespace, as on the fabric), and a set of maps with the data
-path's exact layout, pinned on the project's bpffs and programmed by
-``program_switch`` (groups of 8 ports). The agent opens them as it opens a
-testbed's, so a window does all its real work: link notifications, counter
-reads, qdisc dumps (measured mode), PCM maths and one ``publish_pcm`` per
-group. Switches have at most TALB_MAX_PORTS (64) ports: 256 ports are 4
-switches.
+path's exact layout (sizes from bpf/include/talb/maps.h), pinned on the
+project's bpffs and programmed by ``program_switch`` (groups of 8 ports).
+The agent opens them as it opens a testbed's, so a window does all its
+real work: link notifications, counter reads, qdisc dumps (measured mode),
+PCM maths and publishing (one batch read and one batch write of the
+groups map per switch). Switches have at most TALB_MAX_PORTS (64) ports:
+256 ports are 4 switches.
+
+No packet moves either, so every port is idle and the PCMs never change:
+publishing then writes nothing. "Loaded" runs make the counters move
+instead (:class:`SyntheticTraffic`: 0..8 full frames per port and window,
+written into ``port_stats`` between windows, outside the timing), so that
+every group's PCMs -- and its published schedule -- change every window:
+the worst case for publishing.
 
 Measured, per port count:
-* ms per window: read strategy (one BPF_MAP_LOOKUP_BATCH per switch vs a
-  lookup per port) x PCM delay (model vs measured), the same without the
-  ``publish_pcm`` calls (what publishing costs), and the cost of the
-  port_stats read alone (plus ``read_port_stats``, the per-key reader of
-  datapath/control.py, for reference);
+* ms per window (wall, and the loop thread's CPU time): read strategy (one
+  BPF_MAP_LOOKUP_BATCH per switch vs a lookup per port) x PCM delay (model
+  vs measured), the same without publishing (what publishing costs), idle
+  and loaded, and the cost of the port_stats read alone (plus
+  ``read_port_stats``, the per-key reader of datapath/control.py, for
+  reference);
 * sustained rate: the loop run for a second at shrinking windows; the
   shortest window at which it misses at most 1% of its slots (slow
-  windows, i.e. over budget but caught up with, are reported beside).
+  windows, i.e. over budget but caught up with, are reported beside), and
+  at each window the loop's CPU time per wall second (``cpu_share``; at a
+  1 ms window: ``cpu_share_at_1000_per_s``), idle and loaded.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 import platform
+import random
+import re
 import shutil
 import subprocess
 import threading
@@ -40,19 +53,44 @@ from common.c_constants import CONST, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS
 from datapath import bpf_syscall as sc
 from datapath.control import program_switch, read_port_stats
 from datapath.loader import ensure_bpffs
-from datapath.maps import MAP_SPECS, SwitchMaps
+from datapath.maps import MAP_SPECS, SwitchMaps, possible_cpus
 from datapath.statsread import PerCpuArrayReader
 
 RATE = 100_000_000
 QUEUE = 150_000
 WINDOWS_MS = (20.0, 10.0, 5.0, 2.0, 1.0, 0.5)
 
-_MAX_ENTRIES = {
-    "ports": TALB_MAX_PORTS, "port_stats": TALB_MAX_PORTS, "fwd": CONST["TALB_MAX_ROUTES"],
-    "groups": CONST["TALB_MAX_GROUPS"], "config": 1, "counters": CONST["TALB_NR_COUNTERS"],
-    "tensors": CONST["TALB_TENSOR_MAP_SIZE"], "group_state": CONST["TALB_MAX_GROUPS"],
-    "group_swept": CONST["TALB_MAX_GROUPS"], "tensor_count": 2,
-}
+
+def _max_entries() -> dict[str, int]:
+    """Each map's size as bpf/include/talb/maps.h declares it (a size is a
+    number or a constant of constants.h, possibly a product of them)."""
+    text = (paths.BPF_SRC_DIR / "include" / "talb" / "maps.h").read_text()
+    sizes = {}
+    for name, size in re.findall(r'^TALB_MAP\("[^"]+",[^,]+,[^,]+,\s*(\w+),\s*([^;]+)\);',
+                                 text, re.M):
+        terms = re.findall(r"\w+", size)
+        value = 1
+        for t in terms:
+            value *= int(t) if t.isdigit() else CONST[t]
+        sizes[name] = value
+    missing = [n for n in MAP_SPECS if n not in sizes]
+    if missing:
+        raise RuntimeError(f"maps.h declares no size for map(s) {', '.join(missing)}")
+    return sizes
+
+
+def pin_switch_maps(pin_dir) -> None:
+    """A switch's maps with the data path's exact layout, empty, pinned in
+    ``pin_dir`` (made if missing) as a loaded switch pins them; no program.
+    Remove them with shutil.rmtree."""
+    pin_dir.mkdir(parents=True, exist_ok=True)
+    sizes = _max_entries()
+    for mname, (kt, vt, mtype) in MAP_SPECS.items():
+        fd = sc.map_create(mtype, ctypes.sizeof(kt), ctypes.sizeof(vt), sizes[mname], mname[:15])
+        try:
+            sc.obj_pin(fd, pin_dir / mname)
+        finally:
+            os.close(fd)
 
 
 class _FixedRouting:
@@ -112,14 +150,7 @@ class BenchFabric:
                    f"qdisc add dev p{i} parent 1:10 handle 10: bfifo limit {QUEUE}"]
         _batch(["tc", "-n", netns, "-batch", "-"], tc)
         pin = self.pin_dir(name)
-        pin.mkdir(parents=True, exist_ok=True)
-        for mname, (kt, vt, mtype) in MAP_SPECS.items():
-            fd = sc.map_create(mtype, ctypes.sizeof(kt), ctypes.sizeof(vt), _MAX_ENTRIES[mname],
-                               mname[:15])
-            try:
-                sc.obj_pin(fd, pin / mname)
-            finally:
-                os.close(fd)
+        pin_switch_maps(pin)
         index = _ifindexes(netns)
         rows = [(f"p{i}", index[f"p{i}"], False, True) for i in range(n)]
         groups = {}
@@ -148,6 +179,47 @@ class BenchFabric:
         shutil.rmtree(self.pin_root, ignore_errors=True)
 
 
+class SyntheticTraffic:
+    """Traffic without packets: each :meth:`step` adds a window's worth of
+    frames to every port's ``port_stats`` (CPU 0's slot, one
+    BPF_MAP_UPDATE_BATCH per switch), so that U, E[W] and the PCMs change
+    from one window to the next, as under load. Port i of a switch sends
+    0..8 full frames a window (100 Mbit/s carries ~8 in 1 ms), its mean
+    rising with i, from a seeded generator: every run the same sequence."""
+
+    FRAME = 1514
+    FIELDS = 4  # struct port_stats: rx_packets, rx_bytes, tx_packets, tx_bytes
+
+    def __init__(self, fabric: BenchFabric, seed: int = 1):
+        self._rng = random.Random(seed)
+        self._switches = []
+        ncpu = possible_cpus()
+        for sw, specs in fabric.switches.items():
+            n = len(specs)
+            fd = sc.obj_get(fabric.pin_dir(sw) / "port_stats")
+            batch = sc.MapBatch(fd, 4, self.FIELDS * 8 * ncpu, n, f"{sw}/port_stats")
+            keys = memoryview(batch.keys).cast("B").cast("I")
+            for i in range(n):
+                keys[i] = i
+            values = memoryview(batch.values).cast("B").cast("Q")
+            self._switches.append((fd, batch, values, n, ncpu))
+
+    def step(self) -> None:
+        rng, f = self._rng, self.FIELDS
+        for _fd, batch, values, n, ncpu in self._switches:
+            for i in range(n):
+                k = min(8, int(rng.random() * (2 + 8 * i / n)))
+                base = i * ncpu * f  # CPU 0's slot of entry i
+                values[base + 2] += k
+                values[base + 3] += k * self.FRAME
+            batch.update(n)
+
+    def close(self) -> None:
+        for fd, *_ in self._switches:
+            os.close(fd)
+        self._switches = []
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 
@@ -165,14 +237,22 @@ def _ifindexes(netns: str) -> dict[str, int]:
             for line in out.splitlines()}
 
 
-def _ms_per_window(agent: Agent, windows: int, publish: bool = True) -> float:
+def _ms_per_window(agent: Agent, windows: int, publish: bool = True,
+                   traffic: SyntheticTraffic | None = None) -> tuple[float, float]:
+    """(wall ms, CPU ms) per window, the windows back to back; with
+    ``traffic``, counters move between windows (outside the timing)."""
     for m in agent.monitors.values():
         m.publishes = publish
     agent.step(time.monotonic())  # prime the windows (first reading)
-    start = time.perf_counter()
+    wall = cpu = 0.0
     for _ in range(windows):
+        if traffic is not None:
+            traffic.step()
+        t, c = time.perf_counter(), time.thread_time()
         agent.step(time.monotonic())
-    return (time.perf_counter() - start) / windows * 1e3
+        cpu += time.thread_time() - c
+        wall += time.perf_counter() - t
+    return wall / windows * 1e3, cpu / windows * 1e3
 
 
 def _read_cost_us(fabric: BenchFabric, strategy: str, repeat: int = 2000) -> float:
@@ -205,21 +285,29 @@ def _control_read_cost_us(fabric: BenchFabric, repeat: int = 200) -> float:
             m.close()
 
 
-def _sustained(fabric: BenchFabric, pcm_delay: str, seconds: float = 1.0) -> dict:
+def _sustained(fabric: BenchFabric, pcm_delay: str, seconds: float = 1.0,
+               traffic: SyntheticTraffic | None = None) -> dict:
     """Run the real loop at shrinking windows; per window size the share of
-    slow windows and of missed slots."""
+    slow windows and of missed slots, and the loop's CPU time per wall
+    second (its thread's, less the synthetic traffic's when ``traffic``
+    moves the counters after every window)."""
     rows = []
     for window_ms in WINDOWS_MS:
         config = AgentConfig(window_s=window_ms / 1e3, pcm_delay=pcm_delay,
                              stats_interval_s=max(0.1, window_ms / 1e3))
         agent = fabric.agent(config)
         counts = {"windows": 0, "slow": 0, "missed": 0}
+        extra = [0.0]  # CPU seconds spent moving the synthetic counters
 
         class Obs:
             def window_done(self, duration_s, lag_s, slow, missed):
                 counts["windows"] += 1
                 counts["slow"] += slow
                 counts["missed"] += missed
+                if traffic is not None:
+                    c = time.thread_time()
+                    traffic.step()
+                    extra[0] += time.thread_time() - c
 
             def window_failed(self, exc):
                 raise exc
@@ -227,17 +315,22 @@ def _sustained(fabric: BenchFabric, pcm_delay: str, seconds: float = 1.0) -> dic
         agent.observer = Obs()
         stop = threading.Event()
         threading.Timer(seconds, stop.set).start()
+        wall, cpu = time.monotonic(), time.thread_time()
         try:
             agent.run(stop)
         finally:
+            cpu = time.thread_time() - cpu - extra[0]
+            wall = time.monotonic() - wall
             agent.close()
         slots = counts["windows"] + counts["missed"]
         share = counts["missed"] / slots if slots else 1.0
         rows.append({"window_ms": window_ms, **counts, "missed_share": round(share, 4),
-                     "ok": share <= 0.01})
+                     "ok": share <= 0.01, "cpu_share": round(cpu / wall, 4)})
     best = min((r["window_ms"] for r in rows if r["ok"]), default=None)
+    at_1ms = next((r for r in rows if r["window_ms"] == 1.0), None)
     return {"runs": rows, "shortest_window_ms": best,
-            "max_rate_per_s": round(1e3 / best) if best else None}
+            "max_rate_per_s": round(1e3 / best) if best else None,
+            "cpu_share_at_1000_per_s": at_1ms["cpu_share"] if at_1ms and at_1ms["ok"] else None}
 
 
 def run_all(port_counts=(16, 64, 256), *, windows: int = 1000, say=print) -> dict:
@@ -253,25 +346,48 @@ def run_all(port_counts=(16, 64, 256), *, windows: int = 1000, say=print) -> dic
                                         for s in ("batch", "per_key")},
                  "control_read_port_stats_us": round(_control_read_cost_us(fabric), 1),
                  "ms_per_window": {}}
-            for strategy, mode, publish in (("batch", "model", True), ("batch", "measured", True),
-                                            ("per_key", "model", True), ("batch", "model", False)):
-                agent = fabric.agent(AgentConfig(read_strategy=strategy, pcm_delay=mode))
-                try:
-                    key = f"{strategy}/{mode}" + ("" if publish else "/no_publish")
-                    r["ms_per_window"][key] = round(_ms_per_window(agent, windows, publish), 3)
-                finally:
-                    agent.close()
-            r["sustained"] = {mode: _sustained(fabric, mode) for mode in ("model", "measured")}
+            traffic = SyntheticTraffic(fabric)
+            r["cpu_ms_per_window"] = {}
+            try:
+                for strategy, mode, publish, moving in (
+                        ("batch", "model", True, False), ("batch", "measured", True, False),
+                        ("per_key", "model", True, False), ("batch", "model", False, False),
+                        ("batch", "model", True, True), ("batch", "model", False, True)):
+                    agent = fabric.agent(AgentConfig(read_strategy=strategy, pcm_delay=mode))
+                    try:
+                        key = (f"{strategy}/{mode}" + ("" if publish else "/no_publish")
+                               + ("/loaded" if moving else ""))
+                        wall, cpu = _ms_per_window(agent, windows, publish,
+                                                   traffic if moving else None)
+                        r["ms_per_window"][key] = round(wall, 3)
+                        r["cpu_ms_per_window"][key] = round(cpu, 3)
+                    finally:
+                        agent.close()
+                r["sustained"] = {mode: _sustained(fabric, mode) for mode in ("model", "measured")}
+                r["sustained"]["model/loaded"] = _sustained(fabric, "model", traffic=traffic)
+            finally:
+                traffic.close()
         finally:
             fabric.close()
         results["ports"][n] = r
-        w = r["ms_per_window"]
-        say(f"{n:4d} ports ({r['switches']} switches): window {w['batch/model']:.2f} ms "
-            f"(measured delay {w['batch/measured']:.2f} ms; per-key reads "
-            f"{w['per_key/model']:.2f} ms; without publish_pcm {w['batch/model/no_publish']:.2f} "
-            f"ms); port_stats read {r['port_stats_read_us']['batch']} us "
-            f"batched vs {r['port_stats_read_us']['per_key']} us per key "
-            f"(control.read_port_stats {r['control_read_port_stats_us']} us); sustained "
-            f"{r['sustained']['model']['max_rate_per_s']} windows/s (model), "
-            f"{r['sustained']['measured']['max_rate_per_s']} windows/s (measured)")
+        w, sus = r["ms_per_window"], r["sustained"]
+
+        def share(mode):
+            s = sus[mode]["cpu_share_at_1000_per_s"]
+            return "not sustained" if s is None else f"{s:.1%} of a core"
+
+        say(f"{n:4d} ports ({r['switches']} switches): window {w['batch/model']:.3f} ms "
+            f"(measured delay {w['batch/measured']:.3f} ms; per-key reads "
+            f"{w['per_key/model']:.3f} ms; without publishing "
+            f"{w['batch/model/no_publish']:.3f} ms); every port's counters moving "
+            f"{w['batch/model/loaded']:.3f} ms (without publishing "
+            f"{w['batch/model/no_publish/loaded']:.3f} ms); port_stats read "
+            f"{r['port_stats_read_us']['batch']} us batched vs "
+            f"{r['port_stats_read_us']['per_key']} us per key (control.read_port_stats "
+            f"{r['control_read_port_stats_us']} us); sustained "
+            f"{sus['model']['max_rate_per_s']} windows/s (model), "
+            f"{sus['measured']['max_rate_per_s']} (measured), "
+            f"{sus['model/loaded']['max_rate_per_s']} (model, loaded); CPU at 1000 windows/s: "
+            f"{share('model')} (model), {share('measured')} (measured), "
+            f"{share('model/loaded')} (model, loaded)")
     return results

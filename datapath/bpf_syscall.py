@@ -23,7 +23,7 @@ __all__ = [
     "BPF_EXIST", "MapInfo", "SkBuff", "map_create", "obj_pin", "obj_get",
     "map_lookup", "map_update", "map_delete", "map_get_next_key",
     "obj_get_info_by_fd", "map_info", "ProgInfo", "prog_info", "prog_test_run", "close",
-    "VERIFIER_INSN_LIMIT",
+    "VERIFIER_INSN_LIMIT", "PreparedCall", "MapBatch",
 ]
 
 # --- commands (enum bpf_cmd) ---------------------------------------------
@@ -37,6 +37,7 @@ BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_LOOKUP_BATCH = 24
+BPF_MAP_UPDATE_BATCH = 26
 
 # --- map types (enum bpf_map_type), the ones the project uses -------------
 BPF_MAP_TYPE_HASH = 1
@@ -335,6 +336,107 @@ def _bpf(cmd: int, attr: ctypes.Structure, what: str) -> int:
     # copy back: some commands write into the attr (test run, info)
     ctypes.memmove(ctypes.addressof(attr), buf, ctypes.sizeof(attr))
     return ret
+
+
+class _BatchAttrPage(ctypes.Structure):
+    """``union bpf_attr``'s batch member, zero-padded to _ATTR_SIZE: passed to
+    the kernel as is (no copy per call)."""
+
+    _fields_ = _MapBatchAttr._fields_ + [
+        ("_pad", ctypes.c_uint8 * (_ATTR_SIZE - ctypes.sizeof(_MapBatchAttr)))]
+
+
+class _ElemAttrPage(ctypes.Structure):
+    _fields_ = _MapElemAttr._fields_ + [
+        ("_pad", ctypes.c_uint8 * (_ATTR_SIZE - ctypes.sizeof(_MapElemAttr)))]
+
+
+class PreparedCall:
+    """One bpf() command whose attr is made once and reused: a call is the
+    syscall alone (no attr allocated, copied in or out). The caller changes
+    the fields of :attr:`attr` between calls; the kernel's write-backs
+    (a batch's ``count``) land in it directly.
+
+    For loops that issue the same command every few milliseconds (the
+    agent's window); :func:`_bpf` is the general path."""
+
+    def __init__(self, cmd: int, attr: ctypes.Structure, what: str):
+        global _NR
+        if _NR is None:
+            _NR = _syscall_nr()
+        if ctypes.sizeof(attr) != _ATTR_SIZE:
+            raise ValueError(f"{what}: attr of {ctypes.sizeof(attr)} bytes, not {_ATTR_SIZE}")
+        self.attr, self.what = attr, what
+        self._args = (ctypes.c_long(_NR), ctypes.c_int(cmd), ctypes.byref(attr),
+                      ctypes.c_uint(_ATTR_SIZE))
+
+    def __call__(self) -> int:
+        ret = _libc.syscall(*self._args)
+        if ret < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{self.what}: {os.strerror(err)}")
+        return ret
+
+    def try_call(self) -> int:
+        """The call; a failure returns ``-errno`` instead of raising."""
+        ret = _libc.syscall(*self._args)
+        return -ctypes.get_errno() if ret < 0 else ret
+
+
+class MapBatch:
+    """BPF_MAP_LOOKUP_BATCH / BPF_MAP_UPDATE_BATCH on one map with key and
+    value buffers made once, for up to ``capacity`` entries (kernel >= 5.6;
+    arrays and hashes). Per-CPU maps: ``value_size`` is the whole per-CPU
+    value (round8(size) * possible CPUs).
+
+    :meth:`lookup` reads from the start of the map into :attr:`keys` /
+    :attr:`values` and returns the count; :meth:`update` writes the first
+    ``count`` entries of the buffers (the caller fills them) in one call,
+    each element replaced atomically as by BPF_MAP_UPDATE_ELEM."""
+
+    def __init__(self, fd: int, key_size: int, value_size: int, capacity: int,
+                 name: str = ""):
+        if capacity <= 0:
+            raise ValueError(f"MapBatch {name}: capacity must be > 0, got {capacity}")
+        self.fd, self.key_size, self.value_size = fd, key_size, value_size
+        self.capacity, self.name = capacity, name or f"fd={fd}"
+        self.keys = ctypes.create_string_buffer(key_size * capacity)
+        self.values = ctypes.create_string_buffer(value_size * capacity)
+        self._out_batch = ctypes.create_string_buffer(max(8, key_size))
+        self._lookup_attr = _BatchAttrPage(out_batch=_ptr(self._out_batch), keys=_ptr(self.keys),
+                                           values=_ptr(self.values), map_fd=fd)
+        self._update_attr = _BatchAttrPage(keys=_ptr(self.keys), values=_ptr(self.values),
+                                           map_fd=fd)
+        self._lookup = PreparedCall(BPF_MAP_LOOKUP_BATCH, self._lookup_attr,
+                                    f"BPF_MAP_LOOKUP_BATCH {self.name}")
+        self._update = PreparedCall(BPF_MAP_UPDATE_BATCH, self._update_attr,
+                                    f"BPF_MAP_UPDATE_BATCH {self.name}")
+
+    def lookup(self, count: int | None = None) -> int:
+        """Read up to ``count`` (default: capacity) entries from the start of
+        the map; the number read. A hash map with more entries than fit
+        raises ENOSPC."""
+        a = self._lookup_attr
+        a.in_batch = 0
+        a.count = self.capacity if count is None else count
+        ret = self._lookup.try_call()
+        # ENOENT: the batch reached the end of the map; the entries before it are valid.
+        if ret < 0 and ret != -_errno.ENOENT:
+            raise OSError(-ret, f"BPF_MAP_LOOKUP_BATCH {self.name}: {os.strerror(-ret)}")
+        return a.count
+
+    def update(self, count: int, flags: int = BPF_ANY) -> None:
+        """Write the first ``count`` (key, value) pairs of the buffers."""
+        if not 0 < count <= self.capacity:
+            raise ValueError(f"BPF_MAP_UPDATE_BATCH {self.name}: count {count} not in "
+                             f"1..{self.capacity}")
+        a = self._update_attr
+        a.count, a.elem_flags = count, flags
+        ret = self._update.try_call()
+        if ret < 0:
+            done = a.count  # the kernel reports how many it wrote before failing
+            raise OSError(-ret, f"BPF_MAP_UPDATE_BATCH {self.name} ({done} of {count} "
+                                f"written): {os.strerror(-ret)}")
 
 
 def _ptr(buf) -> int:

@@ -7,9 +7,12 @@ agent and tests all program switches the same way.
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import ipaddress
 import os
+import struct
 import time
 from contextlib import contextmanager
 from typing import Iterable, Mapping, Sequence
@@ -18,6 +21,7 @@ from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTE
                                 PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
                                 TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
                                 TALB_MAX_TENSORS, TALB_TENSOR_DONE)
+from datapath import bpf_syscall as sc
 from datapath.maps import SwitchMaps
 from datapath.schemes import talb as talb_scheme
 from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
@@ -30,7 +34,7 @@ __all__ = [
     "parse_params", "set_port_rates", "read_queue_estimates", "set_conga_leaves",
     "read_conga_tables", "set_release", "set_hash_seed",
     "set_talb_config",
-    "publish_pcm", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
+    "publish_pcm", "GroupPublisher", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
     "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
 ]
 
@@ -536,6 +540,183 @@ def publish_pcm(maps: SwitchMaps, group_ifindexes: Sequence[int],
     new.flags = g.flags
     maps.groups[gid] = new
     return gid
+
+
+# FwdGroup as bytes: the header (n_ports, flags, ifindex[]) the control plane
+# installs, the TaLB part (threshold .. sched[]) publish_pcm replaces.
+_GROUP_SIZE = ctypes.sizeof(FwdGroup)
+_TALB_OFFSET = FwdGroup.threshold.offset
+_TALB_PART = struct.Struct(f"=IHH{TALB_MAX_GROUP_PORTS}H{TALB_MAX_GROUP_PORTS}B"
+                           f"{talb_scheme.SCHED_MAX}B")
+_U32 = struct.Struct("=I")
+if (_TALB_OFFSET + _TALB_PART.size != _GROUP_SIZE or FwdGroup.flags.offset != 4
+        or FwdGroup.ifindex.offset != 8 or FwdGroup.pcm.offset - _TALB_OFFSET != 8):
+    raise ImportError("struct fwd_group's layout does not match GroupPublisher's encoding")
+_ENOTSUPP = 524  # the kernel's internal "operation not supported" (no errno name)
+
+
+def _talb_part(fixed: Sequence[int], threshold: int) -> bytes:
+    """The TaLB part of a group as publish_pcm writes it (FwdGroup.of's
+    zero padding included), for fixed-point PCMs in group order."""
+    n = len(fixed)
+    order = sorted(range(n), key=fixed.__getitem__)  # stable: ties keep group order
+    schedule = talb_scheme.cached_schedule(tuple(talb_scheme.fixed_wrr_weights(fixed)))
+    pad = TALB_MAX_GROUP_PORTS - n
+    return _TALB_PART.pack(threshold, len(schedule), 0, *fixed, *(0,) * pad, *order,
+                           *(0,) * pad, *schedule,
+                           *(0,) * (talb_scheme.SCHED_MAX - len(schedule)))
+
+
+class GroupPublisher:
+    """:func:`publish_pcm` for a set of groups at once, as the agent's window
+    does it: one BPF_MAP_LOOKUP_BATCH reads the groups map, one
+    BPF_MAP_UPDATE_BATCH writes the groups whose value changes, the ctypes
+    buffers made once. The map ends exactly as after one publish_pcm per
+    group (tests/test_agent_live.py compares the two): a group that already
+    holds the value publish_pcm would write is not written again, and one
+    that is no longer where it was expected (reprogrammed meanwhile) goes
+    through publish_pcm itself (which finds it by its ports, or raises).
+
+    ``groups``: ``[(group_id, ifindexes in group order), ...]``. Kernels
+    without the batch commands (< 5.6) get per-group lookups and updates."""
+
+    def __init__(self, maps: SwitchMaps, groups: Sequence[tuple[int, Sequence[int]]]):
+        self.maps = maps
+        self._groups = []
+        for gid, members in groups:
+            members = [int(x) for x in members]
+            n = len(members)
+            if not 0 < n <= TALB_MAX_GROUP_PORTS:
+                raise ValueError(f"group {gid}: {n} ports, 1..TALB_MAX_GROUP_PORTS="
+                                 f"{TALB_MAX_GROUP_PORTS}")
+            ifx = struct.pack(f"={TALB_MAX_GROUP_PORTS}I",
+                              *members, *(0,) * (TALB_MAX_GROUP_PORTS - n))
+            # [gid, key bytes, members, n_ports bytes, ifindex[] bytes,
+            #  last (fixed PCMs, fixed S), their TaLB part, the (PCMs, S) they came from]
+            self._groups.append([gid, _U32.pack(gid), members, _U32.pack(n), ifx, None, b"",
+                                 None])
+        m = maps.groups
+        self._read = sc.MapBatch(m.fd, 4, _GROUP_SIZE, m.info.max_entries, "groups")
+        self._write = sc.MapBatch(m.fd, 4, _GROUP_SIZE, max(1, len(self._groups)), "groups")
+        self._read_keys = memoryview(self._read.keys).cast("B").cast("I")
+        self._read_values = memoryview(self._read.values).cast("B")
+        self._write_keys = memoryview(self._write.keys).cast("B")
+        self._write_values = memoryview(self._write.values).cast("B")
+        self.batched = True
+        #: groups written and left alone (already holding the value) so far
+        self.written = self.unchanged = 0
+        self._snapshot: bytes | None = None   # the groups map as last read (batched)
+        self._quiet: tuple | None = None      # last call's (pcms, thresholds) if it did nothing
+
+    def _current(self, same_inputs: bool = False) -> dict[int, bytes] | None:
+        """{group id: value} of our groups as the map holds them now; None
+        when ``same_inputs`` and the whole map is byte for byte as the last
+        call found it (the last publication wrote nothing: nothing to do)."""
+        if self.batched:
+            try:
+                count = self._read.lookup()
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, _ENOTSUPP):
+                    raise
+                self.batched = False
+            else:
+                snapshot = bytes(self._read_keys[:count]) + bytes(
+                    self._read_values[:count * _GROUP_SIZE])
+                if same_inputs and snapshot == self._snapshot:
+                    return None  # the map is as the last window left it
+                self._snapshot = snapshot
+                where = dict(zip(self._read_keys[:count].tolist(), range(count)))
+                values, out = self._read_values, {}
+                for g in self._groups:
+                    i = where.get(g[0])
+                    if i is not None:
+                        out[g[0]] = bytes(values[i * _GROUP_SIZE:(i + 1) * _GROUP_SIZE])
+                return out
+        out = {}
+        for g in self._groups:
+            raw = sc.map_lookup(self.maps.groups.fd, g[1], _GROUP_SIZE)
+            if raw is not None:
+                out[g[0]] = raw
+        return out
+
+    def publish(self, pcms: Sequence[Sequence[float]],
+                thresholds: Sequence[float | None]) -> list[ValueError | None]:
+        """``pcms[k]``: group k's P_i per position (group order), ``thresholds[k]``
+        its S (None: 1.0), as :func:`publish_pcm` takes them. Per group: None
+        when published, or the ValueError publish_pcm raised for it."""
+        if len(pcms) != len(self._groups) or len(thresholds) != len(self._groups):
+            raise ValueError(f"publish: {len(self._groups)} groups, got {len(pcms)} PCM lists "
+                             f"and {len(thresholds)} thresholds")
+        to_fixed = talb_scheme.pcm_to_fixed
+        one = talb_scheme.PCM_ONE
+        # The last call wrote nothing and found every group in place: if the
+        # PCMs are the same and the map has not moved since, neither will it now.
+        quiet, self._quiet = self._quiet, None
+        same = quiet is not None and quiet[0] == pcms and quiet[1] == thresholds
+        current = self._current(same)
+        if current is None:
+            self._quiet = quiet
+            self.unchanged += len(self._groups)
+            return [None] * len(self._groups)
+        moved = False  # written through publish_pcm
+        errors: list[ValueError | None] = []
+        changed = []
+        for g, pcm, s in zip(self._groups, pcms, thresholds):
+            gid, key, members, n_bytes, ifx, last, part, given = g
+            if len(pcm) != len(members):
+                raise ValueError(f"publish: group {gid} has {len(members)} ports, "
+                                 f"got {len(pcm)} PCMs")
+            cur = current.get(gid)
+            n = len(members)
+            if cur is None or cur[:4] != n_bytes or cur[8:8 + 4 * n] != ifx[:4 * n]:
+                # not where we expect it: publish_pcm searches it by its ports
+                moved = True
+                try:
+                    publish_pcm(self.maps, members, dict(zip(members, pcm)), s, group_id=gid)
+                except ValueError as exc:
+                    errors.append(exc)
+                    continue
+                self.written += 1
+                errors.append(None)
+                continue
+            if given is None or given[0] != pcm or given[1] != s:
+                # pcm_to_fixed; its clamps and NaN check only where they can matter
+                fixed = [round(p * one) if 0.0 <= p <= 1.0 else to_fixed(p) for p in pcm]
+                state = (fixed, one if s is None else to_fixed(s))
+                if state != last:
+                    part = _talb_part(fixed, state[1])
+                    g[5], g[6] = state, part
+                g[7] = (list(pcm), s)
+            value = cur[:8] + ifx + part  # flags as installed, as publish_pcm keeps them
+            if value != cur:
+                changed.append((key, value))
+            else:
+                self.unchanged += 1
+            errors.append(None)
+        if changed:
+            self._store(changed)
+        if not changed and not moved:
+            self._quiet = ([list(p) for p in pcms], list(thresholds))
+        return errors
+
+    def _store(self, changed: list[tuple[bytes, bytes]]) -> None:
+        if self.batched:
+            keys, values = self._write_keys, self._write_values
+            for j, (key, value) in enumerate(changed):
+                keys[j * 4:(j + 1) * 4] = key
+                values[j * _GROUP_SIZE:(j + 1) * _GROUP_SIZE] = value
+            try:
+                self._write.update(len(changed))
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, _ENOTSUPP):
+                    raise
+                self.batched = False
+            else:
+                self.written += len(changed)
+                return
+        for key, value in changed:
+            sc.map_update(self.maps.groups.fd, key, value)
+        self.written += len(changed)
 
 
 def read_groups(maps: SwitchMaps) -> dict[int, dict]:

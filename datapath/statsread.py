@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+from operator import add
 
 from datapath import bpf_syscall as sc
 from datapath.maps import Map, possible_cpus
@@ -42,17 +43,20 @@ class PerCpuArrayReader:
         self.fields = m.value_size // 8
         self.ncpu = possible_cpus()
         self._stride = self.fields * 8 * self.ncpu  # bytes per entry, all CPUs
-        self._values = ctypes.create_string_buffer(self._stride * n)
-        self._keys = (ctypes.c_uint32 * n)()
-        self._out_batch = ctypes.c_uint32()
+        self._batch = sc.MapBatch(m.fd, 4, self._stride, n, m.name)
+        self._values = self._batch.values
+        self._q = memoryview(self._values).cast("B").cast("Q")
         if strategy == "auto":
             strategy = "batch" if self._batch_works() else "per_key"
         self.strategy = strategy
         if strategy == "per_key":
             self._key = ctypes.c_uint32()
             self._value = ctypes.create_string_buffer(self._stride)
-            self._elem = sc._MapElemAttr(map_fd=m.fd, key=ctypes.addressof(self._key),
-                                         value=ctypes.addressof(self._value))
+            self._lookup = sc.PreparedCall(
+                sc.BPF_MAP_LOOKUP_ELEM,
+                sc._ElemAttrPage(map_fd=m.fd, key=ctypes.addressof(self._key),
+                                 value=ctypes.addressof(self._value)),
+                f"BPF_MAP_LOOKUP_ELEM {m.name}")
 
     def _batch_works(self) -> bool:
         try:
@@ -64,28 +68,22 @@ class PerCpuArrayReader:
         return True
 
     def _read_batch(self) -> memoryview:
-        attr = sc._MapBatchAttr(in_batch=0, out_batch=ctypes.addressof(self._out_batch),
-                                keys=ctypes.addressof(self._keys),
-                                values=ctypes.addressof(self._values),
-                                count=self.n, map_fd=self.map.fd)
-        try:
-            sc._bpf(sc.BPF_MAP_LOOKUP_BATCH, attr, f"BPF_MAP_LOOKUP_BATCH {self.map.name}")
-        except OSError as exc:
-            # ENOENT: the batch reached the end of the map; the entries before it are valid.
-            if exc.errno != errno.ENOENT:
-                raise
-        return memoryview(self._values).cast("B").cast("Q")
+        self._batch.lookup(self.n)
+        return self._q
 
     def _read_per_key(self) -> memoryview:
         out = memoryview(self._values).cast("B")
         for i in range(self.n):
             self._key.value = i
-            sc._bpf(sc.BPF_MAP_LOOKUP_ELEM, self._elem, f"BPF_MAP_LOOKUP_ELEM {self.map.name}")
+            self._lookup()
             out[i * self._stride:(i + 1) * self._stride] = self._value.raw
-        return out.cast("Q")
+        return self._q
+
+    def _raw(self) -> memoryview:
+        return self._read_batch() if self.strategy == "batch" else self._read_per_key()
 
     def read(self) -> list[tuple[int, ...]]:
-        q = self._read_batch() if self.strategy == "batch" else self._read_per_key()
+        q = self._raw()
         f, ncpu, n = self.fields, self.ncpu, self.n
         per_field = []
         for field in range(f):
@@ -95,3 +93,18 @@ class PerCpuArrayReader:
             else:
                 per_field.append(list(map(sum, zip(*(col[c::ncpu] for c in range(ncpu))))))
         return list(zip(*per_field))
+
+    def columns(self, fields: tuple[int, ...]) -> list[list[int]]:
+        """One read; for each of ``fields`` (indices into the value's u64s)
+        the list of entries 0..n-1, summed over CPUs: ``read()`` transposed,
+        without a tuple per entry."""
+        q = self._raw()
+        f, ncpu, n = self.fields, self.ncpu, self.n
+        step = f * ncpu
+        out = []
+        for field in fields:
+            col = q[field:field + step * n:step].tolist()  # CPU 0 of every entry
+            for c in range(1, ncpu):
+                col = list(map(add, col, q[c * f + field:c * f + field + step * n:step]))
+            out.append(col)
+        return out

@@ -20,7 +20,7 @@ import pytest
 from agent.config import AgentConfig, ConfigError
 from agent.loop import Agent
 from agent.metrics import AgentMetrics, decisions, drops
-from agent.window import CounterWindow
+from agent.window import ColumnWindow, CounterWindow
 from datapath import bpf_syscall as sc
 from datapath.maps import Map, possible_cpus
 from datapath.statsread import PerCpuArrayReader
@@ -44,6 +44,26 @@ def test_window_counter_reset_counts_from_zero():
     w = CounterWindow()
     w.advance(1.0, {"a": (10_000, 10)})
     assert w.advance(2.0, {"a": (300, 2)}).deltas == {"a": (300, 2)}
+
+
+def test_column_window_gives_the_counter_windows_deltas():
+    """The agent's per-port columns: the same deltas as CounterWindow's dicts,
+    including a counter that went back (map recreated) and ports rebound."""
+    cw, col = CounterWindow(), ColumnWindow()
+    readings = [(1.0, ("a", "b"), [[100, 5], [1, 1]]),
+                (1.004, ("a", "b"), [[1600, 5], [2, 1]]),
+                (1.004, ("a", "b"), [[1700, 5], [3, 1]]),     # the clock did not move
+                (1.009, ("a", "b"), [[300, 3000], [1, 3]]),   # a went back: counts from zero
+                (1.013, ("b", "c"), [[3100, 7], [4, 7]])]     # a gone, c new: no window yet
+    for t, keys, cols in readings:
+        win = cw.advance(t, {k: (cols[0][i], cols[1][i]) for i, k in enumerate(keys)})
+        got = col.advance(t, keys, cols)
+        if win is None:
+            assert got is None
+            continue
+        dt, (db, dp) = got
+        assert dt == win.dt_s
+        assert {k: (db[i], dp[i]) for i, k in enumerate(keys)} == win.deltas
 
 
 # --- configuration ---------------------------------------------------------------------
@@ -325,6 +345,9 @@ def test_batch_and_per_key_reads_agree(root):
         batch = PerCpuArrayReader(m, 40, "batch")
         per_key = PerCpuArrayReader(m, 40, "per_key")
         assert batch.read() == expect == per_key.read()
+        columns = [list(col) for col in zip(*expect)]
+        assert batch.columns((0, 1, 2, 3)) == columns == per_key.columns((0, 1, 2, 3))
+        assert batch.columns((3, 2)) == [columns[3], columns[2]]
         assert PerCpuArrayReader(m, 40).strategy == "batch"  # this kernel has it
     finally:
         m.close()
@@ -805,3 +828,154 @@ def test_top_fits_80_columns():
             assert col in header
     # a longer name (a future attach of foreign interfaces) is cut in the middle
     assert _fit("enp0s31f6-uplink-a") == "enp0s31…plink-a" and len(_fit("x" * 40)) == 15
+
+
+# --- publishing ------------------------------------------------------------------------
+@pytest.fixture
+def twin_switch_maps(root):
+    """Two switches' maps (the data path's layout, no program), pinned on the
+    project's bpffs and programmed alike: ports 11..18, four groups (one
+    weighting a port by listing it twice)."""
+    import shutil
+
+    from bench.agent_loop import pin_switch_maps
+    from common import paths
+    from datapath.control import program_switch
+    from datapath.maps import SwitchMaps
+
+    base = paths.BPFFS_DIR / f"{new_prefix()}pub"
+    ports = [(f"p{i}", i, False, True) for i in range(11, 19)]
+    groups = {"198.18.0.1": [11, 12, 13, 14], "198.18.0.2": [15, 16],
+              "198.18.0.3": [11, 11, 12], "198.18.0.4": [17, 18, 11]}
+    twins = []
+    try:
+        for name in ("old", "new"):
+            pin_switch_maps(base / name)
+            twins.append(SwitchMaps(base / name))
+            program_switch(twins[-1], ports, groups)
+        yield twins
+    finally:
+        for m in twins:
+            m.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _groups_bytes(maps) -> dict[int, bytes]:
+    return {gid: bytes(g) for gid, g in maps.groups.items()}
+
+
+def test_batched_publishing_writes_what_publish_pcm_writes(twin_switch_maps):
+    """The agent's publisher (one batch read, one batch write of the groups
+    that change) leaves the groups map exactly as one publish_pcm per group
+    does, window after window: a group whose PCMs did not change is not
+    rewritten, one that changed is, one reset behind the agent's back is
+    restored, and a group reprogrammed away fails as publish_pcm fails."""
+    from datapath.control import GroupPublisher, program_switch, publish_pcm
+    from datapath.structs import FwdGroup
+
+    old, new = twin_switch_maps
+    assert _groups_bytes(old) == _groups_bytes(new)
+    members = {gid: g.ports() for gid, g in sorted(new.groups.items())}
+    plan = list(members.items())
+    gid_of = {tuple(ports): gid for gid, ports in plan}
+    # the groups, in the order of the lists below
+    order = [gid_of[(11, 12, 13, 14)], gid_of[(15, 16)], gid_of[(11, 11, 12)], gid_of[(17, 18, 11)]]
+    plan = [(gid, members[gid]) for gid in order]
+    publisher = GroupPublisher(new, plan)
+
+    def window(pcms, thresholds):
+        """Both paths publish the same window; the errors of the batched one."""
+        for (gid, ports), pcm, s in zip(plan, pcms, thresholds):
+            try:
+                publish_pcm(old, ports, dict(zip(ports, pcm)), s, group_id=gid)
+            except ValueError:
+                pass
+        return publisher.publish(pcms, thresholds)
+
+    def pcms(*values):  # one value list per group, in group order
+        return [list(v) for v in values]
+
+    first = pcms((0.1, 0.7, 0.7, 1.0), (0.0, 0.5), (0.3, 0.3, 0.9), (0.2, 0.2, 0.2))
+    assert window(first, [None, None, 0.6, None]) == [None] * 4
+    assert _groups_bytes(old) == _groups_bytes(new)
+    assert (publisher.written, publisher.unchanged) == (4, 0)
+    snapshot = _groups_bytes(new)
+
+    # group 0 unchanged, group 1 changed, group 2 only its threshold, group 3
+    # a change too small to show in fixed point
+    second = pcms((0.1, 0.7, 0.7, 1.0), (0.25, 0.5), (0.3, 0.3, 0.9), (0.2, 0.2, 0.2000001))
+    assert window(second, [None, None, 0.8, None]) == [None] * 4
+    after = _groups_bytes(new)
+    assert after == _groups_bytes(old)
+    gids = order
+    assert after[gids[0]] == snapshot[gids[0]] and after[gids[3]] == snapshot[gids[3]]
+    assert after[gids[1]] != snapshot[gids[1]] and after[gids[2]] != snapshot[gids[2]]
+    assert (publisher.written, publisher.unchanged) == (6, 2)
+
+    # Behind the agent's back: group 0 reset to neutral values (flags set), in
+    # both maps. The same PCMs again: both paths restore group 0, keep its flags.
+    for m in (old, new):
+        g = FwdGroup.of(members[gids[0]])
+        g.flags = 0x5
+        m.groups[gids[0]] = g
+    assert window(second, [None, None, 0.8, None]) == [None] * 4
+    assert _groups_bytes(old) == _groups_bytes(new)
+    assert new.groups[gids[0]].flags == 0x5
+    assert new.groups[gids[0]].talb()["pcm"] != [0, 0, 0, 0]
+    assert (publisher.written, publisher.unchanged) == (7, 5)
+
+    # Reprogrammed: the group of ports 15+16 is gone (publish_pcm raises for
+    # it, the batched path returns the same error), the others still publish.
+    ports = [(f"p{i}", i, False, True) for i in range(11, 19)]
+    groups = {"198.18.0.1": [11, 12, 13, 14], "198.18.0.3": [11, 11, 12],
+              "198.18.0.4": [17, 18, 11]}
+    for m in (old, new):
+        program_switch(m, ports, groups)
+    third = pcms((0.9, 0.0, 0.5, 0.5), (0.5, 0.5), (0.0, 0.0, 1.0), (1.0, 0.0, 0.4))
+    errors = window(third, [None] * 4)
+    assert [e is None for e in errors] == [True, False, True, True]
+    assert "no group with ports [15, 16]" in str(errors[1])
+    assert _groups_bytes(old) == _groups_bytes(new)
+    assert publisher.batched, "the kernel refused the batch commands: the per-group path ran"
+
+
+def test_an_agent_window_leaves_the_maps_as_publish_pcm_would(root):
+    """A real window of the agent (16 ports in a namespace, pinned maps,
+    counters moving as under load, then still): after each window, one
+    publish_pcm per group with the window's PCMs changes nothing in the
+    groups map -- the agent wrote exactly what the old path writes, both for
+    groups whose PCMs changed and for groups whose PCMs did not."""
+    from agent.config import AgentConfig
+    from bench.agent_loop import BenchFabric, SyntheticTraffic
+    from datapath.control import publish_pcm
+
+    fabric = BenchFabric(16, new_prefix())
+    traffic = None
+    try:
+        traffic = SyntheticTraffic(fabric, seed=7)
+        agent = fabric.agent(AgentConfig(window_s=0.001))
+        try:
+            (m,) = agent.monitors.values()
+            agent.step(time.monotonic())  # the first reading: no window yet
+            written = []
+            for k in range(12):
+                if k < 8:  # then the counters stand still: the same PCMs again
+                    traffic.step()
+                time.sleep(0.001)
+                agent.step(time.monotonic())
+                after = _groups_bytes(m.maps)
+                reading = m.latest
+                assert len(reading.groups) == 2
+                for g, r in zip(m._groups, reading.groups):
+                    publish_pcm(m.maps, g.members, dict(zip(g.distinct, r.pcm)), group_id=g.gid)
+                assert _groups_bytes(m.maps) == after, f"window {k}"
+                written.append(m._publisher.written)
+            moved = [b - a for a, b in zip(written, written[1:])]
+            assert all(n > 0 for n in moved[:7]), moved      # PCMs changed: rewritten
+            assert moved[8:] == [0, 0, 0], moved             # unchanged: left alone
+        finally:
+            agent.close()
+    finally:
+        if traffic is not None:
+            traffic.close()
+        fabric.close()

@@ -226,3 +226,68 @@ def test_published_schedule_follows_the_weights(g):
     share = pcm.wrr_weights(p)
     for i in range(len(p)):
         assert abs(counts.get(i, 0) - share[i] * len(schedule)) <= 1.0 + 1e-9, (p, schedule)
+
+
+# --- a whole window at once (what the agent runs) ------------------------------------
+@st.composite
+def port_windows(draw):
+    """Ports (capacity, buffer drain time) and one window's traffic on each,
+    idle, light, saturated or above capacity, over a window of any length."""
+    n = draw(st.integers(min_value=1, max_value=16))
+    caps = draw(st.lists(st.sampled_from([10e6, 50_000_000, 100_000_000, 1e9, 25e9]),
+                         min_size=n, max_size=n))
+    waits = draw(st.lists(st.floats(min_value=0.0, max_value=0.1, allow_nan=False),
+                          min_size=n, max_size=n))
+    dt = draw(st.floats(min_value=1e-4, max_value=1.0, allow_nan=False))
+    packets = draw(st.lists(st.integers(min_value=0, max_value=20_000), min_size=n, max_size=n))
+    sizes = draw(st.lists(st.integers(min_value=64, max_value=9000), min_size=n, max_size=n))
+    return caps, waits, dt, [k * s for k, s in zip(packets, sizes)], packets
+
+
+@settings(max_examples=400, deadline=None)
+@given(port_windows())
+def test_port_model_gives_the_per_port_functions_floats_exactly(w):
+    caps, waits, dt, tx_bytes, tx_packets = w
+    utils, delays = pcm.PortModel(caps, waits).window(tx_bytes, tx_packets, dt)
+    for i, c in enumerate(caps):
+        load = PortLoad(tx_bytes[i], tx_packets[i], c, dt)
+        assert utils[i] == pcm.utilization(load)      # the same float, not approximately
+        assert delays[i] == pcm.md1_delay(load, waits[i])
+
+
+def test_port_model_refuses_what_the_per_port_functions_refuse():
+    with pytest.raises(ValueError, match="capacity"):
+        pcm.PortModel([C, 0], [0.01, 0.01])
+    with pytest.raises(ValueError, match="max_wait_s"):
+        pcm.PortModel([C], [-1.0])
+    with pytest.raises(ValueError, match="window"):
+        pcm.PortModel([C], [0.01]).window([1500], [1], 0.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(groups(), min_size=1, max_size=6), st.data())
+def test_group_pcm_of_a_window_is_group_pcm_per_group(gs, data):
+    """GroupPcm over one list of ports: each group's P_i exactly group_pcm's,
+    in the next window too (unchanged inputs reuse the result, changed ones
+    are recomputed)."""
+    w1, w2 = gs[0][2], gs[0][3]
+    utils = [x for u, _e, _, _ in gs for x in u]
+    delays = [x for _u, e, _, _ in gs for x in e]
+    idx, at = [], 0
+    for u, _e, _, _ in gs:
+        idx.append(list(range(at, at + len(u))))
+        at += len(u)
+    model = pcm.GroupPcm(idx, w1, w2)
+    for _window in range(2):
+        got = model.window(utils, delays)
+        assert got == [pcm.group_pcm([utils[i] for i in g], [delays[i] for i in g], w1, w2)
+                       for g in idx]
+        changed = data.draw(st.integers(min_value=0, max_value=len(utils) - 1))
+        utils = [*utils[:changed], data.draw(ratios), *utils[changed + 1:]]
+
+
+def test_group_pcm_of_a_window_refuses_nan_and_bad_weights():
+    with pytest.raises(ValueError, match="weights"):
+        pcm.GroupPcm([[0, 1]], 0.0, 0.0)
+    with pytest.raises(ValueError, match="NaN"):
+        pcm.GroupPcm([[0, 1]]).window([0.1, math.nan], [0.0, 0.0])

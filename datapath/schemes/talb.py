@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import lru_cache, reduce
+from operator import add
 from typing import Callable, Sequence
 
 from common.c_constants import CONST
@@ -100,15 +101,26 @@ def smooth_wrr_schedule(weights: Sequence[int]) -> list[int]:
         return list(range(len(weights)))
     if total > SCHED_MAX:
         raise ValueError(f"weights sum to {total}, at most TALB_SCHED_MAX={SCHED_MAX}")
+    weights = list(weights)
     current = [0] * len(weights)
     out = []
     for _ in range(total):
-        for i, w in enumerate(weights):
-            current[i] += w
-        best = max(range(len(weights)), key=lambda i: (current[i], -i))
+        current = list(map(add, current, weights))
+        best = current.index(max(current))  # the first of the largest: lowest index
         current[best] -= total
         out.append(best)
     return out
+
+
+@lru_cache(maxsize=4096)
+def _cached_schedule(weights: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(smooth_wrr_schedule(weights))
+
+
+def cached_schedule(weights: tuple[int, ...]) -> tuple[int, ...]:
+    """:func:`smooth_wrr_schedule` of a weight tuple, remembered: the agent
+    publishes the same few weight vectors window after window."""
+    return _cached_schedule(weights)
 
 
 def band_of(tagged: bool, layer: int, n_bands: int, layers_per_band: int = 0) -> int:
