@@ -387,6 +387,9 @@ def map_create(map_type: int, key_size: int, value_size: int, max_entries: int,
 PROG_LOAD_LOG_SIZE = 4 << 20
 #: lines of that log the error message quotes (the last ones: where it failed)
 PROG_LOAD_LOG_LINES = 30
+#: the verifier gives up with EAGAIN when a signal is pending for the loading
+#: thread (a child exiting: SIGCHLD); tries before that error is reported
+PROG_LOAD_EAGAIN_TRIES = 5
 
 
 def prog_load(insns: bytes, *, prog_type: int = BPF_PROG_TYPE_SCHED_CLS, license: str = "GPL",
@@ -409,19 +412,27 @@ def prog_load(insns: bytes, *, prog_type: int = BPF_PROG_TYPE_SCHED_CLS, license
                              license=_ptr(lic), log_level=1 if log is not None else 0,
                              log_size=len(log) if log is not None else 0, log_buf=_ptr(log),
                              prog_name=name.encode()[:BPF_OBJ_NAME_LEN - 1])
-    try:
-        return _bpf(BPF_PROG_LOAD, attr(), what)
-    except OSError as first:
-        if first.errno in (_errno.EPERM, _errno.ENOMEM):
-            raise
-        log = ctypes.create_string_buffer(PROG_LOAD_LOG_SIZE)
+    for attempt in range(PROG_LOAD_EAGAIN_TRIES):
+        try:
+            return _bpf(BPF_PROG_LOAD, attr(), what)
+        except OSError as first:
+            if first.errno == _errno.EAGAIN and attempt + 1 < PROG_LOAD_EAGAIN_TRIES:
+                continue     # a signal came during verification: again, as libbpf does
+            if first.errno in (_errno.EPERM, _errno.ENOMEM):
+                raise
+            break
+    log = ctypes.create_string_buffer(PROG_LOAD_LOG_SIZE)
+    for attempt in range(PROG_LOAD_EAGAIN_TRIES):
         try:
             return _bpf(BPF_PROG_LOAD, attr(log), what)  # a flaky first failure
         except OSError as exc:
+            if exc.errno == _errno.EAGAIN and attempt + 1 < PROG_LOAD_EAGAIN_TRIES:
+                continue
             text = log.value.decode(errors="replace").rstrip()
             tail = "\n".join(text.splitlines()[-PROG_LOAD_LOG_LINES:])
             raise OSError(exc.errno, f"{exc.strerror}; verifier log (last lines):\n{tail}"
                           if tail else exc.strerror) from None
+    raise AssertionError("unreachable")
 
 
 def obj_pin(fd: int, path: str | os.PathLike) -> None:
