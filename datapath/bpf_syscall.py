@@ -2,10 +2,12 @@
 
 bcc 0.26's libbcc has no wrapper for BPF_PROG_TEST_RUN and the agent must
 work from pinned maps without bcc, so the few commands the project needs are
-issued here directly: pin/get objects, map element operations, object info
-and test runs. Layouts follow ``union bpf_attr`` in include/uapi/linux/bpf.h;
-each command only uses its own member, zero-padded to the size the kernel
-checks (it rejects non-zero bytes past the fields it knows).
+issued here directly: pin/get objects, map creation and element operations,
+program loads (each node's copy of a program compiled once:
+datapath/compiled.py), object info and test runs. Layouts follow
+``union bpf_attr`` in include/uapi/linux/bpf.h; each command only uses its
+own member, zero-padded to the size the kernel checks (it rejects non-zero
+bytes past the fields it knows).
 
 Every failure raises ``OSError(errno, "<operation> <detail>: <strerror>")``.
 """

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from common import paths
 from datapath import bpf_syscall as sc
+from datapath.source import INCLUDE_DIR, expand_source
 
 __all__ = ["MapDef", "CompiledObject", "NodeObject", "compile_object", "get", "cache_dir",
            "cache_key", "stats", "reset_memo", "CacheWarning", "FORMAT"]
@@ -195,8 +196,6 @@ def compile_object(source: str | os.PathLike, programs: tuple[str, ...],
 
     from bcc import BPF
 
-    from datapath.program import INCLUDE_DIR, expand_source
-
     if text is None:
         text = expand_source(source)
     started = time.monotonic()
@@ -301,8 +300,6 @@ def get(source: str | os.PathLike, programs: tuple[str, ...],
         cflags: tuple[str, ...] = ()) -> CompiledObject:
     """``source`` compiled with ``cflags``: from this process's memory, the
     cache directory, or bcc (then remembered in both)."""
-    from datapath.program import expand_source
-
     text = expand_source(source)
     programs, cflags = tuple(programs), tuple(cflags)
     key = cache_key(text, programs, cflags)

@@ -3,18 +3,15 @@
 :class:`BpfDatapath` loads a program of bpf/, attaches it as a
 clsact bpf filter (direct-action) to interfaces, pins its maps and lets the
 process go; a subclass names the program (``SOURCE``, ``PROG_NAME``), its
-maps (``MAPS_CLASS``), the clsact hook (``TC_DIRECTION``) and the macro that
-binds it to already pinned maps (``PIN_DIR_MACRO``), and may fill fresh maps
+maps (``MAPS_CLASS``) and the clsact hook (``TC_DIRECTION``), and may fill fresh maps
 (:meth:`BpfDatapath.init_maps`). datapath/loader.py (switches, ingress) and
 datapath/host_loader.py (hosts, egress) are the two.
 
-bcc only rewrites map operations in its main source file, so the project's
-own headers (``#include "talb/..."``) are expanded into one text before
-compiling, with ``#line`` markers so that errors still name the real files.
-
-bcc compiles each source once per process (and the result is cached across
-builds, datapath/compiled.py); every node then gets maps of its own and its
-own kernel-verified copy of the programs: no per-node compile.
+The source is expanded into one text (datapath/source.py), and bcc
+compiles it once per process (the result is cached across builds:
+datapath/compiled.py); every node then gets maps of its own -- or binds
+its pinned ones by fd -- and its own kernel-verified copy of the
+programs: no per-node compile.
 """
 from __future__ import annotations
 
@@ -22,23 +19,22 @@ import ctypes
 import ctypes.util
 import errno
 import os
-import re
 from pathlib import Path
 
-from common.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir
+from common.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir  # noqa: F401  (BPF_SRC_DIR re-exported)
 from datapath import bpf_syscall as sc
 from datapath import compiled
 from datapath.compiled import NodeObject
 from datapath.maps import MapSet
+from datapath.source import INCLUDE_DIR, expand_source  # noqa: F401  (re-exported)
 
 __all__ = [
     "BpfDatapath", "clsact_present", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "link_ifindexes",
     "remove_pins",
     "INCLUDE_DIR", "FILTER_PRIO", "FILTER_HANDLE", "TC_H_CLSACT_INGRESS", "TC_H_CLSACT_EGRESS",
-    "VERIFIER_BUDGET_SHARE",
+    "VERIFIER_BUDGET_SHARE", "BPF_SRC_DIR",
 ]
 
-INCLUDE_DIR = Path(BPF_SRC_DIR) / "include"
 # Our filter at a clsact hook: fixed priority and handle, so attach can
 # replace it in place and detach can remove exactly it.
 FILTER_PRIO = 1
@@ -54,8 +50,6 @@ BPF_FS_MAGIC = 0xCAFE4A11
 #: budget fails to load on a machine where it passed here
 #: (tests/test_verifier_budget.py holds every program to it).
 VERIFIER_BUDGET_SHARE = 0.5
-
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
 # --- bpffs --------------------------------------------------------------------
@@ -108,40 +102,6 @@ def remove_pins(pin_dir: str | os.PathLike) -> None:
         else:
             p.unlink()
     pin_dir.rmdir()
-
-
-# --- source ----------------------------------------------------------------
-def expand_source(path: str | os.PathLike,
-                  include_dirs: tuple[str | os.PathLike, ...] = (INCLUDE_DIR,)) -> str:
-    """``path`` with every ``#include "..."`` found under ``include_dirs``
-    (or next to the including file) expanded in place, each file once,
-    with ``#line`` markers. ``#include <...>`` is left to the compiler."""
-    seen: set[Path] = set()
-
-    def find(name: str, here: Path) -> Path | None:
-        for d in (here.parent, *map(Path, include_dirs)):
-            p = (d / name).resolve()
-            if p.is_file():
-                return p
-        return None
-
-    def expand(p: Path) -> str:
-        seen.add(p)
-        out = [f'#line 1 "{p}"\n']
-        for i, line in enumerate(p.read_text().splitlines(keepends=True), 1):
-            m = _INCLUDE_RE.match(line)
-            inc = find(m.group(1), p) if m else None
-            if inc is None:
-                out.append(line)
-                continue
-            if inc not in seen:
-                out.append(expand(inc))
-            out.append(f'#line {i + 1} "{p}"\n')
-        if out and not out[-1].endswith("\n"):
-            out.append("\n")
-        return "".join(out)
-
-    return expand(Path(path).resolve())
 
 
 # --- tc -------------------------------------------------------------------------
@@ -211,9 +171,6 @@ class BpfDatapath:
     MAPS_CLASS: type[MapSet]
     #: the clsact hook of the filter: "ingress" or "egress"
     TC_DIRECTION: str
-    #: -D<macro>="<pin_dir>" makes the source declare its maps pinned there
-    #: (TALB_MAP, bpf/include/talb/map_decl.h)
-    PIN_DIR_MACRO: str = "TALB_PIN_DIR"
 
     #: the functions of SOURCE loaded as programs, the entry point first
     PROGRAMS: tuple[str, ...] = ()
