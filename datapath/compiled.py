@@ -235,12 +235,22 @@ def cache_dir() -> Path | None:
 
 
 def _bcc_version() -> str:
-    try:
-        import bcc
+    """bcc's version, read from its package without importing it (a cache
+    hit loads no libbcc)."""
+    import importlib.util
+    import re
 
-        return str(getattr(bcc, "__version__", "?"))
-    except ImportError:
+    spec = importlib.util.find_spec("bcc")
+    if spec is None or not spec.submodule_search_locations:
         return "none"
+    for d in spec.submodule_search_locations:
+        try:
+            m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", (Path(d) / "version.py").read_text())
+        except OSError:
+            continue
+        if m:
+            return m.group(1)
+    return "?"
 
 
 def cache_key(text: str, programs: tuple[str, ...], cflags: tuple[str, ...]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
@@ -200,6 +201,36 @@ def test_cache_hit_skips_the_compiler(cache, tmp_path, monkeypatch):
         assert sc.prog_info(node.prog_fds["talb_host_tc"]).verified_insns > 0
     finally:
         node.close()
+
+
+@pytest.mark.bpf
+def test_a_build_from_a_warm_cache_never_loads_bcc(cache):
+    """A new process loads both programs from the cache without importing
+    bcc (no libbcc, no clang): what a warm `talb testbed up` does."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from datapath.host_loader import HostDatapath
+    from datapath.loader import SwitchDatapath
+
+    SwitchDatapath.compiled()
+    HostDatapath.compiled()                      # the cache filled
+    code = ("import json, sys, tempfile\n"
+            "from datapath import compiled\n"
+            "from datapath.host_loader import HostDatapath\n"
+            "from datapath.loader import SwitchDatapath\n"
+            "for cls in (SwitchDatapath, HostDatapath):\n"
+            "    cls(None, tempfile.gettempdir() + '/unused-pins').load().close()\n"
+            "print(json.dumps({'bcc': 'bcc' in sys.modules, **compiled.stats()}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "TALB_BPF_CACHE": str(cache),
+                               "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["compiles"] == 0 and out["cache_hits"] == 2 and out["bcc"] is False, out
 
 
 @pytest.mark.bpf
