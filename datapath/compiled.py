@@ -18,7 +18,9 @@ Nodes share no state: one compile, per-node maps.
 compile per build, also for nodes loaded by forked workers) and a directory
 (:func:`cache_dir`) keyed by the expanded source, the cflags, the kernel
 release and bcc's version, so that a later build skips clang altogether. A
-cache file that cannot be read is ignored with a warning and written anew.
+cache file that cannot be read, or that another user owns or others may
+write (its code goes into the kernel), is ignored with a warning and
+written anew.
 """
 from __future__ import annotations
 
@@ -284,6 +286,12 @@ def reset_memo() -> None:
 
 def _read_cache(path: Path, key: str) -> CompiledObject | None:
     try:
+        st = path.stat()
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            # what is loaded into the kernel comes from here: only our own files
+            warnings.warn(f"{path}: not this user's, or writable by others; ignored, "
+                          "compiling again", CacheWarning, stacklevel=3)
+            return None
         text = path.read_text()
     except FileNotFoundError:
         return None
@@ -299,7 +307,10 @@ def _read_cache(path: Path, key: str) -> CompiledObject | None:
 
 def _write_cache(path: Path, obj: CompiledObject) -> None:
     try:
-        paths.private_dir(path.parent)
+        if path.parent == paths.RUN_DIR or paths.RUN_DIR in path.parent.parents:
+            paths.private_dir(path.parent)
+        else:    # a directory of the user's (TALB_BPF_CACHE): made if missing, never chmod'ed
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         paths.write_private(path, obj.to_json())
     except OSError as exc:
         warnings.warn(f"{path}: not written ({exc}); the next build compiles again",

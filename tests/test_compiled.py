@@ -265,6 +265,24 @@ def test_corrupt_cache_file_is_ignored_with_a_warning_and_rebuilt(cache, tmp_pat
 
 
 @pytest.mark.bpf
+def test_cache_file_others_may_write_is_not_loaded(cache, tmp_path):
+    """What the cache holds goes into the kernel: a file writable by others
+    is ignored (with a warning) and compiled anew."""
+    import os
+
+    from datapath import compiled
+
+    src = _host_copy(tmp_path)
+    _get(src)
+    (path,) = cache.glob("host_tc-*.json")
+    os.chmod(path, 0o666)
+    compiled.reset_memo()
+    with pytest.warns(compiled.CacheWarning, match="writable by others"):
+        assert _get(src).origin == "compiled"
+    assert path.stat().st_mode & 0o777 == 0o600           # rewritten, private
+
+
+@pytest.mark.bpf
 def test_cache_off_compiles_and_writes_nothing(cache, tmp_path, monkeypatch):
     monkeypatch.setenv("TALB_BPF_CACHE", "off")
     _get(_host_copy(tmp_path))
