@@ -41,3 +41,12 @@ def test_summary_csv_json_and_plot_are_written(tmp_path):
     assert warm["up_median_s"] == 3.2 and (warm["up_min_s"], warm["up_max_s"]) == (3.1, 3.3)
     assert [s["variant"] for s in summarise(rows)] == ["talb cold", "talb warm", "mininet"]
     assert files["csv"].read_text().count("\n") == 1 + len(rows)
+
+
+def test_without_mininet_the_bench_says_why(monkeypatch):
+    from bench import build_time
+
+    monkeypatch.setattr(build_time, "SYSTEM_PYTHON", "/nonexistent/python3")
+    assert "not found" in build_time.mininet_available()
+    monkeypatch.setattr(build_time, "SYSTEM_PYTHON", "/bin/false")
+    assert "Mininet is not installed" in build_time.mininet_available()
