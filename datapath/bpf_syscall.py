@@ -2,10 +2,12 @@
 
 bcc 0.26's libbcc has no wrapper for BPF_PROG_TEST_RUN and the agent must
 work from pinned maps without bcc, so the few commands the project needs are
-issued here directly: pin/get objects, map element operations, object info
-and test runs. Layouts follow ``union bpf_attr`` in include/uapi/linux/bpf.h;
-each command only uses its own member, zero-padded to the size the kernel
-checks (it rejects non-zero bytes past the fields it knows).
+issued here directly: pin/get objects, map creation and element operations,
+program loads (each node's copy of a program compiled once:
+datapath/compiled.py), object info and test runs. Layouts follow
+``union bpf_attr`` in include/uapi/linux/bpf.h; each command only uses its
+own member, zero-padded to the size the kernel checks (it rejects non-zero
+bytes past the fields it knows).
 
 Every failure raises ``OSError(errno, "<operation> <detail>: <strerror>")``.
 """
@@ -23,7 +25,7 @@ __all__ = [
     "BPF_EXIST", "MapInfo", "SkBuff", "map_create", "obj_pin", "obj_get",
     "map_lookup", "map_update", "map_delete", "map_get_next_key",
     "obj_get_info_by_fd", "map_info", "ProgInfo", "prog_info", "prog_test_run", "close",
-    "VERIFIER_INSN_LIMIT", "PreparedCall", "MapBatch",
+    "prog_load", "BPF_PROG_TYPE_SCHED_CLS", "VERIFIER_INSN_LIMIT", "PreparedCall", "MapBatch",
 ]
 
 # --- commands (enum bpf_cmd) ---------------------------------------------
@@ -32,6 +34,7 @@ BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_MAP_DELETE_ELEM = 3
 BPF_MAP_GET_NEXT_KEY = 4
+BPF_PROG_LOAD = 5
 BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
@@ -63,6 +66,9 @@ BPF_MAP_TYPE_NAMES = {
 PERCPU_MAP_TYPES = frozenset(
     {BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_LRU_PERCPU_HASH}
 )
+
+# --- program types (enum bpf_prog_type) -------------------------------------
+BPF_PROG_TYPE_SCHED_CLS = 3
 
 # --- update flags ----------------------------------------------------------
 BPF_ANY = 0
@@ -139,6 +145,23 @@ class _MapBatchAttr(ctypes.Structure):
         ("map_fd", ctypes.c_uint32),
         ("elem_flags", ctypes.c_uint64),
         ("flags", ctypes.c_uint64),
+    ]
+
+
+class _ProgLoadAttr(ctypes.Structure):
+    """The BPF_PROG_LOAD member up to ``prog_name`` (no BTF, no attach type)."""
+
+    _fields_ = [
+        ("prog_type", ctypes.c_uint32),
+        ("insn_cnt", ctypes.c_uint32),
+        ("insns", ctypes.c_uint64),
+        ("license", ctypes.c_uint64),
+        ("log_level", ctypes.c_uint32),
+        ("log_size", ctypes.c_uint32),
+        ("log_buf", ctypes.c_uint64),
+        ("kern_version", ctypes.c_uint32),
+        ("prog_flags", ctypes.c_uint32),
+        ("prog_name", ctypes.c_char * BPF_OBJ_NAME_LEN),
     ]
 
 
@@ -454,14 +477,66 @@ def _as_buffer(data, size: int | None, what: str):
 # --- objects ----------------------------------------------------------------
 def map_create(map_type: int, key_size: int, value_size: int, max_entries: int,
                name: str = "", flags: int = 0) -> int:
-    """Create a map, return its fd (used by tests and tools; the data path's
-    maps come from bcc)."""
+    """Create a map, return its fd (each node's maps: datapath/compiled.py)."""
     attr = _MapCreateAttr(map_type=map_type, key_size=key_size, value_size=value_size,
                           max_entries=max_entries, map_flags=flags,
                           map_name=name.encode()[:BPF_OBJ_NAME_LEN - 1])
     return _bpf(BPF_MAP_CREATE, attr,
                 f"BPF_MAP_CREATE type={map_type} key={key_size} value={value_size} "
                 f"max_entries={max_entries}")
+
+
+#: bytes of verifier log kept for the error of a program that fails to load
+#: (the kernel keeps the end of a longer log)
+PROG_LOAD_LOG_SIZE = 4 << 20
+#: lines of that log the error message quotes (the last ones: where it failed)
+PROG_LOAD_LOG_LINES = 30
+#: the verifier gives up with EAGAIN when a signal is pending for the loading
+#: thread (a child exiting: SIGCHLD); tries before that error is reported
+PROG_LOAD_EAGAIN_TRIES = 5
+
+
+def prog_load(insns: bytes, *, prog_type: int = BPF_PROG_TYPE_SCHED_CLS, license: str = "GPL",
+              name: str = "") -> int:
+    """Verify and load a program of raw instructions (8 bytes each; map
+    references already resolved to fds: ``ld_imm64`` with src_reg
+    BPF_PSEUDO_MAP_FD), return its fd. The first try asks for no log (the
+    verifier runs fastest so); a failure is loaded again with one, and the
+    ``OSError`` names the program and quotes the log's last lines."""
+    insns = bytes(insns)
+    if not insns or len(insns) % 8:
+        raise ValueError(f"prog_load {name or '(unnamed)'}: {len(insns)} bytes of "
+                         "instructions, not a positive multiple of 8")
+    code = ctypes.create_string_buffer(insns, len(insns))
+    lic = ctypes.create_string_buffer(license.encode())
+    what = f"BPF_PROG_LOAD {name or '(unnamed)'} ({len(insns) // 8} insns)"
+
+    def attr(log=None):
+        return _ProgLoadAttr(prog_type=prog_type, insn_cnt=len(insns) // 8, insns=_ptr(code),
+                             license=_ptr(lic), log_level=1 if log is not None else 0,
+                             log_size=len(log) if log is not None else 0, log_buf=_ptr(log),
+                             prog_name=name.encode()[:BPF_OBJ_NAME_LEN - 1])
+    for attempt in range(PROG_LOAD_EAGAIN_TRIES):
+        try:
+            return _bpf(BPF_PROG_LOAD, attr(), what)
+        except OSError as first:
+            if first.errno == _errno.EAGAIN and attempt + 1 < PROG_LOAD_EAGAIN_TRIES:
+                continue     # a signal came during verification: again, as libbpf does
+            if first.errno in (_errno.EPERM, _errno.ENOMEM):
+                raise
+            break
+    log = ctypes.create_string_buffer(PROG_LOAD_LOG_SIZE)
+    for attempt in range(PROG_LOAD_EAGAIN_TRIES):
+        try:
+            return _bpf(BPF_PROG_LOAD, attr(log), what)  # a flaky first failure
+        except OSError as exc:
+            if exc.errno == _errno.EAGAIN and attempt + 1 < PROG_LOAD_EAGAIN_TRIES:
+                continue
+            text = log.value.decode(errors="replace").rstrip()
+            tail = "\n".join(text.splitlines()[-PROG_LOAD_LOG_LINES:])
+            raise OSError(exc.errno, f"{exc.strerror}; verifier log (last lines):\n{tail}"
+                          if tail else exc.strerror) from None
+    raise AssertionError("unreachable")
 
 
 def obj_pin(fd: int, path: str | os.PathLike) -> None:

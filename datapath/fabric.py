@@ -1,6 +1,7 @@
 """Attach the switch data path to every switch of a built fabric.
 
-For each switch namespace: compile and load the TC program, attach it at
+The programs are compiled once (datapath/compiled.py). For each switch
+namespace: load the TC program with maps of its own, attach it at
 ingress of every port, pin its maps, then install the forwarding state the
 topology implies (ports, forwarding groups, scheme). Every host gets the
 tagging program (datapath/host_loader.py) at egress of its interface, maps
@@ -11,8 +12,8 @@ maps, and later commands (status, the agent) work from the pins alone.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
+import signal
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable
 
 from common import paths
@@ -80,45 +81,93 @@ def switch_configs(topo, prefix: str, scheme: str | None = None) -> dict[str, di
     return out
 
 
-def _attach_switch(topo_dict: dict, prefix: str, name: str) -> str:
-    """Load, attach, pin and program one switch (runs in a worker process)."""
-    from netns_topology import topology_from_dict
-
-    topo = topology_from_dict(topo_dict)
-    pin = paths.pin_dir(prefix, name)
-    with SwitchDatapath(paths.netns_name(prefix, name), pin) as datapath:
-        datapath.load()
-        datapath.attach([p.name for p in topo.ports(name)])
-        datapath.pin()
-    with SwitchMaps(pin) as maps:
-        program_fabric(topo, prefix, name, maps)
-    return f"data path on {name}: {len(topo.ports(name))} ports, scheme {topo.scheme}"
+def _origin(obj) -> str:
+    if obj.origin == "compiled":
+        return f"compiled in {obj.compile_seconds:.2f} s"
+    return "compiled before (cache)"
 
 
-def _attach_host(prefix: str, name: str, iface: str) -> str:
-    """TaLB host side (DESIGN section 4): the tagging program at egress of the
-    host's interface; workload/tensor_sender.py finds its pins."""
-    with HostDatapath(paths.netns_name(prefix, name), paths.pin_dir(prefix, name)) as hdp:
-        hdp.load().attach([iface])
-        hdp.pin()
-    return f"tagging program on {name}"
+def _block_signals() -> None:
+    """Signals go to the main thread (Python runs handlers there anyway): a
+    signal pending for a loading thread makes the verifier give up (EAGAIN),
+    and the main thread's children exiting send SIGCHLD all the time."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+
+
+class FabricLoad:
+    """Every node's programs of ``topo``, loaded from the moment this is made.
+
+    Loading needs no namespace (programs and maps are not bound to one), so
+    `testbed up` starts it before building the fabric: ``jobs`` threads
+    (default: one per CPU) create each node's maps and have the kernel
+    verify its copy of the programs -- ``BPF_PROG_LOAD`` runs without the
+    GIL -- while the main thread builds namespaces and links. bcc compiles
+    each source once, in the first thread that needs it, or not at all on a
+    cache hit (datapath/compiled.py). :meth:`attach` then attaches, pins and
+    programs each node as its load completes; :meth:`close` (always) waits
+    for the threads and drops what was not attached.
+    """
+
+    def __init__(self, topo, prefix: str, jobs: int | None = None):
+        self.topo = topo
+        self.prefix = prefix
+        nodes = [(SwitchDatapath, sw.name) for sw in topo.switches]
+        nodes += [(HostDatapath, h.name) for h in topo.hosts]
+        workers = max(1, min(jobs or os.cpu_count() or 1, len(nodes) or 1))
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="talb-load",
+                                        initializer=_block_signals)
+        self._dps = {name: cls(paths.netns_name(prefix, name), paths.pin_dir(prefix, name))
+                     for cls, name in nodes}
+        self._futures = {self._pool.submit(dp.load): name for name, dp in self._dps.items()}
+
+    def attach(self, progress: Callable[[str], None] = lambda _m: None) -> None:
+        """Attach, pin and program every node as its load completes (the
+        fabric must be built); the first failure propagates."""
+        ensure_bpffs()
+        reported = set()
+        hosts = {h.name: h for h in self.topo.hosts}
+        for done, future in enumerate(as_completed(self._futures), 1):
+            name = self._futures[future]
+            dp = future.result()
+            cls = type(dp)
+            if cls not in reported:
+                reported.add(cls)
+                progress(f"{cls.SOURCE.name}: {_origin(cls.compiled())}")
+            if name in hosts:
+                dp.attach([hosts[name].iface])
+                dp.pin()
+                what = f"tagging program on {name}"
+            else:
+                ports = self.topo.ports(name)
+                dp.attach([p.name for p in ports])
+                dp.pin()
+                program_fabric(self.topo, self.prefix, name, dp.maps)
+                what = f"data path on {name}: {len(ports)} ports, scheme {self.topo.scheme}"
+            dp.close()
+            progress(f"{what} ({done}/{len(self._futures)})")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for dp in self._dps.values():
+            dp.close()
+
+    def __enter__(self) -> "FabricLoad":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def attach_fabric(topo, prefix: str, progress: Callable[[str], None] = lambda _m: None,
-                  jobs: int | None = None) -> None:
-    """Attach every switch's and host's program, `jobs` nodes at a time.
-
-    Each node's program is compiled on its own (bcc, ~0.3-2 s of CPU each)
-    and nothing is shared between nodes, so the work spreads over the cores;
-    a failure in any node propagates (and `testbed up` rolls back).
-    """
-    ensure_bpffs()
-    topo_dict = topo.to_dict()
-    tasks = [(_attach_switch, (topo_dict, prefix, sw.name)) for sw in topo.switches]
-    tasks += [(_attach_host, (prefix, h.name, h.iface)) for h in topo.hosts]
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-    # fork: the workers need nothing but these arguments, and start at once.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-        futures = [pool.submit(fn, *args) for fn, args in tasks]
-        for done, future in enumerate(as_completed(futures), 1):
-            progress(f"{future.result()} ({done}/{len(tasks)})")
+                  jobs: int | None = None, load: FabricLoad | None = None) -> None:
+    """Attach every switch's and host's program (TaLB host side, DESIGN
+    section 4: the tagging program at egress of each host's interface, whose
+    pins workload/tensor_sender.py finds), loading them ``jobs`` nodes at a
+    time unless a :class:`FabricLoad` started already (``load``, which the
+    caller closes). A failure in any node propagates (and `testbed up` rolls
+    back)."""
+    if load is not None:
+        load.attach(progress)
+        return
+    with FabricLoad(topo, prefix, jobs) as fresh:
+        fresh.attach(progress)

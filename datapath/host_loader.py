@@ -2,7 +2,7 @@
 
     ensure_bpffs()
     dp = HostDatapath("talb-h0", pin_dir("talb", "h0"))
-    dp.load()               # bcc compile + kernel verify (SCHED_CLS)
+    dp.load()               # compile once (cached) + kernel verify (SCHED_CLS)
     dp.attach(["eth0"])     # clsact + egress bpf filter, direct-action
     dp.pin()                # flow_isn, flow_rings, counters at <pin_dir>/<name>
     dp.close()              # the filter keeps the program, the pins the maps

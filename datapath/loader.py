@@ -2,7 +2,7 @@
 
     ensure_bpffs()
     dp = SwitchDatapath("talb-leaf1", pin_dir("talb", "leaf1"))
-    dp.load()                      # bcc compile + kernel verify (SCHED_CLS)
+    dp.load()                      # compile once (cached) + kernel verify (SCHED_CLS)
     dp.attach(["eth0", "eth1"])    # clsact + ingress bpf filter, direct-action
     dp.pin()                       # every map at <pin_dir>/<map name>
     dp.close()                     # the process may exit now: the filters
@@ -11,7 +11,7 @@
     SwitchDatapath("talb-leaf1", pin).detach(["eth0", "eth1"])
     remove_pins(pin)
 
-The life cycle itself (bcc, tc, pins) is datapath/program.py's, shared with
+The life cycle itself (compile once, per-switch maps, tc, pins) is datapath/program.py's, shared with
 the hosts' program (datapath/host_loader.py); this module adds what is the
 switch's: its source, its maps and their default config.
 """
@@ -77,10 +77,14 @@ class SwitchDatapath(BpfDatapath):
     PROG_NAME = PROG_NAME
     MAPS_CLASS = SwitchMaps
     TC_DIRECTION = "ingress"
+    PROGRAMS = (PROG_NAME, *SCHEME_PROGS.values())
 
     def load(self, *, release_sk: bool = True, hash_seed: int | None = None,
              reuse_pins: bool = False, cflags: tuple[str, ...] = ()) -> "SwitchDatapath":
-        """Compile bpf/switch_tc.c with bcc and load it (SCHED_CLS).
+        """Load bpf/switch_tc.c's programs (SCHED_CLS): the main one and
+        every scheme's, compiled by bcc once per process and cached across
+        builds (datapath/compiled.py), verified for this switch with maps of
+        its own.
 
         Fresh maps get the default config: ECMP, ``hash_seed`` (default:
         per-switch, from the namespace name), CFG_RELEASE_SK if
@@ -103,31 +107,10 @@ class SwitchDatapath(BpfDatapath):
         return self
 
     def _load_scheme_progs(self) -> None:
-        """Load every scheme's program and put it in scheme_progs at its id
+        """Put every scheme's program of this load in scheme_progs at its id
         (on reused pins too: the array then points at this load's programs)."""
-        from bcc import BPF
-
-        if getattr(self, "_scheme_fns", None):
-            return
-        fns = {}
         for scheme, fn_name in SCHEME_PROGS.items():
-            fns[fn_name] = self.bpf.load_func(fn_name.encode(), BPF.SCHED_CLS)
-        for scheme, fn_name in SCHEME_PROGS.items():
-            self.maps.scheme_progs[SCHEMES[scheme]] = fns[fn_name].fd
-        self._scheme_fns = fns
-
-    def programs(self) -> dict:
-        """The main program and every scheme's (name -> ProgInfo)."""
-        from datapath import bpf_syscall as sc
-
-        out = super().programs()
-        for fn_name, fn in (getattr(self, "_scheme_fns", None) or {}).items():
-            out[fn_name] = sc.prog_info(fn.fd)
-        return out
-
-    def close(self) -> None:
-        self._scheme_fns = None
-        super().close()
+            self.maps.scheme_progs[SCHEMES[scheme]] = self.node.prog_fds[fn_name]
 
     def init_maps(self, *, release_sk: bool = True, hash_seed: int | None = None) -> None:
         """The default config (see :meth:`load`) in the fresh ``config`` map."""

@@ -1,16 +1,17 @@
 """The life cycle of a tc BPF program and its pinned maps, for any node.
 
-:class:`BpfDatapath` loads a program of bpf/ with bcc, attaches it as a
+:class:`BpfDatapath` loads a program of bpf/, attaches it as a
 clsact bpf filter (direct-action) to interfaces, pins its maps and lets the
 process go; a subclass names the program (``SOURCE``, ``PROG_NAME``), its
-maps (``MAPS_CLASS``), the clsact hook (``TC_DIRECTION``) and the macro that
-binds it to already pinned maps (``PIN_DIR_MACRO``), and may fill fresh maps
+maps (``MAPS_CLASS``) and the clsact hook (``TC_DIRECTION``), and may fill fresh maps
 (:meth:`BpfDatapath.init_maps`). datapath/loader.py (switches, ingress) and
 datapath/host_loader.py (hosts, egress) are the two.
 
-bcc only rewrites map operations in its main source file, so the project's
-own headers (``#include "talb/..."``) are expanded into one text before
-compiling, with ``#line`` markers so that errors still name the real files.
+The source is expanded into one text (datapath/source.py), and bcc
+compiles it once per process (the result is cached across builds:
+datapath/compiled.py); every node then gets maps of its own -- or binds
+its pinned ones by fd -- and its own kernel-verified copy of the
+programs: no per-node compile.
 """
 from __future__ import annotations
 
@@ -18,21 +19,22 @@ import ctypes
 import ctypes.util
 import errno
 import os
-import re
 from pathlib import Path
 
-from common.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir
+from common.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir  # noqa: F401  (BPF_SRC_DIR re-exported)
 from datapath import bpf_syscall as sc
+from datapath import compiled
+from datapath.compiled import NodeObject
 from datapath.maps import MapSet
+from datapath.source import INCLUDE_DIR, expand_source  # noqa: F401  (re-exported)
 
 __all__ = [
     "BpfDatapath", "clsact_present", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "link_ifindexes",
     "remove_pins",
     "INCLUDE_DIR", "FILTER_PRIO", "FILTER_HANDLE", "TC_H_CLSACT_INGRESS", "TC_H_CLSACT_EGRESS",
-    "VERIFIER_BUDGET_SHARE",
+    "VERIFIER_BUDGET_SHARE", "BPF_SRC_DIR",
 ]
 
-INCLUDE_DIR = Path(BPF_SRC_DIR) / "include"
 # Our filter at a clsact hook: fixed priority and handle, so attach can
 # replace it in place and detach can remove exactly it.
 FILTER_PRIO = 1
@@ -48,8 +50,6 @@ BPF_FS_MAGIC = 0xCAFE4A11
 #: budget fails to load on a machine where it passed here
 #: (tests/test_verifier_budget.py holds every program to it).
 VERIFIER_BUDGET_SHARE = 0.5
-
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
 # --- bpffs --------------------------------------------------------------------
@@ -102,40 +102,6 @@ def remove_pins(pin_dir: str | os.PathLike) -> None:
         else:
             p.unlink()
     pin_dir.rmdir()
-
-
-# --- source ----------------------------------------------------------------
-def expand_source(path: str | os.PathLike,
-                  include_dirs: tuple[str | os.PathLike, ...] = (INCLUDE_DIR,)) -> str:
-    """``path`` with every ``#include "..."`` found under ``include_dirs``
-    (or next to the including file) expanded in place, each file once,
-    with ``#line`` markers. ``#include <...>`` is left to the compiler."""
-    seen: set[Path] = set()
-
-    def find(name: str, here: Path) -> Path | None:
-        for d in (here.parent, *map(Path, include_dirs)):
-            p = (d / name).resolve()
-            if p.is_file():
-                return p
-        return None
-
-    def expand(p: Path) -> str:
-        seen.add(p)
-        out = [f'#line 1 "{p}"\n']
-        for i, line in enumerate(p.read_text().splitlines(keepends=True), 1):
-            m = _INCLUDE_RE.match(line)
-            inc = find(m.group(1), p) if m else None
-            if inc is None:
-                out.append(line)
-                continue
-            if inc not in seen:
-                out.append(expand(inc))
-            out.append(f'#line {i + 1} "{p}"\n')
-        if out and not out[-1].endswith("\n"):
-            out.append("\n")
-        return "".join(out)
-
-    return expand(Path(path).resolve())
 
 
 # --- tc -------------------------------------------------------------------------
@@ -205,23 +171,36 @@ class BpfDatapath:
     MAPS_CLASS: type[MapSet]
     #: the clsact hook of the filter: "ingress" or "egress"
     TC_DIRECTION: str
-    #: -D<macro>="<pin_dir>" makes the source declare its maps pinned there
-    #: (TALB_MAP, bpf/include/talb/map_decl.h)
-    PIN_DIR_MACRO: str = "TALB_PIN_DIR"
+
+    #: the functions of SOURCE loaded as programs, the entry point first
+    PROGRAMS: tuple[str, ...] = ()
 
     def __init__(self, netns: str | None, pin_dir: str | os.PathLike):
         self.netns = netns
         self.pin_dir = Path(pin_dir)
-        self.bpf = None
-        self.fn = None
+        self.node: NodeObject | None = None
         self._maps: MapSet | None = None
+
+    @classmethod
+    def programs_to_load(cls) -> tuple[str, ...]:
+        return cls.PROGRAMS or (cls.PROG_NAME,)
+
+    @classmethod
+    def compiled(cls, cflags: tuple[str, ...] = ()) -> "compiled.CompiledObject":
+        """SOURCE compiled with ``cflags``: once per process, and cached across
+        builds (datapath/compiled.py)."""
+        try:
+            return compiled.get(cls.SOURCE, cls.programs_to_load(), cflags)
+        except Exception as exc:
+            raise RuntimeError(f"compiling {cls.SOURCE}: {exc}") from exc
 
     # -- program --
     def load(self, *, reuse_pins: bool = False, cflags: tuple[str, ...] = ()) -> "BpfDatapath":
-        """Compile SOURCE with bcc and load it (SCHED_CLS); fresh maps get
-        :meth:`init_maps`. ``reuse_pins=True`` binds the program to the maps
-        already pinned in ``pin_dir`` (their state kept) when they all
-        exist."""
+        """Load SOURCE's programs (SCHED_CLS) with maps of their own: compiled
+        by bcc once (:meth:`compiled`), verified by the kernel for this node;
+        fresh maps get :meth:`init_maps`. ``reuse_pins=True`` binds the
+        programs to the maps already pinned in ``pin_dir`` (their state kept)
+        when they all exist."""
         if self._compile(reuse_pins=reuse_pins, cflags=cflags):
             self.init_maps()
         return self
@@ -230,48 +209,54 @@ class BpfDatapath:
         """Fill maps the load just created (not reused pins): nothing here."""
 
     def _compile(self, *, reuse_pins: bool, cflags: tuple[str, ...]) -> bool:
-        """Compile and load unless loaded already; True if that made fresh maps."""
-        from bcc import BPF
-
-        if self.bpf is not None:
+        """Load this node's instance unless loaded already; True if that made
+        fresh maps."""
+        if self.node is not None:
             return False
-        flags = [f"-I{INCLUDE_DIR}", *cflags]
+        obj = self.compiled(tuple(cflags))
         reusing = reuse_pins and all((self.pin_dir / n).exists() for n in self.MAPS_CLASS.SPECS)
-        if reusing:
-            self.MAPS_CLASS(self.pin_dir).close()  # layout check before binding to them
-            flags.append(f'-D{self.PIN_DIR_MACRO}="{self.pin_dir}"')
-        text = expand_source(self.SOURCE)
+        pinned: dict[str, int] = {}
         try:
-            self.bpf = BPF(text=text.encode(), cflags=flags)
-            self.fn = self.bpf.load_func(self.PROG_NAME.encode(), BPF.SCHED_CLS)
+            if reusing:
+                self.MAPS_CLASS(self.pin_dir).close()  # layout check before binding to them
+                for name in self.MAPS_CLASS.SPECS:
+                    pinned[name] = sc.obj_get(self.pin_dir / name)
+            self.node = NodeObject(obj, map_fds=pinned)
         except Exception as exc:
             self.close()
             raise RuntimeError(f"loading {self.SOURCE} ({self.netns}): {exc}") from exc
+        finally:
+            for fd in pinned.values():
+                os.close(fd)
         return not reusing
 
     @property
     def prog_fd(self) -> int:
         self._need_loaded()
-        return self.fn.fd
+        return self.node.prog_fds[self.PROG_NAME]
+
+    def map_fd(self, name: str) -> int:
+        """The fd of map ``name`` of this load (valid until :meth:`close`)."""
+        self._need_loaded()
+        return self.node.map_fds[name]
 
     def programs(self) -> dict[str, "sc.ProgInfo"]:
         """What the kernel says about each program this data path loaded
         (name -> :class:`datapath.bpf_syscall.ProgInfo`: ``verified_insns``,
         sizes), the entry point first."""
         self._need_loaded()
-        return {self.PROG_NAME: sc.prog_info(self.fn.fd)}
+        return {name: sc.prog_info(fd) for name, fd in self.node.prog_fds.items()}
 
     @property
     def maps(self) -> MapSet:
         """The loaded program's maps (valid until :meth:`close`)."""
         self._need_loaded()
         if self._maps is None:
-            self._maps = self.MAPS_CLASS.from_fds(
-                {n: self.bpf[n.encode()].map_fd for n in self.MAPS_CLASS.SPECS})
+            self._maps = self.MAPS_CLASS.from_fds(self.node.map_fds)
         return self._maps
 
     def _need_loaded(self) -> None:
-        if self.bpf is None:
+        if self.node is None:
             raise RuntimeError(f"{type(self).__name__}: load() first")
 
     # -- tc --
@@ -282,7 +267,7 @@ class BpfDatapath:
         self._need_loaded()
         from pyroute2.netlink.exceptions import NetlinkError
 
-        name = self.fn.name.decode() if isinstance(self.fn.name, bytes) else self.fn.name
+        name, fd = self.PROG_NAME, self.prog_fd
         with _ipr(self.netns) as ipr:
             for ifname in ifnames:
                 idx = _ifindex(ipr, ifname, self.netns)
@@ -293,7 +278,7 @@ class BpfDatapath:
                         raise OSError(exc.code, f"tc qdisc add dev {ifname} clsact "
                                                 f"({self.netns}): {exc}") from exc
                 try:
-                    ipr.tc("replace-filter", "bpf", idx, FILTER_HANDLE, fd=self.fn.fd, name=name,
+                    ipr.tc("replace-filter", "bpf", idx, FILTER_HANDLE, fd=fd, name=name,
                            parent=TC_PARENTS[self.TC_DIRECTION], prio=FILTER_PRIO, classid=1,
                            direct_action=True)
                 except NetlinkError as exc:
@@ -351,7 +336,7 @@ class BpfDatapath:
         private_dir(self.pin_dir)
         for name in self.MAPS_CLASS.SPECS:
             path = self.pin_dir / name
-            fd = self.bpf[name.encode()].map_fd
+            fd = self.node.map_fds[name]
             same = False
             if path.exists():
                 try:
@@ -377,13 +362,9 @@ class BpfDatapath:
         if self._maps is not None:
             self._maps.close()
             self._maps = None
-        if self.bpf is not None:
-            try:
-                self.bpf.cleanup()
-            except Exception:
-                pass
-        self.bpf = None
-        self.fn = None
+        if self.node is not None:
+            self.node.close()
+        self.node = None
 
     def __enter__(self) -> "BpfDatapath":
         return self

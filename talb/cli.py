@@ -10,6 +10,7 @@
     talb bench --preset fig10          the paper's experiments: sweeps, CIs, plots, summary
     talb bench datapath                data-path benchmarks
     talb bench faults                  faults under training: recovery time, delivery
+    talb bench build                   fabric build time against nodes (and Mininet's)
     talb monitoring up|down|status     Prometheus (+ Grafana) for the testbeds and runs
     talb report RESULTS                a finished run's key panels as PNG
 """
@@ -675,6 +676,8 @@ def bench_datapath(repeat, duration, json_out):
 
 from talb import cli_faults  # noqa: E402
 cli_faults.register(bench_group)
+from talb import cli_build  # noqa: E402
+cli_build.register(bench_group)
 from talb import cli_agent  # noqa: E402
 cli_agent.register(main)
 from talb import cli_attach  # noqa: E402

@@ -158,12 +158,19 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     }
     # Written first, so that a crash from here on is found by `down`.
     write_state(prefix, state)
+    load = None
     try:
+        if datapath == "bpf":
+            from datapath.fabric import FabricLoad
+
+            # the kernel verifies every node's programs while the fabric is built
+            load = FabricLoad(topo, prefix)
         build(topo, prefix, progress=progress)
         if datapath == "bpf":
             from datapath.fabric import attach_fabric
 
-            attach_fabric(topo, prefix, progress=progress)
+            attach_fabric(topo, prefix, progress=progress, load=load)
+            load.close()
         state.update(status="up", build_seconds=round(time.monotonic() - started, 2))
         state.pop("pid")
         write_state(prefix, state)  # the agent reads the topology from it
@@ -181,6 +188,8 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
             progress(f"agent running (pid {pid}), {served}"
                      f"log {paths.state_dir(prefix) / 'agent.log'}")
     except BaseException as exc:
+        if load is not None:
+            load.close()
         progress(f"failed ({type(exc).__name__}: {exc}); removing what was built")
         down(prefix)
         raise

@@ -147,13 +147,27 @@ def hooked(bcc):
         yield Switch(name, dp, ifindex)
 
 
+def _interleave_type():
+    """Mirror of bpf's struct talb_interleave (maps.h, TALB_TEST_INTERLEAVE)."""
+    import ctypes
+
+    from datapath.structs import TensorEntry, TensorKey
+
+    class TalbInterleave(ctypes.Structure):
+        _fields_ = [("key", TensorKey), ("armed", ctypes.c_uint64), ("entry", TensorEntry)]
+    return TalbInterleave
+
+
 def arm_other_cpu(sw, tensor_id, port, *, done, layer=1, tensor_len=50):
     """The entry another CPU inserts for tensor_id, on port, at the moment
     this CPU is between its lookup and its insert."""
     import ctypes
 
-    table = sw.dp.bpf[b"test_interleave"]
-    x = table.Leaf()
+    from datapath.maps import Map
+
+    kind = _interleave_type()
+    table = Map(sw.dp.map_fd("test_interleave"), ctypes.c_uint32, kind, owns_fd=False)
+    x = kind()
     x.key.saddr = int.from_bytes(bytes(map(int, SRC.split("."))), "big")
     x.key.tensor_id = tensor_id
     x.armed = 1
@@ -165,8 +179,8 @@ def arm_other_cpu(sw, tensor_id, port, *, done, layer=1, tensor_len=50):
     x.entry.received = 1
     x.entry.tensor_len = tensor_len
     x.entry.layer = layer
-    table[ctypes.c_int(0)] = x
-    return lambda: table[ctypes.c_int(0)].armed
+    table[0] = x
+    return lambda: table[0].armed
 
 
 def test_first_packet_whose_insert_loses_follows_the_winner(hooked):

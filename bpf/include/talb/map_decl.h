@@ -3,10 +3,10 @@
  * talb/map_decl.h - how every program of the project declares its maps
  * (talb/maps.h for the switch, talb/host_maps.h for the hosts).
  *
- * TALB_MAP(type, key, value, name, max_entries): a fresh map, or, when the
- * loader passes -DTALB_PIN_DIR="\"/path\"" (datapath/program.py, on a load
- * with reuse_pins), the map already pinned at /path/<name>: a reload keeps
- * the data path's state.
+ * TALB_MAP(type, key, value, name, max_entries): a fresh map, or, when
+ * compiled with -DTALB_PIN_DIR="\"/path\"", the map already pinned at
+ * /path/<name>. The project's loader compiles once without it and binds a
+ * reload to a node's pins by fd instead (datapath/compiled.py).
  */
 #ifndef TALB_MAP_DECL_H
 #define TALB_MAP_DECL_H
