@@ -7,11 +7,10 @@ this prefix's namespaces.
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 from pyroute2 import netns
 
+from common.kill import kill_until_gone
 from common.paths import check_prefix
 
 _KILL_ROUNDS = 50  # a process may fork while we kill; rescan until none is left
@@ -32,16 +31,7 @@ def _pids_in(names: list[str]) -> list[int]:
 def teardown(prefix: str) -> list[str]:
     """Kill the processes inside, then delete the namespaces. Idempotent; returns names removed."""
     names = namespaces(prefix)
-    for _ in range(_KILL_ROUNDS):
-        pids = _pids_in(names)
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.02)
+    kill_until_gone(lambda: _pids_in(names), rounds=_KILL_ROUNDS)
     removed = []
     for name in names:
         try:

@@ -16,12 +16,14 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common import paths
+from common.kill import kill_until_gone
 from helpers import socket_in, spine_captures, spines_of, up_fabric
 
 from test_host_tagging import MSS, frame, assert_tagged, host, host_dp
@@ -222,6 +224,18 @@ def _tensors(pcap):
     return out, plain
 
 
+@contextmanager
+def _captured(fab, port, pcap):
+    """A capture of ``port`` at the source's link around the block; after a
+    block that ends normally, 0.3 s for the last ACKs and FIN to be seen."""
+    cap = _capture(fab, port, pcap)
+    try:
+        yield
+        time.sleep(0.3)
+    finally:
+        cap.stop()
+
+
 def _capture(fab, port, pcap):
     from workload.capture import start_capture
 
@@ -238,8 +252,7 @@ def test_live_plain_sendall_writes_are_tensors(fabric, tmp_path):
     srv = Server(fabric, port, sizes)
     with TransparentTagger(fabric.prefix, [SRC], ports=(port, port)) as tag, \
             spine_captures(fabric.prefix, tmp_path) as spines:
-        cap = _capture(fabric, port, tmp_path / "h0.pcap")
-        try:
+        with _captured(fabric, port, tmp_path / "h0.pcap"):
             c = _client(fabric)
             c.connect((_ip(fabric, DST), port))
             mss = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
@@ -248,9 +261,6 @@ def test_live_plain_sendall_writes_are_tensors(fabric, tmp_path):
                 assert c.recv(1) == b"k"
             c.close()
             srv.close()
-            time.sleep(0.3)
-        finally:
-            cap.stop()
         counters = tag.counters()
         assert tag.rule == "size:64K,1M"
     tensors, plain = _tensors(tmp_path / "h0.pcap")
@@ -277,8 +287,7 @@ def test_live_nonblocking_partial_writes_continue_one_tensor(fabric, tmp_path):
     size, port = 3_000_000, 5302
     srv = Server(fabric, port, [size])
     with TransparentTagger(fabric.prefix, [SRC], ports=(port, port)) as tag:
-        cap = _capture(fabric, port, tmp_path / "h0.pcap")
-        try:
+        with _captured(fabric, port, tmp_path / "h0.pcap"):
             c = _client(fabric)
             c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
             c.connect((_ip(fabric, DST), port))
@@ -296,9 +305,6 @@ def test_live_nonblocking_partial_writes_continue_one_tensor(fabric, tmp_path):
             assert c.recv(1) == b"k"
             c.close()
             srv.close()
-            time.sleep(0.3)
-        finally:
-            cap.stop()
         counters = tag.counters()
     tensors, plain = _tensors(tmp_path / "h0.pcap")
     assert calls > 1 and counters["continued"] == calls - 1, (calls, counters)
@@ -315,8 +321,7 @@ def test_live_unselected_stays_untagged_and_library_ids_do_not_meet(fabric, tmp_
     sel, other, lib = 5303, 5304, 5305
     servers = [Server(fabric, p, [50_000] * 5) for p in (sel, other, lib)]
     with TransparentTagger(fabric.prefix, [SRC], ports=(sel, sel)):
-        cap = _capture(fabric, f"{sel} or port {other} or port {lib}", tmp_path / "h0.pcap")
-        try:
+        with _captured(fabric, f"{sel} or port {other} or port {lib}", tmp_path / "h0.pcap"):
             cs = {p: _client(fabric) for p in (sel, other, lib)}
             for p, c in cs.items():
                 c.connect((_ip(fabric, DST), p))
@@ -331,9 +336,6 @@ def test_live_unselected_stays_untagged_and_library_ids_do_not_meet(fabric, tmp_
                 c.close()
             for s in servers:
                 s.close()
-            time.sleep(0.3)
-        finally:
-            cap.stop()
     from scapy.layers.inet import TCP
     from scapy.utils import rdpcap
 
@@ -473,17 +475,13 @@ def _two_senders(fab, tmp_path, port_in, port_out, sizes, tagger_kw, cgroup=None
     b = Sender(fab, port_out, sizes)
     try:
         with TransparentTagger(fab.prefix, [SRC], **tagger_kw(a, b)) as tag:
-            cap = _capture(fab, f"{port_in} or port {port_out}", tmp_path / "h0.pcap")
-            try:
+            with _captured(fab, f"{port_in} or port {port_out}", tmp_path / "h0.pcap"):
                 a.go()
                 b.go()
                 a.wait()
                 b.wait()
                 for s in servers:
                     s.close()
-                time.sleep(0.3)
-            finally:
-                cap.stop()
             counters = tag.counters()
     finally:
         a.kill()
@@ -509,16 +507,8 @@ def cgroup_dir(fabric):
     try:
         yield path
     finally:
-        for _ in range(50):
-            pids = [int(x) for x in (path / "cgroup.procs").read_text().split()]
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        kill_until_gone(lambda: map(int, (path / "cgroup.procs").read_text().split()),
+                        pause_s=0.1)
         path.rmdir()
 
 
@@ -551,8 +541,7 @@ def test_live_burst_rule_numbers_the_writes_of_a_burst(fabric, tmp_path):
     srv = Server(fabric, port, [2000] * (first + second))
     with TransparentTagger(fabric.prefix, [SRC], ports=(port, port), priority="burst:500ms") as tag:
         assert tag.rule == f"burst:500ms (cap {BURST_CAP})"
-        cap = _capture(fabric, port, tmp_path / "h0.pcap")
-        try:
+        with _captured(fabric, port, tmp_path / "h0.pcap"):
             c = _client(fabric)
             c.connect((_ip(fabric, DST), port))
             for i in range(first + second):
@@ -562,9 +551,6 @@ def test_live_burst_rule_numbers_the_writes_of_a_burst(fabric, tmp_path):
                 assert c.recv(1) == b"k"
             c.close()
             srv.close()
-            time.sleep(0.3)
-        finally:
-            cap.stop()
         counters = tag.counters()
     tensors, plain = _tensors(tmp_path / "h0.pcap")     # in order of first packet
     assert plain == 0 and counters["started"] == first + second, (plain, counters)
@@ -592,8 +578,7 @@ def test_live_full_ring_merges_a_run_of_writes_into_the_open_tensor(fabric, tmp_
     n, port = 600, 5345 if blocking else 5346
     srv = Server(fabric, port, rcvbuf=4096, delay=0.5)
     with TransparentTagger(fabric.prefix, [SRC], ports=(port, port)) as tag:
-        cap = _capture(fabric, port, tmp_path / "h0.pcap")
-        try:
+        with _captured(fabric, port, tmp_path / "h0.pcap"):
             c = _client(fabric)
             c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20 if blocking else 8192)
             c.connect((_ip(fabric, DST), port))
@@ -609,9 +594,6 @@ def test_live_full_ring_merges_a_run_of_writes_into_the_open_tensor(fabric, tmp_
             c.setblocking(True)
             c.close()
             srv.close()
-            time.sleep(0.3)
-        finally:
-            cap.stop()
         counters = tag.counters()
     assert srv.got == sent and (sent == n * 64 or not blocking)
     assert counters["merged"] > 0 and (blocking or counters["failed"] > 0), counters
