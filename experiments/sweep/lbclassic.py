@@ -408,6 +408,12 @@ def directions(rows: list[dict], pts: list[dict]) -> list[dict]:
 
 # --- text ------------------------------------------------------------------------------------
 def _ratio(pr: Paired) -> str:
+    """a/b − 1 and the interval of the test behind the verdict (the log-ratios';
+    where a seed's value is 0 there is no ratio and the test ran on the
+    differences, shown so)."""
+    if pr is not None and pr.scale == "difference" and pr.diff.mean is not None:
+        s = f"difference {pr.diff.mean:+.3g}"
+        return s + (f" [{pr.diff.low:+.3g}, {pr.diff.high:+.3g}]" if pr.diff.low is not None else "")
     if pr is None or pr.ratio is None:
         return "-"
     s = f"{pr.ratio - 1:+.0%}"

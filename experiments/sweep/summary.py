@@ -118,6 +118,17 @@ def _ratio(pr: Paired, metric: str) -> str:
                                      if pr.ratio_low is not None else "")
 
 
+def _tested(pr: Paired, metric: str) -> str:
+    """The interval of the test that decides the verdict -- the ratio's (on the
+    log-ratios) or, where a value is not positive, the difference's -- with the
+    mean difference beside it in the metric's unit."""
+    if pr.scale == "log-ratio" and pr.ratio is not None:
+        k, u = _unit(metric)
+        d = 0 if k == 1 else 1
+        return f"{_ratio(pr, metric)} ({pr.diff.mean * k:+.{d}f} {u})"
+    return _diff(pr, metric).split(" (bootstrap")[0]
+
+
 def _p(p) -> str:
     return "-" if p is None else (f"{p:.3f}" if p >= 0.001 else "<0.001")
 
@@ -542,15 +553,18 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             [f"{load:g}"] + ([arm("talb", qt)] if queueings else []) + \
             [base, str(min(pr.n for pr in prs))]
         for m, pr in zip(COMPARED, prs):
-            line.append(f"{_diff(pr, m).rsplit(' ', 1)[0] if pr.n else '-'}; "
+            line.append(f"{_tested(pr, m) if pr.n else '-'}; "
                         f"{_marked(pr, ph[i], peh[i]) if pr.n >= 2 else '-'}")
             i += 1
         body.append(line)
     cols = (["group"] if many else []) + ["load"] + (["TaLB"] if queueings else []) + \
-        ["vs", "n"] + ["short AFCT ms", "short p99 ms", "long AFCT ms", "all AFCT ms", "samples/s"]
+        ["vs", "n"] + ["short AFCT", "short p99", "long AFCT", "all AFCT", "training speed"]
     return ["## Paired comparisons: TaLB against each scheme", "",
-            "TaLB − the scheme per seed, mean and 95% paired-t interval (ms of testbed "
-            "wall-clock for FCTs, samples/s at target scale for the speed), then the verdict "
+            "TaLB/the scheme per seed: the geometric mean of the per-seed ratios (a change "
+            "for FCTs, × for the speed) and its 95% interval from the paired t on the "
+            "per-seed log-ratios, the test the verdict comes from; in brackets after it, the "
+            "mean per-seed difference TaLB − the scheme (ms of testbed wall-clock for FCTs, "
+            "samples/s at target scale for the speed). Then the verdict "
             f"for TaLB: better, worse, equivalent within ±{EQUIV_MARGIN:.0%} (TOST on the "
             "log-ratio), or inconclusive, each test at 5% **uncorrected** (with "
             f"{len(flat)} tests, about {0.05 * len(flat):.0f} better/worse verdicts are expected "
@@ -643,8 +657,10 @@ def _ablation_md(rows, pts) -> list[str]:
     L = ["## Ablation: agent settings", "",
          "TaLB under each named agent setting (experiments/sweep/plan.py AGENT_SETTINGS); "
          "`paper` is the paper's literal reading. Short-tensor AFCT against the `default` "
-         "setting and against ECMP paired by seed: the setting − the other, mean and 95% "
-         "paired-t interval in ms (testbed wall-clock), and the verdict for the setting, "
+         "setting and against ECMP paired by seed: the setting/the other − 1 (geometric mean "
+         "of the per-seed ratios) and its 95% interval from the paired t on the log-ratios, "
+         "the mean difference in ms (testbed wall-clock) in brackets, and the verdict for "
+         "the setting from that test, "
          "each test at 5% uncorrected; † marks a verdict that stands after Holm's correction "
          "across both columns of this table.", ""]
     m = "short_fct_mean_s"
@@ -668,7 +684,7 @@ def _ablation_md(rows, pts) -> list[str]:
             return "-"
         if pr.n < 2:
             return "no test (fewer than 2 pairs)"
-        return f"{_diff(pr, m).rsplit(' ', 1)[0]}; {_marked(pr, ph[id(pr)], peh[id(pr)])}"
+        return f"{_tested(pr, m)}; {_marked(pr, ph[id(pr)], peh[id(pr)])}"
 
     body = [[f"{load:g}", p["agent"], p["counted"], _fmt(p["est"]["short_fct_mean_s"]),
              _fmt(p["est"]["short_fct_p99_s"]), _fmt(p["est"]["all_fct_mean_s"]), cell(d), cell(e)]
