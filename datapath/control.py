@@ -22,6 +22,7 @@ from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTE
                                 TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
                                 TALB_MAX_TENSORS, TALB_TENSOR_DONE)
 from datapath import bpf_syscall as sc
+from datapath import talb_native
 from datapath.maps import SwitchMaps
 from datapath.schemes import talb as talb_scheme
 from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
@@ -578,9 +579,13 @@ class GroupPublisher:
     through publish_pcm itself (which finds it by its ports, or raises).
 
     ``groups``: ``[(group_id, ifindexes in group order), ...]``. Kernels
-    without the batch commands (< 5.6) get per-group lookups and updates."""
+    without the batch commands (< 5.6) get per-group lookups and updates.
+    ``native``: compute the groups' orders and smooth-WRR schedules in C
+    (datapath.talb_native, the same bytes; Python where it cannot be built);
+    False: in Python."""
 
-    def __init__(self, maps: SwitchMaps, groups: Sequence[tuple[int, Sequence[int]]]):
+    def __init__(self, maps: SwitchMaps, groups: Sequence[tuple[int, Sequence[int]]],
+                 native: bool = True):
         self.maps = maps
         self._groups = []
         for gid, members in groups:
@@ -603,6 +608,8 @@ class GroupPublisher:
         self._write_keys = memoryview(self._write.keys).cast("B")
         self._write_values = memoryview(self._write.values).cast("B")
         self.batched = True
+        # the TaLB parts in C when it can be built (None: _talb_part in Python)
+        self._native = talb_native.parts(len(self._groups)) if native else None
         #: groups written and left alone (already holding the value) so far
         self.written = self.unchanged = 0
         self._snapshot: bytes | None = None   # the groups map as last read (batched)
@@ -661,8 +668,10 @@ class GroupPublisher:
         moved = False  # written through publish_pcm
         errors: list[ValueError | None] = []
         changed = []
+        placed = []  # (group, its value in the map) of the groups where we expect them
+        stale = []   # groups whose TaLB part must be recomputed
         for g, pcm, s in zip(self._groups, pcms, thresholds):
-            gid, key, members, n_bytes, ifx, last, part, given = g
+            gid, _key, members, n_bytes, ifx, last, _part, given = g
             if len(pcm) != len(members):
                 raise ValueError(f"publish: group {gid} has {len(members)} ports, "
                                  f"got {len(pcm)} PCMs")
@@ -684,20 +693,42 @@ class GroupPublisher:
                 fixed = [round(p * one) if 0.0 <= p <= 1.0 else to_fixed(p) for p in pcm]
                 state = (fixed, one if s is None else to_fixed(s))
                 if state != last:
-                    part = _talb_part(fixed, state[1])
-                    g[5], g[6] = state, part
+                    g[5] = state
+                    stale.append(g)
                 g[7] = (list(pcm), s)
-            value = cur[:8] + ifx + part  # flags as installed, as publish_pcm keeps them
+            placed.append((g, cur))
+            errors.append(None)
+        if stale:
+            self._parts(stale)
+        for g, cur in placed:
+            value = cur[:8] + g[4] + g[6]  # flags as installed, as publish_pcm keeps them
             if value != cur:
-                changed.append((key, value))
+                changed.append((g[1], value))
             else:
                 self.unchanged += 1
-            errors.append(None)
         if changed:
             self._store(changed)
         if not changed and not moved:
             self._quiet = ([list(p) for p in pcms], list(thresholds))
         return errors
+
+    def _parts(self, stale: list[list]) -> None:
+        """The TaLB part of each group in ``stale`` from its (fixed PCMs, fixed
+        S): in C, all at once, where it could be built (datapath.talb_native),
+        else in Python; the same bytes either way."""
+        native = self._native
+        if native is None:
+            for g in stale:
+                g[6] = _talb_part(*g[5])
+            return
+        try:
+            computed = native.compute([g[5] for g in stale])
+        except BaseException:
+            for g in stale:  # nothing half-done: the next call starts these afresh
+                g[5] = g[7] = None
+            raise
+        for g, part in zip(stale, computed):
+            g[6] = part
 
     def _store(self, changed: list[tuple[bytes, bytes]]) -> None:
         if self.batched:
