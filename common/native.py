@@ -57,7 +57,8 @@ def build(source: Path, defines: Sequence[str] = (), cc: str | None = None) -> P
                                  timeout=30).stdout.splitlines()[:1]
     except (OSError, subprocess.SubprocessError) as exc:
         raise OSError(f"{cc} --version: {exc}") from exc
-    key = hashlib.sha256(repr((src, tuple(defines), CFLAGS, cc, version)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr((src, tuple(defines), CFLAGS, "-lm", cc,
+                               version)).encode()).hexdigest()[:16]
     out_dir = paths.private_dir(paths.RUN_DIR / "native")
     lib = out_dir / f"{Path(source).stem}-{key}.so"
     try:
@@ -71,7 +72,7 @@ def build(source: Path, defines: Sequence[str] = (), cc: str | None = None) -> P
     os.close(fd)
     try:
         try:
-            r = subprocess.run([cc, *CFLAGS, *defines, "-o", tmp, str(source)],
+            r = subprocess.run([cc, *CFLAGS, *defines, "-o", tmp, str(source), "-lm"],
                                capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.SubprocessError) as exc:
             raise OSError(f"{cc}: {exc}") from exc

@@ -597,9 +597,10 @@ class GroupPublisher:
             ifx = struct.pack(f"={TALB_MAX_GROUP_PORTS}I",
                               *members, *(0,) * (TALB_MAX_GROUP_PORTS - n))
             # [gid, key bytes, members, n_ports bytes, ifindex[] bytes,
-            #  last (fixed PCMs, fixed S), their TaLB part, the (PCMs, S) they came from]
+            #  last (fixed PCMs, fixed S), their TaLB part, the (PCMs, S) they came from,
+            #  the group's slot (its position here; the C code keeps its last fixed PCMs)]
             self._groups.append([gid, _U32.pack(gid), members, _U32.pack(n), ifx, None, b"",
-                                 None])
+                                 None, len(self._groups)])
         m = maps.groups
         self._read = sc.MapBatch(m.fd, 4, _GROUP_SIZE, m.info.max_entries, "groups")
         self._write = sc.MapBatch(m.fd, 4, _GROUP_SIZE, max(1, len(self._groups)), "groups")
@@ -670,8 +671,10 @@ class GroupPublisher:
         changed = []
         placed = []  # (group, its value in the map) of the groups where we expect them
         stale = []   # groups whose TaLB part must be recomputed
+        todo = []    # (group, PCMs, S) of changed inputs, for the C code
+        native = self._native
         for g, pcm, s in zip(self._groups, pcms, thresholds):
-            gid, _key, members, n_bytes, ifx, last, _part, given = g
+            gid, _key, members, n_bytes, ifx, last, _part, given, _slot = g
             if len(pcm) != len(members):
                 raise ValueError(f"publish: group {gid} has {len(members)} ports, "
                                  f"got {len(pcm)} PCMs")
@@ -689,6 +692,11 @@ class GroupPublisher:
                 errors.append(None)
                 continue
             if given is None or given[0] != pcm or given[1] != s:
+                if native is not None:  # fixed point, compared and the part made in C
+                    todo.append((g, pcm, s))
+                    placed.append((g, cur))
+                    errors.append(None)
+                    continue
                 # pcm_to_fixed; its clamps and NaN check only where they can matter
                 fixed = [round(p * one) if 0.0 <= p <= 1.0 else to_fixed(p) for p in pcm]
                 state = (fixed, one if s is None else to_fixed(s))
@@ -698,6 +706,8 @@ class GroupPublisher:
                 g[7] = (list(pcm), s)
             placed.append((g, cur))
             errors.append(None)
+        if todo:
+            self._refresh(todo)
         if stale:
             self._parts(stale)
         for g, cur in placed:
@@ -711,6 +721,22 @@ class GroupPublisher:
         if not changed and not moved:
             self._quiet = ([list(p) for p in pcms], list(thresholds))
         return errors
+
+    def _refresh(self, todo: list[tuple[list, Sequence[float], float | None]]) -> None:
+        """In C: each group's PCMs to fixed point, its TaLB part remade where
+        they (or S) changed -- what the Python path does with ``last``."""
+        one, to_fixed = talb_scheme.PCM_ONE, talb_scheme.pcm_to_fixed
+        parts = self._native.refresh(
+            [(g[8], pcm, one if s is None else to_fixed(s)) for g, pcm, s in todo])
+        if parts is None:  # a NaN PCM: pcm_to_fixed raises as publish_pcm would
+            for _g, pcm, _s in todo:
+                for p in pcm:
+                    to_fixed(p)
+            raise AssertionError("talb_refresh saw a NaN that pcm_to_fixed did not")
+        for (g, pcm, s), part in zip(todo, parts):
+            if part is not None:
+                g[6] = part
+            g[7] = (list(pcm), s)
 
     def _parts(self, stale: list[list]) -> None:
         """The TaLB part of each group in ``stale`` from its (fixed PCMs, fixed

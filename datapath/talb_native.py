@@ -36,6 +36,21 @@ class TalbParts:
         self._out = (ctypes.c_uint8 * (max(1, capacity) * PART_SIZE))()
         self._out_view = memoryview(self._out).cast("B")
         self._call = lambda count: self._fn(count, self._n, self._pcm, self._s, self._out)
+        # refresh(): per call, up to ``capacity`` groups' slots and float PCMs; per
+        # slot, the fixed PCMs and threshold last seen and the TaLB part
+        cap, m = max(1, capacity), TALB_MAX_GROUP_PORTS
+        self._slot = (ctypes.c_int32 * cap)()
+        self._dbl = (ctypes.c_double * (cap * m))()
+        self._changed = (ctypes.c_uint8 * cap)()
+        self._last_pcm = (ctypes.c_uint16 * (cap * m))()
+        self._last_thr = (ctypes.c_uint32 * cap)()
+        self._have = (ctypes.c_uint8 * cap)()
+        self._parts = (ctypes.c_uint8 * (cap * PART_SIZE))()
+        self._parts_view = memoryview(self._parts).cast("B")
+        refresh = lib.talb_refresh
+        args = (self._slot, self._n, self._dbl, self._s, self._last_pcm, self._last_thr,
+                self._have, self._parts, self._changed)
+        self._refresh = lambda count: refresh(count, *args)
 
     def compute(self, groups: list[tuple[list[int], int]]) -> list[bytes]:
         """``groups``: (fixed PCMs in group order, fixed threshold) each; their
@@ -56,6 +71,34 @@ class TalbParts:
         return [bytes(view[k * PART_SIZE:(k + 1) * PART_SIZE]) for k in range(count)]
 
 
+    def refresh(self, groups: list[tuple[int, list[float], int]]) -> list[bytes | None] | None:
+        """``groups``: (slot 0..capacity-1, P_i floats in group order, fixed
+        threshold) each. Per group its new TaLB part, or None where its fixed
+        PCMs and threshold are those last given for its slot (the part made
+        then still holds). None when a P_i is NaN (nothing changed: the
+        caller's Python path raises for it)."""
+        count = len(groups)
+        if count > self.capacity:
+            raise ValueError(f"{count} groups, buffers for {self.capacity}")
+        slot, ns, dbl, ss, m = self._slot, self._n, self._dbl, self._s, TALB_MAX_GROUP_PORTS
+        for k, (where, pcm, s) in enumerate(groups):
+            if not 0 <= where < self.capacity:
+                raise ValueError(f"slot {where} outside 0..{self.capacity - 1}")
+            slot[k] = where
+            ns[k] = len(pcm)
+            dbl[k * m:k * m + len(pcm)] = pcm
+            ss[k] = s
+        rc = self._refresh(count)
+        if rc == -1000000:
+            return None
+        if rc != 0:
+            k = -1 - rc
+            raise ValueError(f"talb_refresh: group {k} cannot be encoded: {groups[k]}")
+        view, changed = self._parts_view, self._changed
+        return [bytes(view[w * PART_SIZE:(w + 1) * PART_SIZE]) if changed[k] else None
+                for k, (w, _p, _s) in enumerate(groups)]
+
+
 def parts(capacity: int) -> TalbParts | None:
     """A :class:`TalbParts` for ``capacity`` groups, or None when the C code
     cannot be had (common.native: no compiler, ``TALB_NATIVE=off``): use the
@@ -67,6 +110,8 @@ def parts(capacity: int) -> TalbParts | None:
         lib.talb_parts.restype = ctypes.c_int
         lib.talb_parts.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                    ctypes.c_void_p, ctypes.c_void_p]
+        lib.talb_refresh.restype = ctypes.c_int
+        lib.talb_refresh.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 9
         if lib.talb_part_size() != PART_SIZE:
             raise RuntimeError(f"talb_parts.c: part of {lib.talb_part_size()} bytes, "
                                f"expected {PART_SIZE}")

@@ -90,3 +90,38 @@ def test_schedules_fill_at_most_the_table(native):
 def test_too_many_groups_is_an_error(native):
     with pytest.raises(ValueError, match="65 groups, buffers for 64"):
         native.compute([([0, 0], ONE)] * 65)
+
+
+def test_refresh_remakes_a_part_only_when_its_fixed_point_changes(native):
+    """The agent's path (TalbParts.refresh): float PCMs to fixed point as
+    pcm_to_fixed does, the part remade where the fixed PCMs or S changed."""
+    from datapath.schemes.talb import pcm_to_fixed
+
+    fresh = talb_native.parts(4)
+    pcms = [[0.1, 0.7, 0.7, 1.0], [0.0, 0.5], [0.3, 0.3, 0.9], [0.5 / ONE, 1.5 / ONE, -0.2]]
+    groups = [(k, p, ONE) for k, p in enumerate(pcms)]
+    first = fresh.refresh(groups)
+    assert first == [_talb_part([pcm_to_fixed(x) for x in p], ONE) for p in pcms]
+    # the same fixed point (a change below 1/ONE), the same S: nothing remade
+    assert fresh.refresh([(0, [0.1, 0.7, 0.7, 1.0000001], ONE), (1, [0.0, 0.5], ONE)]) \
+        == [None, None]
+    # S changed for slot 2, the PCMs of slot 3
+    again = fresh.refresh([(2, pcms[2], 12), (3, [1.0, 0.0, 0.0], ONE)])
+    assert again == [_talb_part([pcm_to_fixed(x) for x in pcms[2]], 12),
+                     _talb_part([ONE, 0, 0], ONE)]
+    # a NaN: nothing changes, the caller raises
+    assert fresh.refresh([(0, [float("nan"), 0.0, 0.0, 0.0], ONE)]) is None
+    assert fresh.refresh([(0, pcms[0], ONE)]) == [None]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-0.5, 1.5, allow_nan=False), min_size=1,
+                max_size=TALB_MAX_GROUP_PORTS))
+def test_refresh_fixed_point_is_pcm_to_fixed(pcm):
+    from datapath.schemes.talb import pcm_to_fixed
+
+    fresh = talb_native.parts(1)
+    if fresh is None:
+        pytest.skip("no C compiler")
+    (part,) = fresh.refresh([(0, pcm, ONE)])
+    assert part == _talb_part([pcm_to_fixed(x) for x in pcm], ONE)
