@@ -611,6 +611,7 @@ class GroupPublisher:
         self.batched = True
         # the TaLB parts in C when it can be built (None: _talb_part in Python)
         self._native = talb_native.parts(len(self._groups)) if native else None
+        self._fixed_s: dict = {}
         #: groups written and left alone (already holding the value) so far
         self.written = self.unchanged = 0
         self._snapshot: bytes | None = None   # the groups map as last read (batched)
@@ -726,8 +727,13 @@ class GroupPublisher:
         """In C: each group's PCMs to fixed point, its TaLB part remade where
         they (or S) changed -- what the Python path does with ``last``."""
         one, to_fixed = talb_scheme.PCM_ONE, talb_scheme.pcm_to_fixed
-        parts = self._native.refresh(
-            [(g[8], pcm, one if s is None else to_fixed(s)) for g, pcm, s in todo])
+        fixed_s = self._fixed_s  # S in fixed point, by S (usually one value, 1.0)
+        if len(fixed_s) > 64:
+            fixed_s.clear()
+        for _g, _pcm, s in todo:
+            if s not in fixed_s:
+                fixed_s[s] = one if s is None else to_fixed(s)
+        parts = self._native.refresh([(g[8], pcm, fixed_s[s]) for g, pcm, s in todo])
         if parts is None:  # a NaN PCM: pcm_to_fixed raises as publish_pcm would
             for _g, pcm, _s in todo:
                 for p in pcm:
