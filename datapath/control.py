@@ -609,7 +609,7 @@ class GroupPublisher:
         self._write_keys = memoryview(self._write.keys).cast("B")
         self._write_values = memoryview(self._write.values).cast("B")
         self.batched = True
-        # the TaLB parts in C when it can be built (None: _talb_part in Python)
+        # fixed point and TaLB parts in C when it can be built (None: in Python)
         self._native = talb_native.parts(len(self._groups)) if native else None
         self._fixed_s: dict = {}
         #: groups written and left alone (already holding the value) so far
@@ -746,21 +746,9 @@ class GroupPublisher:
 
     def _parts(self, stale: list[list]) -> None:
         """The TaLB part of each group in ``stale`` from its (fixed PCMs, fixed
-        S): in C, all at once, where it could be built (datapath.talb_native),
-        else in Python; the same bytes either way."""
-        native = self._native
-        if native is None:
-            for g in stale:
-                g[6] = _talb_part(*g[5])
-            return
-        try:
-            computed = native.compute([g[5] for g in stale])
-        except BaseException:
-            for g in stale:  # nothing half-done: the next call starts these afresh
-                g[5] = g[7] = None
-            raise
-        for g, part in zip(stale, computed):
-            g[6] = part
+        S), in Python (without the C code; with it, :meth:`_refresh`)."""
+        for g in stale:
+            g[6] = _talb_part(*g[5])
 
     def _store(self, changed: list[tuple[bytes, bytes]]) -> None:
         if self.batched:
