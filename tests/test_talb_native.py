@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import skip_or_fail
 from common.c_constants import TALB_MAX_GROUP_PORTS, TALB_PCM_ONE, TALB_SCHED_MAX
 from datapath import talb_native
 from datapath.control import _talb_part
@@ -23,7 +24,7 @@ ONE = TALB_PCM_ONE
 def native():
     parts = talb_native.parts(64)
     if parts is None:
-        pytest.skip("no C compiler: the publisher uses the Python path")
+        skip_or_fail("no C compiler: the publisher uses the Python path")
     return parts
 
 
@@ -122,6 +123,6 @@ def test_refresh_fixed_point_is_pcm_to_fixed(pcm):
 
     fresh = talb_native.parts(1)
     if fresh is None:
-        pytest.skip("no C compiler")
+        skip_or_fail("no C compiler (make setup installs gcc)")
     (part,) = fresh.refresh([(0, pcm, ONE)])
     assert part == _talb_part([pcm_to_fixed(x) for x in pcm], ONE)
