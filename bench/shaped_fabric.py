@@ -13,6 +13,19 @@ the receivers, first second omitted), retransmits, the CPUs' busy share
 while the flows ran (/proc/stat, all CPUs: 100% = every CPU busy), the
 packets sent over every link (tx_packets of every veth end, i.e. packets x
 hops, data and ACKs) and packets per CPU-second.
+
+What it showed (README, Performance (f)), on the 2-core VM: exact shaping
+carries 185 / 369 / 732 Mbit/s at 100 / 200 / 400 Mbit/s links using 30 /
+67 / 88% of the CPUs, ~1.15 Gbit/s when CPU-bound; nearly a third of the
+CPU is HTB arming a watchdog hrtimer per paced packet (a VM exit each).
+``batched`` (sch_htb's hysteresis, topology ``shaping: batched``) needs
+1.5-1.6x less CPU for the same goodput and carries 1.55x more when
+CPU-bound, at the price of clumps of burst/2 bytes on a backlogged link.
+Rates for the experiment presets (docs/experiments.md, "Link rates the
+presets could use"): at the 2 CPUs, ~0.16% CPU per Mbit/s of cross-leaf
+goodput exact (0.11% batched); the presets' fabrics carry at most 175-400
+Mbit/s across the leaves, so their rates have ~1.5x headroom exact, 2x
+only batched and only for arms whose timers are longer than a clump.
 """
 from __future__ import annotations
 
