@@ -26,7 +26,8 @@ How a link is paced (the topology's ``shaping``; README, Performance (f)):
   packet spacing within a clump does not (a flowlet or DRE timer shorter
   than burst/2 at the link rate sees each clump apart). The builder sets
   the parameter; `talb testbed down` of the last batched testbed clears it.
-  An exact testbed is refused while it is set.
+  An exact testbed is refused while it is set; every other HTB on the
+  machine (`talb attach`'s bands, Mininet's TCLinks) is batched too meanwhile.
 * ``false``: no qdisc at all (veth's noqueue): raw forwarding speed.
 
 Queueing (docs/experiments.md, "Queueing"): a running fabric's switch ports
