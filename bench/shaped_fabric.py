@@ -68,6 +68,9 @@ VARIANTS = {v.name: v for v in (
                   "clumps of <= burst/2 bytes, the largest burst after idle as the topology's"),
     Variant("batched-full", hysteresis=True,
             about="HTB with htb_hysteresis=1, the topology's burst/cburst (after idle up to burst+cburst)"),
+    Variant("batched-small", hysteresis=True, burst_scale=0.3,
+            about="htb_hysteresis=1, burst/cburst x0.3: clumps of <= 0.3 burst (3 frames at 15 KB), "
+                  "shorter than a 4-frame flowlet gap"),
     Variant("tbf", kind="tbf", about="one TBF per egress: rate, burst = queue.burst, limit = queue.limit bytes"),
     Variant("gro", host_gro=True, about="exact, and GRO on at the hosts' interfaces (fewer ACKs)"),
     Variant("batched+gro", hysteresis=True, burst_scale=0.5, host_gro=True, about="batched and gro"),

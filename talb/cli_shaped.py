@@ -50,7 +50,7 @@ def _size(ctx, param, value):
               help="Link rates to measure (every link of the fabric at that rate), comma-separated.")
 @click.option("--variants", default="exact,batched", show_default=True, callback=_variants,
               help="Link emulation variants, alternated A B A B on the same fabric: exact (what "
-                   "`talb testbed up` builds), batched, batched-full, tbf, gro, batched+gro "
+                   "`talb testbed up` builds), batched, batched-full, batched-small, tbf, gro, batched+gro "
                    "(bench/shaped_fabric.py says what each is).")
 @click.option("--rounds", "-n", type=click.IntRange(1, 50), default=2, show_default=True,
               help="Rounds of every variant per rate.")
