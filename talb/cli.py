@@ -11,6 +11,7 @@
     talb bench datapath                data-path benchmarks
     talb bench faults                  faults under training: recovery time, delivery
     talb bench build                   fabric build time against nodes (and Mininet's)
+    talb bench shaped                  goodput and CPU through a shaped fabric, link emulation variants
     talb monitoring up|down|status     Prometheus (+ Grafana) for the testbeds and runs
     talb report RESULTS                a finished run's key panels as PNG
 """
@@ -678,6 +679,8 @@ from talb import cli_faults  # noqa: E402
 cli_faults.register(bench_group)
 from talb import cli_build  # noqa: E402
 cli_build.register(bench_group)
+from talb import cli_shaped  # noqa: E402
+cli_shaped.register(bench_group)
 from talb import cli_agent  # noqa: E402
 cli_agent.register(main)
 from talb import cli_attach  # noqa: E402

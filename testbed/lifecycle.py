@@ -196,6 +196,15 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     return state
 
 
+def _was_batched(prefix: str) -> bool:
+    from netns_topology.params import BATCHED
+
+    try:
+        return read_state(prefix).get("topology", {}).get("shaping") == BATCHED
+    except TestbedError:
+        return False
+
+
 def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> dict:
     """Remove namespaces, pinned maps and the state file of `prefix`. Idempotent."""
     from netns_topology import teardown
@@ -221,7 +230,13 @@ def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> 
         remove_pins(pins)
         progress(f"removed pinned maps under {pins}")
     had_state = paths.state_dir(prefix).exists()
+    batched = _was_batched(prefix)
     shutil.rmtree(paths.state_dir(prefix), ignore_errors=True)
+    if batched:
+        from netns_topology.state import release_batched
+
+        if release_batched(prefix):
+            progress("the last batched testbed: sch_htb's htb_hysteresis is off again")
     return {"prefix": prefix, "namespaces": removed, "pins": had_pins, "state": had_state}
 
 
