@@ -7,6 +7,7 @@ crosses a half-configured link.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import subprocess
 from pathlib import Path
 
@@ -28,6 +29,8 @@ RTAX_RTO_MIN = 13  # route metric (linux/rtnetlink.h); its bit in RTAX_LOCK lock
 STP = {"br_stp_state": 1, "br_forward_delay": 200, "br_hello_time": 100, "br_max_age": 600}
 _IPV4_SYSCTL = Path("/proc/sys/net/ipv4")
 _ETHTOOL_BATCH = 32
+
+log = logging.getLogger("talb.topology")
 
 
 def _prepare_tcp_cc(name: str) -> None:
@@ -233,12 +236,17 @@ def _check_pacing(topo: Topo, prefix: str) -> None:
     from .state import batched_testbeds
 
     holders = [p for p in batched_testbeds() if p != prefix]
-    why = (f"testbed(s) {', '.join(holders)} with shaping: batched are up" if holders else
-           "no testbed with shaping: batched is recorded as up: a leftover, "
-           f"`echo 0 > {qdisc.HYSTERESIS}` clears it")
+    if not holders:
+        # a leftover of a batched testbed that never came down (a killed run): nobody
+        # relies on it, and leaving it on would batch this fabric without saying so
+        log.warning("sch_htb's htb_hysteresis was on with no batched testbed up "
+                    "(a leftover): turned off for exact pacing")
+        qdisc.set_hysteresis(False)
+        return
     raise TopologyError("shaping", f"true (exact pacing) needs sch_htb's htb_hysteresis off, and it is "
-                                   f"on, machine-wide: {why}. Tear those down, or build this one with "
-                                   "shaping: batched too")
+                                   f"on, machine-wide: testbed(s) {', '.join(holders)} with "
+                                   "shaping: batched are up. Tear those down, or build this one "
+                                   "with shaping: batched too")
 
 
 def build(topo: Topo, prefix: str, progress=None) -> None:

@@ -1,7 +1,8 @@
 """``shaping: batched`` (netns_topology/qdisc.py, README "Performance" (f)):
 the same HTB tree with half burst and cburst under sch_htb's machine-wide
 hysteresis; the link rate and the queue's byte limit as the topology says;
-an exactly shaped fabric refused while the hysteresis is on; the last
+an exactly shaped fabric refused while a batched one is up, and a leftover
+hysteresis (no batched testbed up) turned off by it; the last
 batched testbed's `down` turning it off.
 
 Fabric: 1 spine, 2 leaves, 1 host per leaf, every link at 100 Mbit/s.
@@ -34,6 +35,18 @@ def batched(request, bcc):
     if qdisc.hysteresis():
         pytest.skip("sch_htb's htb_hysteresis is already on (another batched testbed?)")
     return up_fabric(request, LeafSpine(shaping="batched", **TOPO))
+
+
+def test_a_leftover_hysteresis_is_turned_off_by_an_exact_build(request, bcc):
+    """A batched testbed killed before its `down` leaves the machine-wide
+    setting on; the next exact fabric turns it off rather than be batched
+    silently or refused. (First in this file: no batched testbed is up yet.)"""
+    if qdisc.hysteresis():
+        pytest.skip("sch_htb's htb_hysteresis is already on (another batched testbed?)")
+    qdisc.set_hysteresis(True)
+    request.addfinalizer(lambda: qdisc.set_hysteresis(False))
+    up_fabric(request, LeafSpine(**TOPO))
+    assert not qdisc.hysteresis()
 
 
 def _htb_and_fifo(prefix, node, ifname):
