@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from common import paths
-from netns_topology.state import (DATAPATHS, TestbedError, load_topology_of, node_namespace,
+from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, load_topology_of, node_namespace,
                                   read_state, require_root)
 from testbed import lifecycle
 
@@ -112,7 +112,12 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
                                 "(parameters: `talb scheme NAME --param ...`).")
 @click.option("--datapath", type=click.Choice(DATAPATHS), default="bpf", show_default=True,
-              help="bpf: the switch programs forward; bridge: the kernel bridge alone (a baseline).")
+              help="bpf: the switch programs forward at TC ingress, through each port's "
+                   "emulated link and queue (HTB); xdp: the same programs as XDP, for "
+                   "line-rate runs and real NICs -- no link shaping, queues or priority "
+                   "bands (shaping off unless the topology file asks for it, which is "
+                   "refused), and not DRILL or --pcm-delay measured, which read queues; "
+                   "bridge: the kernel bridge alone (a baseline).")
 @click.option("--replace", is_flag=True, help="Tear down a testbed with the same prefix first.")
 @click.option("--agent/--no-agent", "with_agent", default=None,
               help="Start the PCM agent (talb agent) with the testbed; on by default with the "
@@ -143,11 +148,15 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
     })
     if queue_limit is not None:
         data["queue"] = {**(data.get("queue") or {}), "limit": queue_limit}
+    if datapath == "xdp":
+        # XDP_REDIRECT bypasses the ports' qdiscs: no links to shape
+        # (a topology file saying shaping: true is refused by `up`)
+        data.setdefault("shaping", False)
     topo = topology_from_dict(data)
     console.print(f"[bold]talb testbed up[/] prefix [cyan]{prefix}[/]: "
                   f"{len(topo.switches)} switches, {len(topo.hosts)} hosts, datapath {datapath}")
     if with_agent is None:
-        with_agent = datapath == "bpf"
+        with_agent = datapath in PROGRAM_DATAPATHS
     agent = {"metrics_addr": metrics_addr, "metrics_port": metrics_port} if with_agent else None
     from agent.daemon import AgentError
 
@@ -242,7 +251,7 @@ def _print_status(st: dict) -> None:
     rto, topo_rto = st.get("rto_min_ms"), st.get("rto_min_topology_ms", st.get("rto_min_ms"))
     console.print("hosts' minimum RTO: " + rto_text(rto)
                   + (f"; set since up, the topology's: {rto_text(topo_rto)}" if rto != topo_rto else ""))
-    if st.get("timers") and st["datapath"] == "bpf":
+    if st.get("timers") and st["datapath"] in PROGRAM_DATAPATHS:
         console.print(_timers_line(st["timers"], st.get("agent_window_s")))
     for sw in st["switches"]:
         set_here = _timers_set(st.get("timers"), sw.get("timers"))
@@ -456,7 +465,8 @@ def scheme(name, params, prefix):
 
     if attached_fabric.attached(prefix):
         return _scheme_attached(prefix, name, params)
-    if read_state(prefix).get("datapath") != "bpf":
+    datapath = read_state(prefix).get("datapath")
+    if datapath not in PROGRAM_DATAPATHS:
         raise TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
                            f"(--datapath bridge): it has no scheme to show or set")
     if params and not name:
@@ -465,6 +475,13 @@ def scheme(name, params, prefix):
         parsed = parse_params(params)
     except SchemeError as exc:
         _fail(str(exc))
+    if name and datapath == "xdp":
+        from datapath.xdp import XdpError, check_scheme
+
+        try:
+            check_scheme(name, parsed.get("fallback"), option="scheme")
+        except XdpError as exc:
+            _fail(str(exc))
     from datapath import timers
 
     topo = load_topology_of(prefix)
