@@ -9,6 +9,7 @@
     talb run --model M --arch ps ...   one training experiment: PS or all-reduce, results JSON
     talb bench --preset fig10          the paper's experiments: sweeps, CIs, plots, summary
     talb bench datapath                data-path benchmarks
+    talb bench xdp                     XDP entry vs TC entry vs empty XDP_REDIRECT, packets/s per core
     talb bench faults                  faults under training: recovery time, delivery
     talb bench build                   fabric build time against nodes (and Mininet's)
     talb monitoring up|down|status     Prometheus (+ Grafana) for the testbeds and runs
@@ -686,6 +687,28 @@ def bench_datapath(repeat, duration, json_out):
 
     require_root()
     results = run_all(repeat=repeat, duration=duration, say=console.print)
+    if json_out:
+        Path(json_out).write_text(json.dumps(results, indent=2))
+        console.print(f"results written to {json_out}")
+
+
+@bench_group.command("xdp")
+@click.option("--repeat", type=int, default=1_000_000, show_default=True,
+              help="BPF_PROG_TEST_RUN repetitions for the program cost.")
+@click.option("--frames", type=int, default=2_000_000, show_default=True,
+              help="Frames forwarded (redirect executed) per measurement.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Best of this many.")
+@click.option("--size", type=int, default=64, show_default=True, help="Frame size, bytes.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the results here.")
+def bench_xdp(repeat, frames, rounds, size, json_out):
+    """Packets/s per core of the XDP entry point against the TC one and an
+    empty XDP_REDIRECT, in one run: (a) the program's cost under
+    BPF_PROG_TEST_RUN; (b) forwarding with the redirect executed, one CPU
+    (docs/architecture.md, "XDP entry point"). Not a pass/fail test."""
+    from bench.datapath_xdp import measure
+
+    require_root()
+    results = measure(repeat=repeat, frames=frames, rounds=rounds, size=size, say=console.print)
     if json_out:
         Path(json_out).write_text(json.dumps(results, indent=2))
         console.print(f"results written to {json_out}")
