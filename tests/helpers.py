@@ -130,7 +130,7 @@ def up_fabric(request, topology, *, agent: bool | dict = False, datapath: str = 
 
     ``topology``: a topology file or a Topology object. ``agent``: True, the
     PCM agent with its metrics on a free port; a dict, those AgentConfig
-    options; False, none. ``datapath``: "bpf" or "bridge". ``scheme``:
+    options; False, none. ``datapath``: "bpf", "xdp" or "bridge". ``scheme``:
     replaces the topology's."""
     from netns_topology import load_topology
     from testbed import lifecycle
