@@ -17,7 +17,10 @@ from common import paths
 from .spec import topology_from_dict
 from .teardown import namespaces  # this prefix's, by a /run/netns scan
 
-DATAPATHS = ("bpf", "bridge")
+DATAPATHS = ("bpf", "xdp", "bridge")
+#: the data paths with switch programs and their maps (counters, schemes,
+#: the agent): the TC one (bpf) and the XDP one (xdp: datapath/xdp.py)
+PROGRAM_DATAPATHS = ("bpf", "xdp")
 
 
 class TestbedError(RuntimeError):
