@@ -174,12 +174,19 @@ def build(config: AgentConfig, *, prefix: str, switch: str | None = None) -> Age
         if paths.attach_file(prefix).exists():
             routing = _attached_routing(prefix, config, monitors, switch)
         else:
-            from netns_topology.state import load_topology_of, read_state
+            from netns_topology.state import PROGRAM_DATAPATHS, load_topology_of, read_state
 
             state = read_state(prefix)
-            if state.get("datapath") != "bpf" or state.get("status") != "up":
+            if state.get("datapath") not in PROGRAM_DATAPATHS or state.get("status") != "up":
                 raise AgentError(f"testbed '{prefix}' is {state.get('status')} with datapath "
-                                 f"{state.get('datapath')}: the agent needs a running bpf data path")
+                                 f"{state.get('datapath')}: the agent needs a running bpf or xdp data path")
+            if state.get("datapath") == "xdp":
+                from datapath.xdp import XdpError, check_pcm_delay
+
+                try:
+                    check_pcm_delay(config.pcm_delay)
+                except XdpError as exc:
+                    raise AgentError(str(exc)) from None
             routing = TopologyRouting(load_topology_of(prefix), prefix)
             names = routing.switches
             if switch is not None and switch not in names:

@@ -27,6 +27,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from agent import pcm_native
+from agent.pcm_native import EXACT
+
 #: A full Ethernet frame at MTU 1500 (HTB counts the 14-byte header): the
 #: packet size that converts C to packets/s when a window saw no packet.
 FULL_FRAME_BYTES = 1514
@@ -81,7 +84,8 @@ class PortModel:
     order; tests/test_pcm.py holds them equal), without a PortLoad per port.
     An idle port (no byte, no packet) costs a lookup."""
 
-    def __init__(self, capacities_bps: Sequence[float], max_waits_s: Sequence[float]):
+    def __init__(self, capacities_bps: Sequence[float], max_waits_s: Sequence[float],
+                 native: bool = True):
         if len(capacities_bps) != len(max_waits_s):
             raise ValueError(f"{len(capacities_bps)} capacities but {len(max_waits_s)} buffers")
         for c in capacities_bps:
@@ -95,6 +99,9 @@ class PortModel:
         # md1_delay of an idle port: a full frame's service time
         self.idle_delays = [1.0 / (c / (8 * FULL_FRAME_BYTES)) for c in self.capacities]
         self._idle = ([0.0] * len(self.capacities), self.idle_delays)
+        # the same loop in C (agent/pcm_native.py) when it can be built; False: Python only
+        self._native = pcm_native.port_model(self.capacities, self.max_waits, self.idle_delays,
+                                             FULL_FRAME_BYTES) if native else None
 
     def window(self, tx_bytes: Sequence[int], tx_packets: Sequence[int],
                dt_s: float) -> tuple[list[float], list[float]]:
@@ -103,6 +110,13 @@ class PortModel:
             raise ValueError(f"capacity and window must be > 0, got window {dt_s} s")
         if not any(tx_bytes) and not any(tx_packets) and len(tx_bytes) == len(self.capacities):
             return self._idle  # every port idle (the same lists every time: do not modify)
+        c_model = self._native
+        if (c_model is not None and len(tx_bytes) == len(tx_packets) == c_model.n
+                and -EXACT < min(tx_bytes) and max(tx_bytes) < EXACT
+                and -EXACT < min(tx_packets) and max(tx_packets) < EXACT):
+            out = c_model(tx_bytes, tx_packets, dt_s)
+            if out is not None:
+                return out
         utils, delays = [], []
         u_append, d_append = utils.append, delays.append
         for b, k, c, max_wait, idle in zip(tx_bytes, tx_packets, self.capacities,
@@ -173,10 +187,15 @@ class GroupPcm:
     are those of the last window is not recomputed (its list is returned
     again, the same object: idle ports read the same every window)."""
 
-    def __init__(self, groups: Sequence[Sequence[int]], w1: float = 1.0, w2: float = 1.0):
+    def __init__(self, groups: Sequence[Sequence[int]], w1: float = 1.0, w2: float = 1.0,
+                 n_ports: int | None = None, native: bool = True):
         _check_weights(w1, w2)
         self.groups = [tuple(g) for g in groups]
         self.w1, self.w2 = w1, w2
+        # ``n_ports`` given (the per-port lists' length): windows with lists of
+        # that length computed in C (agent/pcm_native.py) when it can be built
+        self._native = pcm_native.group_pcm(self.groups, n_ports, w1, w2) \
+            if native and n_ports is not None else None
         self._last: list[tuple | None] = [None] * len(self.groups)  # (utils, delays, pcm)
         self._inputs: tuple | None = None  # the last window's (utils, delays, result)
 
@@ -188,6 +207,11 @@ class GroupPcm:
             raise ValueError("NaN utilisation or delay")
         if self._inputs is not None and self._inputs[0] is utils and self._inputs[1] is delays:
             return self._inputs[2]  # the same lists (PortModel's idle ones): nothing to do
+        c_pcm = self._native
+        if c_pcm is not None and len(utils) == c_pcm.n_ports:
+            out = c_pcm(utils, delays)
+            self._inputs = (utils, delays, out)
+            return out
         out, last, w1, w2 = [], self._last, self.w1, self.w2
         for k, idx in enumerate(self.groups):
             u = [utils[i] for i in idx]

@@ -22,7 +22,7 @@ import socket
 import struct
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 NETLINK_ROUTE = 0
 CLONE_NEWNET = 0x40000000
@@ -62,8 +62,9 @@ class LinkState:
         return bool(self.flags & IFF_UP) and bool(self.flags & IFF_LOWER_UP)
 
 
-@dataclass(frozen=True)
-class QdiscStats:
+class QdiscStats(NamedTuple):
+    """A root qdisc's statistics (a tuple: a dump builds one per port per
+    window, and a frozen dataclass cost three times as much to make)."""
     backlog_bytes: int
     qlen: int
     drops: int
@@ -244,19 +245,32 @@ def parse_link(buf, start: int, end: int) -> LinkState:
 
 
 def _qdisc_stats(buf, off: int, end: int) -> QdiscStats | None:
-    for kind, aoff, alen in _attrs(buf, off, end):
-        if kind != TCA_STATS2:
-            continue
-        basic = queue = None
-        for skind, soff, slen in _attrs(buf, aoff, aoff + alen):
-            if skind == TCA_STATS_BASIC and slen >= _BASIC.size:
-                basic = _BASIC.unpack_from(buf, soff)
-            elif skind == TCA_STATS_QUEUE and slen >= _QUEUE.size:
-                queue = _QUEUE.unpack_from(buf, soff)
-        if basic is None or queue is None:
+    """TCA_STATS2's BASIC and QUEUE of one qdisc message's attributes
+    buf[off:end]. The attribute walks of :func:`_attrs`, written out: this
+    runs for every port every window in measured mode (64 ports: ~2 us a
+    port here, ~3.6 through the generators)."""
+    nla = _NLA.unpack_from
+    while off + 4 <= end:
+        length, kind = nla(buf, off)
+        if length < 4:
             return None
-        return QdiscStats(backlog_bytes=queue[1], qlen=queue[0], drops=queue[2],
-                          bytes=basic[0], packets=basic[1])
+        if kind & NLA_F_MASK == TCA_STATS2:
+            basic = queue = None
+            soff, send = off + 4, off + length
+            while soff + 4 <= send:
+                slen, skind = nla(buf, soff)
+                if slen < 4:
+                    break
+                skind &= NLA_F_MASK
+                if skind == TCA_STATS_BASIC and slen - 4 >= _BASIC.size:
+                    basic = _BASIC.unpack_from(buf, soff + 4)
+                elif skind == TCA_STATS_QUEUE and slen - 4 >= _QUEUE.size:
+                    queue = _QUEUE.unpack_from(buf, soff + 4)
+                soff += (slen + 3) & ~3
+            if basic is None or queue is None:
+                return None
+            return QdiscStats(queue[1], queue[0], queue[2], basic[0], basic[1])
+        off += (length + 3) & ~3
     return None
 
 

@@ -167,7 +167,8 @@ class SwitchMonitor:
                                  None if members == distinct else positions,
                                  tuple(at[x] for x in distinct)))
         self._publisher = GroupPublisher(self.maps, [(g.gid, g.members) for g in groups])
-        self._pcm = pcm_math.GroupPcm([g.at for g in groups], self.config.w1, self.config.w2)
+        self._pcm = pcm_math.GroupPcm([g.at for g in groups], self.config.w1, self.config.w2,
+                                      n_ports=len(self._ports))
         self._groups = groups
 
     def down_ports(self) -> list[str]:

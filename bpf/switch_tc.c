@@ -41,6 +41,10 @@
  *
  * Loaded by datapath/loader.py (bcc, SCHED_CLS), which expands the
  * #include "talb/..." lines into one text first (see talb/maps.h).
+ *
+ * Written against talb/ctx.h (struct __ctx_buff, ctx_*()): switch_xdp.c
+ * compiles this same file as the XDP entry point (one decision core, two
+ * entry points). The TC build is the default.
  */
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/pkt_cls.h>
@@ -49,11 +53,11 @@
 #include "talb/structs.h"
 #include "talb/maps.h"
 #include "talb/decision.h"
+#include "talb/ctx.h"      /* TC here; XDP in switch_xdp.c */
 #include "talb/ipopt.h"
-#include "talb/skb.h"
 
 /* Raise CONGA's CE to `ce` (the option's 16-bit word with FB_LBTag). */
-static __always_inline int conga_raise(struct __sk_buff *skb, const struct conga_opt *o,
+static __always_inline int conga_raise(struct __ctx_buff *skb, const struct conga_opt *o,
 				       __u8 ce)
 {
 	__u8 old[2] = { o->ce, o->fb_lbtag }, new[2] = { ce, o->fb_lbtag };
@@ -64,39 +68,39 @@ static __always_inline int conga_raise(struct __sk_buff *skb, const struct conga
 
 /* Act on a forwarding verdict: the last hop's strip, the band, the
  * first-hop release, the redirect. The end of every entry point. */
-static __always_inline int talb_act(struct __sk_buff *skb, struct talb_pkt *pkt,
+static __always_inline int talb_act(struct __ctx_buff *skb, struct talb_pkt *pkt,
 				    struct talb_verdict *v)
 {
 	if ((v->egress_flags & PORT_HOST) && (pkt->flags & TALB_PKT_OPT_SEEN)) {
 		if (!(pkt->flags & TALB_PKT_OPT_STRIP)) {
 			talb_count(CNT_DROP_OPT_POSITION);
-			return TC_ACT_SHOT;
+			return CTX_ACT_DROP;
 		}
 		if (ipopt_strip(skb, TALB_IPOPT_LEN)) {
 			talb_count(CNT_DROP_STRIP_FAIL);
-			return TC_ACT_SHOT;
+			return CTX_ACT_DROP;
 		}
 		talb_count(CNT_STRIPPED);
-		pkt->len = skb->len;
+		pkt->len = ctx_len(skb);
 	}
-	skb->priority = v->priority;
+	ctx_set_priority(skb, v->priority);
 
-	if ((v->cfg_flags & CFG_RELEASE_SK) && skb->sk) {
-		if (bpf_clone_redirect(skb, v->egress_ifindex, 0) == 0) {
+	if ((v->cfg_flags & CFG_RELEASE_SK) && ctx_owned(skb)) {
+		if (ctx_clone_redirect(skb, v->egress_ifindex) == 0) {
 			talb_count(CNT_RELEASED);
 			talb_port_tx(v->egress_port_id, pkt->len);
-			return TC_ACT_SHOT;
+			return CTX_ACT_DROP;
 		}
 		/* Send the owned original rather than lose the packet. */
 		talb_count(CNT_CLONE_FAIL);
 	}
 	talb_count(CNT_REDIRECTED);
 	talb_port_tx(v->egress_port_id, pkt->len);
-	return bpf_redirect(v->egress_ifindex, 0);
+	return ctx_redirect(skb, v->egress_ifindex);
 }
 
 /* Index idx of group g chosen (decision counter dcnt): verdict, then act. */
-static __always_inline int talb_finish(struct __sk_buff *skb, struct talb_pkt *pkt,
+static __always_inline int talb_finish(struct __ctx_buff *skb, struct talb_pkt *pkt,
 				       const struct fwd_group *g,
 				       const struct talb_config *cfg, __u32 idx,
 				       __u32 dcnt, __u64 now)
@@ -105,14 +109,14 @@ static __always_inline int talb_finish(struct __sk_buff *skb, struct talb_pkt *p
 
 	if (!talb_verdict_for(pkt, g, cfg, idx, dcnt, now, &v)) {
 		talb_count(v.reason);
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	}
 	return talb_act(skb, pkt, &v);
 }
 
 /* Hand the packet to scheme `scheme`'s program. Returns only when there is
  * none (the caller decides by ECMP and counts CNT_SCHEME_FALLBACK). */
-static __always_inline void talb_tail(struct __sk_buff *skb, const struct talb_pkt *pkt,
+static __always_inline void talb_tail(struct __ctx_buff *skb, const struct talb_pkt *pkt,
 				      __u32 gid, __u64 now, __u32 scheme, __u32 flags)
 {
 	__u32 zero = 0;
@@ -157,7 +161,7 @@ static __always_inline struct talb_scratch *talb_scratch_take(const struct talb_
  * unknown midway; `rem`: TaLB remembers the fallback's port): a tail call
  * to RPS's, LetFlow's or DRILL's program; returns only for ECMP -- the
  * caller's -- or when that program is missing (counted). */
-static __always_inline void talb_fallback(struct __sk_buff *skb, const struct talb_pkt *pkt,
+static __always_inline void talb_fallback(struct __ctx_buff *skb, const struct talb_pkt *pkt,
 					  const struct talb_config *cfg, __u32 gid, __u64 now,
 					  __u32 rem)
 {
@@ -175,44 +179,44 @@ static __always_inline void talb_fallback(struct __sk_buff *skb, const struct ta
  * schemes do not add up in one verifier budget (docs/schemes.md). TaLB
  * is inline: a tail call and the hand-over of the packet cost more than
  * its whole table hit (docs/schemes.md "Cost per packet"). */
-int talb_switch_tc(struct __sk_buff *skb)
+int talb_switch_tc(struct __ctx_buff *skb)
 {
 	struct talb_pkt pkt = {};
 	struct talb_verdict v = {};
 	const struct talb_config *cfg;
 	struct fwd_group *g = 0;
 	struct port_info in = {};
-	__u32 ifindex = skb->ifindex;   /* at ingress: the arrival device */
+	__u32 ifindex = ctx_ingress_ifindex(skb);
 	__u32 gid = 0, idx = 0, dcnt = CNT_DECISION_SINGLE;
 	__u64 now = 0;
 	void *data, *data_end;
 
 	if (!talb_port_get(ifindex, &in)) {
 		talb_count(CNT_PASS_UNKNOWN_INGRESS);
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	}
 	pkt.ingress_ifindex = ifindex;
-	pkt.len = skb->len;
+	pkt.len = ctx_len(skb);
 	talb_port_rx(in.port_id, pkt.len);
 
 	/* Headers in the linear area (a no-op for the fabric's packets). */
-	talb_pull_headers(skb);
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
+	ctx_pull_headers(skb);
+	data = ctx_data(skb);
+	data_end = ctx_data_end(skb);
 
 	if (!talb_extract(data, data_end, &pkt, &v)) {
 		talb_count(v.reason);
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	}
 	if ((in.flags & PORT_HOST) && (pkt.flags & TALB_PKT_OPT_SEEN) &&
 	    !(pkt.flags & TALB_PKT_OPT_STRIP)) {
 		talb_count(CNT_DROP_OPT_POSITION);
-		return TC_ACT_SHOT;
+		return CTX_ACT_DROP;
 	}
 	cfg = talb_config_get();
 	if (!cfg || !talb_route(&pkt, &v, &g, &gid)) {
 		talb_count(cfg ? v.reason : CNT_PASS_GROUP_EMPTY);
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	}
 	if (talb_scheme_clock(cfg))
 		now = bpf_ktime_get_ns();
@@ -246,7 +250,7 @@ int talb_switch_tc(struct __sk_buff *skb)
 /* A scheme's program: the packet from scheme_scratch, the scheme's
  * choice, then as the main program. TaLB's fallback comes here marked
  * TALB_SCRATCH_REMEMBER when TaLB remembers the fallback's port. */
-static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme)
+static __always_inline int talb_scheme_entry(struct __ctx_buff *skb, __u32 scheme)
 {
 	__u32 idx, flags, gid, dcnt = CNT_DECISION_ECMP;
 	const struct talb_config *cfg = talb_config_get();
@@ -257,7 +261,7 @@ static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme
 
 	s = talb_scratch_take(cfg, &pkt, &g);
 	if (!s)
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	now = s->now;
 	gid = s->gid;
 	flags = s->flags;
@@ -269,24 +273,24 @@ static __always_inline int talb_scheme_entry(struct __sk_buff *skb, __u32 scheme
 
 /* One program per scheme, in scheme_progs at its TALB_SCHEME_* id
  * (datapath/loader.py SCHEME_PROGS). */
-int talb_scheme_rps(struct __sk_buff *skb)
+int talb_scheme_rps(struct __ctx_buff *skb)
 {
 	return talb_scheme_entry(skb, TALB_SCHEME_RPS);
 }
 
-int talb_scheme_letflow(struct __sk_buff *skb)
+int talb_scheme_letflow(struct __ctx_buff *skb)
 {
 	return talb_scheme_entry(skb, TALB_SCHEME_LETFLOW);
 }
 
-int talb_scheme_drill(struct __sk_buff *skb)
+int talb_scheme_drill(struct __ctx_buff *skb)
 {
 	return talb_scheme_entry(skb, TALB_SCHEME_DRILL);
 }
 
 /* CONGA's program: every packet of a switch running CONGA comes here (the
  * option is pushed, raised or stripped at every hop, schemes/conga.h). */
-int talb_scheme_conga(struct __sk_buff *skb)
+int talb_scheme_conga(struct __ctx_buff *skb)
 {
 	__u32 idx = 0, dcnt = CNT_DECISION_SINGLE, dst_leaf;
 	const struct talb_config *cfg = talb_config_get();
@@ -305,19 +309,19 @@ int talb_scheme_conga(struct __sk_buff *skb)
 
 	s = talb_scratch_take(cfg, &pkt, &g);
 	if (!s)
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	now = s->now;
 	conga_params_of(cfg, &pp);
 	in_flags = talb_port_get(pkt.ingress_ifindex, &in) ? in.flags : 0;
 	leaf = conga_leaf_of.lookup(&pkt.daddr_be);
 	dst_leaf = leaf && *leaf < TALB_CONGA_MAX_LEAVES ? *leaf : TALB_CONGA_NO_LEAF;
 
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
+	data = ctx_data(skb);
+	data_end = ctx_data_end(skb);
 	iph = data + sizeof(struct ethhdr);
 	if ((void *)(iph + 1) > data_end) {
 		talb_count(CNT_PASS_MALFORMED);
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	}
 	has = parse_conga_option(iph, data_end, &opt);
 
@@ -331,7 +335,7 @@ int talb_scheme_conga(struct __sk_buff *skb)
 	}
 	if (!talb_verdict_for(&pkt, g, cfg, idx, dcnt, now, &v)) {
 		talb_count(v.reason);
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	}
 	q = conga_port_metric(v.egress_port_id, &pp, now);
 	if (!(v.egress_flags & PORT_HOST)) {
@@ -347,11 +351,11 @@ int talb_scheme_conga(struct __sk_buff *skb)
 			r = ipopt_push(skb, &o, TALB_CONGA_IPOPT_LEN);
 			if (r == TALB_OPT_DONE) {
 				talb_count(CNT_CONGA_PUSHED);
-				pkt.len = skb->len;
+				pkt.len = ctx_len(skb);
 			} else {
 				talb_count(CNT_CONGA_PUSH_FAIL);
 				if (r == TALB_OPT_BROKEN)
-					return TC_ACT_SHOT;     /* half-written */
+					return CTX_ACT_DROP;    /* half-written */
 			}
 		} else if (has && q > opt.ce) {
 			if (conga_raise(skb, &opt, q) == 0)
@@ -361,14 +365,14 @@ int talb_scheme_conga(struct __sk_buff *skb)
 		conga_record(&opt, now);
 		if (ipopt_strip(skb, TALB_CONGA_IPOPT_LEN)) {
 			talb_count(CNT_CONGA_DROP_STRIP_FAIL);
-			return TC_ACT_SHOT;
+			return CTX_ACT_DROP;
 		}
 		talb_count(CNT_CONGA_STRIPPED);
-		pkt.len = skb->len;
+		pkt.len = ctx_len(skb);
 		/* The TaLB option, if any, is first now: strippable when it is
 		 * as a host sent it (checked without parsing it all again). */
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
+		data = ctx_data(skb);
+		data_end = ctx_data_end(skb);
 		iph = data + sizeof(struct ethhdr);
 		if (parse_strippable_talb_option(iph, data_end))
 			pkt.flags |= TALB_PKT_OPT_STRIP;

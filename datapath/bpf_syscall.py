@@ -26,6 +26,8 @@ __all__ = [
     "map_lookup", "map_update", "map_delete", "map_get_next_key",
     "obj_get_info_by_fd", "map_info", "ProgInfo", "prog_info", "prog_test_run", "close",
     "prog_load", "BPF_PROG_TYPE_SCHED_CLS", "VERIFIER_INSN_LIMIT", "PreparedCall", "MapBatch",
+    "BPF_PROG_TYPE_XDP", "XdpMd", "BPF_F_TEST_XDP_LIVE_FRAMES", "XDP_ABORTED", "XDP_DROP",
+    "XDP_PASS", "XDP_TX", "XDP_REDIRECT", "prog_get_fd_by_id",
 ]
 
 # --- commands (enum bpf_cmd) ---------------------------------------------
@@ -38,6 +40,7 @@ BPF_PROG_LOAD = 5
 BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
+BPF_PROG_GET_FD_BY_ID = 13
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_LOOKUP_BATCH = 24
 BPF_MAP_UPDATE_BATCH = 26
@@ -69,6 +72,13 @@ PERCPU_MAP_TYPES = frozenset(
 
 # --- program types (enum bpf_prog_type) -------------------------------------
 BPF_PROG_TYPE_SCHED_CLS = 3
+BPF_PROG_TYPE_XDP = 6
+
+# --- XDP (enum xdp_action; BPF_PROG_TEST_RUN flags) ---------------------------
+XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = range(5)
+#: test run of an XDP program on "live" frames: XDP_REDIRECT and XDP_TX are
+#: executed (Linux 5.18); no data out, no ctx out
+BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 
 # --- update flags ----------------------------------------------------------
 BPF_ANY = 0
@@ -266,6 +276,23 @@ class _BpfProgInfo(ctypes.Structure):
         ("attach_btf_obj_id", ctypes.c_uint32),
         ("attach_btf_id", ctypes.c_uint32),
         ("_pad", ctypes.c_uint32),
+    ]
+
+
+class XdpMd(ctypes.Structure):
+    """``struct xdp_md``: the context of an XDP program. As ``ctx`` of a
+    test run: ``data`` 0, ``data_end`` the packet's length, ``data_meta``
+    and ``egress_ifindex`` 0; ``ingress_ifindex`` (with
+    ``rx_queue_index``) names the arrival device, which must exist in the
+    caller's network namespace."""
+
+    _fields_ = [
+        ("data", ctypes.c_uint32),
+        ("data_end", ctypes.c_uint32),
+        ("data_meta", ctypes.c_uint32),
+        ("ingress_ifindex", ctypes.c_uint32),
+        ("rx_queue_index", ctypes.c_uint32),
+        ("egress_ifindex", ctypes.c_uint32),
     ]
 
 
@@ -650,6 +677,16 @@ class ProgInfo:
                 f"verified_insns={self.verified_insns}, xlated={self.xlated_len} B)")
 
 
+class _IdAttr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint32), ("next_id", ctypes.c_uint32),
+                ("open_flags", ctypes.c_uint32)]
+
+
+def prog_get_fd_by_id(prog_id: int) -> int:
+    """A new fd of the loaded program ``prog_id`` (close it)."""
+    return _bpf(BPF_PROG_GET_FD_BY_ID, _IdAttr(id=prog_id), f"BPF_PROG_GET_FD_BY_ID {prog_id}")
+
+
 def prog_info(fd: int) -> ProgInfo:
     """Id, name, sizes and ``verified_insns`` of the program ``fd``."""
     return ProgInfo(obj_get_info_by_fd(fd, _BpfProgInfo()))
@@ -657,7 +694,7 @@ def prog_info(fd: int) -> ProgInfo:
 
 # --- test run ----------------------------------------------------------------
 def prog_test_run(prog_fd: int, data: bytes, ctx=None, repeat: int = 1,
-                  data_out_size: int | None = None):
+                  data_out_size: int | None = None, flags: int = 0, batch_size: int = 0):
     """Run a loaded program on ``data`` with BPF_PROG_TEST_RUN.
 
     ``ctx`` (optional): bytes or a ctypes struct (for TC programs
@@ -670,23 +707,33 @@ def prog_test_run(prog_fd: int, data: bytes, ctx=None, repeat: int = 1,
     network namespace, with a dummy socket as ``skb->sk``. Redirects are not
     executed (the program's return code tells), but helpers that transmit
     themselves (bpf_clone_redirect) do transmit.
+
+    XDP programs take :class:`XdpMd` (``data_end`` = the packet's length);
+    ``flags=BPF_F_TEST_XDP_LIVE_FRAMES`` executes their redirects
+    (``batch_size`` frames at a time, 0: the kernel's 64) and gives no
+    data or ctx back.
     """
     data = bytes(data)
     din = ctypes.create_string_buffer(data, len(data)) if data else None
     out_size = data_out_size if data_out_size is not None else max(len(data), 1) + 256
     dout = ctypes.create_string_buffer(out_size)
+    live = bool(flags & BPF_F_TEST_XDP_LIVE_FRAMES)
+    if live:
+        out_size, dout = 0, None
     attr = _TestRunAttr(prog_fd=prog_fd, data_size_in=len(data), data_size_out=out_size,
-                        data_in=_ptr(din), data_out=_ptr(dout), repeat=repeat)
+                        data_in=_ptr(din), data_out=_ptr(dout), repeat=repeat, flags=flags,
+                        batch_size=batch_size)
     cin = cout = None
     if ctx is not None:
         cin = _as_buffer(ctx, None, "prog_test_run ctx")
         csize = len(cin.raw) if not isinstance(ctx, ctypes.Structure) else ctypes.sizeof(ctx)
         cout = ctypes.create_string_buffer(csize)
         attr.ctx_in, attr.ctx_size_in = _ptr(cin), csize
-        attr.ctx_out, attr.ctx_size_out = _ptr(cout), csize
+        if not live:
+            attr.ctx_out, attr.ctx_size_out = _ptr(cout), csize
     _bpf(BPF_PROG_TEST_RUN, attr,
          f"BPF_PROG_TEST_RUN prog_fd={prog_fd} data={len(data)}B repeat={repeat}")
-    data_out = dout.raw[: attr.data_size_out]
+    data_out = dout.raw[: attr.data_size_out] if dout is not None else b""
     ctx_out = None
     if ctx is not None:
         raw = cout.raw[: attr.ctx_size_out]

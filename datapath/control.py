@@ -22,6 +22,7 @@ from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTE
                                 TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
                                 TALB_MAX_TENSORS, TALB_TENSOR_DONE)
 from datapath import bpf_syscall as sc
+from datapath import talb_native
 from datapath.maps import SwitchMaps
 from datapath.schemes import talb as talb_scheme
 from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
@@ -592,9 +593,13 @@ class GroupPublisher:
     through publish_pcm itself (which finds it by its ports, or raises).
 
     ``groups``: ``[(group_id, ifindexes in group order), ...]``. Kernels
-    without the batch commands (< 5.6) get per-group lookups and updates."""
+    without the batch commands (< 5.6) get per-group lookups and updates.
+    ``native``: compute the groups' orders and smooth-WRR schedules in C
+    (datapath.talb_native, the same bytes; Python where it cannot be built);
+    False: in Python."""
 
-    def __init__(self, maps: SwitchMaps, groups: Sequence[tuple[int, Sequence[int]]]):
+    def __init__(self, maps: SwitchMaps, groups: Sequence[tuple[int, Sequence[int]]],
+                 native: bool = True):
         self.maps = maps
         self._groups = []
         for gid, members in groups:
@@ -606,9 +611,10 @@ class GroupPublisher:
             ifx = struct.pack(f"={TALB_MAX_GROUP_PORTS}I",
                               *members, *(0,) * (TALB_MAX_GROUP_PORTS - n))
             # [gid, key bytes, members, n_ports bytes, ifindex[] bytes,
-            #  last (fixed PCMs, fixed S), their TaLB part, the (PCMs, S) they came from]
+            #  last (fixed PCMs, fixed S), their TaLB part, the (PCMs, S) they came from,
+            #  the group's slot (its position here; the C code keeps its last fixed PCMs)]
             self._groups.append([gid, _U32.pack(gid), members, _U32.pack(n), ifx, None, b"",
-                                 None])
+                                 None, len(self._groups)])
         m = maps.groups
         self._read = sc.MapBatch(m.fd, 4, _GROUP_SIZE, m.info.max_entries, "groups")
         self._write = sc.MapBatch(m.fd, 4, _GROUP_SIZE, max(1, len(self._groups)), "groups")
@@ -617,6 +623,9 @@ class GroupPublisher:
         self._write_keys = memoryview(self._write.keys).cast("B")
         self._write_values = memoryview(self._write.values).cast("B")
         self.batched = True
+        # fixed point and TaLB parts in C when it can be built (None: in Python)
+        self._native = talb_native.parts(len(self._groups)) if native else None
+        self._fixed_s: dict = {}
         #: groups written and left alone (already holding the value) so far
         self.written = self.unchanged = 0
         self._snapshot: bytes | None = None   # the groups map as last read (batched)
@@ -675,8 +684,12 @@ class GroupPublisher:
         moved = False  # written through publish_pcm
         errors: list[ValueError | None] = []
         changed = []
+        placed = []  # (group, its value in the map) of the groups where we expect them
+        stale = []   # groups whose TaLB part must be recomputed
+        todo = []    # (group, PCMs, S) of changed inputs, for the C code
+        native = self._native
         for g, pcm, s in zip(self._groups, pcms, thresholds):
-            gid, key, members, n_bytes, ifx, last, part, given = g
+            gid, _key, members, n_bytes, ifx, last, _part, given, _slot = g
             if len(pcm) != len(members):
                 raise ValueError(f"publish: group {gid} has {len(members)} ports, "
                                  f"got {len(pcm)} PCMs")
@@ -694,24 +707,62 @@ class GroupPublisher:
                 errors.append(None)
                 continue
             if given is None or given[0] != pcm or given[1] != s:
+                if native is not None:  # fixed point, compared and the part made in C
+                    todo.append((g, pcm, s))
+                    placed.append((g, cur))
+                    errors.append(None)
+                    continue
                 # pcm_to_fixed; its clamps and NaN check only where they can matter
                 fixed = [round(p * one) if 0.0 <= p <= 1.0 else to_fixed(p) for p in pcm]
                 state = (fixed, one if s is None else to_fixed(s))
                 if state != last:
-                    part = _talb_part(fixed, state[1])
-                    g[5], g[6] = state, part
+                    g[5] = state
+                    stale.append(g)
                 g[7] = (list(pcm), s)
-            value = cur[:8] + ifx + part  # flags as installed, as publish_pcm keeps them
+            placed.append((g, cur))
+            errors.append(None)
+        if todo:
+            self._refresh(todo)
+        if stale:
+            self._parts(stale)
+        for g, cur in placed:
+            value = cur[:8] + g[4] + g[6]  # flags as installed, as publish_pcm keeps them
             if value != cur:
-                changed.append((key, value))
+                changed.append((g[1], value))
             else:
                 self.unchanged += 1
-            errors.append(None)
         if changed:
             self._store(changed)
         if not changed and not moved:
             self._quiet = ([list(p) for p in pcms], list(thresholds))
         return errors
+
+    def _refresh(self, todo: list[tuple[list, Sequence[float], float | None]]) -> None:
+        """In C: each group's PCMs to fixed point, its TaLB part remade where
+        they (or S) changed -- what the Python path does with ``last``."""
+        one, to_fixed = talb_scheme.PCM_ONE, talb_scheme.pcm_to_fixed
+        fixed_s = self._fixed_s  # S in fixed point, by S (usually one value, 1.0)
+        if len(fixed_s) > 64:
+            fixed_s.clear()
+        for _g, _pcm, s in todo:
+            if s not in fixed_s:
+                fixed_s[s] = one if s is None else to_fixed(s)
+        parts = self._native.refresh([(g[8], pcm, fixed_s[s]) for g, pcm, s in todo])
+        if parts is None:  # a NaN PCM: pcm_to_fixed raises as publish_pcm would
+            for _g, pcm, _s in todo:
+                for p in pcm:
+                    to_fixed(p)
+            raise AssertionError("talb_refresh saw a NaN that pcm_to_fixed did not")
+        for (g, pcm, s), part in zip(todo, parts):
+            if part is not None:
+                g[6] = part
+            g[7] = (list(pcm), s)
+
+    def _parts(self, stale: list[list]) -> None:
+        """The TaLB part of each group in ``stale`` from its (fixed PCMs, fixed
+        S), in Python (without the C code; with it, :meth:`_refresh`)."""
+        for g in stale:
+            g[6] = _talb_part(*g[5])
 
     def _store(self, changed: list[tuple[bytes, bytes]]) -> None:
         if self.batched:

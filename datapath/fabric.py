@@ -71,7 +71,16 @@ def install_switch(maps: SwitchMaps, port_rows, groups, *, scheme: str, n_bands:
 
 def switch_configs(topo, prefix: str, scheme: str | None = None) -> dict[str, dict]:
     """{switch: its config (control.read_config)} of a running fabric, after
-    setting ``scheme`` on every switch when given (what a run records)."""
+    setting ``scheme`` on every switch when given (what a run records).
+    On an XDP fabric a scheme XDP cannot run is refused
+    (datapath.xdp.XdpError) before any switch changes."""
+    if scheme:
+        from netns_topology.state import read_state
+
+        if read_state(prefix).get("datapath") == "xdp":
+            from datapath.xdp import check_scheme
+
+            check_scheme(scheme)
     out = {}
     for sw in topo.switches:
         with SwitchMaps(paths.pin_dir(prefix, sw.name)) as maps:
@@ -108,10 +117,16 @@ class FabricLoad:
     for the threads and drops what was not attached.
     """
 
-    def __init__(self, topo, prefix: str, jobs: int | None = None):
+    def __init__(self, topo, prefix: str, jobs: int | None = None, datapath: str = "bpf"):
         self.topo = topo
         self.prefix = prefix
-        nodes = [(SwitchDatapath, sw.name) for sw in topo.switches]
+        self.xdp = datapath == "xdp"
+        switch_cls = SwitchDatapath
+        if self.xdp:
+            from datapath.xdp import XdpSwitchDatapath
+
+            switch_cls = XdpSwitchDatapath
+        nodes = [(switch_cls, sw.name) for sw in topo.switches]
         nodes += [(HostDatapath, h.name) for h in topo.hosts]
         workers = max(1, min(jobs or os.cpu_count() or 1, len(nodes) or 1))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="talb-load",
@@ -119,6 +134,13 @@ class FabricLoad:
         self._dps = {name: cls(paths.netns_name(prefix, name), paths.pin_dir(prefix, name))
                      for cls, name in nodes}
         self._futures = {self._pool.submit(dp.load): name for name, dp in self._dps.items()}
+        self._host_xdp = None
+        if self.xdp:
+            from datapath.xdp import HostXdpPass
+
+            # one XDP_PASS program for every host's interface (no maps)
+            self._host_xdp = HostXdpPass(None, paths.pin_dir(prefix))   # pins nothing
+            self._futures[self._pool.submit(self._host_xdp.load)] = None
 
     def attach(self, progress: Callable[[str], None] = lambda _m: None) -> None:
         """Attach, pin and program every node as its load completes (the
@@ -126,9 +148,14 @@ class FabricLoad:
         ensure_bpffs()
         reported = set()
         hosts = {h.name: h for h in self.topo.hosts}
-        for done, future in enumerate(as_completed(self._futures), 1):
+        total = sum(1 for name in self._futures.values() if name is not None)
+        done = 0
+        for future in as_completed(self._futures):
             name = self._futures[future]
             dp = future.result()
+            if name is None:        # the hosts' XDP_PASS: attached with each host
+                continue
+            done += 1
             cls = type(dp)
             if cls not in reported:
                 reported.add(cls)
@@ -137,6 +164,9 @@ class FabricLoad:
                 dp.attach([hosts[name].iface])
                 dp.pin()
                 what = f"tagging program on {name}"
+                if self.xdp:
+                    self._attach_host_xdp(hosts[name])
+                    what += " and XDP_PASS"
             else:
                 ports = self.topo.ports(name)
                 dp.attach([p.name for p in ports])
@@ -144,12 +174,35 @@ class FabricLoad:
                 program_fabric(self.topo, self.prefix, name, dp.maps)
                 what = f"data path on {name}: {len(ports)} ports, scheme {self.topo.scheme}"
             dp.close()
-            progress(f"{what} ({done}/{len(self._futures)})")
+            progress(f"{what} ({done}/{total})")
+
+    def _attach_host_xdp(self, host) -> None:
+        """XDP_PASS on the host's interface, so that the leaf's
+        XDP_REDIRECT into it lands, and its transmit checksum offload off
+        (datapath/xdp.py)."""
+        from datapath.xdp import HostXdpPass, host_checksum_offload_off
+
+        self._host_xdp_ready()
+        netns = paths.netns_name(self.prefix, host.name)
+        on_host = HostXdpPass(netns, self._host_xdp.pin_dir)
+        on_host.node = self._host_xdp.node     # the one load: attach it here too
+        try:
+            on_host.attach([host.iface])
+        finally:
+            on_host.node = None
+        host_checksum_offload_off(netns, host.iface)
+
+    def _host_xdp_ready(self) -> None:
+        for future, name in self._futures.items():
+            if name is None:
+                future.result()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for dp in self._dps.values():
             dp.close()
+        if self._host_xdp is not None:
+            self._host_xdp.close()
 
     def __enter__(self) -> "FabricLoad":
         return self
@@ -159,7 +212,8 @@ class FabricLoad:
 
 
 def attach_fabric(topo, prefix: str, progress: Callable[[str], None] = lambda _m: None,
-                  jobs: int | None = None, load: FabricLoad | None = None) -> None:
+                  jobs: int | None = None, load: FabricLoad | None = None,
+                  datapath: str = "bpf") -> None:
     """Attach every switch's and host's program (TaLB host side, DESIGN
     section 4: the tagging program at egress of each host's interface, whose
     pins workload/tensor_sender.py finds), loading them ``jobs`` nodes at a
@@ -169,5 +223,5 @@ def attach_fabric(topo, prefix: str, progress: Callable[[str], None] = lambda _m
     if load is not None:
         load.attach(progress)
         return
-    with FabricLoad(topo, prefix, jobs) as fresh:
+    with FabricLoad(topo, prefix, jobs, datapath=datapath) as fresh:
         fresh.attach(progress)

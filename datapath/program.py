@@ -174,6 +174,8 @@ class BpfDatapath:
 
     #: the functions of SOURCE loaded as programs, the entry point first
     PROGRAMS: tuple[str, ...] = ()
+    #: the type they are loaded as (datapath/xdp.py: BPF_PROG_TYPE_XDP)
+    PROG_TYPE: int = sc.BPF_PROG_TYPE_SCHED_CLS
 
     def __init__(self, netns: str | None, pin_dir: str | os.PathLike):
         self.netns = netns
@@ -221,7 +223,7 @@ class BpfDatapath:
                 self.MAPS_CLASS(self.pin_dir).close()  # layout check before binding to them
                 for name in self.MAPS_CLASS.SPECS:
                     pinned[name] = sc.obj_get(self.pin_dir / name)
-            self.node = NodeObject(obj, map_fds=pinned)
+            self.node = NodeObject(obj, map_fds=pinned, prog_type=self.PROG_TYPE)
         except Exception as exc:
             self.close()
             raise RuntimeError(f"loading {self.SOURCE} ({self.netns}): {exc}") from exc

@@ -7,6 +7,7 @@ crosses a half-configured link.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from common.paths import check_prefix, netns_name
 
 from . import qdisc
 from .errors import BuildError, TopologyError
+from .params import BATCHED
 from .namespace import create_namespace
 from .teardown import namespaces, teardown
 from .topo import Topo
@@ -27,6 +29,8 @@ RTAX_RTO_MIN = 13  # route metric (linux/rtnetlink.h); its bit in RTAX_LOCK lock
 STP = {"br_stp_state": 1, "br_forward_delay": 200, "br_hello_time": 100, "br_max_age": 600}
 _IPV4_SYSCTL = Path("/proc/sys/net/ipv4")
 _ETHTOOL_BATCH = 32
+
+log = logging.getLogger("talb.topology")
 
 
 def _prepare_tcp_cc(name: str) -> None:
@@ -175,11 +179,13 @@ class _Build:
     def queues(self) -> None:
         if not self.topo.shaping:
             return
+        if self.topo.shaping == BATCHED:  # machine-wide (netns_topology/qdisc.py)
+            qdisc.set_hysteresis(True)
         interfaces = list(self._interfaces())
         for i, (node, ifname, link) in enumerate(interfaces, 1):
             self._at("queues", node)
             qdisc.apply(self.ipr[node], self._index(node, ifname), link.rate_bps,
-                        self._port_mtu(node), self.topo.queue)
+                        self._port_mtu(node), self.topo.queue, self.topo.shaping)
             self._done(i, len(interfaces))
 
     def bring_up(self) -> None:
@@ -222,6 +228,27 @@ def set_host_route(ipr: IPRoute, host, rto_min: int | None) -> None:
               scope="link", prefsrc=host.ip, **metrics)
 
 
+def _check_pacing(topo: Topo, prefix: str) -> None:
+    """An exactly shaped fabric cannot be built while sch_htb's hysteresis
+    (machine-wide) is on: its links would be batched without saying so."""
+    if topo.shaping is not True or not qdisc.hysteresis():
+        return
+    from .state import batched_testbeds
+
+    holders = [p for p in batched_testbeds() if p != prefix]
+    if not holders:
+        # a leftover of a batched testbed that never came down (a killed run): nobody
+        # relies on it, and leaving it on would batch this fabric without saying so
+        log.warning("sch_htb's htb_hysteresis was on with no batched testbed up "
+                    "(a leftover): turned off for exact pacing")
+        qdisc.set_hysteresis(False)
+        return
+    raise TopologyError("shaping", f"true (exact pacing) needs sch_htb's htb_hysteresis off, and it is "
+                                   f"on, machine-wide: testbed(s) {', '.join(holders)} with "
+                                   "shaping: batched are up. Tear those down, or build this one "
+                                   "with shaping: batched too")
+
+
 def build(topo: Topo, prefix: str, progress=None) -> None:
     """Build `topo` as namespaces `<prefix>-<node>`; all or nothing."""
     check_prefix(prefix)
@@ -232,6 +259,7 @@ def build(topo: Topo, prefix: str, progress=None) -> None:
         raise BuildError("check", None, f"namespaces with prefix {prefix!r} already exist ({shown}); "
                                         "tear them down first")
     _prepare_tcp_cc(topo.tcp_cc)
+    _check_pacing(topo, prefix)
     work = _Build(topo, prefix, progress or (lambda message: None))
     try:
         work.run()

@@ -37,6 +37,19 @@ def check_bool(field: str, value) -> bool:
     return value
 
 
+#: ``shaping: batched``: HTB with sch_htb's (machine-wide) mode hysteresis,
+#: netns_topology/qdisc.py
+BATCHED = "batched"
+
+
+def check_shaping(field: str, value) -> bool | str:
+    """true (every link paced packet by packet), false (no link emulation)
+    or ``batched`` (links send in clumps of up to half the queue's burst)."""
+    if isinstance(value, bool) or value == BATCHED:
+        return value
+    raise TopologyError(field, f"must be true, false or {BATCHED}, got {value!r}")
+
+
 def check_rate(field: str, value) -> int:
     try:
         bps = parse_rate(value)
@@ -183,7 +196,9 @@ PARAMS = {
     "scheme": ("ecmp", check_scheme),
     # false: no HTB/bfifo at all (veth's default noqueue). Only for measuring
     # raw forwarding speed: without link emulation no queue ever forms.
-    "shaping": (True, check_bool),
+    # batched: HTB in its hysteresis mode, ~1.5x the packets per CPU-second,
+    # packets leave in clumps (netns_topology/qdisc.py, README "Performance").
+    "shaping": (True, check_shaping),
     # Hosts' minimum TCP RTO, as a metric of their routes (builder.py);
     # None: the kernel's default, 200 ms.
     "rto_min": (None, check_rto_min),

@@ -17,7 +17,10 @@ from common import paths
 from .spec import topology_from_dict
 from .teardown import namespaces  # this prefix's, by a /run/netns scan
 
-DATAPATHS = ("bpf", "bridge")
+DATAPATHS = ("bpf", "xdp", "bridge")
+#: the data paths with switch programs and their maps (counters, schemes,
+#: the agent): the TC one (bpf) and the XDP one (xdp: datapath/xdp.py)
+PROGRAM_DATAPATHS = ("bpf", "xdp")
 
 
 class TestbedError(RuntimeError):
@@ -56,6 +59,32 @@ def write_state(prefix: str, state: dict) -> None:
     path = paths.state_file(prefix)
     paths.private_dir(path.parent)
     paths.write_private(path, json.dumps(state, indent=2))  # atomic, root-only
+
+
+def batched_testbeds() -> list[str]:
+    """Prefixes of the testbeds up (state files under /run/talb) whose
+    topology says ``shaping: batched``."""
+    from .params import BATCHED
+
+    found = []
+    for path in sorted(paths.RUN_DIR.glob("*/state.json")):
+        try:
+            if json.loads(path.read_text()).get("topology", {}).get("shaping") == BATCHED:
+                found.append(path.parent.name)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def release_batched(prefix: str) -> bool:
+    """After testbed ``prefix`` went down: turn sch_htb's hysteresis off if
+    no other batched testbed is up. Returns whether it was turned off."""
+    from .qdisc import hysteresis, set_hysteresis
+
+    if not hysteresis() or [p for p in batched_testbeds() if p != prefix]:
+        return False
+    set_hysteresis(False)
+    return True
 
 
 def load_topology_of(prefix: str):

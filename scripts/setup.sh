@@ -26,7 +26,7 @@ command -v apt-get >/dev/null || die "apt-get not found: this set-up supports De
 # --- Debian packages ---------------------------------------------------------
 PKGS=(python3-bpfcc bpfcc-tools python3-venv python3-pip iproute2 ethtool
       iperf3 iputils-ping tcpdump curl linux-headers-amd64 prometheus procps kmod
-      mininet util-linux openmpi-bin python3-mpi4py)
+      mininet util-linux openmpi-bin python3-mpi4py gcc libc6-dev)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,8 +9,10 @@
     talb run --model M --arch ps ...   one training experiment: PS or all-reduce, results JSON
     talb bench --preset fig10          the paper's experiments: sweeps, CIs, plots, summary
     talb bench datapath                data-path benchmarks
+    talb bench xdp                     XDP entry vs TC entry vs empty XDP_REDIRECT, packets/s per core
     talb bench faults                  faults under training: recovery time, delivery
     talb bench build                   fabric build time against nodes (and Mininet's)
+    talb bench shaped                  goodput and CPU through a shaped fabric, link emulation variants
     talb monitoring up|down|status     Prometheus (+ Grafana) for the testbeds and runs
     talb report RESULTS                a finished run's key panels as PNG
 """
@@ -28,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from common import paths
-from netns_topology.state import (DATAPATHS, TestbedError, load_topology_of, node_namespace,
+from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, load_topology_of, node_namespace,
                                   read_state, require_root)
 from testbed import lifecycle
 
@@ -112,7 +114,12 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
                                 "(parameters: `talb scheme NAME --param ...`).")
 @click.option("--datapath", type=click.Choice(DATAPATHS), default="bpf", show_default=True,
-              help="bpf: the switch programs forward; bridge: the kernel bridge alone (a baseline).")
+              help="bpf: the switch programs forward at TC ingress, through each port's "
+                   "emulated link and queue (HTB); xdp: the same programs as XDP, for "
+                   "line-rate runs and real NICs -- no link shaping, queues or priority "
+                   "bands (shaping off unless the topology file asks for it, which is "
+                   "refused), and not DRILL or --pcm-delay measured, which read queues; "
+                   "bridge: the kernel bridge alone (a baseline).")
 @click.option("--replace", is_flag=True, help="Tear down a testbed with the same prefix first.")
 @click.option("--agent/--no-agent", "with_agent", default=None,
               help="Start the PCM agent (talb agent) with the testbed; on by default with the "
@@ -143,11 +150,15 @@ def testbed_up(topology, spines, leaves, hosts_per_leaf, link_rate, host_link_ra
     })
     if queue_limit is not None:
         data["queue"] = {**(data.get("queue") or {}), "limit": queue_limit}
+    if datapath == "xdp":
+        # XDP_REDIRECT bypasses the ports' qdiscs: no links to shape
+        # (a topology file saying shaping: true is refused by `up`)
+        data.setdefault("shaping", False)
     topo = topology_from_dict(data)
     console.print(f"[bold]talb testbed up[/] prefix [cyan]{prefix}[/]: "
                   f"{len(topo.switches)} switches, {len(topo.hosts)} hosts, datapath {datapath}")
     if with_agent is None:
-        with_agent = datapath == "bpf"
+        with_agent = datapath in PROGRAM_DATAPATHS
     agent = {"metrics_addr": metrics_addr, "metrics_port": metrics_port} if with_agent else None
     from agent.daemon import AgentError
 
@@ -242,7 +253,7 @@ def _print_status(st: dict) -> None:
     rto, topo_rto = st.get("rto_min_ms"), st.get("rto_min_topology_ms", st.get("rto_min_ms"))
     console.print("hosts' minimum RTO: " + rto_text(rto)
                   + (f"; set since up, the topology's: {rto_text(topo_rto)}" if rto != topo_rto else ""))
-    if st.get("timers") and st["datapath"] == "bpf":
+    if st.get("timers") and st["datapath"] in PROGRAM_DATAPATHS:
         console.print(_timers_line(st["timers"], st.get("agent_window_s")))
     for sw in st["switches"]:
         set_here = _timers_set(st.get("timers"), sw.get("timers"))
@@ -456,7 +467,8 @@ def scheme(name, params, prefix):
 
     if attached_fabric.attached(prefix):
         return _scheme_attached(prefix, name, params)
-    if read_state(prefix).get("datapath") != "bpf":
+    datapath = read_state(prefix).get("datapath")
+    if datapath not in PROGRAM_DATAPATHS:
         raise TestbedError(f"testbed '{prefix}' forwards with the kernel bridge "
                            f"(--datapath bridge): it has no scheme to show or set")
     if params and not name:
@@ -465,6 +477,13 @@ def scheme(name, params, prefix):
         parsed = parse_params(params)
     except SchemeError as exc:
         _fail(str(exc))
+    if name and datapath == "xdp":
+        from datapath.xdp import XdpError, check_scheme
+
+        try:
+            check_scheme(name, parsed.get("fallback"), option="scheme")
+        except XdpError as exc:
+            _fail(str(exc))
     from datapath import timers
 
     topo = load_topology_of(prefix)
@@ -674,10 +693,34 @@ def bench_datapath(repeat, duration, json_out):
         console.print(f"results written to {json_out}")
 
 
+@bench_group.command("xdp")
+@click.option("--repeat", type=int, default=1_000_000, show_default=True,
+              help="BPF_PROG_TEST_RUN repetitions for the program cost.")
+@click.option("--frames", type=int, default=2_000_000, show_default=True,
+              help="Frames forwarded (redirect executed) per measurement.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Best of this many.")
+@click.option("--size", type=int, default=64, show_default=True, help="Frame size, bytes.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the results here.")
+def bench_xdp(repeat, frames, rounds, size, json_out):
+    """Packets/s per core of the XDP entry point against the TC one and an
+    empty XDP_REDIRECT, in one run: (a) the program's cost under
+    BPF_PROG_TEST_RUN; (b) forwarding with the redirect executed, one CPU
+    (docs/architecture.md, "XDP entry point"). Not a pass/fail test."""
+    from bench.datapath_xdp import measure
+
+    require_root()
+    results = measure(repeat=repeat, frames=frames, rounds=rounds, size=size, say=console.print)
+    if json_out:
+        Path(json_out).write_text(json.dumps(results, indent=2))
+        console.print(f"results written to {json_out}")
+
+
 from talb import cli_faults  # noqa: E402
 cli_faults.register(bench_group)
 from talb import cli_build  # noqa: E402
 cli_build.register(bench_group)
+from talb import cli_shaped  # noqa: E402
+cli_shaped.register(bench_group)
 from talb import cli_agent  # noqa: E402
 cli_agent.register(main)
 from talb import cli_attach  # noqa: E402

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import paths
-from netns_topology.state import load_topology_of, read_state
+from netns_topology.state import PROGRAM_DATAPATHS, load_topology_of, read_state
 from testbed import lifecycle
 from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
@@ -73,10 +73,11 @@ def run(prefix: str = paths.DEFAULT_PREFIX, *, duration: float = 3.0,
     one = run_iperf3(ns[src.name], ns[dst.name], dst.ip, duration=duration)
     report.single_flow = {"src": src.name, "dst": dst.name, "goodput_bps": one.received_bps,
                           "expected_bps": expected, "retransmits": one.retransmits}
-    say(f"    {one.received_mbps:.1f} Mbit/s goodput (link {host_rate / 1e6:g} Mbit/s, "
-        f"TCP at most {expected / 1e6:.1f}), {one.retransmits} retransmits")
+    link = (f"link {host_rate / 1e6:g} Mbit/s, TCP at most {expected / 1e6:.1f}"
+            if topo.shaping else "links unshaped: as fast as the CPU forwards")
+    say(f"    {one.received_mbps:.1f} Mbit/s goodput ({link}), {one.retransmits} retransmits")
 
-    if state.get("datapath") != "bpf":
+    if state.get("datapath") not in PROGRAM_DATAPATHS:
         report.notes.append("kernel-bridge data path: no per-port program counters")
         return report
     say(f"3/3 iperf3: {parallel} parallel flows {src.name} -> {dst.name}; "

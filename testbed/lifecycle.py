@@ -16,8 +16,8 @@ import time
 from typing import Callable
 
 from common import paths
-from netns_topology.state import (DATAPATHS, TestbedError, exists, queueing_of, read_state,
-                                  require_root, rto_min_of, write_state)
+from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, exists, queueing_of,
+                                  read_state, require_root, rto_min_of, write_state)
 from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
 
 Progress = Callable[[str], None]
@@ -130,9 +130,18 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     paths.check_prefix(prefix)
     if datapath not in DATAPATHS:
         raise TestbedError(f"datapath: must be one of {', '.join(DATAPATHS)}, got {datapath!r}")
-    if agent is not None and datapath != "bpf":
+    if agent is not None and datapath not in PROGRAM_DATAPATHS:
         raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
                            "to manage (use --no-agent with --datapath bridge)")
+    if datapath == "xdp":
+        from datapath.xdp import XdpError, check_pcm_delay, check_topology
+
+        try:
+            check_topology(topo)
+            if agent is not None:
+                check_pcm_delay(agent.get("pcm_delay", "model"))
+        except XdpError as exc:
+            raise TestbedError(str(exc)) from None
     if agent is not None:
         from agent.config import AgentConfig
 
@@ -160,13 +169,13 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     write_state(prefix, state)
     load = None
     try:
-        if datapath == "bpf":
+        if datapath in PROGRAM_DATAPATHS:
             from datapath.fabric import FabricLoad
 
             # the kernel verifies every node's programs while the fabric is built
-            load = FabricLoad(topo, prefix)
+            load = FabricLoad(topo, prefix, datapath=datapath)
         build(topo, prefix, progress=progress)
-        if datapath == "bpf":
+        if datapath in PROGRAM_DATAPATHS:
             from datapath.fabric import attach_fabric
 
             attach_fabric(topo, prefix, progress=progress, load=load)
@@ -196,6 +205,15 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     return state
 
 
+def _was_batched(prefix: str) -> bool:
+    from netns_topology.params import BATCHED
+
+    try:
+        return read_state(prefix).get("topology", {}).get("shaping") == BATCHED
+    except TestbedError:
+        return False
+
+
 def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> dict:
     """Remove namespaces, pinned maps and the state file of `prefix`. Idempotent."""
     from netns_topology import teardown
@@ -221,7 +239,13 @@ def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> 
         remove_pins(pins)
         progress(f"removed pinned maps under {pins}")
     had_state = paths.state_dir(prefix).exists()
+    batched = _was_batched(prefix)
     shutil.rmtree(paths.state_dir(prefix), ignore_errors=True)
+    if batched:
+        from netns_topology.state import release_batched
+
+        if release_batched(prefix):
+            progress("the last batched testbed: sch_htb's htb_hysteresis is off again")
     return {"prefix": prefix, "namespaces": removed, "pins": had_pins, "state": had_state}
 
 
@@ -240,7 +264,8 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
     switches = []
     for sw in topo.switches:
         ns = paths.netns_name(prefix, sw.name)
-        counters = _switch_counters(prefix, sw.name) if state.get("datapath") == "bpf" else {}
+        counters = (_switch_counters(prefix, sw.name)
+                    if state.get("datapath") in PROGRAM_DATAPATHS else {})
         ports = []
         for port_id, port in enumerate(topo.ports(sw.name)):
             stats = counters.get("ports", {}).get(port_id, {})

@@ -130,7 +130,7 @@ def up_fabric(request, topology, *, agent: bool | dict = False, datapath: str = 
 
     ``topology``: a topology file or a Topology object. ``agent``: True, the
     PCM agent with its metrics on a free port; a dict, those AgentConfig
-    options; False, none. ``datapath``: "bpf" or "bridge". ``scheme``:
+    options; False, none. ``datapath``: "bpf", "xdp" or "bridge". ``scheme``:
     replaces the topology's."""
     from netns_topology import load_topology
     from testbed import lifecycle
@@ -208,10 +208,12 @@ def sends_at_once(prefix: str, runs: dict[str, dict], join_s: float) -> tuple[di
 
 
 @contextmanager
-def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), **link):
+def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), datapath_cls=None,
+                  **link):
     """A namespace ``<new prefix>-<suffix>`` with veth pairs p<i>/q<i> for
     i < ``n_ports``, all up (and ``link`` set, e.g. mtu=1600), and the switch
-    program loaded there (compiled with ``cflags``): yields (namespace, SwitchDatapath, {name: ifindex}).
+    program loaded there (compiled with ``cflags``; ``datapath_cls``: SwitchDatapath, or
+    datapath.xdp.XdpSwitchDatapath): yields (namespace, the data path, {name: ifindex}).
     Closes the program and removes the namespace afterwards."""
     from pyroute2 import IPRoute, netns
 
@@ -233,7 +235,8 @@ def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), **lin
                 for n in (f"p{i}", f"q{i}"):
                     ifindex[n] = ipr.link_lookup(ifname=n)[0]
                     ipr.link("set", index=ifindex[n], state="up", **link)
-        dp = SwitchDatapath(name, tempfile.gettempdir() + "/unused-pins").load(cflags=cflags)
+        dp = (datapath_cls or SwitchDatapath)(name, tempfile.gettempdir() + "/unused-pins")
+        dp.load(cflags=cflags)
         yield name, dp, ifindex
     finally:
         if dp is not None:
@@ -258,11 +261,13 @@ class ProgTestSwitch:
 
         from datapath import bpf_syscall as sc
 
+        if self.dp.PROG_TYPE == sc.BPF_PROG_TYPE_XDP:
+            ctx = sc.XdpMd(data_end=len(data), ingress_ifindex=self.ifindex[ingress])
+        else:
+            ctx = sc.SkBuff(ifindex=self.ifindex[ingress])
         netns.pushns(self.netns)
         try:
-            ret, out, dur, ctx = sc.prog_test_run(
-                self.dp.prog_fd, data, ctx=sc.SkBuff(ifindex=self.ifindex[ingress]),
-                repeat=repeat)
+            ret, out, dur, ctx = sc.prog_test_run(self.dp.prog_fd, data, ctx=ctx, repeat=repeat)
         finally:
             netns.popns()
         return (ret, out, dur, ctx) if full else (ret, out)

@@ -21,6 +21,7 @@ from agent.config import AgentConfig, ConfigError
 from agent.loop import Agent
 from agent.metrics import AgentMetrics, decisions, drops
 from agent.window import ColumnWindow, CounterWindow
+from common import native
 from datapath import bpf_syscall as sc
 from datapath.maps import Map, possible_cpus
 from datapath.statsread import PerCpuArrayReader
@@ -864,12 +865,14 @@ def _groups_bytes(maps) -> dict[int, bytes]:
     return {gid: bytes(g) for gid, g in maps.groups.items()}
 
 
-def test_batched_publishing_writes_what_publish_pcm_writes(twin_switch_maps):
+@pytest.mark.parametrize("in_c", [True, False], ids=["c", "python"])
+def test_batched_publishing_writes_what_publish_pcm_writes(twin_switch_maps, in_c):
     """The agent's publisher (one batch read, one batch write of the groups
     that change) leaves the groups map exactly as one publish_pcm per group
     does, window after window: a group whose PCMs did not change is not
     rewritten, one that changed is, one reset behind the agent's back is
-    restored, and a group reprogrammed away fails as publish_pcm fails."""
+    restored, and a group reprogrammed away fails as publish_pcm fails. With
+    its fixed point and schedules in C (datapath/talb_parts.c) and without."""
     from datapath.control import GroupPublisher, program_switch, publish_pcm
     from datapath.structs import FwdGroup
 
@@ -881,7 +884,9 @@ def test_batched_publishing_writes_what_publish_pcm_writes(twin_switch_maps):
     # the groups, in the order of the lists below
     order = [gid_of[(11, 12, 13, 14)], gid_of[(15, 16)], gid_of[(11, 11, 12)], gid_of[(17, 18, 11)]]
     plan = [(gid, members[gid]) for gid in order]
-    publisher = GroupPublisher(new, plan)
+    publisher = GroupPublisher(new, plan, native=in_c)
+    assert (publisher._native is not None) == (in_c and native.compiler() is not None
+                                               and not native.disabled())
 
     def window(pcms, thresholds):
         """Both paths publish the same window; the errors of the batched one."""

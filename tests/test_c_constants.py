@@ -35,7 +35,8 @@ def test_every_scheme_but_the_inline_ones_has_its_entry_point_in_the_switch_prog
     source = (BPF_SRC_DIR / "switch_tc.c").read_text()
     assert set(SCHEME_PROGS) == set(SCHEMES) - set(INLINE_SCHEMES)
     for fn in SCHEME_PROGS.values():
-        assert re.search(rf"^int {fn}\(struct __sk_buff \*skb\)", source, re.M), fn
+        # written against talb/ctx.h: struct __ctx_buff (an skb here, an xdp_md in switch_xdp.c)
+        assert re.search(rf"^int {fn}\(struct __ctx_buff \*skb\)", source, re.M), fn
 
 
 @pytest.mark.parametrize("scheme", ["hula", "ECMP", ""])

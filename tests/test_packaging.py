@@ -38,6 +38,12 @@ def test_wheel_carries_every_bpf_source_and_talb_finds_them(tmp_path):
     assert "workload/models/__init__.py" in packages
     missing = sorted(p for p in packages if p not in names)
     assert not missing, f"packages not in the wheel (add them to pyproject.toml): {missing}"
+    # the C helpers the agent builds at run time (common/native.py)
+    helpers = {p.relative_to(REPO).as_posix() for d in ("agent", "datapath")
+               for p in (REPO / d).glob("*.c")}
+    assert {"agent/pcm_window.c", "datapath/talb_parts.c"} <= helpers
+    missing = sorted(h for h in helpers if h not in names)
+    assert not missing, f"C helpers not in the wheel: {missing}"
 
     # the unpacked wheel alone on the path, run from elsewhere: common.paths
     # points into it, and the loaders (which read bpf/ headers at import) import

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent import pcm
+from common import native
 from agent.pcm import PortLoad
 from datapath.schemes.talb import pcm_to_fixed, smooth_wrr_schedule, fixed_wrr_weights
 
@@ -244,11 +245,18 @@ def port_windows(draw):
     return caps, waits, dt, [k * s for k, s in zip(packets, sizes)], packets
 
 
+HAVE_CC = native.compiler() is not None and not native.disabled()
+
+
+@pytest.mark.parametrize("in_c", [True, False], ids=["c", "python"])
 @settings(max_examples=400, deadline=None)
-@given(port_windows())
-def test_port_model_gives_the_per_port_functions_floats_exactly(w):
+@given(w=port_windows())
+def test_port_model_gives_the_per_port_functions_floats_exactly(in_c, w):
+    """In C (agent/pcm_window.c, where it builds) and in Python alike."""
     caps, waits, dt, tx_bytes, tx_packets = w
-    utils, delays = pcm.PortModel(caps, waits).window(tx_bytes, tx_packets, dt)
+    model = pcm.PortModel(caps, waits, native=in_c)
+    assert (model._native is not None) == (in_c and HAVE_CC)
+    utils, delays = model.window(tx_bytes, tx_packets, dt)
     for i, c in enumerate(caps):
         load = PortLoad(tx_bytes[i], tx_packets[i], c, dt)
         assert utils[i] == pcm.utilization(load)      # the same float, not approximately
@@ -264,12 +272,14 @@ def test_port_model_refuses_what_the_per_port_functions_refuse():
         pcm.PortModel([C], [0.01]).window([1500], [1], 0.0)
 
 
+@pytest.mark.parametrize("in_c", [True, False], ids=["c", "python"])
 @settings(max_examples=300, deadline=None)
-@given(st.lists(groups(), min_size=1, max_size=6), st.data())
-def test_group_pcm_of_a_window_is_group_pcm_per_group(gs, data):
+@given(gs=st.lists(groups(), min_size=1, max_size=6), data=st.data())
+def test_group_pcm_of_a_window_is_group_pcm_per_group(in_c, gs, data):
     """GroupPcm over one list of ports: each group's P_i exactly group_pcm's,
     in the next window too (unchanged inputs reuse the result, changed ones
-    are recomputed)."""
+    are recomputed); in C (agent/pcm_window.c, where it builds) and in
+    Python alike."""
     w1, w2 = gs[0][2], gs[0][3]
     utils = [x for u, _e, _, _ in gs for x in u]
     delays = [x for _u, e, _, _ in gs for x in e]
@@ -277,13 +287,42 @@ def test_group_pcm_of_a_window_is_group_pcm_per_group(gs, data):
     for u, _e, _, _ in gs:
         idx.append(list(range(at, at + len(u))))
         at += len(u)
-    model = pcm.GroupPcm(idx, w1, w2)
+    model = pcm.GroupPcm(idx, w1, w2, n_ports=len(utils), native=in_c)
+    assert (model._native is not None) == (in_c and HAVE_CC)
     for _window in range(2):
         got = model.window(utils, delays)
         assert got == [pcm.group_pcm([utils[i] for i in g], [delays[i] for i in g], w1, w2)
                        for g in idx]
         changed = data.draw(st.integers(min_value=0, max_value=len(utils) - 1))
         utils = [*utils[:changed], data.draw(ratios), *utils[changed + 1:]]
+
+
+def test_port_model_in_c_at_the_edges():
+    """Idle ports, zero-byte packets, rho at and above 1, counters past the
+    exact range (those go the Python way): C and Python agree exactly."""
+    caps, waits = [C, C, C, C, C, 25e6], [0.012, 0.012, 0.0, 0.012, 0.012, 0.048]
+    cases = [([0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 1]),
+             ([62_500, 125_000, 3000, 0, 10**6, 1514], [42, 83, 2, 0, 1, 1]),
+             ([2 ** 50, 1, 2, 3, 4, 5], [1, 1, 1, 1, 1, 1]),
+             ([62_499, 62_500, 62_501, 1, 1, 1], [1, 1, 1, 1, 0, 1])]
+    c_model = pcm.PortModel(caps, waits)
+    py_model = pcm.PortModel(caps, waits, native=False)
+    for b, k in cases:
+        assert c_model.window(b, k, T) == py_model.window(b, k, T)
+    # packets of no byte: Python divides by zero; so does the model with C built
+    for model in (c_model, py_model):
+        with pytest.raises(ZeroDivisionError):
+            model.window([0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], T)
+
+
+def test_group_pcm_in_c_with_ties_and_repeated_ports():
+    utils = [0.5, 0.5, 0.25, 1.0, 0.0, 0.0]
+    delays = [1e-3, 2e-3, 1e-3, 1e-3, 12e-3, 12e-3]
+    idx = [[0, 1], [2, 3, 4], [4, 5], [0, 1, 2, 3, 4, 5], [], [3, 0]]
+    for w1, w2 in ((1.0, 1.0), (1, 3), (0.0, 2.0), (0.3, 0.7)):
+        c_pcm = pcm.GroupPcm(idx, w1, w2, n_ports=6)
+        py_pcm = pcm.GroupPcm(idx, w1, w2, native=False)
+        assert c_pcm.window(utils, delays) == py_pcm.window(utils, delays)
 
 
 def test_group_pcm_of_a_window_refuses_nan_and_bad_weights():

@@ -37,8 +37,10 @@ def test_paired_t_on_the_sleep_data_matches_r():
     assert pr.p == pytest.approx(0.002833, abs=5e-7)
     # t itself: -1.58 / (s / sqrt(10)) = -4.0621
     assert pr.diff.mean / (pr.diff.sd / math.sqrt(10)) == pytest.approx(-4.0621, abs=1e-4)
-    # values <= 0 have no log-ratio: no ratio, no equivalence test
+    # values <= 0 have no log-ratio: no ratio, no equivalence test; the t runs on the
+    # differences, and says so
     assert pr.ratio is None and pr.p_equiv is None
+    assert pr.scale == "difference" and pr.p_diff == pr.p
     assert pr.verdict() == "better"          # a lower, lower is better
 
 
@@ -50,12 +52,42 @@ def test_paired_t_by_hand():
     pr = paired(a, b)
     assert pr.diff.mean == pytest.approx(3.0)
     assert pr.diff.half_width == pytest.approx(2.776 * math.sqrt(2.5) / math.sqrt(5), abs=1e-3)
-    assert pr.p == pytest.approx(0.01324, abs=5e-5)
-    assert t_test([1, 2, 3, 4, 5]) == pytest.approx(pr.p)
+    assert pr.p_diff == pytest.approx(0.01324, abs=5e-5)
+    assert t_test([1, 2, 3, 4, 5]) == pytest.approx(pr.p_diff)
+    # the ratio from the logs: 11/10, 22/20, ... = 1.1 at every seed, so the test that
+    # decides (on the log-ratios) has no spread at all: p 0, and the interval is 1.1 itself
+    assert pr.scale == "log-ratio" and pr.p == 0.0
+    assert (pr.ratio, pr.ratio_low, pr.ratio_high) == pytest.approx((1.1, 1.1, 1.1))
     assert pr.verdict() == "worse" and paired(a, b, lower_is_better=False).verdict() == "better"
-    # the ratio from the logs: geometric mean of 11/10, 22/20, ... = 1.1 exactly
-    assert pr.ratio == pytest.approx(1.1)
+    # log-ratios 0.01..0.05: the same t as the differences 1..5 above, p = 0.01324
+    e = paired([x * math.exp(k / 100) for x, k in zip(b, [1, 2, 3, 4, 5])], b)
+    assert e.p == pytest.approx(0.01324, abs=5e-5)
+    assert e.ratio == pytest.approx(math.exp(0.03))
     assert pr.bootstrap is None              # fewer than 10 pairs
+
+
+def test_the_verdict_and_the_ratio_interval_come_from_one_test():
+    # seeds of different scale (one heavy background draw): a is ~2.4x b at every seed.
+    # The t on the raw differences (1.4, 1.4, 1.4, 1.4, 14) is not significant; the
+    # ratio's interval is narrow and far from 1 -- the verdict follows the interval.
+    b = [1.0, 1.1, 0.9, 1.0, 10.0]
+    a = [x * r for x, r in zip(b, [2.3, 2.5, 2.4, 2.45, 2.35])]
+    pr = paired(a, b)
+    assert pr.p_diff > 0.05
+    assert pr.ratio_low > 2.2 and pr.ratio_high < 2.6 and pr.p < 0.001
+    assert pr.verdict() == "worse"
+    # on random data of every kind: the interval excludes 1 exactly when p < 0.05
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(2, 12))
+        base = rng.lognormal(0, 1, n)
+        a = base * rng.lognormal(rng.normal(0, 0.2), rng.uniform(0.01, 0.5), n)
+        pr = paired(list(a), list(base))
+        if pr.ratio_low is None or abs(pr.p - 0.05) < 1e-9:
+            continue
+        assert (pr.ratio_high < 1 or pr.ratio_low > 1) == (pr.p < 0.05)
+        if pr.p < 0.05:
+            assert (pr.verdict() == "better") == (pr.ratio < 1)
 
 
 def test_pairs_are_by_seed_and_missing_values_drop_the_seed():
@@ -108,7 +140,7 @@ def test_holm_on_a_known_example():
 
 def test_holm_changes_the_verdict():
     b = [10.0, 20.0, 30.0, 40.0, 50.0]
-    pr = paired([x + d for x, d in zip(b, [1, 2, 3, 4, 5])], b)     # p = 0.013
+    pr = paired([x * math.exp(k / 10) for x, k in zip(b, [1, 2, 3, 4, 5])], b)    # p = 0.013
     assert pr.verdict() == "worse"
     assert pr.verdict(p=holm([pr.p] + [0.5] * 14)[0]) == "inconclusive"
 
@@ -143,8 +175,9 @@ def test_bootstrap_agrees_with_t_from_ten_pairs():
 def test_committed_fig10_paired_numbers():
     """The committed results/fig10 agrees with its own runs: every TaLB pair
     at the headline (top) load in paired.csv (n, mean difference, 95%
-    interval, p) is what a reviewer gets from runs.csv with scipy's paired t
-    (ttest_rel), seeds paired by number, CPU-bound runs left out."""
+    interval, ratio and its interval, p) is what a reviewer gets from runs.csv
+    with scipy's paired t (ttest_rel) on the values and on their logs, seeds
+    paired by number, CPU-bound runs left out."""
     import csv
     from pathlib import Path
 
@@ -173,6 +206,13 @@ def test_committed_fig10_paired_numbers():
             assert int(r["n"]) == len(seeds) >= 5, (base, metric)
             assert float(r["diff_mean"]) == pytest.approx(sum(d) / len(d), rel=1e-9)
             assert (float(r["diff_low"]), float(r["diff_high"])) == (pytest.approx(lo), pytest.approx(hi))
-            assert float(r["p"]) == pytest.approx(t.pvalue)
+            assert float(r["p_diff"]) == pytest.approx(t.pvalue)
+            # the verdict's test: the same on the logs, whose interval is the ratio's
+            tl = sst.ttest_rel(np.log([a[s] for s in seeds]), np.log([b[s] for s in seeds]))
+            llo, lhi = tl.confidence_interval(0.95)
+            assert r["scale"] == "log-ratio"
+            assert float(r["p"]) == pytest.approx(tl.pvalue)
+            assert (float(r["ratio_low"]), float(r["ratio_high"])) == \
+                (pytest.approx(math.exp(llo)), pytest.approx(math.exp(lhi)))
             checked += 1
     assert checked == 9

@@ -476,3 +476,11 @@ def test_extended_leaf_spine_saves_explicitly():
     d = topo.to_dict()
     assert "spines" not in d and {"between": ["leaf0", "leaf1"], "rate": "1gbit"} in d["links"]
     assert topology_from_dict(d).links == topo.links
+
+
+def test_shaping_is_true_false_or_batched_and_round_trips():
+    topo = topology_from_dict({"spines": 1, "leaves": 2, "hosts_per_leaf": 1, "shaping": "batched"})
+    assert topo.shaping == "batched" and topology_from_dict(topo.to_dict()).shaping == "batched"
+    assert LeafSpine(shaping=False).shaping is False and LeafSpine().shaping is True
+    with pytest.raises(TopologyError, match="shaping: must be true, false or batched, got 'fast'"):
+        topology_from_dict({"spines": 1, "leaves": 1, "hosts_per_leaf": 1, "shaping": "fast"})

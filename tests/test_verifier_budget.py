@@ -48,6 +48,11 @@ def programs(bcc):
         out = {}
         for cls in (SwitchDatapath, HostDatapath):
             out.update(_loaded_programs(cls, name))
+        # the XDP entry point's programs (switch_xdp.c: the same scheme
+        # program names, prog type XDP)
+        from datapath.xdp import XdpSwitchDatapath
+
+        out.update({f"xdp:{n}": p for n, p in _loaded_programs(XdpSwitchDatapath, name).items()})
         return out
     finally:
         netns.remove(name)
@@ -60,7 +65,8 @@ def test_every_program_within_verifier_budget(programs):
     from datapath.loader import SCHEME_PROGS
 
     budget = int(VERIFIER_BUDGET_SHARE * VERIFIER_INSN_LIMIT)
-    want = {"talb_switch_tc", "talb_host_tc", *SCHEME_PROGS.values()}
+    want = {"talb_switch_tc", "talb_host_tc", *SCHEME_PROGS.values(),
+            "xdp:talb_switch_xdp", *(f"xdp:{n}" for n in SCHEME_PROGS.values())}
     assert want <= set(programs), programs     # the main and every scheme's program
     report = {n: p.verified_insns for n, p in programs.items()}
     print(f"verified_insns (budget {budget}): {report}")

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from common import paths
 from common.machine import machine_info
-from netns_topology.state import (TestbedError, load_topology_of, queueing_of, read_state,
+from netns_topology.state import (PROGRAM_DATAPATHS, TestbedError, load_topology_of, queueing_of, read_state,
                                   rto_min_of)
 from workload import measure
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
@@ -238,7 +238,7 @@ def validate(cfg) -> None:
 def _fabric(prefix: str, topo, scheme: str | None) -> dict:
     """Set the scheme on every switch (when asked) and read back what is in effect."""
     state = read_state(prefix)
-    if state.get("datapath") != "bpf":
+    if state.get("datapath") not in PROGRAM_DATAPATHS:
         raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): it has no "
             f"load-balancing scheme to measure; run on a testbed built with the bpf data path")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from common import paths
 from common.machine import machine_info
-from netns_topology.state import (TestbedError, load_topology_of, queueing_of, read_state,
+from netns_topology.state import (PROGRAM_DATAPATHS, TestbedError, load_topology_of, queueing_of, read_state,
                                   rto_min_of)
 from workload import measure, run_metrics
 from workload.netexec import ns_popen
@@ -223,7 +223,7 @@ def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
            "queueing": queueing_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            "switch_config": {}, "agent": None}
-    if state.get("datapath") != "bpf":
+    if state.get("datapath") not in PROGRAM_DATAPATHS:
         # TensorSender tags through the hosts' TC programs, attached with the bpf data path only
         raise TestbedError(
             f"testbed '{prefix}' forwards with the kernel bridge (--datapath bridge): its hosts "
@@ -801,7 +801,7 @@ class _Counters:
 
     def __init__(self, prefix: str, run: _Setup):
         self.prefix, self.topo, self.hosts = prefix, run.topo, run.node_hosts
-        self.have_links = run.fabric["datapath"] == "bpf"
+        self.have_links = run.fabric["datapath"] in PROGRAM_DATAPATHS
         self.ports = None
         self.before = self.after = self.queues_before = self.queues_after = None
         self.tcp_before = self.tcp_after = None

@@ -408,6 +408,12 @@ def directions(rows: list[dict], pts: list[dict]) -> list[dict]:
 
 # --- text ------------------------------------------------------------------------------------
 def _ratio(pr: Paired) -> str:
+    """a/b − 1 and the interval of the test behind the verdict (the log-ratios';
+    where a seed's value is 0 there is no ratio and the test ran on the
+    differences, shown so)."""
+    if pr is not None and pr.scale == "difference" and pr.diff.mean is not None:
+        s = f"difference {pr.diff.mean:+.3g}"
+        return s + (f" [{pr.diff.low:+.3g}, {pr.diff.high:+.3g}]" if pr.diff.low is not None else "")
     if pr is None or pr.ratio is None:
         return "-"
     s = f"{pr.ratio - 1:+.0%}"
@@ -426,8 +432,9 @@ def _directions_md(dirs: list[dict]) -> list[str]:
          "abstracts paraphrased), tested on the fabric it is about at its load (*high*: 0.8, "
          "else the highest swept; *low*: the lowest), on the metric named, per CDF. A test "
          "compares scheme a with scheme b **paired by seed**: a/b − 1 with its 95% interval "
-         "(paired t on the per-seed log-ratios), verdict from the paired t on the differences "
-         f"(p) and TOST within ±{EQUIV_MARGIN:.0%} (p equiv; experiments/sweep/stats.py), both "
+         "and the verdict from one test, the paired t on the per-seed log-ratios (p; the "
+         f"interval is its interval), and TOST within ±{EQUIV_MARGIN:.0%} (p equiv; "
+         "experiments/sweep/stats.py), both "
          "Holm-corrected across every p-value of this table. *within +20%*: holds when the one-sided t on the "
          "log-ratios puts a/b below 1.2, does not when it puts it above. A direction **holds "
          "here** when each of its tests that ran does, **does not hold** when any test "

@@ -1,14 +1,21 @@
 """Statistics of a sweep: a point's mean and 95% interval over its seeds,
 and paired comparisons of two schemes (or settings) run on the same seeds.
 
-A paired comparison takes one value per seed from each side, a and b, and
-tests the per-seed differences a − b (Student's paired t, scipy) and the
-per-seed log-ratios ln(a/b) (the same t on the logs; its interval, taken
-back with exp, is the ratio's). Its verdict, from the point of view of a:
+A paired comparison takes one value per seed from each side, a and b. Its
+test is Student's paired t (scipy) on the per-seed log-ratios ln(a/b): its
+interval, taken back with exp, is the ratio's interval that the reports
+show, so a verdict and the interval beside it always come from the same
+test (an interval that excludes 1 is a significant test, before Holm).
+Ratios are what the schemes are compared by (the paper's "x% lower FCT"),
+and the log makes seeds of different scale (a light and a heavy
+background draw) weigh alike. Only where a value is 0 or negative (e.g.
+0 timeouts at a seed) has no log-ratio; then the same t runs on the
+per-seed differences a − b and the difference interval is the one shown
+(``scale`` says which). The differences' mean and interval are reported
+beside, in the metric's unit. Its verdict, from the point of view of a:
 
-- *better* / *worse*: the paired t on the differences rejects "no
-  difference" at 5% (after the Holm correction across the table it belongs
-  to, when one is given);
+- *better* / *worse*: the paired t rejects "no difference" at 5% (after
+  the Holm correction across the table it belongs to, when one is given);
 - *equivalent within ±M%*: not that, and the equivalence test (two one-sided
   t tests, TOST, on the log-ratio, bounds ln(1 − M) and ln(1 + M)) rejects
   "the ratio is outside 1 ± M" at 5%;
@@ -149,11 +156,15 @@ class Paired:
     n: int                                   # pairs (seeds with a value on both sides)
     diff: Estimate                           # of a − b per seed
     log_ratio: Estimate                      # of ln(a/b) per seed (None when a value <= 0)
-    p: float | None                          # paired t on the differences, two-sided
+    p: float | None                          # the paired t on ``scale``, two-sided
     p_equiv: float | None                    # TOST on the log-ratio, bounds ln(1 ∓ margin)
     margin: float
     lower_is_better: bool
     bootstrap: tuple[float, float] | None    # of the mean difference, n >= BOOTSTRAP_MIN_N
+    #: what ``p`` tests: "log-ratio" (every value > 0) or "difference"
+    scale: str = "log-ratio"
+    #: the paired t on the differences, beside (a check; not the verdict's)
+    p_diff: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -177,7 +188,8 @@ class Paired:
         if self.n < 2 or p is None:
             return "no test (fewer than 2 pairs)"
         if p < alpha:
-            lower = self.diff.mean < 0
+            effect = self.log_ratio if self.scale == "log-ratio" else self.diff
+            lower = effect.mean < 0
             return "better" if lower == self.lower_is_better else "worse"
         if p_equiv is not None and p_equiv < alpha:
             return f"equivalent within ±{self.margin:.0%}"
@@ -199,7 +211,8 @@ class Paired:
         return {"n": self.n, "diff_mean": self.diff.mean, "diff_low": self.diff.low,
                 "diff_high": self.diff.high, "ratio": self.ratio, "ratio_low": self.ratio_low,
                 "ratio_high": self.ratio_high, "p": self.p, "p_equiv": self.p_equiv,
-                "margin": self.margin, "verdict": self.verdict(),
+                "margin": self.margin, "scale": self.scale, "p_diff": self.p_diff,
+                "verdict": self.verdict(),
                 "boot_low": self.bootstrap[0] if self.bootstrap else None,
                 "boot_high": self.bootstrap[1] if self.bootstrap else None}
 
@@ -215,7 +228,10 @@ def paired(a, b, lower_is_better: bool = True, margin: float = EQUIV_MARGIN) -> 
     d = [float(x) - float(y) for x, y in pairs]
     logs = [math.log(float(x) / float(y)) for x, y in pairs] \
         if pairs and all(float(x) > 0 and float(y) > 0 for x, y in pairs) else []
-    return Paired(n=len(pairs), diff=estimate(d), log_ratio=estimate(logs), p=t_test(d),
+    on_logs = bool(logs)
+    return Paired(n=len(pairs), diff=estimate(d), log_ratio=estimate(logs),
+                  p=t_test(logs if on_logs else d),
                   p_equiv=tost(logs, math.log(1 - margin), math.log(1 + margin)),
                   margin=margin, lower_is_better=lower_is_better,
-                  bootstrap=bootstrap_interval(d))
+                  bootstrap=bootstrap_interval(d),
+                  scale="log-ratio" if on_logs else "difference", p_diff=t_test(d))

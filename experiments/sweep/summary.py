@@ -118,6 +118,17 @@ def _ratio(pr: Paired, metric: str) -> str:
                                      if pr.ratio_low is not None else "")
 
 
+def _tested(pr: Paired, metric: str) -> str:
+    """The interval of the test that decides the verdict -- the ratio's (on the
+    log-ratios) or, where a value is not positive, the difference's -- with the
+    mean difference beside it in the metric's unit."""
+    if pr.scale == "log-ratio" and pr.ratio is not None:
+        k, u = _unit(metric)
+        d = 0 if k == 1 else 1
+        return f"{_ratio(pr, metric)} ({pr.diff.mean * k:+.{d}f} {u})"
+    return _diff(pr, metric).split(" (bootstrap")[0]
+
+
 def _p(p) -> str:
     return "-" if p is None else (f"{p:.3f}" if p >= 0.001 else "<0.001")
 
@@ -365,17 +376,18 @@ def _on(va: dict, vb: dict, seeds: list, lower: bool) -> Paired:
 
 
 def interaction(tb: dict, tf: dict, xb: dict, xf: dict, seeds: list, lower: bool) -> Paired:
-    """Per seed ((T,B) − (T,F)) − ((X,B) − (X,F)): its mean, 95% paired-t
-    interval and p (the paired t of TaLB's queueing effect against the
-    baseline's); its ratio (T,B)/(T,F) over (X,B)/(X,F), the interval of
-    that ratio and the equivalence test (TOST within ±10%) from the same t
-    on the per-seed log-ratios."""
+    """Per seed ((T,B) − (T,F)) − ((X,B) − (X,F)): its mean and 95% paired-t
+    interval; its ratio (T,B)/(T,F) over (X,B)/(X,F) with the interval, p
+    and equivalence test (TOST within ±10%) of the paired t on the per-seed
+    log-ratios -- the one test the verdict uses, as for every other row (on
+    the differences only where a value is not positive)."""
     add = paired([tb[s] - tf[s] for s in seeds], [xb[s] - xf[s] for s in seeds],
                  lower_is_better=lower)
     if all(tf[s] and xf[s] for s in seeds):
         mul = paired([tb[s] / tf[s] for s in seeds], [xb[s] / xf[s] for s in seeds],
                      lower_is_better=lower)
-        add = dataclasses.replace(add, log_ratio=mul.log_ratio, p_equiv=mul.p_equiv)
+        add = dataclasses.replace(add, log_ratio=mul.log_ratio, p_equiv=mul.p_equiv,
+                                  p=mul.p, scale=mul.scale)
     return add
 
 
@@ -463,10 +475,12 @@ def _factorial_md(table: list[dict]) -> list[str]:
          "for the baseline + interaction; over every seed with both of TaLB's runs). Each: the "
          "mean per-seed difference and its 95% paired-t interval; the ratio (geometric mean of "
          "the per-seed ratios − 1; for the interaction (T,B)/(T,F) over (X,B)/(X,F)) and its "
-         "interval; p of the paired t, Holm-corrected across the rows of the metric's table; "
+         "interval; p of the paired t on the per-seed log-ratios (the ratio's interval is "
+         "its interval; on the differences only where a value is not positive), "
+         "Holm-corrected across the rows of the metric's table; "
          "the verdict from the corrected p-values: the better side, or equivalent within "
          f"±{EQUIV_MARGIN:.0%} (TOST on the log-ratio), else inconclusive; for the interaction, "
-         "whether the bands favour TaLB or the baseline (the difference ≠ 0), or no interaction "
+         "whether the bands favour TaLB or the baseline (the ratio of ratios ≠ 1), or no interaction "
          f"(the ratio of ratios within 1 ± {EQUIV_MARGIN:.0%}). Every compared metric, on "
          "the network FCT and from the hand-off: "
          "`factorial.csv`.", ""]
@@ -539,15 +553,18 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             [f"{load:g}"] + ([arm("talb", qt)] if queueings else []) + \
             [base, str(min(pr.n for pr in prs))]
         for m, pr in zip(COMPARED, prs):
-            line.append(f"{_diff(pr, m).rsplit(' ', 1)[0] if pr.n else '-'}; "
+            line.append(f"{_tested(pr, m) if pr.n else '-'}; "
                         f"{_marked(pr, ph[i], peh[i]) if pr.n >= 2 else '-'}")
             i += 1
         body.append(line)
     cols = (["group"] if many else []) + ["load"] + (["TaLB"] if queueings else []) + \
-        ["vs", "n"] + ["short AFCT ms", "short p99 ms", "long AFCT ms", "all AFCT ms", "samples/s"]
+        ["vs", "n"] + ["short AFCT", "short p99", "long AFCT", "all AFCT", "training speed"]
     return ["## Paired comparisons: TaLB against each scheme", "",
-            "TaLB − the scheme per seed, mean and 95% paired-t interval (ms of testbed "
-            "wall-clock for FCTs, samples/s at target scale for the speed), then the verdict "
+            "TaLB/the scheme per seed: the geometric mean of the per-seed ratios (a change "
+            "for FCTs, × for the speed) and its 95% interval from the paired t on the "
+            "per-seed log-ratios, the test the verdict comes from; in brackets after it, the "
+            "mean per-seed difference TaLB − the scheme (ms of testbed wall-clock for FCTs, "
+            "samples/s at target scale for the speed). Then the verdict "
             f"for TaLB: better, worse, equivalent within ±{EQUIV_MARGIN:.0%} (TOST on the "
             "log-ratio), or inconclusive, each test at 5% **uncorrected** (with "
             f"{len(flat)} tests, about {0.05 * len(flat):.0f} better/worse verdicts are expected "
@@ -640,8 +657,10 @@ def _ablation_md(rows, pts) -> list[str]:
     L = ["## Ablation: agent settings", "",
          "TaLB under each named agent setting (experiments/sweep/plan.py AGENT_SETTINGS); "
          "`paper` is the paper's literal reading. Short-tensor AFCT against the `default` "
-         "setting and against ECMP paired by seed: the setting − the other, mean and 95% "
-         "paired-t interval in ms (testbed wall-clock), and the verdict for the setting, "
+         "setting and against ECMP paired by seed: the setting/the other − 1 (geometric mean "
+         "of the per-seed ratios) and its 95% interval from the paired t on the log-ratios, "
+         "the mean difference in ms (testbed wall-clock) in brackets, and the verdict for "
+         "the setting from that test, "
          "each test at 5% uncorrected; † marks a verdict that stands after Holm's correction "
          "across both columns of this table.", ""]
     m = "short_fct_mean_s"
@@ -665,7 +684,7 @@ def _ablation_md(rows, pts) -> list[str]:
             return "-"
         if pr.n < 2:
             return "no test (fewer than 2 pairs)"
-        return f"{_diff(pr, m).rsplit(' ', 1)[0]}; {_marked(pr, ph[id(pr)], peh[id(pr)])}"
+        return f"{_tested(pr, m)}; {_marked(pr, ph[id(pr)], peh[id(pr)])}"
 
     body = [[f"{load:g}", p["agent"], p["counted"], _fmt(p["est"]["short_fct_mean_s"]),
              _fmt(p["est"]["short_fct_p99_s"]), _fmt(p["est"]["all_fct_mean_s"]), cell(d), cell(e)]
@@ -854,8 +873,9 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           "(each seed's TaLB run against the same seed's baseline run): the ratio TaLB/baseline "
           "(geometric mean of the per-seed ratios, 95% interval from the paired t on the "
           "log-ratios; shown as a change, negative when TaLB is lower) and the difference "
-          "TaLB − baseline (mean of the per-seed differences, 95% paired-t interval). p: the "
-          "paired t on the differences, then Holm-corrected across the rows of this table "
+          "TaLB − baseline (mean of the per-seed differences, 95% paired-t interval, in the "
+          "metric's unit). p: the paired t on the log-ratios, the test whose interval the "
+          "ratio column shows, then Holm-corrected across the rows of this table "
           "but the largest speed-ups (picked after the fact, so uncorrected and only "
           "indicative). Verdict for TaLB: **better** or **worse** (Holm p < 0.05), "
           f"**equivalent within ±{EQUIV_MARGIN:.0%}** (not that, and the equivalence test — two "
@@ -932,8 +952,11 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
     max_pairs = max([p["counted"] for p in pts] + [0])      # no pair has more seeds
     L += ["## Statistics", "", "Per point: mean over the seeds and a two-sided 95% confidence "
           "interval mean ± t(0.975, n−1)·s/√n (Student t, scipy). CPU-bound runs are excluded. "
-          "Comparisons are paired by seed (experiments/sweep/stats.py): the paired t on the per-seed "
-          "differences (p, interval) and on the per-seed log-ratios (the ratio's interval); "
+          "Comparisons are paired by seed (experiments/sweep/stats.py): one test decides, the "
+          "paired t on the per-seed log-ratios ln(a/b) (p, and the ratio's interval: an "
+          "interval that excludes 1 is p < 0.05 before Holm); where a seed's value is 0 "
+          "(e.g. no timeouts) the same t on the per-seed differences. The mean difference "
+          "and its paired-t interval are shown beside, in the metric's unit; "
           f"equivalence by TOST on the log-ratio within ±{EQUIV_MARGIN:.0%}. Holm's correction "
           "decides the verdicts of *Paper vs ours* (across its rows but the largest speed-ups); "
           "the tables of pairs give uncorrected verdicts and mark (†) those that survive Holm "

@@ -19,6 +19,9 @@
  * option untouched: a second option (TaLB's behind CONGA's) stays as it
  * was.
  *
+ * The same three for an XDP frame (switch_xdp.c) are in talb/ipopt_xdp.h,
+ * chosen by TALB_CTX_XDP (talb/ctx.h).
+ *
  * Users: the last hop's TaLB strip and CONGA's push and strip (switch_tc.c);
  * the sending host writes its whole 32-byte header at once instead
  * (host_tc.c, host_tag.h host_build_l3).
@@ -60,6 +63,8 @@ static __always_inline void ipopt_word0_move(__u32 *w, int delta)
 	b[0] += delta / 4;                                  /* IHL, low nibble */
 	*(__be16 *)&b[2] = bpf_htons(bpf_ntohs(*(__be16 *)&b[2]) + delta);
 }
+
+#ifndef TALB_CTX_XDP      /* the XDP frame's: talb/ipopt_xdp.h */
 
 /* Push the `len` bytes at `opt` (a whole option list entry, len a
  * constant multiple of 4) right after the base header, in front of any
@@ -138,5 +143,9 @@ static __always_inline int ipopt_store16(struct __sk_buff *skb, __u32 off,
 		return -1;
 	return bpf_skb_store_bytes(skb, TALB_L3_OPT_OFF + off, &new, sizeof(new), 0);
 }
+
+#else
+#include "talb/ipopt_xdp.h"
+#endif /* TALB_CTX_XDP */
 
 #endif /* TALB_IPOPT_H */
