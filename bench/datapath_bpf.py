@@ -2,10 +2,12 @@
 """ns/packet of the switch data path under BPF_PROG_TEST_RUN.
 
 Compares bpf/switch_tc.c (a single-port group, and a 4-port group under
-each scheme: ECMP in the main program, RPS, LetFlow, DRILL and TaLB --
-an untagged packet, through its ECMP fallback -- in their tail-called
-programs) with an empty program and an empty redirect program, for 64 B
-and 1514 B TCP packets, release flag off (a test run does not execute the
+each scheme: ECMP, RPS, LetFlow, DRILL, CONGA and TaLB -- an untagged
+packet, through its ECMP fallback; a tagged packet whose tensor is in the
+tensor table (a hit); the first packet of a new tensor (a miss: the CASE
+1/2 decision; one of length 1, so that every repeat decides again and
+none inserts) -- with an empty program and an empty redirect program, for
+64 B and 1514 B TCP packets, release flag off (a test run does not execute the
 redirect, so this is the program's own cost: parse, lookups, decision,
 counters). Also prints each program's instructions verified. The kernel
 reports the mean over ``--repeat`` runs; the best of ``--rounds`` is
@@ -35,21 +37,37 @@ int empty_redirect(struct __sk_buff *skb) { return bpf_redirect(IFINDEX, 0); }
 SCHEME_ROWS = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
 
+#: TaLB's tagged rows: (row key, TaLBHeader fields of the measured packet)
+#: -- a hit: pkt_idx 1 of a long tensor whose first packet went before (its
+#: entry is in the table; the tensor never completes); a miss: a tensor of
+#: one packet (decided by CASE 1/2, never inserted, so each repeat misses)
+TAGGED_ROWS = {"talb_hit": dict(layer=0, tensor_len=65535, pkt_idx=1),
+               "talb_miss": dict(layer=0, tensor_len=1, pkt_idx=0)}
+
 _ROW_NAMES = {"ecmp": "ECMP", "rps": "RPS", "letflow": "LetFlow", "drill": "DRILL(2,1)",
-              "conga": "CONGA", "talb": "TaLB (untagged -> ECMP)"}
+              "conga": "CONGA", "talb": "TaLB (untagged -> ECMP)",
+              "talb_hit": "TaLB tagged, table hit", "talb_miss": "TaLB tagged, new tensor"}
 
 
 def scheme_row(scheme: str) -> str:
     return f"switch {_ROW_NAMES[scheme]}, 4-port group"
 
 
-def tcp_packet(size: int) -> bytes:
+def tcp_packet(size: int, tensor=None) -> bytes:
+    """An Ether/IPv4/TCP frame of ``size`` bytes; ``tensor``: a
+    common.wire.TaLBHeader as its IPv4 option (as a host tags it), the
+    frame then at least 66 B (its headers: the "64 B" column's tagged
+    rows)."""
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
+    opts = [tensor.scapy()] if tensor is not None else []
     base = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(
-        src="198.18.0.1", dst="198.18.1.4") / TCP(sport=40000, dport=5201, flags="A")
+        src="198.18.0.1", dst="198.18.1.4", options=opts) / TCP(sport=40000, dport=5201,
+                                                                flags="A")
     pad = size - len(base)
+    if tensor is not None:
+        pad = max(pad, 0)
     if pad < 0:
         raise ValueError(f"packet size {size} < headers {len(base)}")
     return bytes(base / (b"\0" * pad))
@@ -60,6 +78,7 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
     from bcc import BPF
     from pyroute2 import IPRoute, netns
 
+    from common.wire import TaLBHeader
     from datapath import bpf_syscall as sc
     from datapath import control
     from datapath.loader import SwitchDatapath
@@ -94,16 +113,19 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         b_rd = BPF(text=b"#include <uapi/linux/pkt_cls.h>\n" + EMPTY_REDIRECT,
                    cflags=[f"-DIFINDEX={ifindex['p1']}"])
         progs += [b_ok, b_rd]
-        # name: (program fd, destination, scheme set before the run)
+        # name: (program fd, destination, scheme set before the run, TaLB
+        # option fields of the packet or None)
         fds = {
             "empty (TC_ACT_OK)": (b_ok.load_func(b"empty_ok", BPF.SCHED_CLS).fd, "198.18.1.4",
-                                  None),
+                                  None, None),
             "empty redirect": (b_rd.load_func(b"empty_redirect", BPF.SCHED_CLS).fd, "198.18.1.4",
-                               None),
-            "switch, single-port group": (dp.prog_fd, "198.18.1.1", "ecmp"),
+                               None, None),
+            "switch, single-port group": (dp.prog_fd, "198.18.1.1", "ecmp", None),
         }
         for scheme in SCHEME_ROWS:
-            fds[scheme_row(scheme)] = (dp.prog_fd, "198.18.1.4", scheme)
+            fds[scheme_row(scheme)] = (dp.prog_fd, "198.18.1.4", scheme, None)
+        for row, fields in TAGGED_ROWS.items():
+            fds[scheme_row(row)] = (dp.prog_fd, "198.18.1.4", "talb", fields)
         control.set_port_rates(dp.maps, {ifindex[f"p{i}"]: (100_000_000, 150_000, 15_000)
                                          for i in range(5)})
         control.set_conga_leaves(dp.maps, 0, {"198.18.1.4": 1, "198.18.1.1": 1})
@@ -112,11 +134,20 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         netns.pushns(ns)
         try:
             for size in sizes:
-                for name, (fd, dst, scheme) in fds.items():
+                for name, (fd, dst, scheme, fields) in fds.items():
                     if scheme:
                         control.set_scheme(dp.maps, scheme)
-                    data = bytearray(tcp_packet(size))
-                    data[30:34] = bytes(int(x) for x in dst.split("."))
+                    tensor = None
+                    if fields:
+                        # a tensor of its own per row and size
+                        tensor = TaLBHeader(0x7A1B0000 + 2 * size + (fields["pkt_idx"] == 0),
+                                            **fields)
+                        if fields["pkt_idx"]:       # its first packet: the entry
+                            first = TaLBHeader(tensor.tensor_id, tensor.layer,
+                                               tensor.tensor_len, 0)
+                            sc.prog_test_run(fd, tcp_packet(size, first), ctx=ctx, repeat=1)
+                    data = bytearray(tcp_packet(size, tensor))
+                    data[30:34] = bytes(int(x) for x in dst.split("."))   # IPv4 daddr
                     best = None
                     for _ in range(rounds):
                         ret, _, dur, _ = sc.prog_test_run(fd, bytes(data), ctx=ctx,
@@ -140,11 +171,11 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
             say(f"    {name:<{width}}  "
                 + "  ".join(f"{results[(name, s)]:>6} ns" for s in sizes))
         ratios = {}
-        for scheme in SCHEME_ROWS:
+        for scheme in (*SCHEME_ROWS, *TAGGED_ROWS):
             for s in sizes:
                 e, r = results[(scheme_row(scheme), s)], results[("empty redirect", s)]
                 ratios[f"{scheme}/empty_redirect {s}B"] = e / max(r, 1)
-            say(f"    {scheme:<8} / empty redirect = "
+            say(f"    {scheme:<9} / empty redirect = "
                 + ", ".join(f"{results[(scheme_row(scheme), s)] / max(results[('empty redirect', s)], 1):.2f}x"
                             f" at {s} B" for s in sizes))
         counters = control.read_counters(dp.maps)
@@ -156,6 +187,9 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
             if not counters[f"decision_{scheme}"] and scheme != "talb" \
                     or scheme == "talb" and not counters["talb_fallback"]:
                 raise RuntimeError(f"benchmark did not run {scheme}'s decision: {counters}")
+        runs = repeat * rounds * len(sizes)
+        if counters["talb_hit"] < runs or counters["talb_case2"] + counters["talb_case1"] < runs:
+            raise RuntimeError(f"benchmark did not run TaLB's hit and new-tensor paths: {counters}")
         if counters["scheme_fallback"]:
             raise RuntimeError(f"a scheme had no program (fell back to ECMP): {counters}")
     finally:

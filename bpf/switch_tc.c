@@ -157,30 +157,47 @@ static __always_inline struct talb_scratch *talb_scratch_take(const struct talb_
 	return s;
 }
 
-/* The main program: parse, route; single-port groups and ECMP decide
- * here, every other scheme in its own program (talb_scheme_entry),
+/* TaLB's fallback for what it does not place (untagged, table full,
+ * unknown midway; `rem`: TaLB remembers the fallback's port): a tail call
+ * to RPS's, LetFlow's or DRILL's program; returns only for ECMP -- the
+ * caller's -- or when that program is missing (counted). */
+static __always_inline void talb_fallback(struct __ctx_buff *skb, const struct talb_pkt *pkt,
+					  const struct talb_config *cfg, __u32 gid, __u64 now,
+					  __u32 rem)
+{
+	__u32 fb = cfg->fallback_scheme;
+
+	if (fb == TALB_SCHEME_RPS || fb == TALB_SCHEME_LETFLOW || fb == TALB_SCHEME_DRILL)
+		talb_tail(skb, pkt, gid, now, fb, rem ? TALB_SCRATCH_REMEMBER : 0);
+	if (fb != TALB_SCHEME_ECMP)
+		talb_count(CNT_SCHEME_FALLBACK);
+}
+
+/* The main program: parse, route; single-port groups, ECMP and TaLB
+ * decide here, every other scheme in its own program (talb_scheme_entry),
  * reached by a tail call -- each program is verified on its own, so the
- * schemes do not add up in one verifier budget (docs/schemes.md). */
+ * schemes do not add up in one verifier budget (docs/schemes.md). TaLB
+ * is inline: a tail call and the hand-over of the packet cost more than
+ * its whole table hit (docs/schemes.md "Cost per packet"). */
 int talb_switch_tc(struct __ctx_buff *skb)
 {
 	struct talb_pkt pkt = {};
 	struct talb_verdict v = {};
 	const struct talb_config *cfg;
 	struct fwd_group *g = 0;
-	struct port_info *in;
+	struct port_info in = {};
 	__u32 ifindex = ctx_ingress_ifindex(skb);
 	__u32 gid = 0, idx = 0, dcnt = CNT_DECISION_SINGLE;
 	__u64 now = 0;
 	void *data, *data_end;
 
-	in = ports.lookup(&ifindex);
-	if (!in) {
+	if (!talb_port_get(ifindex, &in)) {
 		talb_count(CNT_PASS_UNKNOWN_INGRESS);
 		return CTX_ACT_OK;
 	}
 	pkt.ingress_ifindex = ifindex;
 	pkt.len = ctx_len(skb);
-	talb_port_rx(in->port_id, pkt.len);
+	talb_port_rx(in.port_id, pkt.len);
 
 	/* Headers in the linear area (a no-op for the fabric's packets). */
 	ctx_pull_headers(skb);
@@ -191,7 +208,7 @@ int talb_switch_tc(struct __ctx_buff *skb)
 		talb_count(v.reason);
 		return CTX_ACT_OK;
 	}
-	if ((in->flags & PORT_HOST) && (pkt.flags & TALB_PKT_OPT_SEEN) &&
+	if ((in.flags & PORT_HOST) && (pkt.flags & TALB_PKT_OPT_SEEN) &&
 	    !(pkt.flags & TALB_PKT_OPT_STRIP)) {
 		talb_count(CNT_DROP_OPT_POSITION);
 		return CTX_ACT_DROP;
@@ -204,23 +221,38 @@ int talb_switch_tc(struct __ctx_buff *skb)
 	if (talb_scheme_clock(cfg))
 		now = bpf_ktime_get_ns();
 	if (cfg->scheme == TALB_SCHEME_CONGA ||   /* every hop: CE, options */
-	    (g->n_ports > 1 && cfg->scheme != TALB_SCHEME_ECMP)) {
+	    (g->n_ports > 1 && cfg->scheme != TALB_SCHEME_ECMP &&
+	     cfg->scheme != TALB_SCHEME_TALB)) {
 		talb_tail(skb, &pkt, gid, now, cfg->scheme, 0);
 		talb_count(CNT_SCHEME_FALLBACK);        /* no such program */
 	}
-	if (g->n_ports > 1)
-		idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
+	if (g->n_ports > 1) {
+		idx = TALB_USE_FALLBACK;
+		if (cfg->scheme == TALB_SCHEME_TALB) {
+			idx = talb_scheme_select(&pkt, g, gid, cfg, now);
+			dcnt = CNT_DECISION_TALB;
+			if (idx >= TALB_USE_FALLBACK)
+				talb_fallback(skb, &pkt, cfg, gid, now,
+					      idx == TALB_USE_FALLBACK_REMEMBER);
+		}
+		/* ECMP: the scheme, or TaLB's fallback (one call site) */
+		if (idx >= TALB_USE_FALLBACK) {
+			__u32 rem = idx == TALB_USE_FALLBACK_REMEMBER;
+
+			idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
+			if (rem)
+				idx = talb_remember_midstream(&pkt, g, gid, idx, now);
+		}
+	}
 	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
 }
 
 /* A scheme's program: the packet from scheme_scratch, the scheme's
- * choice, then as the main program. TaLB hands what it does not place
- * (untagged, table full, unknown midway) to its fallback scheme: ECMP
- * here, any other by a tail call to that scheme's program, marked
+ * choice, then as the main program. TaLB's fallback comes here marked
  * TALB_SCRATCH_REMEMBER when TaLB remembers the fallback's port. */
 static __always_inline int talb_scheme_entry(struct __ctx_buff *skb, __u32 scheme)
 {
-	__u32 idx, flags, gid, fb, dcnt = CNT_DECISION_ECMP;
+	__u32 idx, flags, gid, dcnt = CNT_DECISION_ECMP;
 	const struct talb_config *cfg = talb_config_get();
 	struct talb_scratch *s;
 	struct talb_pkt pkt;
@@ -233,20 +265,7 @@ static __always_inline int talb_scheme_entry(struct __ctx_buff *skb, __u32 schem
 	now = s->now;
 	gid = s->gid;
 	flags = s->flags;
-	if (scheme == TALB_SCHEME_TALB) {
-		idx = talb_scheme_select(&pkt, g, gid, cfg, now);
-		if (idx < TALB_USE_FALLBACK)
-			return talb_finish(skb, &pkt, g, cfg, idx, CNT_DECISION_TALB, now);
-		flags = idx == TALB_USE_FALLBACK_REMEMBER ? TALB_SCRATCH_REMEMBER : 0;
-		fb = cfg->fallback_scheme;
-		if (fb == TALB_SCHEME_RPS || fb == TALB_SCHEME_LETFLOW || fb == TALB_SCHEME_DRILL)
-			talb_tail(skb, &pkt, gid, now, fb, flags);
-		if (fb != TALB_SCHEME_ECMP)
-			talb_count(CNT_SCHEME_FALLBACK);
-		idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
-	} else {
-		idx = talb_scheme_pick(scheme, &pkt, g, gid, cfg, now, &dcnt);
-	}
+	idx = talb_scheme_pick(scheme, &pkt, g, gid, cfg, now, &dcnt);
 	if (flags & TALB_SCRATCH_REMEMBER)
 		idx = talb_remember_midstream(&pkt, g, gid, idx, now);
 	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
@@ -269,11 +288,6 @@ int talb_scheme_drill(struct __ctx_buff *skb)
 	return talb_scheme_entry(skb, TALB_SCHEME_DRILL);
 }
 
-int talb_scheme_talb(struct __ctx_buff *skb)
-{
-	return talb_scheme_entry(skb, TALB_SCHEME_TALB);
-}
-
 /* CONGA's program: every packet of a switch running CONGA comes here (the
  * option is pushed, raised or stripped at every hop, schemes/conga.h). */
 int talb_scheme_conga(struct __ctx_buff *skb)
@@ -286,7 +300,7 @@ int talb_scheme_conga(struct __ctx_buff *skb)
 	struct conga_params pp;
 	struct talb_pkt pkt;
 	struct fwd_group *g;
-	struct port_info *in;
+	struct port_info in = {};
 	struct iphdr *iph;
 	void *data, *data_end;
 	__u32 *leaf, in_flags, q;
@@ -298,8 +312,7 @@ int talb_scheme_conga(struct __ctx_buff *skb)
 		return CTX_ACT_OK;
 	now = s->now;
 	conga_params_of(cfg, &pp);
-	in = ports.lookup(&pkt.ingress_ifindex);
-	in_flags = in ? in->flags : 0;
+	in_flags = talb_port_get(pkt.ingress_ifindex, &in) ? in.flags : 0;
 	leaf = conga_leaf_of.lookup(&pkt.daddr_be);
 	dst_leaf = leaf && *leaf < TALB_CONGA_MAX_LEAVES ? *leaf : TALB_CONGA_NO_LEAF;
 

@@ -139,7 +139,8 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
 
 def _port_table(ports: Sequence[PortSpec]) -> dict[int, tuple[int, int]]:
     """{ifindex: (port id, flags)} of program_switch's ``ports``; ValueError
-    for too many, a malformed entry or an ifindex twice."""
+    for too many, a malformed entry, an ifindex twice or one the data path
+    has no slot for (>= TALB_PORT_SLOTS: bpf/include/talb/maps.h)."""
     if len(ports) > TALB_MAX_PORTS:
         raise ValueError(f"ports: {len(ports)} ports, at most TALB_MAX_PORTS={TALB_MAX_PORTS}")
     by_ifindex: dict[int, tuple[int, int]] = {}
@@ -151,8 +152,15 @@ def _port_table(ports: Sequence[PortSpec]) -> dict[int, tuple[int, int]]:
                              f"got {spec!r}") from None
         if int(ifindex) in by_ifindex:
             raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex} listed twice")
+        if not 0 < int(ifindex) < _PORT_SLOTS:
+            raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex}, the data path "
+                             f"indexes ports 1..{_PORT_SLOTS - 1} (TALB_PORT_SLOTS)")
         by_ifindex[int(ifindex)] = (pid, port_flags(is_host, up))
     return by_ifindex
+
+
+_PORT_SLOTS = CONST["TALB_PORT_SLOTS"]
+_PORT_SLOT_USED = CONST["PORT_SLOT_USED"]
 
 
 def _route_table(groups: Mapping[str, Sequence[int]],
@@ -177,11 +185,17 @@ def _route_table(groups: Mapping[str, Sequence[int]],
 
 
 def _install_ports(maps: SwitchMaps, by_ifindex: dict[int, tuple[int, int]]) -> None:
-    """The ports map: new and changed ports first, stale ones last."""
+    """The ports map, and the same ports in port_slots at their ifindex
+    (what the data path reads, bpf/include/talb/maps.h talb_port_get): new
+    and changed ports first, stale ones last. A slot is one 8-byte value,
+    written whole."""
     for ifindex, (pid, flags) in by_ifindex.items():
         maps.ports[ifindex] = PortInfo(pid, flags)
+        maps.port_slots[ifindex] = PortInfo(pid, flags | _PORT_SLOT_USED)
     for ifindex in list(maps.ports.keys()):
         if ifindex not in by_ifindex:
+            if ifindex < _PORT_SLOTS:
+                maps.port_slots[ifindex] = PortInfo(0, 0)
             maps.ports.delete(ifindex)
 
 

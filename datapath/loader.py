@@ -40,11 +40,14 @@ __all__ = [
 
 SWITCH_SRC = Path(BPF_SRC_DIR) / "switch_tc.c"
 PROG_NAME = "talb_switch_tc"
+#: schemes decided in the main program (no program of their own): ECMP, and
+#: TaLB (a tail call cost more than its table hit: docs/schemes.md)
+INLINE_SCHEMES = ("ecmp", "talb")
 #: scheme -> its program in bpf/switch_tc.c (``talb_scheme_<name>``),
-#: tail-called through the scheme_progs map at the scheme's id; ECMP runs in
-#: the main program. Every scheme of the registry has one: a TALB_SCHEME_*
-#: define without its entry point fails the load.
-SCHEME_PROGS = {name: f"talb_scheme_{name}" for name in SCHEMES if name != "ecmp"}
+#: tail-called through the scheme_progs map at the scheme's id. Every other
+#: scheme of the registry has one: a TALB_SCHEME_* define without its entry
+#: point fails the load.
+SCHEME_PROGS = {name: f"talb_scheme_{name}" for name in SCHEMES if name not in INLINE_SCHEMES}
 
 
 def expand_source(path: str | os.PathLike = SWITCH_SRC,

@@ -289,6 +289,7 @@ class MapSet:
 #: (key type, value type, kernel map type)
 MAP_SPECS = MappingProxyType({
     "ports": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_HASH),
+    "port_slots": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_ARRAY),
     "port_stats": (ctypes.c_uint32, PortStats, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
     "fwd": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
     "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),
@@ -315,7 +316,7 @@ MAP_SPECS = MappingProxyType({
 
 class SwitchMaps(MapSet):
     """All maps of one switch's data path, as attributes named like the maps
-    (``.ports``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
+    (``.ports``, ``.port_slots``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
     ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
     ``.tensor_count``, ``.scheme_progs``, ``.scheme_scratch``, ``.rng``, ``.flowlets``, ``.port_rate``, ``.port_queue``,
     ``.drill_mem``, ``.conga_dre``, ``.conga_to_leaf``, ``.conga_from_leaf``,

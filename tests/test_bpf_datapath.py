@@ -473,6 +473,20 @@ def test_program_switch_groups_by_port_tuple_and_removes_stale_routes(switch):
         control.program_switch(switch.maps, switch.ports, {"198.18.2.9": [424242]})
     with pytest.raises(ValueError, match="not an IPv4 address"):
         control.program_switch(switch.maps, switch.ports, {"fe80::1": []})
+    # the data path's copy of the ports, by ifindex (port_slots): every port,
+    # and nothing else; an ifindex past its slots is refused by name
+    from common.c_constants import CONST
+
+    used = CONST["PORT_SLOT_USED"]
+    slots = {ifx: switch.maps.port_slots[ifx] for ifx in range(CONST["TALB_PORT_SLOTS"])}
+    assert {ifx: (s.port_id, s.flags & ~used) for ifx, s in slots.items() if s.flags & used} == \
+        {ifx: (p["port_id"], control.port_flags(p["host"], p["up"])) for ifx, p in ports.items()}
+    control.program_switch(switch.maps, switch.ports[1:], {})
+    assert not switch.maps.port_slots[switch.ports[0][1]].flags
+    control.program_switch(switch.maps, switch.ports, groups)
+    with pytest.raises(ValueError, match=r"ifindex 5000, the data path indexes ports "
+                                         r"1\.\.4095 \(TALB_PORT_SLOTS\)"):
+        control.program_switch(switch.maps, [*switch.ports, ("far", 5000, False, True)], groups)
 
 
 def test_set_scheme_errors(switch):

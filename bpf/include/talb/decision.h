@@ -11,9 +11,10 @@
  *                      id, port flags, skb->priority of the band) or pass
  *                      to the stack, with the reason (a CNT_* index)
  *
- * Which scheme runs where is the entry point's (switch_tc.c): ECMP and
- * single-port groups in the main program, every other scheme in a program
- * of its own, reached by a tail call (the verifier budget: docs/schemes.md).
+ * Which scheme runs where is the entry point's (switch_tc.c): ECMP, TaLB
+ * and single-port groups in the main program, every other scheme in a
+ * program of its own, reached by a tail call (the verifier budget and the
+ * cost per packet: docs/schemes.md).
  *
  * Nothing here touches an skb or an xdp_md: the TC entry point
  * (switch_tc.c) and a later XDP one only differ in how they read the
@@ -177,7 +178,7 @@ static __always_inline int talb_verdict_for(const struct talb_pkt *p,
 					    const struct talb_config *cfg, __u32 idx,
 					    __u32 dcnt, __u64 now, struct talb_verdict *v)
 {
-	struct port_info *out;
+	struct port_info out = {};
 	__u32 egress;
 
 	talb_count(dcnt);
@@ -186,8 +187,7 @@ static __always_inline int talb_verdict_for(const struct talb_pkt *p,
 		return 0;
 	}
 	egress = g->ifindex[idx];
-	out = ports.lookup(&egress);
-	if (!out || !(out->flags & PORT_UP)) {
+	if (!talb_port_get(egress, &out) || !(out.flags & PORT_UP)) {
 		v->reason = CNT_PASS_EGRESS_DOWN;
 		return 0;
 	}
@@ -197,17 +197,17 @@ static __always_inline int talb_verdict_for(const struct talb_pkt *p,
 	}
 	v->reason = CNT_REDIRECTED;
 	v->egress_ifindex = egress;
-	v->egress_port_id = out->port_id;
+	v->egress_port_id = out.port_id;
 	v->cfg_flags = cfg->flags;
-	v->egress_flags = out->flags;
+	v->egress_flags = out.flags;
 	v->priority = TALB_HTB_MAJOR | (TALB_BAND_MINOR_BASE + talb_band(p, cfg));
 	if (talb_drill_in_use(cfg))
-		drill_account(out->port_id, p->len, now);
+		drill_account(out.port_id, p->len, now);
 	if (cfg->scheme == TALB_SCHEME_CONGA) {
 		struct conga_params pp;
 
 		conga_params_of(cfg, &pp);
-		conga_dre_account(out->port_id, p->len, &pp, now);
+		conga_dre_account(out.port_id, p->len, &pp, now);
 	}
 	return 1;
 }

@@ -19,8 +19,16 @@
 #include "talb/map_decl.h"   /* TALB_MAP: fresh, or pinned at TALB_PIN_DIR */
 #include "talb/pkt.h"        /* struct talb_scratch */
 
-/* ifindex -> port (id, flags). Ports not in this map are not ours. */
+/* ifindex -> port (id, flags): the switch's ports, as user space lists
+ * them (agent, CLI). The data path reads port_slots. */
 TALB_MAP("hash", __u32, struct port_info, ports, TALB_MAX_PORTS);
+/* ifindex -> port: the same ports indexed by ifindex (flags |
+ * PORT_SLOT_USED; 0: not ours), written with `ports` by user space, which
+ * refuses an ifindex >= TALB_PORT_SLOTS (datapath/control.py
+ * _install_ports). What the data path looks ports up in (talb_port_get),
+ * 2-10 times a packet: an array lookup is a few inlined instructions, a
+ * hash lookup a call of ~20 ns (docs/schemes.md "Cost per packet"). */
+TALB_MAP("array", __u32, struct port_info, port_slots, TALB_PORT_SLOTS);
 /* port_id -> rx/tx packets/bytes, per CPU. */
 TALB_MAP("percpu_array", __u32, struct port_stats, port_stats, TALB_MAX_PORTS);
 /* destination IPv4 address (network byte order, as on the wire) -> group id */
@@ -90,6 +98,21 @@ struct talb_interleave {
 };
 TALB_MAP("array", __u32, struct talb_interleave, test_interleave, 1);
 #endif
+
+/* The port of `ifindex` into *out: 1, or 0 when it is not ours. Only
+ * port_slots: with a fall-back to `ports` for larger ifindexes the
+ * verifier walked both at every call (main program 535k instructions,
+ * past its budget; docs/schemes.md). */
+static __always_inline int talb_port_get(__u32 ifindex, struct port_info *out)
+{
+	struct port_info *pi = port_slots.lookup(&ifindex);
+
+	if (!pi || !(pi->flags & PORT_SLOT_USED))
+		return 0;
+	out->port_id = pi->port_id;
+	out->flags = pi->flags & ~PORT_SLOT_USED;
+	return 1;
+}
 
 /* Per-CPU counters: a plain add, no atomics (and bcc 0.26 rejects using
  * the return value of __sync_fetch_and_add anyway). */

@@ -137,6 +137,8 @@ static __always_inline __u32 conga_metric_of_index(const struct fwd_group *g, __
 						   const struct conga_params *pp, __u64 now)
 {
 	__u32 ifindex = g->ifindex[i & (TALB_MAX_GROUP_PORTS - 1)];
+	/* the hash, not port_slots: with an array value here the verifier
+	 * walked CONGA's program past 1M instructions */
 	struct port_info *pi = ports.lookup(&ifindex);
 
 	return pi ? conga_port_metric(pi->port_id, pp, now) : 0;

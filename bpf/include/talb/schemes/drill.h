@@ -110,9 +110,9 @@ static __always_inline void drill_account(__u32 port_id, __u32 len, __u64 now)
 static __always_inline __u64 drill_queue_of(const struct fwd_group *g, __u32 i, __u64 now)
 {
 	__u32 ifindex = g->ifindex[i & (TALB_MAX_GROUP_PORTS - 1)];
-	struct port_info *pi = ports.lookup(&ifindex);
+	struct port_info pi = {};
 
-	return pi ? drill_queue(pi->port_id, now) : ~0ULL;
+	return talb_port_get(ifindex, &pi) ? drill_queue(pi.port_id, now) : ~0ULL;
 }
 
 /* Running best two of the candidates. */

@@ -78,8 +78,11 @@ static __always_inline void talb_up_ports(const struct fwd_group *g, __u32 n,
 
 	for (i = 0; i < TALB_MAX_GROUP_PORTS; i++) {
 		__u32 ifindex = g->ifindex[i];
-		struct port_info *pi = ports.lookup(&ifindex);
-		__u32 flags = pi ? pi->flags : 0, bit;
+		struct port_info pi = {};      /* not ours: flags 0 */
+		__u32 flags, bit;
+
+		talb_port_get(ifindex, &pi);
+		flags = pi.flags;
 
 		bit = ((flags & PORT_UP) >> 1) & talb_lt(i, n);
 		TALB_OPAQUE(bit);

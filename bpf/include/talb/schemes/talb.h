@@ -181,9 +181,9 @@ static __always_inline __u32 talb_new_tensor(const struct fwd_group *g,
 
 static __always_inline int talb_port_up(__u32 ifindex)
 {
-	struct port_info *pi = ports.lookup(&ifindex);
+	struct port_info pi = {};
 
-	return pi && (pi->flags & PORT_UP);
+	return talb_port_get(ifindex, &pi) && (pi.flags & PORT_UP);
 }
 
 static __always_inline __u32 talb_occupancy(void)
