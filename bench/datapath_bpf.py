@@ -73,10 +73,26 @@ def tcp_packet(size: int, tensor=None) -> bytes:
     return bytes(base / (b"\0" * pad))
 
 
+def veth_ports(ns: str, pairs: int = 5, mtu: int | None = None) -> dict[str, int]:
+    """veth pairs p<i>/q<i> up in namespace ``ns`` (the benches' ports):
+    {name: ifindex}."""
+    from pyroute2 import IPRoute
+
+    ifindex = {}
+    with IPRoute(netns=ns, flags=0) as ipr:
+        for i in range(pairs):
+            ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
+        for i in range(pairs):
+            for n in (f"p{i}", f"q{i}"):
+                ifindex[n] = ipr.link_lookup(ifname=n)[0]
+                ipr.link("set", index=ifindex[n], state="up", **({"mtu": mtu} if mtu else {}))
+    return ifindex
+
+
 def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=print) -> dict:
     """ns/packet per program and size; returns {"ns": {program: {size: ns}}, "ratios": {...}}."""
     from bcc import BPF
-    from pyroute2 import IPRoute, netns
+    from pyroute2 import netns
 
     from common.wire import TaLBHeader
     from datapath import bpf_syscall as sc
@@ -88,14 +104,7 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
     create_namespace(ns)
     progs = []
     try:
-        ifindex = {}
-        with IPRoute(netns=ns, flags=0) as ipr:
-            for i in range(5):
-                ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
-            for i in range(5):
-                for n in (f"p{i}", f"q{i}"):
-                    ifindex[n] = ipr.link_lookup(ifname=n)[0]
-                    ipr.link("set", index=ifindex[n], state="up")
+        ifindex = veth_ports(ns)
 
         dp = SwitchDatapath(ns, "/nonexistent").load(release_sk=False)
         progs.append(dp)

@@ -70,6 +70,7 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
     from datapath import control
     from datapath.loader import SwitchDatapath
     from datapath.xdp import XDP_FLAGS_DRV_MODE, XdpSwitchDatapath
+    from bench.datapath_bpf import veth_ports
     from netns_topology import create_namespace
 
     ns = f"tb{os.getpid()}-xdpb"
@@ -77,14 +78,7 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
     keep = []
     affinity = os.sched_getaffinity(0)
     try:
-        ifindex = {}
-        with IPRoute(netns=ns, flags=0) as ipr:
-            for i in range(5):
-                ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
-            for i in range(5):
-                for n in (f"p{i}", f"q{i}"):
-                    ifindex[n] = ipr.link_lookup(ifname=n)[0]
-                    ipr.link("set", index=ifindex[n], state="up", mtu=1600)
+        ifindex = veth_ports(ns, mtu=1600)
         b_x = BPF(text=EMPTY_XDP_REDIRECT, cflags=[f"-DIFINDEX={ifindex['p1']}"])
         b_t = BPF(text=EMPTY_TC_REDIRECT, cflags=[f"-DIFINDEX={ifindex['p1']}"])
         keep += [b_x, b_t]

@@ -112,6 +112,26 @@ def _ipr(netns: str | None):
     return IPRoute(netns=netns, flags=0) if netns else IPRoute()
 
 
+def each_link(netns: str | None, ifnames, *, missing_ok: bool):
+    """(an open IPRoute, ifname, ifindex) for each named interface of
+    ``netns``, for detaching programs. Gone interfaces, or the whole
+    namespace gone, are skipped when ``missing_ok``; else OSError."""
+    try:
+        ipr = _ipr(netns)
+    except Exception as exc:
+        if missing_ok and not (Path("/run/netns") / str(netns)).exists():
+            return
+        raise OSError(errno.ENOENT, f"netns {netns}: {exc}") from exc
+    with ipr:
+        for ifname in ifnames:
+            idx = ipr.link_lookup(ifname=ifname)
+            if not idx:
+                if missing_ok:
+                    continue
+                raise OSError(errno.ENODEV, f"no device {ifname!r} in netns {netns}")
+            yield ipr, ifname, idx[0]
+
+
 def _ifindex(ipr, ifname: str, netns: str | None) -> int:
     idx = ipr.link_lookup(ifname=ifname)
     if not idx:
@@ -294,39 +314,26 @@ class BpfDatapath:
         Interfaces (or namespaces) that are gone are skipped if ``missing_ok``."""
         from pyroute2.netlink.exceptions import NetlinkError
 
-        try:
-            ipr = _ipr(self.netns)
-        except Exception as exc:
-            if missing_ok and not (Path("/run/netns") / str(self.netns)).exists():
-                return
-            raise OSError(errno.ENOENT, f"netns {self.netns}: {exc}") from exc
-        with ipr:
-            for ifname in ifnames:
-                idx = ipr.link_lookup(ifname=ifname)
-                if not idx:
-                    if missing_ok:
-                        continue
-                    raise OSError(errno.ENODEV, f"no device {ifname!r} in netns {self.netns}")
-                idx = idx[0]
+        for ipr, ifname, idx in each_link(self.netns, ifnames, missing_ok=missing_ok):
+            try:
+                ipr.tc("del-filter", "bpf", idx, FILTER_HANDLE,
+                       parent=TC_PARENTS[self.TC_DIRECTION], prio=FILTER_PRIO)
+            except NetlinkError as exc:
+                if exc.code not in (errno.ENOENT, errno.EINVAL, errno.ENODEV):
+                    raise OSError(exc.code, f"tc filter del dev {ifname} {self.TC_DIRECTION} "
+                                            f"({self.netns}): {exc}") from exc
+            try:
+                left = (list(ipr.get_filters(idx, parent=TC_H_CLSACT_INGRESS))
+                        + list(ipr.get_filters(idx, parent=TC_H_CLSACT_EGRESS)))
+            except NetlinkError:
+                continue  # no clsact
+            if not left and ifname not in keep_clsact:
                 try:
-                    ipr.tc("del-filter", "bpf", idx, FILTER_HANDLE,
-                           parent=TC_PARENTS[self.TC_DIRECTION], prio=FILTER_PRIO)
+                    ipr.tc("del", "clsact", idx)
                 except NetlinkError as exc:
-                    if exc.code not in (errno.ENOENT, errno.EINVAL, errno.ENODEV):
-                        raise OSError(exc.code, f"tc filter del dev {ifname} {self.TC_DIRECTION} "
+                    if exc.code not in (errno.ENOENT, errno.EINVAL):
+                        raise OSError(exc.code, f"tc qdisc del dev {ifname} clsact "
                                                 f"({self.netns}): {exc}") from exc
-                try:
-                    left = (list(ipr.get_filters(idx, parent=TC_H_CLSACT_INGRESS))
-                            + list(ipr.get_filters(idx, parent=TC_H_CLSACT_EGRESS)))
-                except NetlinkError:
-                    continue  # no clsact
-                if not left and ifname not in keep_clsact:
-                    try:
-                        ipr.tc("del", "clsact", idx)
-                    except NetlinkError as exc:
-                        if exc.code not in (errno.ENOENT, errno.EINVAL):
-                            raise OSError(exc.code, f"tc qdisc del dev {ifname} clsact "
-                                                    f"({self.netns}): {exc}") from exc
 
     # -- pins --
     def pin(self) -> Path:

@@ -39,7 +39,7 @@ from pathlib import Path
 from datapath import bpf_syscall as sc
 from datapath.loader import SCHEME_PROGS, SwitchDatapath
 from datapath.maps import MapSet
-from datapath.program import BPF_SRC_DIR, BpfDatapath, _ifindex
+from datapath.program import BPF_SRC_DIR, BpfDatapath, _ifindex, each_link
 from datapath.program import _ipr as _ipr_for
 
 __all__ = ["XdpSwitchDatapath", "HostXdpPass", "XdpError", "XDP_SCHEMES", "XDP_REFUSED",
@@ -155,26 +155,14 @@ class _XdpAttach:
         skipped if ``missing_ok``)."""
         from pyroute2.netlink.exceptions import NetlinkError
 
-        try:
-            ipr = _ipr_for(self.netns)
-        except Exception as exc:
-            if missing_ok and not (Path("/run/netns") / str(self.netns)).exists():
-                return
-            raise OSError(errno.ENOENT, f"netns {self.netns}: {exc}") from exc
-        with ipr:
-            for ifname in ifnames:
-                idx = ipr.link_lookup(ifname=ifname)
-                if not idx:
-                    if missing_ok:
-                        continue
-                    raise OSError(errno.ENODEV, f"no device {ifname!r} in netns {self.netns}")
-                try:
-                    ipr.link("set", index=idx[0], xdp={"attrs": [
-                        ("IFLA_XDP_FD", -1), ("IFLA_XDP_FLAGS", self.XDP_FLAGS)]})
-                except NetlinkError as exc:
-                    if exc.code not in (errno.ENOENT, errno.ENODEV):
-                        raise OSError(exc.code, f"ip link set dev {ifname} xdp off "
-                                                f"({self.netns}): {exc}") from exc
+        for ipr, ifname, idx in each_link(self.netns, ifnames, missing_ok=missing_ok):
+            try:
+                ipr.link("set", index=idx, xdp={"attrs": [
+                    ("IFLA_XDP_FD", -1), ("IFLA_XDP_FLAGS", self.XDP_FLAGS)]})
+            except NetlinkError as exc:
+                if exc.code not in (errno.ENOENT, errno.ENODEV):
+                    raise OSError(exc.code, f"ip link set dev {ifname} xdp off "
+                                            f"({self.netns}): {exc}") from exc
 
 
 class XdpSwitchDatapath(_XdpAttach, SwitchDatapath):
