@@ -21,7 +21,7 @@ from talb.demo import GOODPUT_PER_RATE
 from testbed import lifecycle
 from workload.iperf import run_iperf3
 from helpers import up_fabric
-from conftest import new_prefix
+from conftest import new_prefix, skip_or_fail
 
 pytestmark = pytest.mark.live
 
@@ -33,7 +33,7 @@ TOPO = dict(spines=1, leaves=2, hosts_per_leaf=1, link_rate="100mbit", host_link
 @pytest.fixture(scope="module")
 def batched(request, bcc):
     if qdisc.hysteresis():
-        pytest.skip("sch_htb's htb_hysteresis is already on (another batched testbed?)")
+        skip_or_fail("sch_htb's htb_hysteresis is already on (another batched testbed?)")
     return up_fabric(request, LeafSpine(shaping="batched", **TOPO))
 
 
@@ -42,7 +42,7 @@ def test_a_leftover_hysteresis_is_turned_off_by_an_exact_build(request, bcc):
     setting on; the next exact fabric turns it off rather than be batched
     silently or refused. (First in this file: no batched testbed is up yet.)"""
     if qdisc.hysteresis():
-        pytest.skip("sch_htb's htb_hysteresis is already on (another batched testbed?)")
+        skip_or_fail("sch_htb's htb_hysteresis is already on (another batched testbed?)")
     qdisc.set_hysteresis(True)
     request.addfinalizer(lambda: qdisc.set_hysteresis(False))
     up_fabric(request, LeafSpine(**TOPO))
