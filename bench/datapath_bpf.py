@@ -89,6 +89,16 @@ def veth_ports(ns: str, pairs: int = 5, mtu: int | None = None) -> dict[str, int
     return ifindex
 
 
+def close_quietly(programs) -> None:
+    """Close the benches' data paths and bcc objects, whatever state a failed
+    run left them in (the namespace goes right after)."""
+    for p in programs:
+        try:
+            p.close() if hasattr(p, "close") else p.cleanup()
+        except Exception:
+            pass
+
+
 def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=print) -> dict:
     """ns/packet per program and size; returns {"ns": {program: {size: ns}}, "ratios": {...}}."""
     from bcc import BPF
@@ -202,11 +212,7 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         if counters["scheme_fallback"]:
             raise RuntimeError(f"a scheme had no program (fell back to ECMP): {counters}")
     finally:
-        for p in progs:
-            try:
-                p.close() if hasattr(p, "close") else p.cleanup()
-            except Exception:
-                pass
+        close_quietly(progs)
         netns.remove(ns)
     return {"ns": {name: {s: results[(name, s)] for s in sizes} for name in fds}, "ratios": ratios,
             "verified_insns": verified}

@@ -70,7 +70,7 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
     from datapath import control
     from datapath.loader import SwitchDatapath
     from datapath.xdp import XDP_FLAGS_DRV_MODE, XdpSwitchDatapath
-    from bench.datapath_bpf import veth_ports
+    from bench.datapath_bpf import close_quietly, veth_ports
     from netns_topology import create_namespace
 
     ns = f"tb{os.getpid()}-xdpb"
@@ -155,11 +155,7 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
             raise RuntimeError(f"the forwarding runs did not redirect: TC {tc_counters}, "
                                f"XDP {x_counters}")
     finally:
-        for p in keep:
-            try:
-                p.close() if hasattr(p, "close") else p.cleanup()
-            except Exception:
-                pass
+        close_quietly(keep)
         netns.remove(ns)
 
     say(f"{size} B TCP frames, kernel {os.uname().release}, one CPU ({cpu}), best of {rounds}")
