@@ -26,7 +26,7 @@ from datapath import talb_native
 from datapath.maps import SwitchMaps
 from datapath.schemes import talb as talb_scheme
 from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
-from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo
+from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo, PortSlot
 
 __all__ = [
     "SchemeError", "scheme_id_of", "port_flags", "program_switch", "read_port_stats", "read_ports",
@@ -139,28 +139,41 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
 
 def _port_table(ports: Sequence[PortSpec]) -> dict[int, tuple[int, int]]:
     """{ifindex: (port id, flags)} of program_switch's ``ports``; ValueError
-    for too many, a malformed entry, an ifindex twice or one the data path
-    has no slot for (>= TALB_PORT_SLOTS: bpf/include/talb/maps.h)."""
+    for too many, a malformed entry, an ifindex twice or two ports the data
+    path would keep in one slot (ifindex % TALB_PORT_SLOTS, bpf/include/talb/maps.h)."""
     if len(ports) > TALB_MAX_PORTS:
         raise ValueError(f"ports: {len(ports)} ports, at most TALB_MAX_PORTS={TALB_MAX_PORTS}")
     by_ifindex: dict[int, tuple[int, int]] = {}
+    by_slot: dict[int, tuple[str, int]] = {}
     for pid, spec in enumerate(ports):
         try:
             ifname, ifindex, is_host, up = spec
         except (TypeError, ValueError):
             raise ValueError(f"ports[{pid}]: expected (ifname, ifindex, is_host_port, up), "
                              f"got {spec!r}") from None
-        if int(ifindex) in by_ifindex:
+        ifindex = int(ifindex)
+        if not 0 < ifindex < 1 << 32:
+            raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex} is not a device index")
+        if ifindex in by_ifindex:
             raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex} listed twice")
-        if not 0 < int(ifindex) < _PORT_SLOTS:
-            raise ValueError(f"ports[{pid}] ({ifname}): ifindex {ifindex}, the data path "
-                             f"indexes ports 1..{_PORT_SLOTS - 1} (TALB_PORT_SLOTS)")
-        by_ifindex[int(ifindex)] = (pid, port_flags(is_host, up))
+        twin = by_slot.get(slot_of(ifindex))
+        if twin is not None:
+            raise ValueError(
+                f"ports[{pid}] ({ifname}): ifindex {ifindex} and port {twin[0]} (ifindex "
+                f"{twin[1]}) differ by a multiple of {_PORT_SLOTS}, and the data path keeps a "
+                f"switch's ports at ifindex % {_PORT_SLOTS} (TALB_PORT_SLOTS): recreate one "
+                f"of the two links so that it gets another ifindex")
+        by_slot[slot_of(ifindex)] = (ifname, ifindex)
+        by_ifindex[ifindex] = (pid, port_flags(is_host, up))
     return by_ifindex
 
 
 _PORT_SLOTS = CONST["TALB_PORT_SLOTS"]
-_PORT_SLOT_USED = CONST["PORT_SLOT_USED"]
+
+
+def slot_of(ifindex: int) -> int:
+    """The port_slots index of a port at ``ifindex`` (talb_port_get)."""
+    return ifindex & (_PORT_SLOTS - 1)
 
 
 def _route_table(groups: Mapping[str, Sequence[int]],
@@ -185,17 +198,19 @@ def _route_table(groups: Mapping[str, Sequence[int]],
 
 
 def _install_ports(maps: SwitchMaps, by_ifindex: dict[int, tuple[int, int]]) -> None:
-    """The ports map, and the same ports in port_slots at their ifindex
-    (what the data path reads, bpf/include/talb/maps.h talb_port_get): new
-    and changed ports first, stale ones last. A slot is one 8-byte value,
-    written whole."""
+    """The ports map, and the same ports in port_slots at ifindex %
+    TALB_PORT_SLOTS with their ifindex (what the data path reads,
+    bpf/include/talb/maps.h talb_port_get): new and changed ports first,
+    stale ones last, a stale port's slot emptied only when no new port took
+    it. A slot is one 8-byte value, written whole."""
     for ifindex, (pid, flags) in by_ifindex.items():
         maps.ports[ifindex] = PortInfo(pid, flags)
-        maps.port_slots[ifindex] = PortInfo(pid, flags | _PORT_SLOT_USED)
+        maps.port_slots[slot_of(ifindex)] = PortSlot(ifindex, pid, flags)
+    taken = {slot_of(i) for i in by_ifindex}
     for ifindex in list(maps.ports.keys()):
         if ifindex not in by_ifindex:
-            if ifindex < _PORT_SLOTS:
-                maps.port_slots[ifindex] = PortInfo(0, 0)
+            if slot_of(ifindex) not in taken:
+                maps.port_slots[slot_of(ifindex)] = PortSlot(0, 0, 0)
             maps.ports.delete(ifindex)
 
 

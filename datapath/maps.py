@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from datapath import bpf_syscall as sc
 from datapath.structs import (CongaDre, CongaMetric, DrillMem, Flowlet, FlowKey, FwdGroup,
-                              GroupState, IPv4Key, PortInfo, PortQueue, PortRate, PortStats,
+                              GroupState, IPv4Key, PortInfo, PortQueue, PortRate, PortSlot, PortStats,
                               TalbConfig, TalbScratch, TensorEntry, TensorKey)
 
 __all__ = ["Map", "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus"]
@@ -289,7 +289,7 @@ class MapSet:
 #: (key type, value type, kernel map type)
 MAP_SPECS = MappingProxyType({
     "ports": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_HASH),
-    "port_slots": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_ARRAY),
+    "port_slots": (ctypes.c_uint32, PortSlot, sc.BPF_MAP_TYPE_ARRAY),
     "port_stats": (ctypes.c_uint32, PortStats, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
     "fwd": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
     "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),

@@ -15,7 +15,7 @@ from common.c_constants import (TALB_DRILL_MAX_M, TALB_MAX_GROUP_PORTS, TALB_NR_
                                 TALB_PCM_ONE, TALB_SCHED_MAX)
 
 __all__ = [
-    "PortInfo", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
+    "PortInfo", "PortSlot", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
     "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "TalbScratch",
     "CongaDre", "CongaMetric",
 ]
@@ -29,6 +29,11 @@ __all__ = [
 # named for what it holds (IPv4Key).
 class PortInfo(ctypes.Structure):
     _fields_ = [("port_id", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
+
+
+class PortSlot(ctypes.Structure):
+    _fields_ = [("ifindex", ctypes.c_uint32), ("port_id", ctypes.c_uint16),
+                ("flags", ctypes.c_uint16)]
 
 
 class PortStats(ctypes.Structure):

@@ -209,12 +209,14 @@ def sends_at_once(prefix: str, runs: dict[str, dict], join_s: float) -> tuple[di
 
 @contextmanager
 def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), datapath_cls=None,
-                  **link):
+                  first_index: int | None = None, **link):
     """A namespace ``<new prefix>-<suffix>`` with veth pairs p<i>/q<i> for
     i < ``n_ports``, all up (and ``link`` set, e.g. mtu=1600), and the switch
     program loaded there (compiled with ``cflags``; ``datapath_cls``: SwitchDatapath, or
     datapath.xdp.XdpSwitchDatapath): yields (namespace, the data path, {name: ifindex}).
-    Closes the program and removes the namespace afterwards."""
+    ``first_index``: p<i> gets ifindex first_index + i (as a long-lived
+    root namespace's devices have). Closes the program and removes the
+    namespace afterwards."""
     from pyroute2 import IPRoute, netns
 
     from datapath.loader import SwitchDatapath
@@ -227,10 +229,15 @@ def loaded_switch(suffix: str, n_ports: int, cflags: tuple[str, ...] = (), datap
         skip_or_fail(f"cannot create network namespace: {exc}")
     dp = None
     try:
+        # no IPv6: a veth's router solicitations and MLD reports would reach
+        # the program between a test's own packets and move its counters
+        run_in(name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+               "net.ipv6.conf.default.disable_ipv6=1")
         ifindex = {}
         with IPRoute(netns=name) as ipr:
             for i in range(n_ports):
-                ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"})
+                at = {} if first_index is None else {"index": first_index + i}
+                ipr.link("add", ifname=f"p{i}", kind="veth", peer={"ifname": f"q{i}"}, **at)
             for i in range(n_ports):
                 for n in (f"p{i}", f"q{i}"):
                     ifindex[n] = ipr.link_lookup(ifname=n)[0]

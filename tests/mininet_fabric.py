@@ -1,7 +1,7 @@
 """A Mininet leaf-spine fabric for tests/test_attach_live.py, run by the
 system Python (Debian's python3-mininet):
 
-    /usr/bin/python3 tests/mininet_fabric.py TAG RATE_MBIT
+    /usr/bin/python3 tests/mininet_fabric.py TAG RATE_MBIT [FIRST_INDEX]
 
 2 spines x 2 leaves x 2 hosts, Mininet LinuxBridge switches and TCLink links
 (HTB at RATE_MBIT on both ends). The leaf-spine has loops, so the bridges run
@@ -10,7 +10,10 @@ kernel STP with short timers, as talb's own fabric does
 ingress, before the bridge, and use every uplink whatever STP blocks. Switch
 ports have MTU 1600 (room for the 12-byte TaLB option, DESIGN section 3),
 hosts 1500 with gso_max_segs 1; offloads are off everywhere, as a user of
-talb sets them up (docs/attach.md).
+talb sets them up (docs/attach.md). With FIRST_INDEX the links' ends get
+ifindexes FIRST_INDEX, FIRST_INDEX + 1, ... (Mininet's own `ip link add`,
+with an index on each end): the switch ports of a root namespace that has
+lived a while, past talb's TALB_PORT_SLOTS (4096).
 
 Prints one JSON line describing the fabric (hosts with pid, ip, interface;
 switches with their ports and what each faces), then reads commands on
@@ -28,6 +31,28 @@ from mininet.nodelib import LinuxBridge
 from mininet.topo import Topo
 
 STP = "stp_state 1 forward_delay 200 hello_time 100 max_age 600"
+
+
+class IndexedLink(TCLink):
+    """TCLink whose two veth ends get the next two ifindexes from
+    ``next_index`` (None: the kernel's), each in its own node's namespace."""
+
+    next_index = None
+
+    @classmethod
+    def makeIntfPair(cls, intf1, intf2, addr1=None, addr2=None, node1=None, node2=None,
+                     deleteIntfs=True):
+        if cls.next_index is None or node1 is None:
+            return super().makeIntfPair(intf1, intf2, addr1, addr2, node1, node2, deleteIntfs)
+        first = cls.next_index
+        cls.next_index += 2
+        mac1 = f" address {addr1}" if addr1 else ""
+        mac2 = f" address {addr2}" if addr2 else ""
+        netns = node2.pid if node2 else 1
+        out = node1.cmd(f"ip link add name {intf1}{mac1} index {first} type veth "
+                        f"peer name {intf2}{mac2} index {first + 1} netns {netns}")
+        if out.strip():
+            raise Exception(f"Error creating interface pair ({intf1},{intf2}): {out}")
 
 
 class StpBridge(LinuxBridge):
@@ -79,15 +104,18 @@ def describe(net):
             if intf.link is None:
                 continue
             other = intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
-            ports.append({"iface": intf.name, "to": other.node.name})
+            ports.append({"iface": intf.name, "to": other.node.name,
+                          "ifindex": int(sw.cmd(f"cat /sys/class/net/{intf.name}/ifindex"))})
         switches[sw.name] = {"ports": ports}
     return {"hosts": hosts, "switches": switches}
 
 
 def main():
     tag, rate = sys.argv[1], float(sys.argv[2])
+    if len(sys.argv) > 3:
+        IndexedLink.next_index = int(sys.argv[3])
     setLogLevel("error")
-    net = Mininet(topo=LeafSpine(tag=tag, rate=rate), switch=StpBridge, link=TCLink,
+    net = Mininet(topo=LeafSpine(tag=tag, rate=rate), switch=StpBridge, link=IndexedLink,
                   controller=None, autoSetMacs=True)
     try:
         net.start()

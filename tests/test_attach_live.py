@@ -45,10 +45,21 @@ def _mininet_available():
         skip_or_fail(f"Debian's python3 cannot import mininet: {ok.stderr.strip()[-200:]}")
 
 
+def first_free_index(past: int = 4096) -> int:
+    """An ifindex past ``past`` and past every root-namespace device's, with
+    room for the fabric's links: where Mininet's switch ports are in a root
+    namespace that has lived a while (talb's data path keeps ports at
+    ifindex % TALB_PORT_SLOTS, bpf/include/talb/maps.h)."""
+    used = [int(p.read_text()) for p in Path("/sys/class/net").glob("*/ifindex")]
+    return max([past, *used]) + 101
+
+
 class MininetFabric:
-    def __init__(self, tag: str):
+    def __init__(self, tag: str, first_index: int | None = None):
         self.tag = tag
-        self.proc = subprocess.Popen([SYSTEM_PYTHON, str(HERE / "mininet_fabric.py"), tag, str(RATE_MBIT)],
+        extra = [] if first_index is None else [str(first_index)]
+        self.proc = subprocess.Popen([SYSTEM_PYTHON, str(HERE / "mininet_fabric.py"), tag, str(RATE_MBIT),
+                                      *extra],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -95,7 +106,7 @@ class MininetFabric:
 def mininet(root):
     _mininet_available()
     tag = "m" + format(os.getpid() % (36 ** 3), "x")[:4]
-    fabric = MininetFabric(tag)
+    fabric = MininetFabric(tag, first_index=first_free_index())
     try:
         yield fabric
     finally:
@@ -105,7 +116,8 @@ def mininet(root):
 def attach_file(mn: MininetFabric, name: str, path: Path) -> Path:
     desc = mn.desc
     doc = {"name": name, "link_rate": f"{RATE_MBIT}mbit", "scheme": "ecmp",
-           "switches": [{"name": sw, "ports": d["ports"]} for sw, d in sorted(desc["switches"].items())],
+           "switches": [{"name": sw, "ports": [{"iface": p["iface"], "to": p["to"]} for p in d["ports"]]}
+                        for sw, d in sorted(desc["switches"].items())],
            "hosts": [{"name": h, "ip": d["ip"], "iface": d["iface"], "pid": d["pid"]}
                      for h, d in sorted(desc["hosts"].items())]}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -152,6 +164,9 @@ def _send(name, src, dst, tensors=10, senders=2):
 
 def test_attach_ecmp_and_talb_on_a_mininet_fabric_then_detach_leaves_it_as_it_was(mininet, tmp_path):
     name = new_prefix()
+    # every switch port past TALB_PORT_SLOTS, as in a root namespace that has lived a while
+    indexes = [p["ifindex"] for d in mininet.desc["switches"].values() for p in d["ports"]]
+    assert len(indexes) == 12 and min(indexes) > 4096, indexes
     assert mininet.ping_loss() == 0, "Mininet's fabric does not ping before attach"
     before = snapshot(mininet)
     fabric = attach_file(mininet, name, tmp_path / "attach.yaml")

@@ -473,20 +473,67 @@ def test_program_switch_groups_by_port_tuple_and_removes_stale_routes(switch):
         control.program_switch(switch.maps, switch.ports, {"198.18.2.9": [424242]})
     with pytest.raises(ValueError, match="not an IPv4 address"):
         control.program_switch(switch.maps, switch.ports, {"fe80::1": []})
-    # the data path's copy of the ports, by ifindex (port_slots): every port,
-    # and nothing else; an ifindex past its slots is refused by name
+    # the data path's copy of the ports (port_slots, at ifindex % slots with
+    # their ifindex): every port, and nothing else
     from common.c_constants import CONST
 
-    used = CONST["PORT_SLOT_USED"]
-    slots = {ifx: switch.maps.port_slots[ifx] for ifx in range(CONST["TALB_PORT_SLOTS"])}
-    assert {ifx: (s.port_id, s.flags & ~used) for ifx, s in slots.items() if s.flags & used} == \
+    n_slots = CONST["TALB_PORT_SLOTS"]
+    slots = {s: switch.maps.port_slots[s] for s in range(n_slots)}
+    assert {s.ifindex: (s.port_id, s.flags) for s in slots.values() if s.ifindex} == \
         {ifx: (p["port_id"], control.port_flags(p["host"], p["up"])) for ifx, p in ports.items()}
+    assert all(slot == s.ifindex % n_slots for slot, s in slots.items() if s.ifindex)
     control.program_switch(switch.maps, switch.ports[1:], {})
-    assert not switch.maps.port_slots[switch.ports[0][1]].flags
+    assert not switch.maps.port_slots[switch.ports[0][1] % n_slots].ifindex
     control.program_switch(switch.maps, switch.ports, groups)
-    with pytest.raises(ValueError, match=r"ifindex 5000, the data path indexes ports "
-                                         r"1\.\.4095 \(TALB_PORT_SLOTS\)"):
-        control.program_switch(switch.maps, [*switch.ports, ("far", 5000, False, True)], groups)
+    # two ports in one slot are refused, naming both
+    twin = switch.ports[1][1] + n_slots
+    with pytest.raises(ValueError, match=rf"ports\[6\] \(far\): ifindex {twin} and port p1 "
+                                         rf"\(ifindex {switch.ports[1][1]}\) differ by a "
+                                         rf"multiple of {n_slots}"):
+        control.program_switch(switch.maps, [*switch.ports, ("far", twin, False, True)], groups)
+    with pytest.raises(ValueError, match=r"ports\[6\] \(bad\): ifindex 0 is not a device"):
+        control.program_switch(switch.maps, [*switch.ports, ("bad", 0, False, True)], groups)
+    # a refused call left the ports as they were
+    assert {s.ifindex for s in (switch.maps.port_slots[s] for s in range(n_slots)) if s.ifindex} \
+        == {p[1] for p in switch.ports}
+
+
+#: p0's ifindex in the far switch: past TALB_PORT_SLOTS, as a long-lived
+#: root namespace's devices (Mininet's switch ports) get them
+FAR_INDEX = 4996
+
+
+@pytest.fixture(scope="module")
+def far_switch(bcc):
+    """The switch with its ports at ifindex 4996.. and a device "t0" at 900,
+    the slot p0 is kept in (4996 % 4096)."""
+    from pyroute2 import IPRoute
+
+    with loaded_switch("far", N_PORTS, first_index=FAR_INDEX) as (name, dp, ifindex):
+        with IPRoute(netns=name) as ipr:
+            ipr.link("add", ifname="t0", index=FAR_INDEX % 4096, kind="veth",
+                     peer={"ifname": "u0"})
+            ifindex["t0"] = ipr.link_lookup(ifname="t0")[0]
+            ipr.link("set", index=ifindex["t0"], state="up")
+        yield Switch(name, dp, ifindex)
+
+
+def test_ports_past_the_slot_count_forward_and_their_slot_twin_is_not_a_port(far_switch):
+    """Ports at ifindex >= TALB_PORT_SLOTS forward as any others; a device
+    whose ifindex shares p0's slot is an unknown ingress (a lookup by slot
+    alone would take it for p0)."""
+    from common.c_constants import CONST
+
+    sw = far_switch
+    assert sw.ifindex["p0"] == FAR_INDEX and sw.ifindex["t0"] == FAR_INDEX % CONST["TALB_PORT_SLOTS"]
+    sw.reset()
+    ret, _ = sw.run(tcp(dst=DST1))
+    assert ret == TC_ACT_REDIRECT
+    assert sw.tx()["p5"] == 1
+    sw.reset()
+    assert sw.run(tcp(dst=DST1), ingress="t0")[0] == TC_ACT_OK
+    assert sw.counters()["pass_unknown_ingress"] == 1
+    assert not any(sw.tx().values())
 
 
 def test_set_scheme_errors(switch):

@@ -14,7 +14,8 @@
 
 /* ---- limits (map sizes) ---------------------------------------------- */
 #define TALB_MAX_PORTS          64      /* ports per switch; port_id < this  */
-#define TALB_PORT_SLOTS         4096    /* port_slots: a port's ifindex < this */
+#define TALB_PORT_SLOTS         4096    /* port_slots: a port at ifindex % this */
+#define TALB_PORT_SLOT_MASK     (TALB_PORT_SLOTS - 1) /* a power of two */
 #define TALB_MAX_GROUP_PORTS    8       /* candidate egress ports per group  */
 #define TALB_MAX_ROUTES         4096    /* fwd: destination IPv4 addresses   */
 #define TALB_MAX_GROUPS         1024    /* groups: distinct port sets        */
@@ -66,10 +67,9 @@
  * rate, and dt * bytes_per_s stays below 2^64 up to 4.6 GB/s. */
 #define TALB_QUEUE_DT_MAX_NS    4000000000ULL
 
-/* ---- port flags (struct port_info.flags) ------------------------------ */
+/* ---- port flags (struct port_info.flags, struct port_slot.flags) ----- */
 #define PORT_HOST               (1U << 0)  /* faces a host (last hop)        */
 #define PORT_UP                 (1U << 1)  /* may be used as an egress port  */
-#define PORT_SLOT_USED          (1U << 31) /* port_slots only: a port's copy */
 
 /* ---- config flags (struct talb_config.flags) -------------------------- */
 /* Release the sending socket at the first hop: where skb->sk is set, send

@@ -22,13 +22,13 @@
 /* ifindex -> port (id, flags): the switch's ports, as user space lists
  * them (agent, CLI). The data path reads port_slots. */
 TALB_MAP("hash", __u32, struct port_info, ports, TALB_MAX_PORTS);
-/* ifindex -> port: the same ports indexed by ifindex (flags |
- * PORT_SLOT_USED; 0: not ours), written with `ports` by user space, which
- * refuses an ifindex >= TALB_PORT_SLOTS (datapath/control.py
- * _install_ports). What the data path looks ports up in (talb_port_get),
- * 2-10 times a packet: an array lookup is a few inlined instructions, a
- * hash lookup a call of ~20 ns (docs/schemes.md "Cost per packet"). */
-TALB_MAP("array", __u32, struct port_info, port_slots, TALB_PORT_SLOTS);
+/* ifindex % TALB_PORT_SLOTS -> port and its ifindex: the same ports,
+ * written with `ports` by user space, which refuses two ports of one
+ * switch in one slot (datapath/control.py _port_table). What the data path
+ * looks ports up in (talb_port_get), 2-10 times a packet: an array lookup
+ * is a few inlined instructions, a hash lookup a call of ~20 ns
+ * (docs/schemes.md "Cost per packet"). */
+TALB_MAP("array", __u32, struct port_slot, port_slots, TALB_PORT_SLOTS);
 /* port_id -> rx/tx packets/bytes, per CPU. */
 TALB_MAP("percpu_array", __u32, struct port_stats, port_stats, TALB_MAX_PORTS);
 /* destination IPv4 address (network byte order, as on the wire) -> group id */
@@ -99,18 +99,19 @@ struct talb_interleave {
 TALB_MAP("array", __u32, struct talb_interleave, test_interleave, 1);
 #endif
 
-/* The port of `ifindex` into *out: 1, or 0 when it is not ours. Only
- * port_slots: with a fall-back to `ports` for larger ifindexes the
- * verifier walked both at every call (main program 535k instructions,
- * past its budget; docs/schemes.md). */
+/* The port of `ifindex` into *out: 1, or 0 when it is not ours (an empty
+ * slot, or another device's whose ifindex shares it). Only port_slots:
+ * with a fall-back to `ports` the verifier walked both at every call
+ * (main program 535k instructions, past its budget; docs/schemes.md). */
 static __always_inline int talb_port_get(__u32 ifindex, struct port_info *out)
 {
-	struct port_info *pi = port_slots.lookup(&ifindex);
+	__u32 slot = ifindex & TALB_PORT_SLOT_MASK;
+	struct port_slot *ps = port_slots.lookup(&slot);
 
-	if (!pi || !(pi->flags & PORT_SLOT_USED))
+	if (!ps || !ifindex || ps->ifindex != ifindex)
 		return 0;
-	out->port_id = pi->port_id;
-	out->flags = pi->flags & ~PORT_SLOT_USED;
+	out->port_id = ps->port_id;
+	out->flags = ps->flags;
 	return 1;
 }
 

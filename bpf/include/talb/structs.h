@@ -16,6 +16,16 @@ struct port_info {
 	__u32 flags;            /* PORT_HOST | PORT_UP */
 };
 
+/* port_slots: the same port at slot ifindex % TALB_PORT_SLOTS, with its
+ * ifindex (0: an empty slot). Root-namespace ifindexes never restart
+ * (Mininet's switch ports pass 4096 after a while), so a slot names the
+ * port it holds; one 8-byte value, written whole. */
+struct port_slot {
+	__u32 ifindex;
+	__u16 port_id;
+	__u16 flags;            /* PORT_HOST | PORT_UP */
+};
+
 /* port_stats (per CPU): rx counts every packet the program sees on its
  * ingress port; tx counts packets the program sends out of a port
  * (redirected or released), bytes as skb->len (Ethernet header included). */
