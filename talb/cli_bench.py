@@ -100,7 +100,9 @@ def sweep_options(f):
                      "runs [10]. The presets fig9/10/11 and fig10-fifo run --seeds (a count) "
                      "everywhere, then one more seed at a time at their headline points until "
                      "the paired 95% interval of TaLB/baseline is narrower than --seed-width "
-                     "for every paper baseline, or this many seeds have run."),
+                     "for every paper baseline, or this many seeds have run; lb-classic at the "
+                     "loads its directions are tested at (light and heavy), until every "
+                     "balancer/ECMP ratio of the all-flow mean normalised FCT is."),
         click.option("--seed-width", type=float, help="Seed rule: the width of the ratio's "
                      "interval to reach [0.2: the ±10% equivalence band]."),
         click.option("--fixed-seeds", is_flag=True, help="No seed rule: exactly --seeds."),
@@ -201,8 +203,10 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                   + f"; results in {out}")
     rule = plan.seed_rule
     if rule:
+        pairs = ", ".join(f"{a}/{b}" for a, b in rule.pairs)
         console.print(f"  seed rule: {rule.first} seeds everywhere, then up to {rule.cap} at the "
-                      f"headline points until TaLB/baseline ({rule.metric}) has a 95% interval "
+                      f"headline points (load {', '.join(f'{x:g}' for x in rule.loads or ())}) "
+                      f"until every ratio of {rule.metric} ({pairs}) has a paired 95% interval "
                       f"narrower than {rule.width:g}")
     if plan.skipped_schemes:
         console.print(f"  [yellow]skipped (not implemented yet):[/] {', '.join(plan.skipped_schemes)}")

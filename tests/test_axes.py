@@ -138,7 +138,7 @@ def test_plan_over_placements_and_rtos():
     from experiments.sweep import seeds
 
     rows = [{**{f: getattr(r, f) for f in plan_mod.RunSpec.__dataclass_fields__},
-             "status": "ok", q.seed_rule.metric: 0.1 * (1 + 0.01 * r.seed) *
+             "key": r.key(), "status": "ok", q.seed_rule.metric: 0.1 * (1 + 0.01 * r.seed) *
              (0.5 if r.scheme == "talb" else 1)} for r in q.runs]
     decided = seeds.decide(q, rows)
     assert sorted(d["point"]["rto_min"] for d in decided) == ["10ms", "kernel"]

@@ -146,11 +146,78 @@ def test_plan_runs_and_keys():
     ({"models": ["vgg19"]}, "--models"), ({"iterations": 3}, "--iterations"),
     ({"workers": 4}, "--workers"), ({"target_rates": [1e10]}, "--target-rates"),
     ({"loads": [0.0, 0.5]}, "--loads"), ({"cdfs": ["video"]}, "--cdfs"),
-    ({"queueing": ["fifo"]}, "--queueing"), ({"seed_cap": 8}, "--seed-cap"),
+    ({"queueing": ["fifo"]}, "--queueing"), ({"seed_cap": 3}, "--seed-cap"),
+    ({"seed_width": 2.5}, "--seed-width"),
 ])
 def test_plan_refuses_what_makes_no_sense(over, flag):
     with pytest.raises(PlanError, match=flag):
         build_plan("lb-classic", implemented=IMPL, **over)
+
+
+def test_seed_rule_watches_the_loads_the_directions_are_tested_at():
+    """Each balancer against ECMP on the all-flow mean, at the light and the
+    heavy load of the sweep (0.1 and 0.8 in the full preset); none where the
+    sweep has neither, nor in the quick preview or with fixed seeds."""
+    rule = build_plan("lb-classic", implemented=IMPL).seed_rule
+    assert (rule.first, rule.cap, rule.width, rule.metric, rule.loads) == \
+        (5, 10, 0.2, "all_nfct_mean", (0.1, 0.8))
+    assert rule.pairs == tuple((s, "ecmp") for s in ("rps", "letflow", "drill", "conga", "talb"))
+    assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.5, 0.9]).seed_rule.loads == \
+        (0.3, 0.9)
+    assert build_plan("lb-classic", implemented=IMPL, loads=[0.8]).seed_rule.loads == (0.8,)
+    assert build_plan("lb-classic", implemented=IMPL, loads=[0.5]).seed_rule is None
+    assert build_plan("lb-classic", implemented=IMPL, fixed_seeds=True).seed_rule is None
+    assert build_plan("lb-classic", implemented=IMPL, seeds=[1, 2]).seed_rule is None
+    assert build_plan("lb-classic", implemented=IMPL, seed_cap=12).seed_rule.cap == 12
+    # pairs the schemes leave out are dropped; with no ECMP, no pair is left
+    assert build_plan("lb-classic", implemented=IMPL, schemes=["ecmp", "drill"]
+                      ).seed_rule.pairs == (("drill", "ecmp"),)
+    assert build_plan("lb-classic", implemented=IMPL, schemes=["rps", "drill"]).seed_rule is None
+    assert build_plan("lb-classic-quick", implemented=IMPL).seed_rule is None
+    with pytest.raises(PlanError, match="--seed-cap: the preset has no seed rule"):
+        build_plan("lb-classic-quick", implemented=IMPL, seed_cap=8)
+
+
+def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
+    """Wide per-seed ratios (the constructed noise) keep every direction
+    point below the width: the sweep adds seeds there one at a time, every
+    scheme, up to the cap, and nowhere else; seeds.json records them, and
+    the summary says the cap stopped each point."""
+    from experiments.sweep.kinds import finish
+    from experiments.sweep.runner import run_sweep
+    from experiments.sweep.seeds import with_recorded
+
+    def noisy(spec, path):
+        _fake(spec, path)
+        res = json.loads(path.read_text())
+        k = 1 + 0.5 * random.Random(hash((spec.seed, spec.scheme, spec.load))).random()
+        for f in res["load"]["background"]["flows"]:
+            if f.get("fct_s"):
+                f["fct_s"] *= k
+        path.write_text(json.dumps(res))
+
+    p = build_plan("lb-classic", implemented=IMPL, loads=[0.5, 0.8], seeds=2, seed_cap=4,
+                   schemes=["ecmp", "drill"], cdfs=["websearch"],
+                   topologies=["lb-classic-quick"])
+    assert p.seed_rule.loads == (0.8,)
+    ran, _ = run_sweep(p, tmp_path, run_fn=noisy, progress=False)
+    seeds_at = {ld: sorted({r.seed for r in ran.runs if r.load == ld}) for ld in (0.5, 0.8)}
+    assert seeds_at == {0.5: [1, 2], 0.8: [1, 2, 3, 4]}
+    assert all(len([r for r in ran.runs if r.load == 0.8 and r.seed == s]) == 2 for s in (3, 4))
+    rec = json.loads((tmp_path / "seeds.json").read_text())
+    assert [d["status"] for d in rec["points"]] == ["cap"] and len(rec["extra_runs"]) == 4
+    # --report-only rebuilds the same runs from the record
+    again = with_recorded(build_plan("lb-classic", implemented=IMPL, loads=[0.5, 0.8], seeds=2,
+                                     seed_cap=4, schemes=["ecmp", "drill"], cdfs=["websearch"],
+                                     topologies=["lb-classic-quick"]), tmp_path)
+    assert {r.key() for r in again.runs} == {r.key() for r in ran.runs}
+    finish(again, tmp_path)
+    md = (tmp_path / "summary.md").read_text()
+    seeds_part = md.split("## Seeds")[1].split("\n## ")[0]
+    assert "(load 0.8)" in seeds_part and "drill/ecmp" in seeds_part
+    assert "lb-classic-quick websearch 0.8 | 4 |" in seeds_part
+    assert "cap (4) reached, still wider" in seeds_part
+    assert "One RTO (the kernel's minimum, 200 ms)" in seeds_part
 
 
 def test_training_sweeps_refuse_background_options():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.sweep import lbclassic, summary
-from experiments.sweep.plan import Plan, refuse_seed_rule, resolve, training_plan
+from experiments.sweep.plan import Plan, resolve, seed_rule_of, training_plan
 
 
 def build_plan(preset: str | None = None, *, skip_missing: bool = False,
@@ -27,9 +27,9 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
     req = resolve(preset, skip_missing=skip_missing, implemented=implemented, seed_cap=seed_cap,
                   seed_width=seed_width, fixed_seeds=fixed_seeds, **overrides)
     if req.base.get("kind") == "background":      # no training: lbclassic.py
-        refuse_seed_rule(req)
         return lbclassic.background_plan(req.name, req.base, req.schemes, req.seed_list,
-                                         req.changed, req.missing)
+                                         req.changed, req.missing,
+                                         rule=seed_rule_of(req, req.schemes))
     return training_plan(req)
 
 

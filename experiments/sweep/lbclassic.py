@@ -23,6 +23,7 @@ each scheme against ECMP.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.sweep import plots, results
-from experiments.sweep.plan import Plan, PlanError, RunSpec, topology_path
+from experiments.sweep.plan import Plan, PlanError, RunSpec, SeedRule, topology_path
 from experiments.sweep.results import find, read_rows
 from experiments.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, holm, tost
 from experiments.sweep.summary import ANALYSIS_FILE, md_table, report_head
@@ -61,9 +62,12 @@ WITHIN = 0.20
 
 # --- the plan -------------------------------------------------------------------------------
 def background_plan(name: str, base: dict, schemes: list, seed_list: list, changed: dict,
-                    missing: list) -> Plan:
+                    missing: list, rule: SeedRule | None = None) -> Plan:
     """lb-classic's runs: topology, CDF, seed, load, agent setting, with the
-    scheme innermost (what the sweep compares runs back to back)."""
+    scheme innermost (what the sweep compares runs back to back). ``rule``
+    (the preset's, plan.seed_rule_of) watches the loads the published
+    directions are tested at in this sweep (:func:`direction_loads`); a
+    sweep with none of them has no rule."""
     from common import paths
     from experiments.sweep.plan import AGENT_SETTINGS
     from netns_topology import load_topology
@@ -113,9 +117,11 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
                                 warmup=0, background_cdf=cdf, agent=agent,
                                 agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())),
                                 background_size_scale=float(scale), background_s=float(window)))
+    watched = direction_loads(base["loads"])
+    rule = dataclasses.replace(rule, loads=watched) if rule and watched else None
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
                 keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
-                skipped_schemes=missing)
+                skipped_schemes=missing, seed_rule=rule)
 
 
 #: a run's wall time beyond its plan (W + D + F): agent restart, the idle-fabric
@@ -299,6 +305,13 @@ def _load_at(loads: list[float], at: str) -> float | None:
     if 0.8 in loads:
         return 0.8
     return max(loads) if max(loads) >= HEAVY_MIN else None
+
+
+def direction_loads(loads) -> tuple[float, ...]:
+    """The loads a sweep of ``loads`` tests the published directions at
+    (light and heavy, :func:`_load_at`): where the seed rule adds seeds."""
+    return tuple(sorted({ld for ld in (_load_at(list(loads), "low"), _load_at(list(loads), "high"))
+                         if ld is not None}))
 
 
 def _compare(rows, metric, a: dict, b: dict) -> Paired:
@@ -599,6 +612,51 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
             "plots": manifest, "base_latency": bases}
 
 
+def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
+    """How many seeds each direction point ran and why (the seed rule), and
+    how far one RTO could move a run's all-flow mean FCT."""
+    from experiments.sweep import seeds
+    from experiments.sweep.summary import seed_rule_text, seed_interval
+
+    rule = plan.seed_rule
+    L = ["## Seeds", ""]
+    if rule is None:
+        L += [f"Fixed: seeds {', '.join(map(str, sorted({r.seed for r in plan.runs})))} at every "
+              "point (no seed rule: lb-classic-quick, a list given with --seeds, --fixed-seeds, "
+              "or a sweep with no load the directions are tested at).", ""]
+    else:
+        L += [seed_rule_text(rule, seeds.headline_loads(rule, plan)) + " The directions are "
+              "tested at these loads, so their verdicts get the seeds.", ""]
+        body = []
+        for d in seeds.decide(plan, rows):
+            pt = d["point"]
+            widths = "; ".join(f"{p['a']}/{p['b']} {seed_interval(p)}" for p in d["pairs"])
+            why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
+                   "more": "more seeds wanted: not run yet"}[d["status"]]
+            body.append([f"{Path(pt['topology']).stem} {pt['background_cdf']} {pt['load']:g}",
+                         str(len(d["seeds"])), widths, why])
+        L += [md_table(["point (fabric, CDF, load)", "seeds", "ratio [95% CI] (width)",
+                        "stopped because"], body) if body else "No point of the rule has runs yet.",
+              ""]
+    # one RTO (the kernel's 200 ms: the fabrics set no minimum) over the
+    # all-flow mean: 0.2 s / (finished flows x their mean FCT)
+    from experiments.sweep.seeds import RTO_WEIGHT_MAX
+
+    weights = [(0.2 / (r["all_n"] * r["all_fct_mean_s"]), r) for r in rows
+               if r["status"] == "ok" and r.get("all_n") and r.get("all_fct_mean_s")]
+    if weights:
+        w, worst = max(weights, key=lambda x: x[0])
+        over = sum(x > RTO_WEIGHT_MAX for x, _ in weights)
+        L += [f"One RTO (the kernel's minimum, 200 ms) could move a run's all-flow mean FCT by "
+              f"at most {w:.2%} (0.2 s over the window's finished flows × their mean FCT; "
+              f"largest over the {len(weights)} counted runs: {Path(worst['topology']).stem} "
+              f"{worst['background_cdf']} {worst['scheme']} load {worst['load']:g} seed "
+              f"{worst['seed']}): "
+              + ("no run over 5%, so no single timeout decides a seed." if not over else
+                 f"{over} runs over {RTO_WEIGHT_MAX:.0%}."), ""]
+    return L
+
+
 def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s) -> str:
     L = report_head(plan, rows, wall_s)
     L += ["## What runs", "",
@@ -638,6 +696,7 @@ def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s) -> str:
           "point gets the same flows (sizes, hosts, times relative to the run's start). "
           "`runs.csv` shows it: `offered_realised` is equal across the schemes of a seed.", ""]
     L += vs_ecmp_md(rows, pts)
+    L += seeds_md(plan, rows)
     analysis = out / ANALYSIS_FILE
     if analysis.exists():
         L += ["## Analysis", "", f"(from `{ANALYSIS_FILE}` in this directory)", "",

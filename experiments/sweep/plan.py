@@ -449,6 +449,10 @@ _LB_CLASSIC = dict(
                                    "topologies/lb-classic-asym.yaml"],
     schemes=list(ALL_SCHEMES), loads=[0.1, 0.3, 0.5, 0.7, 0.8, 0.9],
     cdfs=["websearch", "datamining"], seeds=5, agents=["default"], figure="lb_classic",
+    # the standard comparison, each balancer against ECMP; watched at the loads
+    # the published directions are tested at (lbclassic.background_plan)
+    seed_rule={"metric": "all_nfct_mean",
+               "pairs": [(s, "ecmp") for s in ("rps", "letflow", "drill", "conga", "talb")]},
     description="the load-balancing literature's standard evaluation, background "
                 "flows only (no training): FCT normalised to the ideal vs load, symmetric and "
                 "asymmetric leaf-spine, web-search and data-mining flow sizes",
@@ -474,7 +478,7 @@ _LB_CLASSIC = dict(
 PRESETS["lb-classic"] = _LB_CLASSIC
 PRESETS["lb-classic-quick"] = dict(
     _LB_CLASSIC, topologies=["topologies/lb-classic-quick.yaml"], schemes=["ecmp", "drill"],
-    loads=[0.3, 0.8], cdfs=["websearch"], seeds=2, window_s=5.0,
+    loads=[0.3, 0.8], cdfs=["websearch"], seeds=2, window_s=5.0, seed_rule=None,
     description="lb-classic's runs on a small symmetric fabric, ECMP and "
                 "DRILL, web search, loads 0.3 and 0.8, 2 seeds, 5 s windows (the test suite's)",
     changes=_LB_CLASSIC["changes"] + ["2 hosts per leaf (1:1), two schemes, one CDF, two "
@@ -587,10 +591,12 @@ def resolve(preset: str | None = None, *, skip_missing: bool = False,
                    seed_width=seed_width, fixed_seeds=fixed_seeds)
 
 
-def refuse_seed_rule(req: Request) -> None:
-    """A sweep without a seed rule (background only) takes no --seed-cap or
-    --seed-width: PlanError naming the one given."""
-    _seed_rule(req.base, req.base["seeds"], [], req.seed_cap, req.seed_width, req.fixed_seeds)
+def seed_rule_of(req: Request, arms: list[str]) -> SeedRule | None:
+    """The request's SeedRule for a sweep of ``arms`` (its schemes), or None
+    (no rule in the preset, --fixed-seeds, a list of seeds); PlanError for
+    a --seed-cap or --seed-width it cannot take, naming it."""
+    return _seed_rule(req.base, req.base["seeds"], arms, req.seed_cap, req.seed_width,
+                      req.fixed_seeds)
 
 
 def training_plan(req: Request) -> Plan:

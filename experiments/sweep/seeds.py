@@ -53,32 +53,34 @@ def _point(spec_or_row) -> tuple:
     return tuple(sorted(d.items(), key=lambda kv: kv[0]))
 
 
-def _arm(row: dict) -> str:
-    return arm(row["scheme"], row["queueing"], row.get("connections") or "pair")
+def _arm(spec: RunSpec) -> str:
+    return arm(spec.scheme, spec.queueing, spec.connections)
 
 
 def decide(plan: Plan, rows: list[dict]) -> list[dict]:
     """Per headline point (scheme aside): the seeds run there, each pair's
     paired interval of the ratio and its width, and the status: ``narrow``
     (every pair's interval under the width), ``cap`` (cap seeds run, still
-    wide) or ``more`` (another seed wanted)."""
+    wide) or ``more`` (another seed wanted). A row's parameters are its
+    run's (``plan``'s RunSpec of its key), whatever columns the sweep's
+    kind writes."""
     rule = plan.seed_rule
     if rule is None:
         return []
     loads = headline_loads(rule, plan)
-    groups: dict[tuple, list[dict]] = {}
+    specs = {s.key(): s for s in plan.runs}
+    groups: dict[tuple, list[tuple[RunSpec, dict]]] = {}
     for r in rows:
-        if r["load"] in loads:
-            groups.setdefault(_point(r), []).append(r)
+        spec = specs.get(r["key"])
+        if spec is not None and spec.load in loads:
+            groups.setdefault(_point(spec), []).append((spec, r))
     out = []
     for key, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        seeds = sorted({r["seed"] for r in rs})
+        seeds = sorted({s.seed for s, _ in rs})
         pairs = []
         for a, b in rule.pairs:
-            va = {r["seed"]: r.get(rule.metric) for r in rs
-                  if _arm(r) == a and r["status"] == "ok"}
-            vb = {r["seed"]: r.get(rule.metric) for r in rs
-                  if _arm(r) == b and r["status"] == "ok"}
+            va = {s.seed: r.get(rule.metric) for s, r in rs if _arm(s) == a and r["status"] == "ok"}
+            vb = {s.seed: r.get(rule.metric) for s, r in rs if _arm(s) == b and r["status"] == "ok"}
             both = sorted(set(va) | set(vb))
             pr = paired([va.get(s) for s in both], [vb.get(s) for s in both],
                         lower_is_better=_lower_is_better(rule.metric))

@@ -719,13 +719,7 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
                     "no seed rule: a preview preset, a list given with --seeds, or "
                     "--fixed-seeds).", ""] + _rto_md(rows, "iteration_time_s" if mpi
                                                      else "short_fct_mean_s")
-    L += [f"Seed rule: {rule.first} seeds at every point; then at the headline points "
-          f"(load {', '.join(f'{x:g}' for x in sorted(seeds.headline_loads(rule, plan)))}) one "
-          f"more seed at a time, every scheme, until the paired 95% interval of the ratio "
-          f"{' / '.join(_ratio_name(a, b) for a, b in rule.pairs[:1])} (and every other pair: "
-          f"{', '.join(_ratio_name(a, b) for a, b in rule.pairs[1:]) or 'none'}) of `{rule.metric}` is "
-          f"narrower than {rule.width:g} (the width of the ±{rule.width / 2:.0%} equivalence "
-          f"band), or {rule.cap} seeds have run there.", ""]
+    L += [seed_rule_text(rule, seeds.headline_loads(rule, plan)), ""]
     decisions = seeds.decide(plan, rows)
     body = []
     for d in decisions:
@@ -733,7 +727,7 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
                           if k in ("topology", "model", "load", "target_link_bps", "agent",
                                    "placement", "rto_min")
                           and v not in (None, "default", "spread"))
-        widths = "; ".join(f"{_ratio_name(p['a'], p['b'])} {_interval(p)}" for p in d["pairs"])
+        widths = "; ".join(f"{_ratio_name(p['a'], p['b'])} {seed_interval(p)}" for p in d["pairs"])
         why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
                "more": "more seeds wanted: the sweep stopped before the rule was done (or ran before it existed)"}[d["status"]]
         body.append([where, str(len(d["seeds"])), widths, why])
@@ -742,12 +736,23 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     return L + _rto_md(rows, rule.metric)
 
 
+def seed_rule_text(rule, loads) -> str:
+    """The seed rule in one sentence, watching ``loads``."""
+    return (f"Seed rule: {rule.first} seeds at every point; then at the headline points "
+            f"(load {', '.join(f'{x:g}' for x in sorted(loads))}) one "
+            f"more seed at a time, every scheme, until the paired 95% interval of the ratio "
+            f"{' / '.join(_ratio_name(a, b) for a, b in rule.pairs[:1])} (and every other pair: "
+            f"{', '.join(_ratio_name(a, b) for a, b in rule.pairs[1:]) or 'none'}) of "
+            f"`{rule.metric}` is narrower than {rule.width:g} (the width of the "
+            f"±{rule.width / 2:.0%} equivalence band), or {rule.cap} seeds have run there.")
+
+
 def _ratio_name(a: str, b: str) -> str:
     """a/b, an arm with a queueing in parentheses: (talb/fifo)/(ecmp/fifo)."""
     return "/".join(f"({x})" if "/" in x else x for x in (a, b))
 
 
-def _interval(p: dict) -> str:
+def seed_interval(p: dict) -> str:
     if p["width"] is None:
         return f"n {p['n']}: no interval"
     return f"{p['ratio']:.3f} [{p['ratio_low']:.3f}, {p['ratio_high']:.3f}] ({p['width']:.3f})"
