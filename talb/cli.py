@@ -693,6 +693,32 @@ def bench_datapath(repeat, duration, json_out):
         console.print(f"results written to {json_out}")
 
 
+@bench_group.command("archive")
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+def bench_archive(out_dir):
+    """Pack a sweep's run files (DIR/runs/*.json) that DIR's archive parts
+    do not hold yet into the next part: runs.tar.xz, then runs-2.tar.xz, ...
+
+    Parts are never rewritten, so committing more runs of a sweep adds one
+    file of their size; a run made again (other bytes) goes into the new
+    part, which wins. `--report-only` reads every part; `tar -xJf` each,
+    oldest first, to unpack them (docs/experiments.md, "Committed results").
+    """
+    from experiments.sweep.archive import ArchiveError, pack_new_runs
+
+    try:
+        res = pack_new_runs(out_dir, say=lambda m: console.print(f"  [dim]•[/] {m}"))
+    except ArchiveError as exc:
+        raise click.ClickException(str(exc)) from None
+    if res["part"] is None:
+        console.print(f"nothing to pack: the {res['kept']} run(s) under {out_dir}/runs are "
+                      "archived already, as they are")
+        return
+    size = res["part"].stat().st_size / 1e6
+    console.print(f"{res['part']}: {res['new']} new and {res['replaced']} changed run(s), "
+                  f"{size:.1f} MB; {res['kept']} already archived as they are")
+
+
 @bench_group.command("xdp")
 @click.option("--repeat", type=int, default=1_000_000, show_default=True,
               help="BPF_PROG_TEST_RUN repetitions for the program cost.")

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from experiments.sweep import plan as planmod
 from experiments.sweep.kinds import build_plan, finish
 from experiments.sweep.plan import ALL_SCHEMES, PlanError
+from experiments.sweep.layout import result_path
 from experiments.sweep.runner import run_plan
 from experiments.sweep.stats import estimate, overlap, t_quantile
 from common.paths import REPO_ROOT as REPO
@@ -490,6 +491,63 @@ def test_report_reads_runs_from_the_archive(tmp_path):
     shutil.rmtree(tmp_path / "runs", ignore_errors=True)
     (tmp_path / "runs.tar.xz").unlink()
     assert {r["status"] for r in finish(p, tmp_path)["rows"]} == {"missing"}
+
+
+def test_archive_parts_are_append_only_and_the_newest_wins(tmp_path):
+    """`talb bench archive`: the first pack writes runs.tar.xz, a later one
+    only the new or changed runs into runs-2.tar.xz (the first part's bytes
+    untouched); the report reads every part, a run made again from the
+    newest; nothing new writes nothing; no runs/ is refused by name."""
+    import shutil
+
+    from experiments.sweep.archive import ArchiveError, pack_new_runs, parts
+
+    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=3)
+    first, later = [r for r in p.runs if r.seed < 3], [r for r in p.runs if r.seed == 3]
+    run_plan(dataclasses.replace(p, runs=first), tmp_path,
+             run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))), progress=False)
+    res = pack_new_runs(tmp_path)
+    assert res["part"] == tmp_path / "runs.tar.xz" and res["new"] == len(first)
+    one = (tmp_path / "runs.tar.xz").read_bytes()
+    assert pack_new_runs(tmp_path)["part"] is None            # nothing new: nothing written
+    run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))),
+             progress=False)
+    # one run of the first chunk made again, with another result
+    again = result_path(tmp_path, first[0])
+    redone = json.loads(again.read_text())
+    redone["headline"]["samples_per_s"] = 12345.0
+    again.write_text(json.dumps(redone))
+    direct = finish(p, tmp_path)["rows"]
+    res = pack_new_runs(tmp_path)
+    assert (res["part"].name, res["new"], res["replaced"], res["kept"]) == \
+        ("runs-2.tar.xz", len(later), 1, len(first) - 1)
+    assert (tmp_path / "runs.tar.xz").read_bytes() == one
+    assert parts(tmp_path) == [tmp_path / "runs.tar.xz", tmp_path / "runs-2.tar.xz"]
+    assert not list(tmp_path.glob(".*partial"))
+    shutil.rmtree(tmp_path / "runs")
+    archived = finish(p, tmp_path)["rows"]
+    assert archived == direct and all(r["status"] == "ok" for r in archived)
+    assert [r["samples_per_s"] for r in archived if r["key"] == first[0].key()] == [12345.0]
+    with pytest.raises(ArchiveError, match=r"runs: no such directory"):
+        pack_new_runs(tmp_path)
+
+
+def test_talb_bench_archive_command(tmp_path):
+    """The CLI: a part written and said, then "nothing to pack", and a
+    directory without runs/ refused naming it (exit 1, no traceback)."""
+    from click.testing import CliRunner
+
+    from talb.cli import main
+
+    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=1)
+    run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))),
+             progress=False)
+    r = CliRunner().invoke(main, ["bench", "archive", str(tmp_path)])
+    assert r.exit_code == 0 and "runs.tar.xz: 2 new and 0 changed run(s)" in r.output, r.output
+    r = CliRunner().invoke(main, ["bench", "archive", str(tmp_path)])
+    assert r.exit_code == 0 and "nothing to pack" in r.output, r.output
+    r = CliRunner().invoke(main, ["bench", "archive", str(tmp_path / "none")])
+    assert r.exit_code == 1 and "none/runs: no such directory" in r.output, r.output
 
 
 # --- seeds chosen by the interval they reach (experiments/sweep/seeds.py) ------------------------

@@ -183,26 +183,16 @@ def offered(results: dict) -> dict:
             "offered_uplink_background": b.get("background"), "offered_uplink_leaf": leaf}
 
 
-#: the archive a committed results directory keeps its runs in (results/README.md)
-RUNS_ARCHIVE = "runs.tar.xz"
-
-
 def archived_results(out: Path, keys: set[str]):
-    """(key, results) for each run of ``keys`` found in ``out``/runs.tar.xz,
-    read as a stream, one file at a time (the files are tens of MB)."""
-    import tarfile
+    """(key, results) for each run of ``keys`` found in ``out``'s archive
+    parts (experiments/sweep/archive.py), one file at a time."""
+    from experiments.sweep.archive import archived_bytes
 
-    archive = Path(out) / RUNS_ARCHIVE
-    if not keys or not archive.exists():
-        return
-    with tarfile.open(archive, "r:xz") as tar:
-        for m in tar:
-            key = Path(m.name).stem
-            if m.isfile() and Path(m.name).parent.name == "runs" and key in keys:
-                try:
-                    yield key, json.loads(tar.extractfile(m).read())
-                except json.JSONDecodeError:
-                    continue
+    for key, data in archived_bytes(Path(out), keys):
+        try:
+            yield key, json.loads(data)
+        except json.JSONDecodeError:
+            continue
 
 
 def _fill(row: dict, res: dict, rel: str) -> None:
@@ -285,8 +275,9 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
 def read_rows(plan: Plan, out: Path, failed: dict | None, new_row, fill) -> list[dict]:
     """``new_row(spec)`` per planned run, in plan order, filled by
     ``fill(row, results, path relative to out)`` from its results file in
-    ``out``/runs/, or, when not there, in ``out``/runs.tar.xz (a committed
-    directory: no need to unpack it to redo the report). A run with
+    ``out``/runs/, or, when not there, in ``out``'s archive parts (runs.tar.xz,
+    runs-2.tar.xz, ...: a committed directory; no need to unpack it to redo
+    the report). A run with
     neither gets status "failed" (with its error) when ``failed`` names
     it, else "missing"."""
     rows, lacking = [], {}
