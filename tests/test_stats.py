@@ -172,6 +172,37 @@ def test_bootstrap_agrees_with_t_from_ten_pairs():
     assert bootstrap_interval(xs) == bootstrap_interval(xs)        # fixed seed
 
 
+def test_bootstrap_on_the_tested_scale_and_its_agreement_with_t():
+    """From 10 pairs the bootstrap also runs on the values the test ran on
+    (the log-ratios): close to the t interval of the ratio on well-behaved
+    data, and agreeing with it on "no difference" -- and not where one seed
+    far off the rest makes the t interval's normality doubtful."""
+    from experiments.sweep.stats import bootstrap_agreement
+
+    rng = np.random.default_rng(7)
+    b = list(rng.uniform(1.0, 10.0, 12))
+    ratios = list(np.exp(rng.normal(math.log(0.8), 0.05, 12)))
+    pr = paired([x * r for x, r in zip(b, ratios)], b)
+    assert pr.scale == "log-ratio" and pr.n == 12
+    blo, bhi = pr.boot_ratio
+    w = pr.ratio_high - pr.ratio_low
+    assert abs(blo - pr.ratio_low) < 0.2 * w and abs(bhi - pr.ratio_high) < 0.2 * w
+    assert pr.ratio_high < 1 and bhi < 1 and pr.bootstrap_agrees is True
+    same = paired([x * r for x, r in zip(b, [0.95, 1.05] * 6)], b)
+    assert same.ratio_low < 1 < same.ratio_high
+    assert same.bootstrap_agrees is True and same.to_dict()["boot_agrees"] is True
+    # eleven seeds at 1.00-1.02, one at 2.5: t's interval holds 1, the bootstrap's does not
+    skew = paired([y * r for y, r in zip(b, [1.0, 1.01, 1.02, 1.0, 1.01, 1.02, 1.0, 1.01, 1.02,
+                                             1.0, 1.01, 2.5])], b)
+    assert skew.ratio_low < 1 < skew.ratio_high and skew.boot_ratio[0] > 1
+    assert skew.bootstrap_agrees is False
+    assert bootstrap_agreement([pr, same, skew, paired([1.0, 2.0], [2.0, 3.0])]) == (3, 2)
+    # on differences where a value is 0: the bootstrap of the differences
+    zeros = paired([0.0] + [1.0] * 11, [1.0] * 12)
+    assert zeros.scale == "difference" and zeros.boot_ratio is None
+    assert zeros.bootstrap_tested == zeros.bootstrap
+
+
 def test_committed_fig10_paired_numbers():
     """The committed results/fig10 agrees with its own runs: every TaLB pair
     at the headline (top) load in paired.csv (n, mean difference, 95%

@@ -471,6 +471,13 @@ def test_bootstrap_shown_from_ten_pairs(tmp_path):
     assert lo <= row["pair"].diff.mean <= hi
     md = (tmp_path / "summary.md").read_text()
     assert "so none is shown" not in md
+    # the check on the tested scale, counted over paired.csv
+    import csv
+    table = list(csv.DictReader(open(tmp_path / "paired.csv")))
+    checked = [r["boot_agrees"] for r in table if r["boot_agrees"]]
+    assert checked and all(r["boot_ratio_low"] for r in table if r["boot_agrees"] and
+                           r["scale"] == "log-ratio")
+    assert f"agrees in {checked.count('True')} of the {len(checked)} comparisons" in md
 
 
 def test_report_reads_runs_from_the_archive(tmp_path):

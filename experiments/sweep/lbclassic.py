@@ -34,7 +34,7 @@ from experiments.sweep import plots, results
 from experiments.sweep.plan import Plan, PlanError, RunSpec, SeedRule, topology_path
 from experiments.sweep.results import find, read_rows
 from experiments.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, holm, tost
-from experiments.sweep.summary import ANALYSIS_FILE, md_table, report_head
+from experiments.sweep.summary import ANALYSIS_FILE, bootstrap_md, md_table, report_head
 
 NO_MODEL = "none"
 #: sweep options that only mean something for training
@@ -601,8 +601,10 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
           "est": {m: e.to_dict() for m, e in p["est"].items()}} for p in pts], indent=1))
     manifest = render(pts, out, "lb-classic") if pts else {}
     dirs = directions(rows, pts)
-    write_csv(paired_rows(rows, pts), out / "paired.csv")
-    (out / "summary.md").write_text(summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s))
+    table = paired_rows(rows, pts)
+    write_csv(table, out / "paired.csv")
+    (out / "summary.md").write_text(summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s,
+                                               boot=bootstrap_md(table)))
     verdicts = [{"number": f"{r['direction'].id} ({Path(r['topology']).stem}, {r['cdf']})",
                  "paper": r["direction"].source.split(",")[0],
                  "ours": "; ".join(_ratio(t["pair"]) for t in r["tests"] if "pair" in t) or "-",
@@ -657,7 +659,7 @@ def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     return L
 
 
-def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s) -> str:
+def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s, boot: str = "") -> str:
     L = report_head(plan, rows, wall_s)
     L += ["## What runs", "",
           "No training: `talb run --model none` (workload/background_only.py). Poisson flows "
@@ -696,7 +698,7 @@ def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s) -> str:
           "point gets the same flows (sizes, hosts, times relative to the run's start). "
           "`runs.csv` shows it: `offered_realised` is equal across the schemes of a seed.", ""]
     L += vs_ecmp_md(rows, pts)
-    L += seeds_md(plan, rows)
+    L += seeds_md(plan, rows) + ([boot, ""] if boot else [])
     analysis = out / ANALYSIS_FILE
     if analysis.exists():
         L += ["## Analysis", "", f"(from `{ANALYSIS_FILE}` in this directory)", "",

@@ -21,9 +21,13 @@ beside, in the metric's unit. Its verdict, from the point of view of a:
   "the ratio is outside 1 ± M" at 5%;
 - *inconclusive*: neither (too few seeds, or too noisy, to tell).
 
-With 10 or more pairs a percentile bootstrap interval of the mean
-difference is given too, as a check on the t interval (the t interval
-assumes the differences are roughly normal). Intervals of two unpaired
+With 10 or more pairs a percentile bootstrap interval of the mean is given
+too, as a check on the t interval (which assumes roughly normal per-seed
+values): of the differences (``bootstrap``, in the metric's unit) and of
+the values the test ran on (``bootstrap_tested``: the log-ratios, shown
+as a ratio, or the differences). ``bootstrap_agrees`` says whether it
+decides as the t interval does (both exclude "no difference", or neither);
+:func:`bootstrap_agreement` counts that over a table. Intervals of two unpaired
 estimates overlapping (``overlap``) is a plot aid only, not a verdict.
 """
 from __future__ import annotations
@@ -165,6 +169,26 @@ class Paired:
     scale: str = "log-ratio"
     #: the paired t on the differences, beside (a check; not the verdict's)
     p_diff: float | None = None
+    #: the bootstrap interval of the mean on ``scale`` (log-ratio or difference)
+    bootstrap_tested: tuple[float, float] | None = None
+
+    @property
+    def bootstrap_agrees(self) -> bool | None:
+        """Does the bootstrap interval on the tested scale exclude 0 (no
+        difference) exactly when the t interval does? None below
+        BOOTSTRAP_MIN_N pairs."""
+        tested = self.log_ratio if self.scale == "log-ratio" else self.diff
+        if self.bootstrap_tested is None or tested.low is None:
+            return None
+        lo, hi = self.bootstrap_tested
+        return (tested.low > 0 or tested.high < 0) == (lo > 0 or hi < 0)
+
+    @property
+    def boot_ratio(self) -> tuple[float, float] | None:
+        """The bootstrap interval of the ratio (log-ratio scale), or None."""
+        if self.scale != "log-ratio" or self.bootstrap_tested is None:
+            return None
+        return math.exp(self.bootstrap_tested[0]), math.exp(self.bootstrap_tested[1])
 
     @property
     def ratio(self) -> float | None:
@@ -214,7 +238,10 @@ class Paired:
                 "margin": self.margin, "scale": self.scale, "p_diff": self.p_diff,
                 "verdict": self.verdict(),
                 "boot_low": self.bootstrap[0] if self.bootstrap else None,
-                "boot_high": self.bootstrap[1] if self.bootstrap else None}
+                "boot_high": self.bootstrap[1] if self.bootstrap else None,
+                "boot_ratio_low": self.boot_ratio[0] if self.boot_ratio else None,
+                "boot_ratio_high": self.boot_ratio[1] if self.boot_ratio else None,
+                "boot_agrees": self.bootstrap_agrees}
 
 
 def paired(a, b, lower_is_better: bool = True, margin: float = EQUIV_MARGIN) -> Paired:
@@ -234,4 +261,12 @@ def paired(a, b, lower_is_better: bool = True, margin: float = EQUIV_MARGIN) -> 
                   p_equiv=tost(logs, math.log(1 - margin), math.log(1 + margin)),
                   margin=margin, lower_is_better=lower_is_better,
                   bootstrap=bootstrap_interval(d),
-                  scale="log-ratio" if on_logs else "difference", p_diff=t_test(d))
+                  scale="log-ratio" if on_logs else "difference", p_diff=t_test(d),
+                  bootstrap_tested=bootstrap_interval(logs) if on_logs else bootstrap_interval(d))
+
+
+def bootstrap_agreement(pairs) -> tuple[int, int]:
+    """(comparisons with a bootstrap interval, those where it decides as the
+    t interval does) over ``pairs`` (Paired)."""
+    checked = [p.bootstrap_agrees for p in pairs if p.bootstrap_agrees is not None]
+    return len(checked), sum(checked)

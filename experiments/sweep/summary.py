@@ -16,7 +16,7 @@ from experiments.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_M
                                        SPEC_FIELDS, est, find, load_rows, points, seed_values,
                                        write_csv)
 from workload.measure import OFFERED_SATURATION
-from experiments.sweep.stats import BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
+from experiments.sweep.stats import ALPHA, BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
 #: against ECMP / RPS / CONGA. The paper's FCT is a flow's, from its first
@@ -106,6 +106,26 @@ def _diff(pr: Paired, metric: str) -> str:
     if pr.bootstrap:
         s += f" (bootstrap [{pr.bootstrap[0] * k:+.{d}f}, {pr.bootstrap[1] * k:+.{d}f}])"
     return s
+
+
+def bootstrap_md(table: list[dict]) -> str:
+    """One sentence: in how many of paired.csv's comparisons (``table``) with
+    a bootstrap interval on the tested scale it decides as the t interval
+    does (stats.Paired.bootstrap_agrees)."""
+    checked = [r["boot_agrees"] for r in table if r.get("boot_agrees") is not None]
+    if not checked:
+        return (f"No comparison has {BOOTSTRAP_MIN_N} pairs, so no bootstrap check of the t "
+                "intervals.")
+    agree = sum(checked)
+    return (f"The bootstrap check (paired.csv `boot_agrees`: the percentile bootstrap interval "
+            f"of the mean log-ratio, or of the mean difference where the test ran on those, "
+            f"excludes no difference exactly when the t interval does) agrees in {agree} of the "
+            f"{len(checked)} comparisons with {BOOTSTRAP_MIN_N} or more pairs"
+            + ("." if agree == len(checked) else
+               f"; where it does not, the t interval's verdict rests on its normality "
+               f"assumption ({len(checked) - agree} comparisons, "
+               f"{sum(1 for r in table if r.get('boot_agrees') is False and r.get('p') is not None and r['p'] < ALPHA)}"
+               f" of them significant by t)."))
 
 
 def _ratio(pr: Paired, metric: str) -> str:
@@ -799,12 +819,14 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
           "est": {m: e.to_dict() for m, e in p["est"].items()}} for p in pts], indent=1))
     manifest = plots.render(plan.figure, pts, out, plan.description.split(":")[0])
     pvo = paper_vs_ours(plan, pts, rows)
-    write_csv(paired_table(rows, pts), out / "paired.csv")
+    table = paired_table(rows, pts)
+    write_csv(table, out / "paired.csv")
     factorial = factorial_table(rows, pts)
     if factorial:
         write_csv(factorial_csv_rows(factorial), out / "factorial.csv")
     pairs = pairing.check(rows, CELL_FIELDS)
-    md = _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs)
+    md = _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs,
+                     boot=bootstrap_md(table))
     (out / "summary.md").write_text(md)
     return {"rows": rows, "points": pts, "paper_vs_ours": pvo, "plots": manifest,
             "factorial": factorial, "pairing": pairs}
@@ -858,7 +880,7 @@ def machines_md(plan: Plan, rows: list[dict]) -> list[str]:
     return L
 
 
-def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
+def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str = "") -> str:
     first = plan.runs[0] if plan.runs else None
     L = report_head(plan, rows, wall_s)
     L += ["## Effective parameters", ""]
@@ -968,7 +990,7 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=()) -> str:
           f"across the table. With {BOOTSTRAP_MIN_N} or more pairs a percentile "
           "bootstrap interval of the mean difference is shown beside the t interval as a check"
           + (f" (at most {max_pairs} seeds a point here, so none is shown)"
-             if max_pairs < BOOTSTRAP_MIN_N else "") + ". With 5 seeds a sign test could "
+             if max_pairs < BOOTSTRAP_MIN_N else "") + ". " + boot + " With 5 seeds a sign test could "
           "never reach p < 0.05 (its smallest two-sided p is 2/32 = 0.0625); the t test can, "
           "assuming roughly normal differences. Unpaired interval overlap is a plot aid only.",
           "", pairing.verdict_line(pairs), ""]
