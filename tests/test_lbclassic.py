@@ -190,7 +190,7 @@ def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
     def noisy(spec, path):
         _fake(spec, path)
         res = json.loads(path.read_text())
-        k = 1 + 0.5 * random.Random(hash((spec.seed, spec.scheme, spec.load))).random()
+        k = 1 + 0.5 * random.Random(f"{spec.seed} {spec.scheme} {spec.load}").random()
         for f in res["load"]["background"]["flows"]:
             if f.get("fct_s"):
                 f["fct_s"] *= k
@@ -206,6 +206,8 @@ def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
     assert all(len([r for r in ran.runs if r.load == 0.8 and r.seed == s]) == 2 for s in (3, 4))
     rec = json.loads((tmp_path / "seeds.json").read_text())
     assert [d["status"] for d in rec["points"]] == ["cap"] and len(rec["extra_runs"]) == 4
+    (pair,) = rec["points"][0]["pairs"]          # decided on the ratios, wider than 0.2
+    assert (pair["a"], pair["b"], pair["n"]) == ("drill", "ecmp", 4) and pair["width"] > 0.2
     # --report-only rebuilds the same runs from the record
     again = with_recorded(build_plan("lb-classic", implemented=IMPL, loads=[0.5, 0.8], seeds=2,
                                      seed_cap=4, schemes=["ecmp", "drill"], cdfs=["websearch"],
@@ -262,7 +264,8 @@ def _fake(spec, path):
         "reorder_per_kseg": {"rps": 5.0, "drill": 0.5}.get(spec.scheme, 0.1) * noise,
         "retrans_pct": 0.1, "timeouts": 0, "window_s": 10.0, "cpu_bound": False})
     path.write_text(json.dumps({
-        "format": "talb-run/1", "config": {"model": "none"}, "software": {"commit": "abc"},
+        "format": "talb-run/1", "config": {"model": "none", "workers": 0}, "model": None,
+        "software": {"commit": "abc"},
         "headline": head, "flags": {"cpu_bound": False},
         "load": {"flows_per_s": 6.0, "background": {"flows": flows}},
         "summary": {"background": classes, "cpu_guard": {"cpu_busy_mean": 0.3, "reason": "ok"}}}))

@@ -33,6 +33,16 @@ def build_plan(preset: str | None = None, *, skip_missing: bool = False,
     return training_plan(req)
 
 
+def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
+    """One row per planned run, read as the sweep's kind reads its results
+    (what the seed rule decides on between rounds)."""
+    if plan.figure == "lb_classic":     # background only: its own rows
+        return lbclassic.load_rows(plan, out, failed)[0]
+    from experiments.sweep.results import load_rows as training_rows
+
+    return training_rows(plan, out, failed)
+
+
 def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | None = None) -> dict:
     """CSV, points, plots and summary.md from what ``out`` holds now."""
     if plan.figure == "lb_classic":     # background only: its own report

@@ -217,7 +217,7 @@ def run_sweep(plan: Plan, out: Path, *, run_fn: RunFn | None = None, prefix: str
     from rich.console import Console
 
     from experiments.sweep import seeds
-    from experiments.sweep.results import load_rows
+    from experiments.sweep.kinds import load_rows
 
     console = console or Console(highlight=False, soft_wrap=True)
     plan = seeds.with_recorded(plan, out)
