@@ -219,6 +219,13 @@ def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
     assert "(load 0.8)" in seeds_part and "drill/ecmp" in seeds_part
     assert "lb-classic-quick websearch 0.8 | 4 |" in seeds_part
     assert "cap (4) reached, still wider" in seeds_part
+    # a round stopped part-way: the seeds run and the ones planned
+    for r in ran.runs:
+        if r.seed == 4 and r.scheme == "drill":
+            (tmp_path / "runs" / f"{r.key()}.json").unlink()
+    finish(again, tmp_path)
+    md = (tmp_path / "summary.md").read_text()
+    assert "lb-classic-quick websearch 0.8 | 3 (4 planned) |" in md
     assert "One RTO (the kernel's minimum, 200 ms)" in seeds_part
 
 

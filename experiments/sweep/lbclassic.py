@@ -618,7 +618,7 @@ def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     """How many seeds each direction point ran and why (the seed rule), and
     how far one RTO could move a run's all-flow mean FCT."""
     from experiments.sweep import seeds
-    from experiments.sweep.summary import seed_rule_text, seed_interval
+    from experiments.sweep.summary import seed_interval, seed_rule_text, seeds_run_md
 
     rule = plan.seed_rule
     L = ["## Seeds", ""]
@@ -636,7 +636,7 @@ def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
             why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
                    "more": "more seeds wanted: not run yet"}[d["status"]]
             body.append([f"{Path(pt['topology']).stem} {pt['background_cdf']} {pt['load']:g}",
-                         str(len(d["seeds"])), widths, why])
+                         seeds_run_md(d), widths, why])
         L += [md_table(["point (fabric, CDF, load)", "seeds", "ratio [95% CI] (width)",
                         "stopped because"], body) if body else "No point of the rule has runs yet.",
               ""]

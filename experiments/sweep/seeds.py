@@ -77,6 +77,8 @@ def decide(plan: Plan, rows: list[dict]) -> list[dict]:
     out = []
     for key, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
         seeds = sorted({s.seed for s, _ in rs})
+        # seeds every run of the point has a result at (a stopped round leaves some planned)
+        unrun = {s.seed for s, r in rs if r["status"] in ("missing", "failed")}
         pairs = []
         for a, b in rule.pairs:
             va = {s.seed: r.get(rule.metric) for s, r in rs if _arm(s) == a and r["status"] == "ok"}
@@ -89,7 +91,8 @@ def decide(plan: Plan, rows: list[dict]) -> list[dict]:
                           "ratio_high": pr.ratio_high, "width": width})
         narrow = all(p["width"] is not None and p["width"] < rule.width for p in pairs)
         status = "narrow" if narrow else ("cap" if len(seeds) >= rule.cap else "more")
-        out.append({"point": dict(key), "seeds": seeds, "pairs": pairs, "status": status})
+        out.append({"point": dict(key), "seeds": seeds, "pairs": pairs, "status": status,
+                    "seeds_run": [x for x in seeds if x not in unrun]})
     return out
 
 
