@@ -618,7 +618,8 @@ def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     """How many seeds each direction point ran and why (the seed rule), and
     how far one RTO could move a run's all-flow mean FCT."""
     from experiments.sweep import seeds
-    from experiments.sweep.summary import seed_interval, seed_rule_text, seeds_run_md
+    from experiments.sweep.summary import (seed_interval, seed_rule_text, seed_status_md,
+                                           seeds_run_md)
 
     rule = plan.seed_rule
     L = ["## Seeds", ""]
@@ -633,10 +634,8 @@ def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
         for d in seeds.decide(plan, rows):
             pt = d["point"]
             widths = "; ".join(f"{p['a']}/{p['b']} {seed_interval(p)}" for p in d["pairs"])
-            why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
-                   "more": "more seeds wanted: not run yet"}[d["status"]]
             body.append([f"{Path(pt['topology']).stem} {pt['background_cdf']} {pt['load']:g}",
-                         seeds_run_md(d), widths, why])
+                         seeds_run_md(d), widths, seed_status_md(d, rule)])
         L += [md_table(["point (fabric, CDF, load)", "seeds", "ratio [95% CI] (width)",
                         "stopped because"], body) if body else "No point of the rule has runs yet.",
               ""]
@@ -654,7 +653,8 @@ def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
               f"largest over the {len(weights)} counted runs: {Path(worst['topology']).stem} "
               f"{worst['background_cdf']} {worst['scheme']} load {worst['load']:g} seed "
               f"{worst['seed']}): "
-              + ("no run over 5%, so no single timeout decides a seed." if not over else
+              + (f"no run over {RTO_WEIGHT_MAX:.0%}, so no single timeout decides a seed."
+                 if not over else
                  f"{over} runs over {RTO_WEIGHT_MAX:.0%}."), ""]
     return L
 

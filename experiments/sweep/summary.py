@@ -748,9 +748,7 @@ def _seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
                                    "placement", "rto_min")
                           and v not in (None, "default", "spread"))
         widths = "; ".join(f"{_ratio_name(p['a'], p['b'])} {seed_interval(p)}" for p in d["pairs"])
-        why = {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
-               "more": "more seeds wanted: the sweep stopped before the rule was done (or ran before it existed)"}[d["status"]]
-        body.append([where, seeds_run_md(d), widths, why])
+        body.append([where, seeds_run_md(d), widths, seed_status_md(d, rule)])
     L += [md_table(["headline point", "seeds", "ratio [95% CI] (width)", "stopped because"],
                     body) if body else "No headline point has runs yet.", ""]
     return L + _rto_md(rows, rule.metric)
@@ -760,6 +758,13 @@ def seeds_run_md(d: dict) -> str:
     """A seed-rule point's seeds: run, and planned where a stopped round left some."""
     run, planned = len(d["seeds_run"]), len(d["seeds"])
     return str(run) if run == planned else f"{run} ({planned} planned)"
+
+
+def seed_status_md(d: dict, rule) -> str:
+    """Why a seed-rule point (seeds.decide) stopped, or that it has not."""
+    return {"narrow": "narrow enough", "cap": f"cap ({rule.cap}) reached, still wider",
+            "more": "more seeds wanted: the sweep stopped before the rule was done (or ran "
+                    "before it existed)"}[d["status"]]
 
 
 def seed_rule_text(rule, loads) -> str:
