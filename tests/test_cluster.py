@@ -69,6 +69,28 @@ def test_summary_without_machine_records_has_no_flag(tmp_path):
     assert "Machines:" not in md and "Mixed machines" not in md     # results from before
 
 
+def test_machines_line_counts_runs_without_a_record(tmp_path):
+    """A sweep resumed across the change that began recording machines: the
+    older runs are counted as not recorded, so the line adds up to every run."""
+    from experiments.sweep.kinds import build_plan, finish
+    from experiments.sweep.runner import run_plan
+
+    p = build_plan(None, implemented=ALL, schemes=["ecmp"], loads=[0.2], seeds=3,
+                   fixed_seeds=True)
+
+    def fake(spec, path):
+        res = _fake_results(spec)
+        if spec.seed != 1:                      # seed 1 ran before the record existed
+            res["machine"] = _machine("a")
+        path.write_text(json.dumps(res))
+
+    run_plan(p, tmp_path, run_fn=fake, progress=False)
+    finish(p, tmp_path)
+    md = (tmp_path / "summary.md").read_text()
+    assert ("Machines: a (Xeon A, 2 cores, kernel 6.8.0): 2 runs; 1 run: not recorded "
+            "(made before results files recorded their machine).") in md
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -874,14 +874,19 @@ def machines_md(plan: Plan, rows: list[dict]) -> list[str]:
     from experiments.sweep.results import mixed_machines
 
     hosts: dict[tuple, int] = {}
+    unrecorded = 0
     for r in rows:
         if r.get("machine"):
             k = (r["machine"], r.get("machine_kind"))
             hosts[k] = hosts.get(k, 0) + 1
+        elif r.get("status") not in ("missing", "failed"):
+            unrecorded += 1
     if not hosts:
         return []
+    # every run made is accounted for: the oldest results files predate the record
     L = ["Machines: " + "; ".join(f"{h} ({k}): {n} runs" for (h, k), n in sorted(hosts.items()))
-         + ".", ""]
+         + (f"; {unrecorded} run{'s' if unrecorded != 1 else ''}: not recorded (made before results files recorded their "
+            f"machine)" if unrecorded else "") + ".", ""]
     mixed = mixed_machines(plan, rows)
     if mixed:
         L += [f"**Mixed machines**: {len(mixed)} point(s) have runs from machines of different "
