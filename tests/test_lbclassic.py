@@ -161,6 +161,11 @@ def test_seed_rule_watches_the_loads_the_directions_are_tested_at():
     rule = build_plan("lb-classic", implemented=IMPL).seed_rule
     assert (rule.first, rule.cap, rule.width, rule.metric, rule.loads) == \
         (5, 10, 0.2, "all_nfct_mean", (0.1, 0.8))
+    # the light-load direction is the symmetric fabric's: the asymmetric one gets no seeds there
+    sym, asym = "topologies/lb-classic-sym.yaml", "topologies/lb-classic-asym.yaml"
+    assert rule.where == ((0.1, sym), (0.8, asym), (0.8, sym))
+    assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.8],
+                      topologies=["lb-classic-asym"]).seed_rule.where == ((0.8, asym),)
     assert rule.pairs == tuple((s, "ecmp") for s in ("rps", "letflow", "drill", "conga", "talb"))
     assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.5, 0.9]).seed_rule.loads == \
         (0.3, 0.9)
@@ -227,6 +232,37 @@ def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
     md = (tmp_path / "summary.md").read_text()
     assert "lb-classic-quick websearch 0.8 | 3 (4 planned) |" in md
     assert "One RTO (the kernel's minimum, 200 ms)" in seeds_part
+
+
+def test_seed_rule_adds_seeds_only_where_a_direction_is_tested(tmp_path):
+    """At the light load only the symmetric fabric carries a direction: the
+    rule adds seeds there and leaves the asymmetric fabric's light-load
+    point at its first seeds; the summary names the points it watched."""
+    from experiments.sweep.kinds import finish
+    from experiments.sweep.runner import run_sweep
+
+    def noisy(spec, path):      # DRILL/ECMP 1.8 at odd seeds, 1 at even: wide at every point
+        _fake(spec, path)
+        res = json.loads(path.read_text())
+        k = 1.8 if spec.scheme == "drill" and spec.seed % 2 else 1.0
+        for f in res["load"]["background"]["flows"]:
+            if f.get("fct_s"):
+                f["fct_s"] *= k
+        path.write_text(json.dumps(res))
+
+    p = build_plan("lb-classic", implemented=IMPL, loads=[0.3], seeds=2, seed_cap=3,
+                   schemes=["ecmp", "drill"], cdfs=["websearch"],
+                   topologies=["lb-classic-sym", "lb-classic-asym"])
+    ran, _ = run_sweep(p, tmp_path, run_fn=noisy, progress=False)
+    seeds_on = {t: sorted({r.seed for r in ran.runs if t in r.topology}) for t in ("-sym", "-asym")}
+    assert seeds_on == {"-sym": [1, 2, 3], "-asym": [1, 2]}
+    rec = json.loads((tmp_path / "seeds.json").read_text())
+    assert [d["point"]["topology"] for d in rec["points"]] == ["topologies/lb-classic-sym.yaml"]
+    assert rec["rule"]["where"] == [[0.3, "topologies/lb-classic-sym.yaml"]]
+    finish(ran, tmp_path)
+    seeds_part = (tmp_path / "summary.md").read_text().split("## Seeds")[1].split("\n## ")[0]
+    assert "(load 0.3 on lb-classic-sym)" in seeds_part
+    assert "lb-classic-asym websearch 0.3" not in seeds_part
 
 
 def test_training_sweeps_refuse_background_options():

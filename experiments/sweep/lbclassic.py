@@ -65,8 +65,8 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
                     missing: list, rule: SeedRule | None = None) -> Plan:
     """lb-classic's runs: topology, CDF, seed, load, agent setting, with the
     scheme innermost (what the sweep compares runs back to back). ``rule``
-    (the preset's, plan.seed_rule_of) watches the loads the published
-    directions are tested at in this sweep (:func:`direction_loads`); a
+    (the preset's, plan.seed_rule_of) watches the points the published
+    directions are tested at in this sweep (:func:`direction_points`); a
     sweep with none of them has no rule."""
     from common import paths
     from experiments.sweep.plan import AGENT_SETTINGS
@@ -117,8 +117,10 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
                                 warmup=0, background_cdf=cdf, agent=agent,
                                 agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())),
                                 background_size_scale=float(scale), background_s=float(window)))
-    watched = direction_loads(base["loads"])
-    rule = dataclasses.replace(rule, loads=watched) if rule and watched else None
+    topologies = [topology_path(t) for t in base["topologies"]]
+    watched = direction_points(base["loads"], topologies)
+    rule = dataclasses.replace(rule, loads=tuple(sorted({ld for ld, _ in watched})),
+                               where=watched) if rule and watched else None
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
                 keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
                 skipped_schemes=missing, seed_rule=rule)
@@ -307,11 +309,15 @@ def _load_at(loads: list[float], at: str) -> float | None:
     return max(loads) if max(loads) >= HEAVY_MIN else None
 
 
-def direction_loads(loads) -> tuple[float, ...]:
-    """The loads a sweep of ``loads`` tests the published directions at
-    (light and heavy, :func:`_load_at`): where the seed rule adds seeds."""
-    return tuple(sorted({ld for ld in (_load_at(list(loads), "low"), _load_at(list(loads), "high"))
-                         if ld is not None}))
+def direction_points(loads, topologies) -> tuple[tuple[float, str], ...]:
+    """(load, topology) of every point a direction is tested at in a sweep of
+    ``loads`` on ``topologies``: where the seed rule adds seeds. Seeds go
+    only where a verdict uses them (the light-load direction is about the
+    symmetric fabric: the asymmetric one gets none at that load)."""
+    kinds = {t: fabric_kind(t) for t in topologies}
+    return tuple(sorted({(ld, t) for d in DIRECTIONS
+                         for ld in [_load_at(list(loads), d.at)] if ld is not None
+                         for t, kind in kinds.items() if d.fabric in ("both", kind)}))
 
 
 def _compare(rows, metric, a: dict, b: dict) -> Paired:
@@ -628,8 +634,12 @@ def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
               "point (no seed rule: lb-classic-quick, a list given with --seeds, --fixed-seeds, "
               "or a sweep with no load the directions are tested at).", ""]
     else:
-        L += [seed_rule_text(rule, seeds.headline_loads(rule, plan)) + " The directions are "
-              "tested at these loads, so their verdicts get the seeds.", ""]
+        at: dict[float, list[str]] = {}
+        for ld, topo in rule.where or ():
+            at.setdefault(ld, []).append(Path(topo).stem)
+        where = "; ".join(f"load {ld:g} on {', '.join(sorted(ts))}" for ld, ts in sorted(at.items()))
+        L += [seed_rule_text(rule, seeds.headline_loads(rule, plan)) + " The headline points are "
+              f"those a direction is tested at ({where}), so their verdicts get the seeds.", ""]
         body = []
         for d in seeds.decide(plan, rows):
             pt = d["point"]

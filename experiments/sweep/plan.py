@@ -55,18 +55,28 @@ class SeedRule:
     point runs ``first`` seeds; a headline point (``loads``; None: every
     load) then gets one more seed at a time, every scheme, until the paired
     95% interval of the ratio a/b of ``metric`` is narrower than ``width``
-    for every pair in ``pairs``, or ``cap`` seeds have run there."""
+    for every pair in ``pairs``, or ``cap`` seeds have run there. ``where``
+    narrows the headline points to (load, topology) pairs (lb-classic: only
+    where a direction is tested); None: every topology at the loads."""
     first: int
     cap: int = SEED_CAP
     width: float = SEED_WIDTH
     metric: str = "short_fct_mean_s"
     pairs: tuple = tuple(("talb", b) for b in PAPER_BASELINES)
     loads: tuple | None = (0.8,)
+    where: tuple | None = None
+
+    def watches(self, spec: "RunSpec") -> bool:
+        """Whether ``spec``'s point is one ``where`` allows (the loads aside)."""
+        return self.where is None or (spec.load, spec.topology) in self.where
 
     def to_dict(self) -> dict:
-        return {"first": self.first, "cap": self.cap, "width": self.width, "metric": self.metric,
-                "pairs": [list(p) for p in self.pairs],
-                "loads": None if self.loads is None else list(self.loads)}
+        d = {"first": self.first, "cap": self.cap, "width": self.width, "metric": self.metric,
+             "pairs": [list(p) for p in self.pairs],
+             "loads": None if self.loads is None else list(self.loads)}
+        if self.where is not None:          # left out where unset: older records stay as they are
+            d["where"] = [list(w) for w in self.where]
+        return d
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def decide(plan: Plan, rows: list[dict]) -> list[dict]:
     groups: dict[tuple, list[tuple[RunSpec, dict]]] = {}
     for r in rows:
         spec = specs.get(r["key"])
-        if spec is not None and spec.load in loads:
+        if spec is not None and spec.load in loads and rule.watches(spec):
             groups.setdefault(_point(spec), []).append((spec, r))
     out = []
     for key, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
