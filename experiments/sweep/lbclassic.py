@@ -315,9 +315,12 @@ def direction_points(loads, topologies) -> tuple[tuple[float, str], ...]:
     only where a verdict uses them (the light-load direction is about the
     symmetric fabric: the asymmetric one gets none at that load)."""
     kinds = {t: fabric_kind(t) for t in topologies}
-    return tuple(sorted({(ld, t) for d in DIRECTIONS
-                         for ld in [_load_at(list(loads), d.at)] if ld is not None
-                         for t, kind in kinds.items() if d.fabric in ("both", kind)}))
+    points = set()
+    for d in DIRECTIONS:
+        load = _load_at(list(loads), d.at)
+        if load is not None:
+            points |= {(load, t) for t, kind in kinds.items() if d.fabric in ("both", kind)}
+    return tuple(sorted(points))
 
 
 def _compare(rows, metric, a: dict, b: dict) -> Paired:

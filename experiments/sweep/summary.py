@@ -884,9 +884,11 @@ def machines_md(plan: Plan, rows: list[dict]) -> list[str]:
     if not hosts:
         return []
     # every run made is accounted for: the oldest results files predate the record
-    L = ["Machines: " + "; ".join(f"{h} ({k}): {n} runs" for (h, k), n in sorted(hosts.items()))
-         + (f"; {unrecorded} run{'s' if unrecorded != 1 else ''}: not recorded (made before results files recorded their "
-            f"machine)" if unrecorded else "") + ".", ""]
+    parts = [f"{h} ({k}): {n} runs" for (h, k), n in sorted(hosts.items())]
+    if unrecorded:
+        parts.append(f"{unrecorded} run{'s' if unrecorded != 1 else ''}: not recorded (made "
+                     "before results files recorded their machine)")
+    L = ["Machines: " + "; ".join(parts) + ".", ""]
     mixed = mixed_machines(plan, rows)
     if mixed:
         L += [f"**Mixed machines**: {len(mixed)} point(s) have runs from machines of different "
