@@ -218,6 +218,11 @@ def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
                                      seed_cap=4, schemes=["ecmp", "drill"], cdfs=["websearch"],
                                      topologies=["lb-classic-quick"]), tmp_path)
     assert {r.key() for r in again.runs} == {r.key() for r in ran.runs}
+    # a sweep or report without load 0.8 does not pick up its recorded seeds
+    other = with_recorded(build_plan("lb-classic", implemented=IMPL, loads=[0.5, 0.9], seeds=2,
+                                     seed_cap=4, schemes=["ecmp", "drill"], cdfs=["websearch"],
+                                     topologies=["lb-classic-quick"]), tmp_path)
+    assert {(r.load, r.seed) for r in other.runs} == {(ld, s) for ld in (0.5, 0.9) for s in (1, 2)}
     finish(again, tmp_path)
     md = (tmp_path / "summary.md").read_text()
     seeds_part = md.split("## Seeds")[1].split("\n## ")[0]

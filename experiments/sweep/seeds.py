@@ -123,19 +123,22 @@ def write_record(out: Path, plan: Plan, decisions: list[dict]) -> None:
 
 
 def with_recorded(plan: Plan, out: Path) -> Plan:
-    """``plan`` plus the extra seeds an earlier invocation added (OUT/seeds.json)."""
+    """``plan`` plus the extra seeds an earlier invocation added (OUT/seeds.json),
+    at the plan's own points only: a sweep or report over other loads, fabrics
+    or CDFs does not gain a point from the seeds recorded there."""
     path = Path(out) / RECORD
     if plan.seed_rule is None or not path.exists():
         return plan
     extra = json.loads(path.read_text()).get("extra_runs") or []
     have = {r.key() for r in plan.runs}
+    points = {_point(r) for r in plan.runs}
     fields = {f.name for f in dataclasses.fields(RunSpec)}
     add = []
     for d in extra:
         spec = {k: v for k, v in d.items() if k in fields}
         spec["agent_opts"] = tuple(sorted((spec.get("agent_opts") or {}).items()))
         r = RunSpec(**spec)
-        if r.key() not in have:
+        if r.key() not in have and _point(r) in points:
             add.append(r)
             have.add(r.key())
     return dataclasses.replace(plan, runs=plan.runs + add)
