@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import zlib
 
 import pytest
 
@@ -291,8 +292,13 @@ def _fake(spec, path):
     from experiments.sweep.lbclassic import fabric_kind
 
     kind = fabric_kind(spec.topology)
-    rng = random.Random(hash((spec.seed, spec.load, spec.background_cdf, spec.scheme)) & 0xFFFF)
+    # crc32, not hash(): hash() of a str is salted per process, so the made-up
+    # FCTs (and the 3-seed verdicts on them) would change from run to run
+    like = "ecmp" if spec.scheme == "talb" else spec.scheme
+    rng = random.Random(zlib.crc32(f"{spec.seed}/{spec.load}/{spec.background_cdf}/{like}".encode()))
     noise = 1 + 0.01 * rng.random()
+    if spec.scheme == "talb":        # TaLB forwards untagged packets by ECMP: ECMP's run ±0.2%
+        noise *= 1 + 0.002 * (-1) ** spec.seed
     f = FACTOR[kind][spec.scheme] * (1 + spec.load) * noise
     seed_rng = random.Random(spec.seed)          # same flows for every scheme of a seed
     raw = []

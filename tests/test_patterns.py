@@ -2,6 +2,8 @@
 pattern moves per iteration, sharding, censoring, summaries, counters."""
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from tiny_model import tiny_profile
@@ -55,7 +57,7 @@ def test_unknown_pattern_names_the_flag():
 # --- measurement -----------------------------------------------------------------------
 def _tx(k, it, layer, dst, t, kind="push"):
     return {"ev": "tx", "k": k, "kind": kind, "src": 0, "dst": dst, "it": it, "pid": 0, "step": 0,
-            "layer": layer, "bytes": 1000, "tensor_id": hash(k) & 0xFFFFFFFF, "t_ns": t}
+            "layer": layer, "bytes": 1000, "tensor_id": zlib.crc32(k.encode()), "t_ns": t}
 
 
 def test_censored_tensors_are_counted_never_timed():
@@ -92,7 +94,7 @@ MS = 1_000_000
 
 def _txw(k, t_admit, t_start, t_kernel, dst=9, layer=0, src=0, tid=None):
     return {**_tx(k, 1, layer, dst, t_start), "src": src, "t_admit_ns": t_admit,
-            "t_kernel_ns": t_kernel, "tensor_id": tid if tid is not None else hash(k) & 0xFFFFFFFF}
+            "t_kernel_ns": t_kernel, "tensor_id": tid if tid is not None else zlib.crc32(k.encode())}
 
 
 def _wire(first, last, packets=3, last_seen=True, latest=None):
