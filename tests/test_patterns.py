@@ -93,8 +93,11 @@ MS = 1_000_000
 
 
 def _txw(k, t_admit, t_start, t_kernel, dst=9, layer=0, src=0, tid=None):
-    return {**_tx(k, 1, layer, dst, t_start), "src": src, "t_admit_ns": t_admit,
-            "t_kernel_ns": t_kernel, "tensor_id": tid if tid is not None else zlib.crc32(k.encode())}
+    ev = {**_tx(k, 1, layer, dst, t_start), "src": src, "t_admit_ns": t_admit,
+          "t_kernel_ns": t_kernel}
+    if tid is not None:              # else _tx's id from k
+        ev["tensor_id"] = tid
+    return ev
 
 
 def _wire(first, last, packets=3, last_seen=True, latest=None):
