@@ -1,28 +1,37 @@
-"""`talb bench --cluster` on a real Dask LocalCluster (worker processes, one
-worker with the resource testbed=1) and real fabrics: the same plan run
-locally and on the cluster gives the same runs.csv but for times and machine;
-a worker killed mid-run has its run re-queued (the nanny restarts the worker
-and the run completes there); the workers' fabrics are removed at the end."""
+"""`talb bench --cluster` as a user runs it: `dask scheduler` and `dask worker`
+started as processes of their own (the commands of docs/experiments.md),
+`talb bench` as a process of its own, no Dask client in the test's process.
+
+* The same plan run locally, on one worker and on two workers gives the same
+  runs.csv but for what is measured and where; two workers on one machine
+  build two testbeds (the sweep's prefix and the prefix + "1"), each run
+  lands once, and every fabric is removed at the end.
+* A worker killed mid-run (SIGKILL by pid) has its run re-queued: the
+  nanny restarts the worker, which removes what its predecessor left, and
+  every run of the sweep lands once; nothing is left on the machine.
+"""
 from __future__ import annotations
 
 import csv
 import json
 import os
 import signal
-import threading
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from conftest import new_prefix
+from conftest import new_prefix, record_prefix
+from helpers import free_port
 
 pytestmark = pytest.mark.live  # builds fabrics and runs traffic: `-m live` selects it
 
-#: a small plan: lb-classic-quick's fabric, two schemes, one load, one seed (2 runs)
-ARGS = ["bench", "--preset", "lb-classic-quick", "--schemes", "ecmp,drill", "--loads", "0.3",
-        "--seeds", "1"]
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent            # the venv's `dask` and `talb`
+#: a small plan: lb-classic-quick's fabric, one load, one seed
+ARGS = ["bench", "--preset", "lb-classic-quick", "--loads", "0.3", "--seeds", "1"]
 #: runs.csv columns left out of the comparison local vs cluster. Measured
 #: ones: every number timed on the fabric (FCTs, latencies, reordering,
 #: retransmissions, timeouts, the load the uplinks delivered, censored flows,
@@ -32,115 +41,220 @@ ARGS = ["bench", "--preset", "lb-classic-quick", "--schemes", "ecmp,drill", "--l
 #: effect, the commit, the results file's path, the planned flows -- must match.
 MEASURED = ("fct", "latency", "reorder", "retrans", "timeouts", "delivered", "censored", "cpu",
             "status", "machine", "_n")
-REPO = Path(__file__).resolve().parent.parent
+REGISTER_S = 60         # a worker registers with the scheduler within this
+BENCH_S = 600           # a `talb bench` of a few runs ends within this
 
 
 def _excluded(col: str) -> bool:
     return any(m in col for m in MEASURED) or col.endswith("_p99") or col.endswith("_mean")
 
 
+class DaskProcesses:
+    """A scheduler and workers, each `dask ...` in a session of its own (its
+    log in ``logs``), ended by process group at close."""
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.procs: list[subprocess.Popen] = []
+        self.address = f"tcp://127.0.0.1:{free_port()}"
+        self.workers = 0
+        self._start("scheduler", "scheduler", "--host", "127.0.0.1",
+                    "--port", self.address.rsplit(":", 1)[1], "--no-dashboard")
+
+    def _start(self, name: str, *args: str) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}     # the workers import this checkout
+        log = open(self.logs / f"{name}.log", "w")
+        p = subprocess.Popen([str(BIN / "dask"), *args], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def add_worker(self) -> subprocess.Popen:
+        """One `dask worker ADDR --nworkers 1 --nthreads 1 --resources testbed=1`
+        (docs/experiments.md), waited for until it has registered."""
+        self.workers += 1
+        name = f"worker{self.workers}"
+        nanny = self._start(name, "worker", self.address, "--nworkers", "1", "--nthreads", "1",
+                            "--resources", "testbed=1", "--no-dashboard", "--name", name)
+        deadline = time.monotonic() + REGISTER_S
+        while "Registered to" not in (self.logs / f"{name}.log").read_text():
+            assert nanny.poll() is None, (self.logs / f"{name}.log").read_text()
+            assert time.monotonic() < deadline, f"{name} did not register in {REGISTER_S} s"
+            time.sleep(0.2)
+        return nanny
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
 @pytest.fixture
-def local_cluster(root, monkeypatch):
-    from distributed import Client, LocalCluster
-
-    monkeypatch.setenv("PYTHONPATH", str(REPO))        # the workers import this checkout
-    with LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
-                      resources={"testbed": 1}, dashboard_address=None) as lc, \
-            Client(lc) as client:
-        where = client.run(lambda: __import__("experiments").__file__)
-        assert all(str(REPO) in f for f in where.values()), where
-        yield lc, client
+def dask_procs(root, tmp_path):
+    procs = DaskProcesses(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.close()
 
 
-def test_cluster_sweep_matches_local_run(local_cluster, tmp_path):
+def _prefixes() -> tuple[str, str]:
+    """A sweep prefix and its second slot's testbed prefix, both recorded, so a
+    crashed test's fabrics are removed by the next test session."""
+    prefix = new_prefix()
+    record_prefix(prefix + "1")
+    return prefix, prefix + "1"
+
+
+def _talb_bench(args: list[str], log: Path) -> tuple[float, str]:
+    """`talb bench ...` in its own process: (seconds, output); fails on exit != 0."""
+    t0 = time.monotonic()
+    proc = subprocess.run([str(BIN / "talb"), *args], capture_output=True, text=True,
+                          timeout=BENCH_S, stdin=subprocess.DEVNULL)
+    log.write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return time.monotonic() - t0, proc.stdout + proc.stderr
+
+
+def _left_nothing(*prefixes: str) -> None:
+    from netns_topology.state import exists
     from netns_topology.teardown import namespaces
-    from talb.cli import main
 
-    lc, _ = local_cluster
-    times, outs = {}, {}
-    for how in ("local", "cluster"):
-        prefix = new_prefix()
-        outs[how] = tmp_path / how
-        args = ARGS + ["--out", str(outs[how]), "--prefix", prefix]
-        if how == "cluster":
-            args += ["--cluster", lc.scheduler_address]
-        t0 = time.monotonic()
-        r = CliRunner().invoke(main, args)
-        times[how] = time.monotonic() - t0
-        assert r.exit_code == 0, r.output
-        assert not namespaces(prefix), how                  # every fabric removed
-        assert not (outs[how] / "failed.json").exists(), (outs[how] / "failed.json").read_text()
-    rows = {how: list(csv.DictReader(open(outs[how] / "runs.csv"))) for how in outs}
-    assert len(rows["local"]) == len(rows["cluster"]) == 2
-    assert list(rows["local"][0]) == list(rows["cluster"][0])       # the same columns
-    compared = [c for c in rows["local"][0] if not _excluded(c)]
+    for p in prefixes:
+        assert not namespaces(p) and not exists(p), f"testbed {p} left behind"
+
+
+def _rows(out: Path) -> list[dict]:
+    return list(csv.DictReader(open(out / "runs.csv")))
+
+
+def _landed_once(out: Path, n: int) -> None:
+    rows = _rows(out)
+    assert len(rows) == n and len({r["key"] for r in rows}) == n
+    assert all(r["status"] in ("ok", "cpu_bound") for r in rows), [r["status"] for r in rows]
+    assert sorted(f.stem for f in (out / "runs").glob("*.json")) == sorted(r["key"] for r in rows)
+    assert not (out / "failed.json").exists(), (out / "failed.json").read_text()
+
+
+def _same_but_measured(local: Path, other: Path) -> None:
+    a_rows, b_rows = _rows(local), _rows(other)
+    assert list(a_rows[0]) == list(b_rows[0])                       # the same columns
+    compared = [c for c in a_rows[0] if not _excluded(c)]
     assert {"key", "scheme", "load", "seed", "scheme_in_effect", "commit", "results"} <= set(compared)
-    for a, b in zip(rows["local"], rows["cluster"]):
+    for a, b in zip(sorted(a_rows, key=lambda r: r["key"]), sorted(b_rows, key=lambda r: r["key"])):
         assert {c: a[c] for c in compared} == {c: b[c] for c in compared}
-        assert a["machine"] == b["machine"] and a["machine_kind"] and a["status"] in ("ok", "cpu_bound")
-    # each results file records its machine, and the plan is the same
-    for f in (outs["cluster"] / "runs").glob("*.json"):
-        assert json.loads(f.read_text())["machine"]["cores"] >= 1
-    assert json.loads((outs["local"] / "plan.json").read_text()) == \
-        json.loads((outs["cluster"] / "plan.json").read_text())
+        assert a["machine"] == b["machine"] and b["machine_kind"]
+    assert json.loads((local / "plan.json").read_text()) == \
+        json.loads((other / "plan.json").read_text())
+
+
+def test_cluster_sweep_as_a_user_runs_it(dask_procs, tmp_path):
+    args = ARGS + ["--schemes", "ecmp,drill"]           # 2 runs
+    times, outs = {}, {}
+    local_prefix = new_prefix()
+    outs["local"] = tmp_path / "local"
+    times["local"], _ = _talb_bench(args + ["--out", str(outs["local"]), "--prefix", local_prefix],
+                                    tmp_path / "bench-local.log")
+    _left_nothing(local_prefix)
+    _landed_once(outs["local"], 2)
+
+    for workers in (1, 2):
+        dask_procs.add_worker()
+        prefix, second = _prefixes()
+        how = f"{workers} worker(s)"
+        outs[how] = tmp_path / f"cluster{workers}"
+        times[how], output = _talb_bench(
+            args + ["--out", str(outs[how]), "--prefix", prefix, "--cluster", dask_procs.address],
+            tmp_path / f"bench-{workers}.log")
+        _left_nothing(prefix, second)                   # every worker's fabric removed
+        _landed_once(outs[how], 2)
+        _same_but_measured(outs["local"], outs[how])
+        for f in (outs[how] / "runs").glob("*.json"):
+            assert json.loads(f.read_text())["machine"]["cores"] >= 1
+        # the workers' testbeds: one per worker, named in the progress lines
+        testbeds = {t for t in (prefix, second) if f"({t})" in output}
+        assert testbeds == ({prefix} if workers == 1 else {prefix, second}), output
+
     # the local directory resumed on the cluster: nothing left to run, nothing sent
     before = {f: f.stat().st_mtime_ns for f in (outs["local"] / "runs").glob("*.json")}
-    r = CliRunner().invoke(main, ARGS + ["--out", str(outs["local"]), "--prefix", new_prefix(),
-                                         "--cluster", lc.scheduler_address])
-    assert r.exit_code == 0 and "resuming: 2 of 2 runs" in r.output, r.output
+    _, output = _talb_bench(args + ["--out", str(outs["local"]), "--prefix", new_prefix(),
+                                    "--cluster", dask_procs.address], tmp_path / "resume.log")
+    assert "resuming: 2 of 2 runs" in output, output
     assert before == {f: f.stat().st_mtime_ns for f in (outs["local"] / "runs").glob("*.json")}
-    overhead = (times["cluster"] - times["local"]) / 2
-    print(f"\nlocal {times['local']:.1f} s, cluster {times['cluster']:.1f} s for 2 runs: "
-          f"overhead {overhead:+.1f} s per run")
-    Path("/tmp/talb-cluster-overhead.json").write_text(json.dumps({**times, "per_run": overhead}))
+    print("\n" + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()) + " for 2 runs")
+    Path("/tmp/talb-cluster-times.json").write_text(json.dumps(times))
 
 
-def test_worker_killed_mid_run_is_requeued(local_cluster, tmp_path):
-    from agent.daemon import running_pid
-    from experiments.sweep.cluster import Cluster
-    from experiments.sweep.kinds import build_plan
-    from experiments.sweep.runner import run_sweep
-    from netns_topology.teardown import namespaces
+def _workers(nannies: list[subprocess.Popen]) -> list[int]:
+    """The worker processes: the nannies' children (started from any of their threads)."""
+    pids = []
+    for nanny in nannies:
+        for task in Path(f"/proc/{nanny.pid}/task").glob("*"):
+            try:
+                pids += map(int, (task / "children").read_text().split())
+            except FileNotFoundError:
+                continue
+    return pids
 
-    _, client = local_cluster
-    prefix = new_prefix()
-    plan = build_plan("lb-classic-quick", schemes=["ecmp"], loads=[0.3], seeds=[1])
-    assert len(plan.runs) == 1
-    out = tmp_path / "killed"
-    got = {}
 
-    def sweep():
+def _worker_holding(lock: Path, nannies: list[subprocess.Popen]) -> int | None:
+    """The pid of the worker process that holds ``lock`` open (its slot)."""
+    for pid in _workers(nannies):
         try:
-            got["report"] = run_sweep(plan, out, prefix=prefix, progress=False,
-                                      cluster=Cluster(client, prefix))[1]
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            got["error"] = exc
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except (FileNotFoundError, PermissionError):
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) == str(lock):
+                    return pid
+            except OSError:
+                continue
+    return None
 
-    t = threading.Thread(target=sweep)
-    t.start()
+
+def test_worker_killed_mid_run_is_requeued(dask_procs, tmp_path):
+    from agent.daemon import running_pid
+    from common import paths
+
+    nannies = [dask_procs.add_worker(), dask_procs.add_worker()]
+    prefix, second = _prefixes()
+    out = tmp_path / "killed"
+    log = tmp_path / "bench.log"
+    bench = subprocess.Popen(
+        [str(BIN / "talb"), *ARGS, "--schemes", "ecmp,drill,letflow", "--out", str(out),
+         "--prefix", prefix, "--cluster", dask_procs.address],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while running_pid(prefix) is None:          # the worker's fabric up, the run prepared
-            assert time.monotonic() < deadline and t.is_alive(), got
+        deadline = time.monotonic() + 180
+        while running_pid(prefix) is None:      # slot 0's fabric up, a run prepared on it
+            assert time.monotonic() < deadline and bench.poll() is None, log.read_text()
             time.sleep(0.2)
-        time.sleep(2)                               # into the run
-        (pid,) = client.run(os.getpid).values()
-        os.kill(pid, signal.SIGKILL)
-        t.join(timeout=300)
-        assert not t.is_alive()
-        assert "error" not in got, got
-        rep = got["report"]
-        # the run was re-queued on the restarted worker and completed there
-        assert rep["done"] == 1 and not rep["failed"], rep
-        assert (pid,) != tuple(client.run(os.getpid).values())
-        res = json.loads((out / "runs" / f"{plan.runs[0].key()}.json").read_text())
-        assert res["headline"]["scheme"] == "ecmp" and res["machine"]["hostname"]
-        assert not (out / "failed.json").exists()
-        assert not namespaces(prefix)               # the dead worker's fabric too
+        time.sleep(2)                           # into the run
+        victim = _worker_holding(paths.RUN_DIR / "cluster" / f"{prefix}.0.lock", nannies)
+        assert victim is not None
+        before = _workers(nannies)
+        os.kill(victim, signal.SIGKILL)
+        assert bench.wait(timeout=BENCH_S) == 0, log.read_text()[-3000:]
     finally:
-        t.join(timeout=300)
-        from netns_topology.state import exists
-        from testbed import lifecycle
-
-        if exists(prefix) or namespaces(prefix):
-            lifecycle.down(prefix)
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGKILL)
+            bench.wait()
+    output = log.read_text()
+    assert "Traceback" not in output, output
+    _landed_once(out, 3)                       # the killed run made again, each run once
+    _left_nothing(prefix, second)              # the dead worker's fabric too
+    # the nanny restarted its worker: a new process in the dead one's place
+    assert all(n.poll() is None for n in nannies)
+    workers = _workers(nannies)
+    assert len(workers) == len(before) and victim not in workers, (victim, before, workers)
+    # the sweep's end freed both slots
+    assert _worker_holding(paths.RUN_DIR / "cluster" / f"{prefix}.0.lock", nannies) is None

@@ -12,20 +12,31 @@ itself, so its --out is the one results directory and a sweep resumes across
 local and cluster runs alike. Every results file records the machine it was
 made on (common/machine.py).
 
+Several workers on one machine (a big machine, or a test) each take a
+*slot*: an exclusive lock on /run/talb/cluster/<prefix>.<slot>.lock held for
+as long as the worker keeps its fabric; slot 0's testbed is the sweep's
+``--prefix``, slot k's is that prefix with k appended, so two workers never
+build one testbed. The kernel drops a dead worker's lock with its process.
+
 A worker lost mid-run (killed, machine gone): Dask's scheduler gives its run
 to another worker, or to the same one once its nanny has restarted it, up to
 ``distributed.scheduler.allowed-failures`` (3) times; after that the run is
 recorded as failed ("KilledWorker: ..."), as any failed run, and the next
-start of the sweep tries it again. A restarted worker first removes the
-fabric its dead predecessor left (a testbed with the sweep's prefix on its
-machine: only one worker per machine runs the sweep's runs). The fabrics are
-removed when the sweep ends (every worker) and when a worker closes (a
-worker plugin).
+start of the sweep tries it again. A restarted worker takes the first free
+slot -- the dead one's -- and first removes the fabric its predecessor left
+there. The fabrics are removed (and the slots freed) when the sweep ends
+(every worker) and when a worker closes (a worker plugin).
+
+The client owns its Dask client (``set_as_default=False``: talb never
+changes what a user's own code gets as the default client), so every call
+names it -- ``as_completed`` included, which otherwise looks for a default
+client and finds none when talb runs in a process of its own.
 
 Dask is imported here only: without --cluster nothing imports this module.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -41,6 +52,8 @@ from experiments.sweep.runner import Fabric, progress_bar, real_run, start_out
 
 RESOURCE = "testbed"
 CONNECT_TIMEOUT_S = 10
+#: workers of one sweep on one machine at most (slot k's testbed prefix ends in k)
+MAX_SLOTS = 10
 
 
 class ClusterError(ValueError):
@@ -68,7 +81,47 @@ def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Client:
 
 
 # --- in the worker process ------------------------------------------------------------------
-_FABRICS: dict[str, Fabric] = {}    # prefix -> this worker's fabric
+_FABRICS: dict[str, Fabric] = {}    # the sweep's prefix -> this worker's fabric
+_SLOTS: dict[str, int] = {}         # the sweep's prefix -> this worker's slot lock (an fd)
+
+
+def slot_prefix(prefix: str, slot: int) -> str:
+    """The testbed prefix of ``slot`` for a sweep's ``prefix``: the prefix
+    itself for slot 0, else the prefix with the slot appended."""
+    from common import paths
+
+    if slot == 0:
+        return prefix
+    try:
+        return paths.check_prefix(f"{prefix}{slot}")
+    except ValueError:
+        raise ValueError(
+            f"--prefix {prefix}: a second worker on one machine needs a prefix of at most 11 "
+            f"characters (its testbed is '{prefix}{slot}')") from None
+
+
+def _take_slot(prefix: str) -> int:
+    """Lock this machine's first free slot of the sweep (kept until released)."""
+    from common import paths
+
+    d = paths.RUN_DIR / "cluster"
+    d.mkdir(parents=True, exist_ok=True)
+    for slot in range(MAX_SLOTS):
+        fd = os.open(d / f"{prefix}.{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _SLOTS[prefix] = fd
+        return slot
+    raise RuntimeError(f"more than {MAX_SLOTS} workers of sweep '{prefix}' on this machine")
+
+
+def _release_slot(prefix: str) -> None:
+    fd = _SLOTS.pop(prefix, None)
+    if fd is not None:
+        os.close(fd)        # closing the only descriptor drops the lock
 
 
 def _fabric(prefix: str) -> Fabric:
@@ -83,20 +136,29 @@ def _fabric(prefix: str) -> Fabric:
         from netns_topology.state import exists
         from testbed import lifecycle
 
-        if exists(prefix):      # left by this machine's worker before us, killed mid-run
-            lifecycle.down(prefix)
-        _FABRICS[prefix] = Fabric(prefix, say=print)
+        mine = slot_prefix(prefix, _take_slot(prefix))
+        try:
+            if exists(mine):    # left by a worker of this slot before us, killed mid-run
+                lifecycle.down(mine)
+        except BaseException:
+            _release_slot(prefix)
+            raise
+        _FABRICS[prefix] = Fabric(mine, say=print)
     return _FABRICS[prefix]
 
 
 def close_fabrics(prefix: str | None = None) -> list[str]:
-    """Remove this worker's fabric of ``prefix`` (every one when None)."""
+    """Remove this worker's fabric of the sweep ``prefix`` (every one when
+    None) and free its slot; the testbed prefixes removed."""
     closed = []
     for p in [prefix] if prefix else list(_FABRICS):
         fab = _FABRICS.pop(p, None)
-        if fab is not None:
-            fab.close()
-            closed.append(p)
+        try:
+            if fab is not None:
+                fab.close()
+                closed.append(fab.prefix)
+        finally:
+            _release_slot(p)
     return closed
 
 
@@ -118,19 +180,23 @@ def run_on_worker(spec: RunSpec, prefix: str, timeout_s: float = 600.0) -> dict:
             from netns_topology.state import exists
             from testbed import lifecycle
 
-            if exists(prefix):
-                lifecycle.down(prefix)
+            try:
+                if exists(fab.prefix):
+                    lifecycle.down(fab.prefix)
+            finally:
+                _release_slot(prefix)
             raise
         fab.prepare(spec)
         with tempfile.TemporaryDirectory(prefix="talb-run-") as d:
             path = Path(d) / f"{spec.key()}.json"
-            real_run(prefix, timeout_s)(spec, path)
+            real_run(fab.prefix, timeout_s)(spec, path)
             try:
                 text = path.read_text()
                 json.loads(text)
             except (OSError, json.JSONDecodeError):
                 raise RuntimeError(f"the run left no results file on {host}") from None
-        return {"results": text, "host": host, "run_s": time.monotonic() - t0}
+        return {"results": text, "host": host, "testbed": fab.prefix,
+                "run_s": time.monotonic() - t0}
     except Exception as exc:  # noqa: BLE001 - recorded by the client, the sweep goes on
         return {"error": f"{type(exc).__name__} on {host}: {exc}", "host": host}
 
@@ -186,7 +252,7 @@ class Cluster:
             with bar:
                 task = bar.add_task(f"{plan.name} on {self.client.scheduler.address}",
                                     total=len(todo))
-                for fut in as_completed(list(futures)):
+                for fut in as_completed(list(futures), loop=self.client.loop):
                     spec = futures[fut]
                     try:
                         rep = fut.result()
@@ -201,7 +267,7 @@ class Cluster:
                         tmp.replace(path)
                         done += 1
                         bar.console.print(f"  [dim]•[/] {spec.label()}: {rep['run_s']:.0f} s "
-                                          f"on {rep['host']}")
+                                          f"on {rep['host']} ({rep.get('testbed', self.prefix)})")
                     else:
                         failed[spec.key()] = {"run": spec.label(), "error": rep["error"]}
                         bar.console.print(f"  [red]failed[/] {spec.label()}: {rep['error']}")
