@@ -125,10 +125,14 @@ class DaskCluster:
         for m in MACHINES:
             self._wait_log(m, "Registered to:")
 
-    def start_worker(self, machine: str, wait: bool = True) -> None:
-        """Machine ``machine``'s worker: named after it, its own TALB_RUN_DIR."""
-        self._start(machine, ["worker", self.address, "--name", machine, "--nworkers", "1",
-                              "--nthreads", "1", "--no-dashboard"],
+    def start_worker(self, machine: str, wait: bool = True, named: bool = True) -> None:
+        """Machine ``machine``'s worker, its own TALB_RUN_DIR; ``named``: with
+        ``--name machine`` (else it answers for this host's name)."""
+        if machine not in self.run_dirs:
+            self.run_dirs[machine] = self.base / machine
+            self.record["run_dirs"].append(str(self.run_dirs[machine]))
+        self._start(machine, ["worker", self.address, *(["--name", machine] if named else []),
+                              "--nworkers", "1", "--nthreads", "1", "--no-dashboard"],
                     {"TALB_RUN_DIR": str(self.run_dirs[machine])})
         if wait:
             self._wait_log(machine, "Registered to:")
@@ -445,4 +449,27 @@ def test_detach_with_a_machines_worker_gone_keeps_its_part_until_the_worker_is_b
             cluster.start_worker("serverb")
     out = talb("detach", "--name", name, "--cluster", cluster.address, run_dir=here)
     assert "serverb: detached b" in out.stdout and "servera" not in out.stdout
+    assert_nothing_left(servers, cluster, name, before)
+
+
+def test_a_worker_without_name_answers_for_its_host_name(servers, cluster, tmp_path):
+    """On real machines the file's machine: can be the host name, and the
+    worker needs no --name: a worker started without one takes b's part
+    when b's machine: is this host's name."""
+    name = new_prefix()
+    here = cluster.run_dirs["client"]
+    before = servers.snapshot()
+    fabric = cluster_file(servers, tmp_path / "lab.yaml", name, machine_b=socket.gethostname())
+    cluster.start_worker("unnamed", named=False)
+    try:
+        out = talb("attach", "--fabric", str(fabric), "--cluster", cluster.address, "--no-agent",
+                   run_dir=here)
+        assert f"{socket.gethostname()}: attached b" in out.stdout
+        rec = json.loads((cluster.run_dirs["unnamed"] / name / "attach.json").read_text())
+        assert list(rec["switches"]) == ["b"]
+    finally:
+        if (here / "attach-cluster" / f"{name}.json").exists():
+            talb("detach", "--name", name, "--cluster", cluster.address, run_dir=here)
+        cluster.stop_worker("unnamed")
+    assert not (cluster.run_dirs["unnamed"] / name).exists()
     assert_nothing_left(servers, cluster, name, before)
