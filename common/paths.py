@@ -129,3 +129,10 @@ def attach_netns_name(name: str, node: str) -> str:
     """The name `talb attach` gives a node's namespace that it reaches by pid
     (``ip netns attach``; never ``<prefix>-<node>``, a testbed's)."""
     return f"talb.{check_prefix(name)}.{check_node(node)}"
+
+
+def cluster_attach_file(name: str) -> Path:
+    """Where `talb attach --cluster` keeps which machine's worker attached
+    which part of fabric ``name`` (on the machine it ran on; "attach-cluster"
+    has a '-', so it is never a prefix's directory)."""
+    return RUN_DIR / "attach-cluster" / f"{check_prefix(name)}.json"

@@ -15,6 +15,9 @@
                               # or a name under /run/netns; or pid: 1234
         remote: false         # true: on another machine (routed through,
                               # attached by that machine's `talb attach`)
+        machine: srv1         # or: the machine it is on (`talb attach --cluster`
+                              # attaches each machine's part through its Dask
+                              # worker; every switch names one, none is remote)
         ports:
           - {iface: l1-eth1, to: h1}
           - {iface: l1-eth3, to: spine1, rate: 20mbit, queue: {bands: [1, 2]}}
@@ -33,8 +36,10 @@ attaching (testbed/attach.py). Errors name the field and the value
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import re
 
 from common.paths import NETNS_RE, NODE_RE, PREFIX_RE
 
@@ -48,6 +53,8 @@ DEFAULT_LINK_RATE = 100_000_000
 DEFAULT_QUEUE_LIMIT = 150_000
 SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 IFNAMSIZ = 15
+#: a machine's name: a host name (``srv1``, ``rack2-n07.lab``) or a Dask worker's --name
+MACHINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class AttachSwitch:
     pid: int | None    # its namespace is /proc/<pid>/ns/net
     ports: tuple[AttachPort, ...]
     remote: bool = False  # on another machine: routed through, attached there
+    machine: str | None = None  # the machine it is on (a file spread over machines)
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,28 @@ class AttachFabric:
         """A port's buffer for the agent's delay model and DRILL: one band's
         bfifo where attach installs bands, else the file's queue_limit."""
         return port.queue.limit if port.queue is not None else self.queue_limit
+
+    def machines(self) -> list[str]:
+        """The machines the file spreads over, in the file's order ([] when
+        its switches name none)."""
+        return list(dict.fromkeys(s.machine for s in self.switches if s.machine is not None))
+
+    def part(self, machine: str) -> "AttachFabric":
+        """``machine``'s part of a fabric spread over machines: the same file
+        without machine: keys, every other machine's switches remote, and their hosts (those
+        their ports face) routed to but not reached from here (no tagger)."""
+        if machine not in self.machines():
+            raise TopologyError("machine", f"no switch is on machine {machine!r} (the file's "
+                                           f"machines: {', '.join(self.machines())})")
+        mine = {s.name for s in self.switches if s.machine == machine}
+        here = {p.to for s in self.switches if s.name in mine for p in s.ports if p.kind == "host"}
+        # a plain one-machine file (the docs' per-server file): no machine: keys
+        switches = [replace(s, machine=None) if s.name in mine
+                    else replace(s, remote=True, netns=None, pid=None, machine=None)
+                    for s in self.switches]
+        hosts = [h if h.name in here else replace(h, iface=None, netns=None, pid=None)
+                 for h in self.hosts]
+        return replace(self, switches=switches, hosts=hosts)
 
     def switch(self, name: str) -> AttachSwitch:
         return next(s for s in self.switches if s.name == name)
@@ -147,6 +177,7 @@ class AttachFabric:
             "name": self.name, "link_rate": self.link_rate, "queue_limit": self.queue_limit,
             "scheme": self.scheme, "replace_qdisc": self.replace_qdisc,
             "switches": [{**node(s), **({"remote": True} if s.remote else {}),
+                          **({"machine": s.machine} if s.machine is not None else {}),
                           "ports": [port(p) for p in s.ports]} for s in self.switches],
             "hosts": [{**node(h), "ip": h.ip, **({"iface": h.iface} if h.iface else {})}
                       for h in self.hosts],
@@ -251,7 +282,7 @@ def fabric_from_dict(data) -> AttachFabric:
         hosts.append(AttachHost(hname, ip, iface, netns, pid))
     for i, s in enumerate(raw_sw):
         w = f"switches[{i}]"
-        _keys(w, s, {"name", "netns", "pid", "ports", "remote"}, {"name", "ports"})
+        _keys(w, s, {"name", "netns", "pid", "ports", "remote", "machine"}, {"name", "ports"})
         _new_node(w, s, "switch", nodes)
     switches, seen_iface = [], {}
     for i, s in enumerate(raw_sw):
@@ -263,6 +294,7 @@ def fabric_from_dict(data) -> AttachFabric:
         if remote and (netns is not None or pid is not None):
             raise TopologyError(f"{w}.remote", "a remote switch has no namespace here "
                                                "(drop netns/pid, or remote)")
+        machine = _machine(w, s, raw_sw)
         ports = s["ports"]
         if not isinstance(ports, list) or not ports:
             raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {ports!r}")
@@ -287,7 +319,7 @@ def fabric_from_dict(data) -> AttachFabric:
             queue = _queue(f"{pw}.queue", p["queue"]) if "queue" in p else default_queue
             made.append(AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate, queue))
         _same_bands(w, made)
-        switches.append(AttachSwitch(s["name"], netns, pid, tuple(made), remote))
+        switches.append(AttachSwitch(s["name"], netns, pid, tuple(made), remote, machine))
 
     for h in hosts:
         facing = [(s.name, p.iface) for s in switches for p in s.ports if p.to == h.name]
@@ -315,6 +347,27 @@ def fabric_from_dict(data) -> AttachFabric:
                                                     f"rates differ ({pa.rate_bps} vs {pb.rate_bps} bit/s)")
                 links.append((a.name, pa.iface, b.name, pb.iface))
     return AttachFabric(name, link_rate, queue_limit, scheme, switches, hosts, links, replace_qdisc)
+
+
+def _machine(where: str, s: dict, raw_sw: list) -> str | None:
+    """A switch's ``machine:``; every switch names one or none does (a
+    switch without would be attached nowhere), and none is also remote
+    (the other machines' switches are the remote ones of each part)."""
+    machine = s.get("machine")
+    if machine is None:
+        named = next((i for i, o in enumerate(raw_sw)
+                      if isinstance(o, dict) and o.get("machine") is not None), None)
+        if named is not None:
+            raise TopologyError(f"{where}.machine", f"missing: switches[{named}] names its machine, "
+                                                    "so every switch does (the one it is on)")
+        return None
+    if not isinstance(machine, str) or not MACHINE_RE.match(machine):
+        raise TopologyError(f"{where}.machine", f"must be a host name or a Dask worker's --name "
+                                                f"(letters, digits, '.', '_', '-'), got {machine!r}")
+    if s.get("remote"):
+        raise TopologyError(f"{where}.remote", "a switch with a machine is attached on that machine "
+                                               "(drop remote: --cluster attaches every machine's part)")
+    return machine
 
 
 def _queue(where: str, value) -> Queue | None:

@@ -455,13 +455,19 @@ def _print_tensor_table(st: dict, limit: int) -> None:
                    "talb fallback, tensor_limit, idle_us (and its fallback's). "
                    "flowlet_us, dre_us, age_us default to multiples of the fabric's frame "
                    "time; =auto goes back to that. Defaults and why: docs/schemes.md.")
+@click.option("--cluster", metavar="tcp://HOST:PORT",
+              help="A fabric attached with `talb attach --cluster`: every machine's switches, "
+                   "through its worker at this scheduler (one machine refusing puts the "
+                   "others' scheme back).")
 @PREFIX_OPTION
-def scheme(name, params, prefix):
+def scheme(name, params, cluster, prefix):
     """Show every switch's scheme and its effective parameters, or switch
     them all to NAME at run time (no reload; connections survive)."""
     from datapath.control import SchemeError, parse_params, read_config, scheme_params, set_scheme
     from datapath.maps import SwitchMaps
 
+    if cluster:
+        return _scheme_cluster(prefix, name, params, cluster)
     require_root()
     from testbed import attach as attached_fabric
 
@@ -511,26 +517,43 @@ def scheme(name, params, prefix):
     console.print(_timers_line(derived.to_dict()))
 
 
-def _scheme_attached(name: str, scheme_name: str | None, params) -> None:
-    """`talb scheme` on a fabric `talb attach` loaded under ``name``."""
-    from datapath.control import SchemeError, parse_params, read_config, set_scheme
-    from datapath.maps import SwitchMaps
-    from testbed.attach import read_attach
+def _scheme_args(scheme_name: str | None, params) -> dict:
+    """--param's pairs, checked here before any switch is touched."""
+    from datapath.control import SchemeError, parse_params, scheme_id_of
 
     try:
         parsed = parse_params(params)
-    except SchemeError as exc:
+        if scheme_name:
+            scheme_id_of(scheme_name)
+    except (SchemeError, ValueError) as exc:
         _fail(str(exc))
     if params and not scheme_name:
         _fail("--param needs a scheme NAME (talb scheme drill --param d=2)")
-    for sw, rec in read_attach(name)["switches"].items():
-        with SwitchMaps(rec["pin"]) as maps:
-            if scheme_name:
-                try:
-                    set_scheme(maps, scheme_name, parsed)
-                except SchemeError as exc:
-                    _fail(str(exc))
-            console.print(f"{sw}: {read_config(maps)['scheme']}")
+    return parsed
+
+
+def _scheme_attached(name: str, scheme_name: str | None, params) -> None:
+    """`talb scheme` on a fabric `talb attach` loaded under ``name``."""
+    from datapath.control import SchemeError
+    from testbed.attach import set_scheme
+
+    parsed = _scheme_args(scheme_name, params)
+    try:
+        got = set_scheme(name, scheme_name, parsed)
+    except SchemeError as exc:
+        _fail(str(exc))
+    for sw, scheme_now in got["schemes"].items():
+        console.print(f"{sw}: {scheme_now}")
+
+
+def _scheme_cluster(name: str, scheme_name: str | None, params, address: str) -> None:
+    """`talb scheme --cluster` on a fabric `talb attach --cluster` loaded."""
+    from testbed import attach_cluster
+
+    parsed = _scheme_args(scheme_name, params)
+    for machine, schemes in attach_cluster.set_scheme(name, scheme_name, parsed, address).items():
+        for sw, scheme_now in schemes.items():
+            console.print(f"{sw}: {scheme_now} (machine {machine})")
 
 
 @main.command("send")

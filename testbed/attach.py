@@ -437,3 +437,53 @@ def uplinks(name: str) -> dict[str, list[tuple[str | None, str]]]:
 def host_netns(name: str, host: str) -> str | None:
     rec = read_attach(name).get("hosts", {}).get(host)
     return rec["netns"] if rec else None
+
+
+#: the switch config fields a scheme and its parameters live in (datapath/control.py's
+#: SCHEME_PARAMS): what :func:`set_scheme` saves and :func:`restore_scheme` puts back
+def _scheme_fields() -> list[str]:
+    from datapath.control import SCHEME_PARAMS
+
+    return ["scheme", *dict.fromkeys(f for params in SCHEME_PARAMS.values()
+                                     for f, _lo, _hi in params.values())]
+
+
+def set_scheme(name: str, scheme_name: str | None, params: dict | None = None) -> dict:
+    """Show (``scheme_name`` None) or switch the scheme of every switch
+    attached here under ``name``. Returns ``{"schemes": {switch: scheme},
+    "saved": {switch: {field: value}}}``; ``saved`` is what
+    :func:`restore_scheme` puts back. A switch that refuses (SchemeError)
+    leaves the ones switched before it as they were."""
+    from datapath.control import config_update, read_config
+    from datapath.maps import SwitchMaps
+
+    fields = _scheme_fields()
+    schemes, saved = {}, {}
+    try:
+        for sw, rec in read_attach(name)["switches"].items():
+            with SwitchMaps(rec["pin"]) as maps:
+                if scheme_name:
+                    from datapath.control import set_scheme as set_one
+
+                    with config_update(maps) as cfg:
+                        before = {f: getattr(cfg, f) for f in fields}
+                    set_one(maps, scheme_name, params or {})
+                    saved[sw] = before
+                schemes[sw] = read_config(maps)["scheme"]
+    except BaseException:
+        restore_scheme(name, saved)
+        raise
+    return {"schemes": schemes, "saved": saved}
+
+
+def restore_scheme(name: str, saved: dict) -> None:
+    """Put back the scheme fields :func:`set_scheme` saved (``{switch:
+    {field: value}}``) of the switches attached here under ``name``."""
+    from datapath.control import config_update
+    from datapath.maps import SwitchMaps
+
+    switches = read_attach(name)["switches"]
+    for sw, before in saved.items():
+        with SwitchMaps(switches[sw]["pin"]) as maps, config_update(maps) as cfg:
+            for f, v in before.items():
+                setattr(cfg, f, v)

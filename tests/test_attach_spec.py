@@ -158,3 +158,47 @@ def test_bands_where_the_file_asks_fabric_wide_and_per_port():
 ])
 def test_bad_bands_name_the_field_and_the_value(mutate, message):
     assert message in bad(mutate)
+
+
+# --- one file over several machines (`talb attach --cluster`, `--machine`) -----------------
+SPREAD = {"name": "lab", "switches": [
+    {"name": "a", "machine": "srv-a.lab", "ports": [{"iface": "va0", "to": "ha"},
+                                                    {"iface": "enp1s0f0", "to": "b"}]},
+    {"name": "b", "machine": "srvb", "netns": "x", "ports": [{"iface": "vb0", "to": "hb"},
+                                                             {"iface": "enp1s0f0", "to": "a"}]}],
+    "hosts": [{"name": "ha", "ip": "10.0.0.1", "iface": "ha0", "netns": "ha"},
+              {"name": "hb", "ip": "10.0.0.2", "iface": "hb0", "netns": "hb"}]}
+
+
+def test_a_machines_part_is_the_one_machine_file_of_that_machine():
+    """A machine's part: its switches as written, the others remote (no
+    namespace), the other machines' hosts routed to but untagged, no
+    machine: keys (the record each machine keeps reads back as a plain file)."""
+    fabric = fabric_from_dict(copy.deepcopy(SPREAD))
+    assert fabric.machines() == ["srv-a.lab", "srvb"]
+    part = fabric.part("srvb")
+    assert [(s.name, s.remote, s.netns, s.machine) for s in part.switches] == [
+        ("a", True, None, None), ("b", False, "x", None)]
+    assert [(h.name, h.reachable) for h in part.hosts] == [("ha", False), ("hb", True)]
+    assert part.forwarding_groups("b") == fabric.forwarding_groups("b")
+    assert fabric_from_dict(part.to_dict()).to_dict() == part.to_dict()
+    assert fabric_from_dict(fabric.to_dict()).machines() == ["srv-a.lab", "srvb"]
+    with pytest.raises(TopologyError, match=r"machine: no switch is on machine 'srvc' "
+                                            r"\(the file's machines: srv-a.lab, srvb\)"):
+        fabric.part("srvc")
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["switches"][1].pop("machine"),
+     "switches[1].machine: missing: switches[0] names its machine, so every switch does"),
+    (lambda d: d["switches"][0].update(machine="srv a"), "switches[0].machine: must be a host name"),
+    (lambda d: d["switches"][0].update(machine=7), "switches[0].machine: must be a host name"),
+    (lambda d: d["switches"][0].update(remote=True), "switches[0].remote: a switch with a machine is "
+                                                     "attached on that machine"),
+])
+def test_machine_errors_name_the_field_and_the_value(mutate, message):
+    data = copy.deepcopy(SPREAD)
+    mutate(data)
+    with pytest.raises(TopologyError) as err:
+        fabric_from_dict(data)
+    assert message in str(err.value)
