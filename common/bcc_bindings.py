@@ -34,6 +34,7 @@ import importlib.util
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -127,6 +128,8 @@ def _find() -> Found:
     d = debian_bindings()
     if d is not None:
         return Found("debian", d)
+    if shutil.which("dpkg") is None:
+        return Found("debian", None, f"there is no dpkg to find Debian's {DEBIAN_PACKAGE} with")
     return Found("debian", None, f"Debian's {DEBIAN_PACKAGE} is not installed")
 
 

@@ -184,6 +184,18 @@ def test_without_the_bindings_talb_says_which_python_and_what_to_do(user_venv, t
     assert "/usr/bin/python3 -m venv --system-site-packages" in err, err
 
 
+def test_without_dpkg_talb_says_so(user_venv):
+    # a machine that is not Debian: no dpkg on the PATH to ask for python3-bpfcc
+    prefix = new_prefix()
+    try:
+        err = _short_error(_talb(user_venv, "testbed", "up", "--prefix", prefix,
+                                 env={"PATH": str(user_venv)}), prefix)
+    finally:
+        _down(prefix)
+    assert "cannot import bcc, and there is no dpkg to find Debian's python3-bpfcc with" in err, err
+    assert "sudo apt-get install python3-bpfcc" in err, err
+
+
 def test_bindings_of_another_version_than_libbcc_are_refused(user_venv, tmp_path):
     theirs = tmp_path / "bcc"
     shutil.copytree(bcc_bindings.debian_bindings(), theirs,
