@@ -101,15 +101,16 @@ def close_quietly(programs) -> None:
 
 def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=print) -> dict:
     """ns/packet per program and size; returns {"ns": {program: {size: ns}}, "ratios": {...}}."""
-    from bcc import BPF
     from pyroute2 import netns
 
+    from common.bcc_bindings import import_bcc
     from common.wire import TaLBHeader
     from datapath import bpf_syscall as sc
     from datapath import control
     from datapath.loader import SwitchDatapath
     from netns_topology import create_namespace
 
+    BPF = import_bcc().BPF
     ns = f"tb{os.getpid()}-bench"
     create_namespace(ns)
     progs = []

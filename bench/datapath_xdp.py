@@ -63,9 +63,9 @@ def _best(fn, rounds: int) -> float:
 
 def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3,
             size: int = 64, cpu: int | None = None, say=print) -> dict:
-    from bcc import BPF
     from pyroute2 import IPRoute, netns
 
+    from common.bcc_bindings import import_bcc
     from datapath import bpf_syscall as sc
     from datapath import control
     from datapath.loader import SwitchDatapath
@@ -73,6 +73,7 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
     from bench.datapath_bpf import close_quietly, veth_ports
     from netns_topology import create_namespace
 
+    BPF = import_bcc().BPF
     ns = f"tb{os.getpid()}-xdpb"
     create_namespace(ns)
     keep = []

@@ -36,7 +36,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import paths
+from common import bcc_bindings, paths
 from datapath import bpf_syscall as sc
 from datapath.source import INCLUDE_DIR, expand_source
 
@@ -172,8 +172,7 @@ def _bcc_maps(bpf) -> dict[int, str]:
     """{fd: name} of every map the bcc module created."""
     import ctypes
 
-    from bcc.libbcc import lib
-
+    lib = bcc_bindings.import_bcc().libbcc.lib
     lib.bpf_num_tables.restype = ctypes.c_size_t
     lib.bpf_num_tables.argtypes = [ctypes.c_void_p]
     lib.bpf_table_name.restype = ctypes.c_char_p
@@ -196,12 +195,11 @@ def compile_object(source: str | os.PathLike, programs: tuple[str, ...],
     verified here; the compile's own maps are closed before returning."""
     import time
 
-    from bcc import BPF
-
+    bcc = bcc_bindings.import_bcc()
     if text is None:
         text = expand_source(source)
     started = time.monotonic()
-    bpf = BPF(text=text.encode(), cflags=[f"-I{INCLUDE_DIR}", *cflags])
+    bpf = bcc.BPF(text=text.encode(), cflags=[f"-I{INCLUDE_DIR}", *cflags])
     try:
         fd_names = _bcc_maps(bpf)
         maps = {}
@@ -214,9 +212,7 @@ def compile_object(source: str | os.PathLike, programs: tuple[str, ...],
             code = bytes(bpf.dump_func(prog.encode()))
             insns[prog] = code
             relocs[prog] = _relocations(code, fd_names, prog)
-        from bcc.libbcc import lib
-
-        license = (lib.bpf_module_license(bpf.module) or b"GPL").decode()
+        license = (bcc.libbcc.lib.bpf_module_license(bpf.module) or b"GPL").decode()
     finally:
         bpf.cleanup()
     obj = CompiledObject(source=str(source), key=key, license=license, maps=maps, insns=insns,
@@ -236,32 +232,13 @@ def cache_dir() -> Path | None:
     return Path(env) if env else paths.RUN_DIR / "bpf-cache"
 
 
-def _bcc_version() -> str:
-    """bcc's version, read from its package without importing it (a cache
-    hit loads no libbcc)."""
-    import importlib.util
-    import re
-
-    spec = importlib.util.find_spec("bcc")
-    if spec is None or not spec.submodule_search_locations:
-        return "none"
-    for d in spec.submodule_search_locations:
-        try:
-            m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", (Path(d) / "version.py").read_text())
-        except OSError:
-            continue
-        if m:
-            return m.group(1)
-    return "?"
-
-
 def cache_key(text: str, programs: tuple[str, ...], cflags: tuple[str, ...]) -> str:
     """Hash of everything the compiled result depends on: the expanded
     source, the programs kept, the cflags, the kernel release (bcc compiles
     against its headers) and bcc's version."""
     h = hashlib.sha256()
     for part in (f"talb-bpf-cache {FORMAT}", text, "\0".join(programs), "\0".join(cflags),
-                 platform.release(), _bcc_version()):
+                 platform.release(), bcc_bindings.version()):
         h.update(part.encode())
         h.update(b"\0\1")
     return h.hexdigest()

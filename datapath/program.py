@@ -21,6 +21,7 @@ import errno
 import os
 from pathlib import Path
 
+from common.bcc_bindings import BccUnavailable
 from common.paths import BPF_SRC_DIR, BPFFS_DIR, private_dir  # noqa: F401  (BPF_SRC_DIR re-exported)
 from datapath import bpf_syscall as sc
 from datapath import compiled
@@ -213,6 +214,8 @@ class BpfDatapath:
         builds (datapath/compiled.py)."""
         try:
             return compiled.get(cls.SOURCE, cls.programs_to_load(), cflags)
+        except BccUnavailable:
+            raise       # about this Python, not about SOURCE: its message stands alone
         except Exception as exc:
             raise RuntimeError(f"compiling {cls.SOURCE}: {exc}") from exc
 

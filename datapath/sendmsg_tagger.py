@@ -212,9 +212,9 @@ class Selector:
 def cpu_bits(ncpus: int | None = None) -> int:
     """ceil(log2(possible CPUs)): the sequence's high bits that name the CPU."""
     if ncpus is None:
-        from bcc.utils import get_possible_cpus
+        from common.bcc_bindings import import_bcc
 
-        ncpus = max(get_possible_cpus()) + 1
+        ncpus = max(import_bcc().utils.get_possible_cpus()) + 1
     return max(0, math.ceil(math.log2(ncpus))) if ncpus > 1 else 0
 
 
@@ -310,7 +310,9 @@ class SendmsgTagger:
     bpf/host_sendmsg.c says why not fentry or kprobes)."""
 
     def __init__(self):
-        from bcc import BPF
+        from common.bcc_bindings import import_bcc
+
+        BPF = import_bcc().BPF
 
         self.bpf = None
         self.hosts: dict[int, Path] = {}

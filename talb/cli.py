@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from common import paths
+from common.bcc_bindings import BccUnavailable
 from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, load_topology_of, node_namespace,
                                   read_state, require_root)
 from testbed import lifecycle
@@ -68,7 +69,7 @@ class _Errors(click.Group):
 
         try:
             return super().invoke(ctx)
-        except (TestbedError, TopologyError, BuildError, AgentError, ValueError) as exc:
+        except (TestbedError, TopologyError, BuildError, AgentError, BccUnavailable, ValueError) as exc:
             _fail(str(exc))
         except KeyboardInterrupt:
             _fail("interrupted")

@@ -146,6 +146,10 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
         from agent.config import AgentConfig
 
         AgentConfig(**agent)  # a bad --metrics-addr fails before anything is built
+    if datapath in PROGRAM_DATAPATHS:
+        from common.bcc_bindings import check as check_bcc
+
+        check_bcc()     # no bcc for this Python: say so before anything is built
     require_root()
     if exists(prefix):
         if not replace:

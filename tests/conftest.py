@@ -252,8 +252,9 @@ def root():
 
 @pytest.fixture(scope="session")
 def bcc(root):
+    from common.bcc_bindings import BccUnavailable, import_bcc
+
     try:
-        import bcc as _bcc  # noqa: F401
-    except ImportError as exc:
-        skip_or_fail(f"bcc not importable ({exc}); run `make setup`")
-    return _bcc
+        return import_bcc()     # this Python's own bcc, or Debian's bindings (checked)
+    except BccUnavailable as exc:
+        skip_or_fail(f"bcc not usable ({exc}); run `make setup`")
