@@ -565,6 +565,9 @@ def _talb_pairs_md(rows, pts) -> list[str]:
         return []
     flat = [pr for *_, prs in cells for pr in prs]
     ph, peh = holm([pr.p for pr in flat]), holm([pr.p_equiv for pr in flat])
+    # the tests the table holds: its cells with a test (an outcome a sweep did not
+    # measure, e.g. the FCTs of an MPI job, is a cell but no test)
+    tests = sum(pr.p is not None for pr in flat)
     many = len({c[0] for c in cells}) > 1
     queueings = any(c[2] != "bands" or "/" in c[3] for c in cells)
     body, i = [], 0
@@ -587,7 +590,8 @@ def _talb_pairs_md(rows, pts) -> list[str]:
             "samples/s at target scale for the speed). Then the verdict "
             f"for TaLB: better, worse, equivalent within ±{EQUIV_MARGIN:.0%} (TOST on the "
             "log-ratio), or inconclusive, each test at 5% **uncorrected** (with "
-            f"{len(flat)} tests, about {0.05 * len(flat):.0f} better/worse verdicts are expected "
+            f"{tests} test{'s' if tests != 1 else ''}, about {0.05 * tests:.0f} "
+            "better/worse verdicts are expected "
             "by chance alone when nothing differs); † marks a verdict that stands after Holm's "
             "correction across every cell of this table. Every scheme pair at every point, on "
             "every outcome, with raw p-values: `paired.csv`."
