@@ -6,7 +6,7 @@ what the data gives.
   heading of the same or a higher level.
 * :func:`tables`: every pipe table in a text, each a list of rows (dicts by
   the header's cells).
-* :func:`tested_cells`: how many cells of a summary's table of TaLB against
+* :func:`verdict_cells`: how many cells of a summary's table of TaLB against
   each scheme hold a verdict.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def tables(text: str) -> list[list[dict[str, str]]]:
     return out
 
 
-def tested_cells(md: str) -> int:
+def verdict_cells(md: str) -> int:
     """The cells of a summary's table of TaLB against each scheme that hold a
     verdict ("interval; verdict"; "-; -" where the outcome was not measured)."""
     body = section(md, "Paired comparisons: TaLB against each scheme")

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from common import paths
 from conftest import skip_or_fail
-from markdown_tables import tested_cells
+from markdown_tables import verdict_cells
 from netns_topology import load_topology
 from talb.cli import main
 from workload import mpi_job, mpi_run
@@ -268,7 +268,7 @@ def test_an_mpi_sweep_pairs_the_schemes_on_the_iteration_time(tmp_path):
     assert "iteration" in md
     # the table of TaLB against each scheme has one cell per FCT outcome too, but an
     # MPI job measures only its speed: one test, and the summary counts that one
-    assert tested_cells(md) == 1
+    assert verdict_cells(md) == 1
     assert "(with 1 test, about 0 better/worse verdicts" in md
 
 
