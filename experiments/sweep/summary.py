@@ -167,7 +167,8 @@ def _marked(pr: Paired, p_holm, p_equiv_holm) -> str:
 def paper_sides(pts: list[dict], base: str) -> tuple[dict, dict]:
     """How TaLB and ``base`` queue in the paper's comparison, as far as the
     sweep has it: TaLB with its priority bands, the baseline with FIFOs
-    (sec. III: WFQ is part of TaLB's switch, the baselines have none) when
+    (sec. III: WFQ is part of TaLB's switch; the paper does not say how its
+    baselines queue, FIFO is our reading) when
     the sweep ran them so (fig10-paper, fig10-factorial); otherwise each
     as it ran, like for like where both ran alike (every sweep before
     issue 18: bands). Returns the match of each side (scheme, queueing)."""
@@ -192,8 +193,9 @@ def _sides_md(pvo: list[dict]) -> str:
         return ""
     return (" *Where* names each side's queueing (`bands`: the topology's priority bands; "
             "`fifo`: one FIFO per switch port, the same bytes): TaLB with bands against a "
-            "baseline with FIFOs is the paper's comparison (sec. III makes WFQ part of TaLB's "
-            "switch), and it mixes routing and queueing; *Routing × queueing* separates them "
+            "baseline with FIFOs is the paper's comparison as we read it (sec. III makes WFQ "
+            "part of TaLB's switch and the paper does not say how its baselines queue), and it "
+            "mixes routing and queueing; *Routing × queueing* separates them "
             "where the sweep ran both.")
 
 
@@ -487,8 +489,10 @@ def _factorial_md(table: list[dict]) -> list[str]:
     many = len({tuple(r[f] for f in _GROUP) for r in table}) > 1
     L = ["## Routing × queueing: where TaLB's gain comes from", "",
          "Each seed's runs of TaLB (T) and a baseline (X), each with the priority bands (B) and "
-         "with one FIFO per switch port (F), give per seed TaLB's gain in the paper's comparison, "
-         "(T,B) − (X,F), and its parts: **routing** under FIFO (T,F) − (X,F), **queueing** for "
+         "with one FIFO per switch port (F), give per seed TaLB's gain in the paper's comparison "
+         "as we read it (WFQ for TaLB's switch, sec. III; the paper does not say how its "
+         "baselines queue), (T,B) − (X,F), and its parts: **routing** under FIFO (T,F) − "
+         "(X,F), **queueing** for "
          "the baseline (X,B) − (X,F), and their **interaction** ((T,B) − (T,F)) − ((X,B) − "
          "(X,F)). The three add up to the gain seed by seed, so their means do too: a "
          "baseline's rows use the seeds where all four runs were counted. Also shown: routing "
