@@ -4,8 +4,8 @@ what the data gives.
 
 * :func:`section`: the text of one ``## ``/``### `` heading, up to the next
   heading of the same or a higher level.
-* :func:`tables`: every pipe table in a text, each a list of rows (dicts by
-  the header's cells).
+* :func:`grids`, :func:`tables`: every pipe table in a text, as lists of
+  cells or as rows by the header's cells.
 * :func:`verdict_cells`: how many cells of a summary's table of TaLB against
   each scheme hold a verdict.
 """
@@ -32,20 +32,26 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def tables(text: str) -> list[list[dict[str, str]]]:
-    """Every pipe table (a header line, a ``|---|`` line, rows) in ``text``."""
+def grids(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every pipe table (a header line, a ``|---|`` line, rows) in ``text``, as
+    its header's cells and its rows' cells (for headers that repeat a name)."""
     out, lines, i = [], text.splitlines(), 0
     while i + 1 < len(lines):
         head, rule = lines[i].strip(), lines[i + 1].strip()
         if head.startswith("|") and rule.startswith("|") and set(rule) <= set("|-: "):
             cols, rows, i = _cells(head), [], i + 2
             while i < len(lines) and lines[i].strip().startswith("|"):
-                rows.append(dict(zip(cols, _cells(lines[i]))))
+                rows.append(_cells(lines[i]))
                 i += 1
-            out.append(rows)
+            out.append((cols, rows))
         else:
             i += 1
     return out
+
+
+def tables(text: str) -> list[list[dict[str, str]]]:
+    """Every pipe table in ``text``, each a list of rows by the header's cells."""
+    return [[dict(zip(cols, row)) for row in rows] for cols, rows in grids(text)]
 
 
 def verdict_cells(md: str) -> int:
