@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from common import paths
 from conftest import skip_or_fail
+from markdown_tables import verdict_cells
 from netns_topology import load_topology
 from talb.cli import main
 from workload import mpi_job, mpi_run
@@ -263,7 +264,12 @@ def test_an_mpi_sweep_pairs_the_schemes_on_the_iteration_time(tmp_path):
               if r["metric"] == "iteration_time_s"]
     assert len(paired) == 1 and {paired[0]["a"], paired[0]["b"]} == {"ecmp", "talb"}
     assert paired[0]["n"] == "2"
-    assert "iteration" in (tmp_path / "summary.md").read_text()
+    md = (tmp_path / "summary.md").read_text()
+    assert "iteration" in md
+    # the table of TaLB against each scheme has one cell per FCT outcome too, but an
+    # MPI job measures only its speed: one test, and the summary counts that one
+    assert verdict_cells(md) == 1
+    assert "(with 1 test, about 0 better/worse verdicts" in md
 
 
 def test_the_talb_engine_hands_mpi_runs_to_their_own():

@@ -17,6 +17,7 @@ from experiments.sweep.runner import run_plan
 from experiments.sweep.stats import estimate, overlap, t_quantile
 from common.paths import REPO_ROOT as REPO
 from netns_topology import load_topology
+from markdown_tables import verdict_cells
 
 ALL = frozenset(ALL_SCHEMES)
 
@@ -334,6 +335,8 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     pairs = (tmp_path / "paired.csv").read_text().splitlines()
     assert len(OUTCOME_METRICS) == 13 and len(pairs) == 1 + 2 * 13
     assert "## Paired comparisons: TaLB against each scheme" in md
+    # the chance count names the table's own tests: 2 loads x 5 outcomes, all measured
+    assert verdict_cells(md) == 10 and "(with 10 tests, about 0 better/worse" in md
     for name, panels in res["plots"].items():
         assert (tmp_path / name).stat().st_size > 0
         for title, lines in panels.items():

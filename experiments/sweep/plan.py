@@ -370,15 +370,16 @@ PRESETS: dict[str, dict] = {
         _FIG10, schemes=_PAPER4, queueing={"talb": ["bands"], "*": ["fifo"]},
         seed_rule=dict(metric="short_netfct_mean_s", loads=(TOP_LOAD,),
                        pairs=tuple(("talb", arm(b, "fifo")) for b in PAPER_BASELINES)),
-        description="Fig. 10 in the paper's configuration: TaLB with its WFQ priority bands "
-                    "(sec. III), ECMP, RPS and CONGA on one FIFO per switch port",
-        keeps=_SIM_KEEPS + ["WFQ by tensor priority in TaLB's switches only (sec. III), plain "
-                            "queues for the baselines"],
+        description="Fig. 10 in the paper's configuration as we read it: TaLB with its WFQ "
+                    "priority bands (sec. III), ECMP, RPS and CONGA on one FIFO per switch port",
+        keeps=_SIM_KEEPS + ["WFQ by tensor priority in TaLB's switches (sec. III)"],
         changes=_SIM_CHANGES + [
             "the baselines' switch ports: one 160 KB FIFO (fig10's 4 bands x 40 KB, the same "
-            "bytes); TaLB's: fig10's bands. This comparison mixes routing and queueing "
+            "bytes), our reading: the paper does not say how its baselines queue; TaLB's: "
+            "fig10's bands. This comparison mixes routing and queueing "
             "(fig10-factorial separates them)", "schemes: TaLB and the paper's baselines"]),
-    # Issue 18: the paper's assumptions together -- WFQ bands in TaLB's switches only and
+    # Issue 18: the paper's assumptions together as we read them -- WFQ bands in TaLB's
+    # switches (sec. III; FIFO for the baselines, of which the paper says nothing) and
     # each tensor its own flow (a pool of connections) -- at the headline load.
     "fig10-paper-pool": dict(
         _FIG10, schemes=_PAPER4, loads=[TOP_LOAD], queueing={"talb": ["bands"], "*": ["fifo"]},
@@ -386,14 +387,15 @@ PRESETS: dict[str, dict] = {
         seed_rule=dict(metric="short_netfct_mean_s", loads=(TOP_LOAD,),
                        pairs=tuple(("talb/pool:8", arm(b, "fifo", "pool:8"))
                                    for b in PAPER_BASELINES)),
-        description="Fig. 10 under the paper's assumptions: TaLB with its WFQ bands, ECMP, RPS "
-                    "and CONGA on FIFO switch ports, every tensor its own flow (a pool of 8 "
-                    f"connections per pair), load {TOP_LOAD}",
-        keeps=_SIM_KEEPS + ["WFQ by tensor priority in TaLB's switches only (sec. III)",
+        description="Fig. 10 under the paper's assumptions as we read them: TaLB with its WFQ "
+                    "bands, ECMP, RPS and CONGA on FIFO switch ports, every tensor its own "
+                    f"flow (a pool of 8 connections per pair), load {TOP_LOAD}",
+        keeps=_SIM_KEEPS + ["WFQ by tensor priority in TaLB's switches (sec. III)",
                             "each tensor a flow of its own (sec. V-A: L0 sent as short flows)"],
         changes=_SIM_CHANGES + [
-            "the baselines' switch ports: one 160 KB FIFO (fig10's 4 bands x 40 KB); TaLB's: "
-            "the bands", "a pool of 8 pre-opened connections per worker-server pair, one "
+            "the baselines' switch ports: one 160 KB FIFO (fig10's 4 bands x 40 KB), our "
+            "reading: the paper does not say how its baselines queue; TaLB's: the bands",
+            "a pool of 8 pre-opened connections per worker-server pair, one "
             "tensor per idle connection, instead of a new flow per tensor (no handshakes)",
             f"schemes: TaLB and the paper's baselines; load {TOP_LOAD} only"]),
     # Issue 18: what the datacenter minimum RTO does (the fig10 presets' 10 ms against
