@@ -24,7 +24,12 @@ from common.wire import WireTensorKey
 from datapath.maps import MapLayoutError, SwitchMaps
 from datapath.program import link_ifindexes
 
-__all__ = ["Recorded", "open_record", "read_egress", "port_names"]
+__all__ = ["Recorded", "open_record", "read_egress", "port_names", "CLOCK_SLACK_NS"]
+
+#: How far an entry's times may lag the senders' clock: under a scheme that
+#: reads no clock the data path stamps with bpf_ktime_get_coarse_ns, the
+#: time of the last tick (10 ms at HZ=100, the slowest tick Linux has).
+CLOCK_SLACK_NS = 20_000_000
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,9 @@ class Recorded:
     """One tensor's entry, its ports named: ``ports`` the ports it left by
     (its first packet's first), ``packets`` the tagged packets forwarded
     (retransmissions included), ``first_ns``/``latest_ns`` CLOCK_MONOTONIC.
-    ``older``: the entry began before the tensor did -- it holds an earlier
-    tensor of the same (source, id) too, so its ports are not this one's."""
+    ``older``: the entry began before the tensor did (by more than
+    CLOCK_SLACK_NS) -- it holds an earlier tensor of the same (source, id)
+    too, so its ports are not this one's."""
     ports: tuple[str, ...]
     packets: int
     first_ns: int
@@ -65,7 +71,8 @@ def read_egress(maps: SwitchMaps, started: dict[WireTensorKey, int],
             continue
         ids = sorted(e.port_ids, key=lambda i: i != e.first_port)
         out[key] = Recorded(tuple(names.get(i, f"port{i}") for i in ids), e.packets,
-                            e.first_ns, e.latest_ns, older=e.first_ns < t_start)
+                            e.first_ns, e.latest_ns,
+                            older=e.first_ns + CLOCK_SLACK_NS < t_start)
     return out
 
 

@@ -86,8 +86,9 @@ struct tensor_entry {
 };
 
 /* tensor_egress (LRU hash): tensor_key -> the ports a tagged tensor left
- * this switch by into the fabric (talb/tensor_egress.h). bpf_ktime_get_ns
- * times (CLOCK_MONOTONIC, the clock of the senders' time.monotonic_ns). */
+ * this switch by into the fabric (talb/tensor_egress.h). CLOCK_MONOTONIC
+ * times (the senders' time.monotonic_ns), from bpf_ktime_get_ns or, under
+ * a scheme that reads no clock, its coarse variant (up to a tick behind). */
 struct tensor_egress {
 	__u64 first_ns;         /* its first tagged packet forwarded here */
 	__u64 latest_ns;        /* its latest */

@@ -15,9 +15,11 @@
  * and every scheme's program ends in -- and `talb send` reads it from the
  * pinned map (datapath/maps.py SwitchMaps.tensor_egress, talb/send.py).
  *
- * Cost: only tagged packets pay it: one LRU hash lookup, a clock read when
- * the scheme has none, and an atomic add (docs/schemes.md "Cost per
- * packet"). An entry idle for TALB_EGRESS_STALE_NS is another tensor of
+ * Cost: only tagged packets pay it: one LRU hash lookup, an atomic add,
+ * and a clock read when the scheme read none -- the coarse clock (the
+ * last tick's time, up to one tick behind: plenty for a 300 s staleness,
+ * and ~27 ns a packet less than bpf_ktime_get_ns on the project's VM;
+ * docs/schemes.md "Cost per packet"). An entry idle for TALB_EGRESS_STALE_NS is another tensor of
  * the same id (ids come back, workload/snowflake.py): the next packet
  * starts it afresh. Bounded like the hosts' tensor_wire: an LRU of
  * TALB_EGRESS_MAP_SIZE, the least recent tensors go first.
@@ -30,7 +32,7 @@
 #include "talb/pkt.h"
 
 /* The tagged packet p leaves by port `port_id` (of flags `port_flags`) at
- * `now` (0: the scheme read no clock; read it here). Several CPUs forward
+ * `now` (0: the scheme read no clock; the coarse one is read here). Several CPUs forward
  * one tensor's packets at once (the sender's process and its softirq):
  * the port bit is OR-ed in atomically and the first packet is inserted
  * with BPF_NOEXIST, so a racing CPU's port is never lost. */
@@ -48,7 +50,7 @@ static __always_inline void talb_note_egress(const struct talb_pkt *p, __u32 por
 	key.tensor_id = p->tensor_id;
 	bit = 1ULL << (port_id & (TALB_MAX_PORTS - 1));
 	if (!now)
-		now = bpf_ktime_get_ns();
+		now = bpf_ktime_get_coarse_ns();
 	e = tensor_egress.lookup(&key);
 	if (!e) {
 		fresh.first_ns = now;
