@@ -22,7 +22,7 @@ from pathlib import Path
 
 from common.wire import WireTensorKey
 from datapath.maps import MapLayoutError, SwitchMaps
-from datapath.program import link_ifindexes
+from datapath.program import link_names
 
 __all__ = ["Recorded", "open_record", "read_egress", "port_names", "CLOCK_SLACK_NS"]
 
@@ -47,15 +47,12 @@ class Recorded:
     older: bool = False
 
 
-def port_names(maps: SwitchMaps, netns: str | None, names: list[str]) -> dict[int, str]:
-    """{port id: name} of the switch's ports ``names`` (its interfaces in
-    ``netns``), as the data path numbers them (the ``ports`` map)."""
-    out = {}
-    for name, ifindex in link_ifindexes(netns, names).items():
-        info = maps.ports.get(ifindex)
-        if info is not None:
-            out[info.port_id] = name
-    return out
+def port_names(maps: SwitchMaps, netns: str | None) -> dict[int, str]:
+    """{port id: interface name} of every port of the switch (``ports``,
+    ifindex -> port id; its interfaces in ``netns``, None: this one)."""
+    names = link_names(netns)
+    return {info.port_id: names.get(ifindex, f"ifindex{ifindex}")
+            for ifindex, info in maps.ports.items()}
 
 
 def read_egress(maps: SwitchMaps, started: dict[WireTensorKey, int],

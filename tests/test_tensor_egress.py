@@ -84,11 +84,10 @@ class Switch(ProgTestSwitch):
     def record(self):
         """{WireTensorKey: Recorded} of every entry (egress_record.read_egress)."""
         from common.wire import WireTensorKey
-        from datapath.egress_record import read_egress
+        from datapath.egress_record import port_names, read_egress
 
         keys = {WireTensorKey(*k.as_tuple()): 0 for k in self.maps.tensor_egress.keys()}
-        names = {self.maps.ports[self.ifindex[n]].port_id: n for n in self.port_names}
-        return read_egress(self.maps, keys, names)
+        return read_egress(self.maps, keys, port_names(self.maps, self.netns))
 
 
 @pytest.fixture(scope="module", params=["tc", "xdp"])
