@@ -3,9 +3,10 @@ sees an XDP-redirected frame, so the check runs on the leaves' own record
 of the ports each tagged tensor left by (tensor_egress); where nothing saw
 a tensor it says "not checked" and never "0 split".
 
-Fabric: 2 spines x 2 leaves x 2 hosts, unshaped, `--datapath xdp`, TaLB.
-`talb send` runs as a user runs it (its own process), but for the reuse of
-ids, which only send.run can force.
+Fabric: `talb testbed up --datapath xdp --scheme talb` (2 spines x 2
+leaves x 2 hosts, unshaped, the agent on), built by the command as
+docs/architecture.md shows it. `talb send` runs as a user runs it (its own
+process), but for the reuse of ids, which only send.run can force.
 """
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from contextlib import contextmanager
 
 import pytest
 
-from helpers import up_fabric
-
 pytestmark = [pytest.mark.live, pytest.mark.bpf]
 
 SPINES = {"spine0", "spine1"}
@@ -26,11 +25,18 @@ SPINES = {"spine0", "spine1"}
 
 @pytest.fixture(scope="module")
 def fabric(request, bcc):
-    from netns_topology import topology_from_dict
+    from conftest import new_prefix
+    from helpers import LiveFabric
+    from netns_topology.state import load_topology_of
+    from testbed import lifecycle
 
-    topo = topology_from_dict({"spines": 2, "leaves": 2, "hosts_per_leaf": 2, "shaping": False,
-                               "scheme": "talb"})
-    return up_fabric(request, topo, datapath="xdp")
+    prefix = new_prefix()
+    request.addfinalizer(lambda: lifecycle.down(prefix))
+    r = subprocess.run([sys.executable, "-m", "talb.cli", "testbed", "up", "--datapath", "xdp",
+                        "--scheme", "talb", "--prefix", prefix],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return LiveFabric(prefix, load_topology_of(prefix))
 
 
 def talb_send(prefix, *args, timeout=180):
