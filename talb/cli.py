@@ -661,8 +661,10 @@ def _print_send(report) -> None:
     ok = sum(r.ok for r in report.tensors)
     console.print(f"  {ok}/{len(report.tensors)} tensors verified; " + _integrity_line(report)
                   + (f"; captures in {report.pcap_dir}" if report.pcap_dir else ""))
+    unseen = {r.leaf for r in report.unchecked}
     for leaf, why in report.no_record.items():
-        console.print(f"  [yellow]{leaf} has no record of its tensors' uplinks: {why}[/]")
+        if leaf in unseen:      # (where the captures saw every tensor, no matter)
+            console.print(f"  [yellow]{leaf} has no record of its tensors' uplinks: {why}[/]")
     for r in report.disagree[:5]:
         console.print(f"  [red]{r.key}: captures saw {'+'.join(sorted(r.uplinks))}, its leaf "
                       f"recorded {'+'.join(r.recorded)}[/]")
