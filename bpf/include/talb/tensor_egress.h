@@ -19,9 +19,9 @@
  * and a clock read when the scheme read none -- the coarse clock (the
  * last tick's time, up to one tick behind: plenty for a 300 s staleness,
  * and ~27 ns a packet less than bpf_ktime_get_ns on the project's VM;
- * docs/schemes.md "Cost per packet"). An entry idle for TALB_EGRESS_STALE_NS is another tensor of
- * the same id (ids come back, workload/snowflake.py): the next packet
- * starts it afresh. Bounded like the hosts' tensor_wire: an LRU of
+ * docs/schemes.md "The integrity record"). An entry idle for
+ * TALB_EGRESS_STALE_NS is another tensor of the same id (ids come back,
+ * workload/snowflake.py): the next packet starts it afresh. Bounded like the hosts' tensor_wire: an LRU of
  * TALB_EGRESS_MAP_SIZE, the least recent tensors go first.
  *
  * Needs talb/maps.h included before it.
