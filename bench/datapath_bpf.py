@@ -37,16 +37,21 @@ int empty_redirect(struct __sk_buff *skb) { return bpf_redirect(IFINDEX, 0); }
 SCHEME_ROWS = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 
 
-#: TaLB's tagged rows: (row key, TaLBHeader fields of the measured packet)
-#: -- a hit: pkt_idx 1 of a long tensor whose first packet went before (its
-#: entry is in the table; the tensor never completes); a miss: a tensor of
-#: one packet (decided by CASE 1/2, never inserted, so each repeat misses)
-TAGGED_ROWS = {"talb_hit": dict(layer=0, tensor_len=65535, pkt_idx=1),
-               "talb_miss": dict(layer=0, tensor_len=1, pkt_idx=0)}
+#: tagged rows: row key -> (scheme, TaLBHeader fields of the measured
+#: packet). TaLB -- a hit: pkt_idx 1 of a long tensor whose first packet
+#: went before (its entry is in the table; the tensor never completes); a
+#: miss: a tensor of one packet (decided by CASE 1/2, never inserted, so
+#: each repeat misses). ECMP tagged: the same packet as the hit under ECMP,
+#: beside the untagged ECMP row: what a tagged packet costs a scheme that
+#: ignores the tag (the option's parse and the tensor_egress record).
+TAGGED_ROWS = {"talb_hit": ("talb", dict(layer=0, tensor_len=65535, pkt_idx=1)),
+               "talb_miss": ("talb", dict(layer=0, tensor_len=1, pkt_idx=0)),
+               "ecmp_tagged": ("ecmp", dict(layer=0, tensor_len=65535, pkt_idx=1))}
 
 _ROW_NAMES = {"ecmp": "ECMP", "rps": "RPS", "letflow": "LetFlow", "drill": "DRILL(2,1)",
               "conga": "CONGA", "talb": "TaLB (untagged -> ECMP)",
-              "talb_hit": "TaLB tagged, table hit", "talb_miss": "TaLB tagged, new tensor"}
+              "talb_hit": "TaLB tagged, table hit", "talb_miss": "TaLB tagged, new tensor",
+              "ecmp_tagged": "ECMP tagged"}
 
 
 def scheme_row(scheme: str) -> str:
@@ -144,8 +149,8 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         }
         for scheme in SCHEME_ROWS:
             fds[scheme_row(scheme)] = (dp.prog_fd, "198.18.1.4", scheme, None)
-        for row, fields in TAGGED_ROWS.items():
-            fds[scheme_row(row)] = (dp.prog_fd, "198.18.1.4", "talb", fields)
+        for row, (scheme, fields) in TAGGED_ROWS.items():
+            fds[scheme_row(row)] = (dp.prog_fd, "198.18.1.4", scheme, fields)
         control.set_port_rates(dp.maps, {ifindex[f"p{i}"]: (100_000_000, 150_000, 15_000)
                                          for i in range(5)})
         control.set_conga_leaves(dp.maps, 0, {"198.18.1.4": 1, "198.18.1.1": 1})
@@ -160,7 +165,7 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
                     tensor = None
                     if fields:
                         # a tensor of its own per row and size
-                        tensor = TaLBHeader(0x7A1B0000 + 2 * size + (fields["pkt_idx"] == 0),
+                        tensor = TaLBHeader(0x7A1B0000 + 4 * size + list(fds).index(name),
                                             **fields)
                         if fields["pkt_idx"]:       # its first packet: the entry
                             first = TaLBHeader(tensor.tensor_id, tensor.layer,

@@ -21,7 +21,8 @@ from types import MappingProxyType
 from datapath import bpf_syscall as sc
 from datapath.structs import (CongaDre, CongaMetric, DrillMem, Flowlet, FlowKey, FwdGroup,
                               GroupState, IPv4Key, PortInfo, PortQueue, PortRate, PortSlot, PortStats,
-                              TalbConfig, TalbScratch, TensorEntry, TensorKey)
+                              TalbConfig, TalbScratch, TensorEgress, TensorEntry,
+                              TensorKey)
 
 __all__ = ["Map", "MapLayoutError", "MapSet", "SwitchMaps", "MAP_SPECS", "possible_cpus"]
 
@@ -299,6 +300,7 @@ MAP_SPECS = MappingProxyType({
     "group_state": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "group_swept": (ctypes.c_uint32, GroupState, sc.BPF_MAP_TYPE_ARRAY),
     "tensor_count": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
+    "tensor_egress": (TensorKey, TensorEgress, sc.BPF_MAP_TYPE_LRU_HASH),
     "scheme_progs": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_PROG_ARRAY),
     "scheme_scratch": (ctypes.c_uint32, TalbScratch, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
     "rng": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
@@ -318,7 +320,7 @@ class SwitchMaps(MapSet):
     """All maps of one switch's data path, as attributes named like the maps
     (``.ports``, ``.port_slots``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
     ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
-    ``.tensor_count``, ``.scheme_progs``, ``.scheme_scratch``, ``.rng``, ``.flowlets``, ``.port_rate``, ``.port_queue``,
+    ``.tensor_count``, ``.tensor_egress``, ``.scheme_progs``, ``.scheme_scratch``, ``.rng``, ``.flowlets``, ``.port_rate``, ``.port_queue``,
     ``.drill_mem``, ``.conga_dre``, ``.conga_to_leaf``, ``.conga_from_leaf``,
     ``.conga_fb_cursor``, ``.conga_leaf_of``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
     any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""

@@ -31,6 +31,7 @@ from datapath.source import INCLUDE_DIR, expand_source  # noqa: F401  (re-export
 
 __all__ = [
     "BpfDatapath", "clsact_present", "ensure_bpffs", "is_bpffs", "expand_source", "find_filter", "link_ifindexes",
+    "link_names",
     "remove_pins",
     "INCLUDE_DIR", "FILTER_PRIO", "FILTER_HANDLE", "TC_H_CLSACT_INGRESS", "TC_H_CLSACT_EGRESS",
     "VERIFIER_BUDGET_SHARE", "BPF_SRC_DIR",
@@ -145,6 +146,12 @@ def link_ifindexes(netns: str | None, names: list[str]) -> dict[str, int]:
     namespace); OSError(ENODEV) naming the first that is missing."""
     with _ipr(netns) as ipr:
         return {name: _ifindex(ipr, name, netns) for name in names}
+
+
+def link_names(netns: str | None) -> dict[int, str]:
+    """``{ifindex: name}`` of every link in ``netns`` (None: this namespace)."""
+    with _ipr(netns) as ipr:
+        return {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
 
 
 def clsact_present(netns: str | None, ifname: str) -> bool:

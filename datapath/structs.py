@@ -11,11 +11,11 @@ from __future__ import annotations
 import ctypes
 import ipaddress
 
-from common.c_constants import (TALB_DRILL_MAX_M, TALB_MAX_GROUP_PORTS, TALB_NR_LAYERS,
-                                TALB_PCM_ONE, TALB_SCHED_MAX)
+from common.c_constants import (TALB_DRILL_MAX_M, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
+                                TALB_NR_LAYERS, TALB_PCM_ONE, TALB_SCHED_MAX)
 
 __all__ = [
-    "PortInfo", "PortSlot", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry",
+    "PortInfo", "PortSlot", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry", "TensorEgress",
     "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "TalbScratch",
     "CongaDre", "CongaMetric",
 ]
@@ -141,6 +141,30 @@ class TensorEntry(ctypes.Structure):
         ("layer", ctypes.c_uint8),
         ("pad", ctypes.c_uint8),
     ]
+
+
+class TensorEgress(ctypes.Structure):
+    """The ports one tagged tensor left a switch by into the fabric: mirror
+    of struct tensor_egress (bpf/include/talb/tensor_egress.h). Times are
+    CLOCK_MONOTONIC ns (``time.monotonic_ns``'s clock)."""
+
+    _fields_ = [
+        ("first_ns", ctypes.c_uint64),
+        ("latest_ns", ctypes.c_uint64),
+        ("port_mask", ctypes.c_uint64),
+        ("packets", ctypes.c_uint32),
+        ("first_port", ctypes.c_uint16),
+        ("pad", ctypes.c_uint16),
+    ]
+
+    @property
+    def port_ids(self) -> list[int]:
+        """The port ids it left by, lowest first."""
+        return [i for i in range(TALB_MAX_PORTS) if self.port_mask >> i & 1]
+
+    @property
+    def split(self) -> bool:
+        return len(self.port_ids) > 1
 
 
 class GroupState(ctypes.Structure):

@@ -576,7 +576,8 @@ def _scheme_cluster(name: str, scheme_name: str | None, params, address: str) ->
                    "--listen: the connections to wait for, all senders together.")
 @click.option("--port", type=int, default=7000, show_default=True, help="Receiver's TCP port.")
 @click.option("--pcap-dir", type=click.Path(file_okay=False),
-              help="Keep the uplink captures here (default: a temporary directory, removed at the end).")
+              help="Keep the uplink captures here (default: a temporary directory, removed at "
+                   "the end). Not with --datapath xdp: nothing to capture.")
 @click.option("--timeout", type=float, default=None,
               help="Seconds for the whole exchange [300; with --listen 600, senders included].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -585,12 +586,16 @@ def send_cmd(srcs, dst, to, listen, host, tensors, layers, size, senders, port, 
              as_json, prefix):
     """Send tagged tensors over TCP and show each tensor's FCT and uplink.
 
-    A smoke tool for TaLB: the receiver checks every byte (SHA-256), the
-    senders' leaf uplinks are captured, and a tensor (source address,
-    tensor id) seen on more than one uplink is flagged as split (tensor
-    integrity broken). Several sources in one run and several runs side by
-    side are fine: each host's ids are unique, and tensors are told apart by
-    their source.
+    A smoke tool for TaLB: the receiver checks every byte (SHA-256), and a
+    tensor (source address, tensor id) seen on more than one uplink is
+    flagged as split (tensor integrity broken). Its uplinks are seen by
+    captures on the senders' leaf uplinks and by the leaves' own record of
+    the ports each tagged tensor left by; with --datapath xdp no capture
+    sees a redirected frame, so the record alone is read. A tensor neither
+    saw is "not checked" (never counted as unsplit); a port the captures
+    saw that the record lacks fails the run. Several sources in one run and
+    several runs side by side are fine: each host's ids are unique, and
+    tensors are told apart by their source.
 
     \b
     Across two machines (a fabric attached on each, docs/attach.md):
@@ -637,6 +642,7 @@ def send_cmd(srcs, dst, to, listen, host, tensors, layers, size, senders, port, 
                               pcap_dir=pcap_dir, say=say, timeout=timeout or 300.0)
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "pcap_dir": report.pcap_dir,
+                               "integrity": report.integrity(),
                                "fct_by_layer": report.fct_by_layer(),
                                "tensors": [dict(vars(t)) for t in report.tensors]}, indent=2))
     else:
@@ -644,7 +650,8 @@ def send_cmd(srcs, dst, to, listen, host, tensors, layers, size, senders, port, 
         if to:
             console.print(f"  (the receiver at {to} verifies the bytes: see its report)")
     if not report.ok:
-        _fail("some tensors were lost, corrupted or split across uplinks (see above)")
+        _fail("some tensors were lost, corrupted or split across uplinks, or the leaves' "
+              "record disagrees with the captures (see above)")
 
 
 def _print_listen(rep) -> None:
@@ -666,18 +673,45 @@ def _print_send(report) -> None:
     for col in ("worker", "src", "tensor_id", "layer", "bytes", "pkts", "FCT", "uplink", "ok"):
         t.add_column(col, justify="right" if col in ("bytes", "pkts", "FCT") else "left")
     for r in report.tensors:
-        uplinks = "+".join(sorted(r.uplinks)) or ("local" if report.local else "-")
+        uplinks = "+".join(r.ports) or ("local" if r.local else "[yellow]not checked[/]")
         t.add_row(str(r.worker), r.src, f"{r.tensor_id:#010x}", str(r.layer), str(r.bytes),
                   str(r.len_pkts), f"{r.fct_s * 1e3:.1f} ms" if r.fct_s is not None else "-",
-                  f"[red]{uplinks}[/]" if r.split else uplinks,
+                  f"[red]{uplinks}[/]" if r.split or r.disagrees else uplinks,
                   "yes" if r.ok else "[red]NO[/]")
     console.print(t)
     for layer, s in report.fct_by_layer().items():
         console.print(f"  layer {layer}: {s['n']} tensors, FCT mean {s['mean_s'] * 1e3:.1f} ms, "
                       f"p99 {s['p99_s'] * 1e3:.1f} ms")
     ok = sum(r.ok for r in report.tensors)
-    console.print(f"  {ok}/{len(report.tensors)} tensors verified, {len(report.split)} split across "
-                  "uplinks" + (f"; captures in {report.pcap_dir}" if report.pcap_dir else ""))
+    console.print(f"  {ok}/{len(report.tensors)} tensors verified; " + _integrity_line(report)
+                  + (f"; captures in {report.pcap_dir}" if report.pcap_dir else ""))
+    unseen = {r.leaf for r in report.unchecked}
+    for leaf, why in report.no_record.items():
+        if leaf in unseen:      # (where the captures saw every tensor, no matter)
+            console.print(f"  [yellow]{leaf} has no record of its tensors' uplinks: {why}[/]")
+    for r in report.disagree[:5]:
+        console.print(f"  [red]{r.key}: captures saw {'+'.join(sorted(r.uplinks))}, its leaf "
+                      f"recorded {'+'.join(r.recorded)}[/]")
+    # (a leaf without a record is named once, above)
+    for r in [r for r in report.unchecked if r.leaf not in report.no_record][:3]:
+        console.print(f"  [yellow]{r.key} not checked: {r.unrecorded or 'no capture saw it'}[/]")
+
+
+def _integrity_line(report) -> str:
+    """The split check's summary: never "0 split" for tensors nobody saw."""
+    n = report.integrity()
+    views = ", ".join(f"{k} {v}" for k, v in sorted(n["seen_by"].items()))
+    if n["checked"] == 0:
+        return (f"split across uplinks [yellow]not checked[/] (no capture or record saw any of "
+                f"the {n['tensors']} tensors)")
+    text = f"{n['split']} split across uplinks (seen by: {views})"
+    if n["split"]:
+        text = f"[red]{text}[/]"
+    if n["not_checked"]:
+        text += f", [yellow]{n['not_checked']} not checked[/]"
+    if n["disagree"]:
+        text += f", [red]{n['disagree']} where captures and record disagree[/]"
+    return text
 
 
 # --- bench --------------------------------------------------------------------

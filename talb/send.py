@@ -2,9 +2,17 @@
 
 Starts a verifying receiver in the destination host, captures tagged packets
 on the uplinks of the senders' leaves, sends tagged tensors over TCP from the
-source host(s), then joins the three views into one report per tensor:
-flow completion time, bytes verified, and which uplink(s) carried it (more
-than one would break tensor integrity).
+source host(s), then joins the views into one report per tensor: flow
+completion time, bytes verified, and which uplink(s) carried it (more than
+one would break tensor integrity).
+
+Which uplinks a tensor took is seen two ways: by the captures, and by the
+leaf's data path itself, which records the ports every tagged tensor left
+it by (map tensor_egress, datapath/egress_record.py). Under XDP a
+redirected frame passes no capture, so there the record alone is read (no
+capture is started); under TC both are, and a port the captures saw that
+the record lacks is reported as a disagreement. A tensor neither saw is
+"not checked": never counted as unsplit.
 
 A tensor is its sender's: the report and the split detection key captured
 packets by (source address, tensor_id) (common.wire.WireTensorKey), as the
@@ -34,7 +42,7 @@ from pathlib import Path
 
 from common import paths
 from common.wire import WireTensorKey
-from netns_topology.state import TestbedError, load_topology_of
+from netns_topology.state import TestbedError, load_topology_of, read_state
 from workload.capture import CaptureError, start_capture, tensor_ports
 from workload.netexec import ns_popen, stop
 from workload.snowflake import DEFAULT_WORKER_BITS
@@ -56,16 +64,48 @@ class TensorResult:
     len_pkts: int
     fct_s: float | None
     ok: bool
-    uplinks: dict = field(default_factory=dict)  # port -> tagged packets seen
+    uplinks: dict = field(default_factory=dict)  # port -> tagged packets the captures saw
     src_ip: str = ""
+    # the ports its leaf's data path recorded it leaving by (first port
+    # first); None: no usable entry, `unrecorded` says why
+    recorded: list | None = None
+    recorded_packets: int = 0
+    unrecorded: str = ""
+    local: bool = False  # to a host of its own leaf: it takes no uplink
+    leaf: str = ""  # its sender's leaf
+    t_start_ns: int = 0  # its sender began it (CLOCK_MONOTONIC)
 
     @property
     def key(self) -> WireTensorKey:
         return WireTensorKey(self.src_ip, self.tensor_id)
 
     @property
+    def ports(self) -> list[str]:
+        """Every uplink it was seen on, by the captures or the record."""
+        return sorted(set(self.uplinks) | set(self.recorded or ()))
+
+    @property
+    def observed(self) -> bool:
+        """Its integrity was checked: seen by a capture or the record (or
+        local: no uplink to split across)."""
+        return self.local or bool(self.uplinks) or self.recorded is not None
+
+    @property
+    def seen_by(self) -> str:
+        """"capture+record", "record", "capture", "local" or "" (not checked)."""
+        if self.local:
+            return "local"
+        return "+".join(n for n, seen in (("capture", self.uplinks),
+                                          ("record", self.recorded is not None)) if seen)
+
+    @property
     def split(self) -> bool:
-        return len(self.uplinks) > 1
+        return len(self.ports) > 1
+
+    @property
+    def disagrees(self) -> bool:
+        """The captures saw it on an uplink its leaf's record does not hold."""
+        return self.recorded is not None and not set(self.uplinks) <= set(self.recorded)
 
 
 @dataclass
@@ -73,14 +113,39 @@ class SendReport:
     tensors: list
     pcap_dir: str | None  # None: the captures were in a temporary directory, now removed
     local: bool  # destination on the senders' leaf: no uplink to watch
+    captured: bool = True  # captures ran (not under XDP: they see no redirected frame)
+    no_record: dict = field(default_factory=dict)  # leaf -> why it has no record
 
     @property
     def ok(self) -> bool:
-        return bool(self.tensors) and all(t.ok for t in self.tensors) and not self.split
+        return (bool(self.tensors) and all(t.ok for t in self.tensors) and not self.split
+                and not self.disagree)
 
     @property
     def split(self) -> list:
         return [t for t in self.tensors if t.split]
+
+    @property
+    def unchecked(self) -> list:
+        """Tensors neither a capture nor their leaf's record saw: their
+        integrity is unknown (never counted as unsplit)."""
+        return [t for t in self.tensors if not t.observed]
+
+    @property
+    def disagree(self) -> list:
+        return [t for t in self.tensors if t.disagrees]
+
+    def integrity(self) -> dict:
+        """The split check in numbers: tensors checked, split, not checked,
+        disagreeing (captures vs record), and by which view."""
+        by: dict = {}
+        for t in self.tensors:
+            if t.observed:
+                by[t.seen_by] = by.get(t.seen_by, 0) + 1
+        return {"tensors": len(self.tensors), "checked": len(self.tensors) - len(self.unchecked),
+                "split": len(self.split), "not_checked": len(self.unchecked),
+                "disagree": len(self.disagree), "seen_by": by, "captured": self.captured,
+                "no_record": dict(self.no_record)}
 
     def fct_by_layer(self) -> dict[int, dict]:
         out = {}
@@ -158,23 +223,32 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
     tensors of different hosts to share ids, as tests do)."""
     hosts, host_ns, uplinks = _fabric(prefix)
     _check_request(prefix, hosts, srcs, dst, tensors, layers, size, senders, timeout)
+    capture = _captures_see_redirects(prefix)
+    if pcap_dir and not capture:
+        raise TestbedError("--pcap-dir: the XDP data path redirects frames past every capture "
+                           "(nothing would be written); the split check reads the leaves' own "
+                           "record of each tensor's uplinks instead")
     workers = len(srcs) * senders
     deadline = time.monotonic() + timeout
 
     def left() -> float:
         return max(deadline - time.monotonic(), 0.0)
 
-    tmp = None if pcap_dir else tempfile.mkdtemp(prefix="talb-send-")
-    pcaps = Path(pcap_dir or tmp)
+    tmp = None if pcap_dir or not capture else tempfile.mkdtemp(prefix="talb-send-")
     local = all(hosts[s].leaf == hosts[dst].leaf for s in srcs)
     captures = []
     procs: list[subprocess.Popen] = []
+    src_leaves = sorted({hosts[s].leaf for s in srcs})
     try:
-        pcaps.mkdir(parents=True, exist_ok=True)
-        src_leaves = sorted({hosts[s].leaf for s in srcs})
-        _start_captures(captures, uplinks, src_leaves, pcaps)
-        say(f"capturing tagged packets leaving {', '.join(src_leaves)} on "
-            f"{len(captures)} uplinks" + (f" -> {pcaps}" if pcap_dir else ""))
+        if capture:
+            pcaps = Path(pcap_dir or tmp)
+            pcaps.mkdir(parents=True, exist_ok=True)
+            _start_captures(captures, uplinks, src_leaves, pcaps)
+            say(f"capturing tagged packets leaving {', '.join(src_leaves)} on "
+                f"{len(captures)} uplinks" + (f" -> {pcaps}" if pcap_dir else ""))
+        else:
+            say(f"XDP data path: no capture sees a redirected frame; each tensor's uplinks "
+                f"come from {', '.join(src_leaves)}'s own record (tensor_egress)")
         _start_receiver(procs, host_ns[dst], dst, port, workers, min(left(), 30.0))
         say(f"receiver on {dst} ({hosts[dst].ip}:{port}); {workers} sender(s) x {tensors} tensors "
             f"of {size} bytes over {layers} layer(s)")
@@ -186,7 +260,9 @@ def run(prefix: str, srcs: list[str], dst: str, *, tensors: int = 12, layers: in
         ports = _tagged_ports(captures)
     finally:
         _clean_up(procs, captures, tmp)
-    return SendReport(_join(sent, received, worker_src, hosts, ports), pcap_dir, local)
+    results = _join(sent, received, worker_src, hosts, ports, dst_leaf=hosts[dst].leaf)
+    no_record = _add_records(prefix, results, uplinks, src_leaves)
+    return SendReport(results, pcap_dir, local, captured=capture, no_record=no_record)
 
 
 @dataclass
@@ -313,8 +389,10 @@ def send_to(prefix: str, srcs: list[str], to: str, *, tensors: int = 12, layers:
         results.append(TensorResult(
             worker=r["worker"], src=src, seq=r["seq"], tensor_id=r["tensor_id"], layer=r["layer"],
             bytes=r["bytes"], len_pkts=r["len_pkts"], fct_s=None, ok=True,
-            uplinks=ports.get(key, {}), src_ip=key.src))
-    return SendReport(results, pcap_dir, local=False)
+            uplinks=ports.get(key, {}), src_ip=key.src, leaf=hosts[src].leaf,
+            t_start_ns=r["t_start_ns"]))
+    no_record = _add_records(prefix, results, uplinks, src_leaves)
+    return SendReport(results, pcap_dir, local=False, no_record=no_record)
 
 
 def _check_request(prefix: str, hosts: dict, srcs: list[str], dst: str, tensors: int,
@@ -436,8 +514,9 @@ def _tagged_ports(captures: list) -> dict:
 
 
 def _join(sent: list[dict], received: dict, worker_src: dict, hosts: dict,
-          ports: dict) -> list[TensorResult]:
-    """One result per sent tensor: its FCT, whether it arrived intact, its uplinks."""
+          ports: dict, dst_leaf: str) -> list[TensorResult]:
+    """One result per sent tensor: its FCT, whether it arrived intact, the
+    uplinks the captures saw it on."""
     results = []
     for s in sorted(sent, key=lambda r: (r["worker"], r["seq"])):
         r = received.get((s["worker"], s["seq"]))
@@ -447,5 +526,57 @@ def _join(sent: list[dict], received: dict, worker_src: dict, hosts: dict,
             worker=s["worker"], src=src, seq=s["seq"], tensor_id=s["tensor_id"],
             layer=s["layer"], bytes=s["bytes"], len_pkts=s["len_pkts"],
             fct_s=(r["t_done_ns"] - s["t_start_ns"]) / 1e9 if r else None,
-            ok=bool(r and r["ok"]), uplinks=ports.get(key, {}), src_ip=key.src))
+            ok=bool(r and r["ok"]), uplinks=ports.get(key, {}), src_ip=key.src,
+            local=hosts[src].leaf == dst_leaf, leaf=hosts[src].leaf, t_start_ns=s["t_start_ns"]))
     return results
+
+
+def _captures_see_redirects(prefix: str) -> bool:
+    """Whether a capture on an uplink sees the frames the switches send:
+    not under XDP (a redirected frame never becomes a packet on the egress
+    device). A fabric attached by `talb attach` runs the TC data path."""
+    from testbed import attach
+
+    if attach.attached(prefix):
+        return True
+    return read_state(prefix).get("datapath") != "xdp"
+
+
+def _add_records(prefix: str, results: list[TensorResult], uplinks: dict,
+                 leaves: list[str]) -> dict[str, str]:
+    """Each tensor's entry in its leaf's record of egress ports (tensor_egress,
+    read from the leaf's pins: one lookup per tensor) into ``recorded``, or
+    why there is none into ``unrecorded``. Returns {leaf: why it has no
+    record} for the senders' leaves without one (the kernel bridge, a
+    data path built before the record, a leaf on another machine)."""
+    from datapath.egress_record import open_record, port_names, read_egress
+
+    no_record = {}
+    for leaf in leaves:
+        mine = [t for t in results if t.leaf == leaf and not t.local]
+        if not mine:
+            continue
+        if not uplinks.get(leaf):
+            why = "no uplink of it on this machine"
+            maps = None
+        else:
+            maps, why = open_record(paths.pin_dir(prefix, leaf))
+        if maps is None:
+            no_record[leaf] = why
+            for t in mine:
+                t.unrecorded = f"{leaf}: {why}"
+            continue
+        with maps:
+            names = port_names(maps, uplinks[leaf][0][0])
+            rec = read_egress(maps, {t.key: t.t_start_ns for t in mine}, names)
+        for t in mine:
+            r = rec.get(t.key)
+            if r is None:
+                t.unrecorded = (f"{leaf}'s record holds no entry for it (none of its "
+                                "packets forwarded tagged, or evicted since by newer tensors)")
+            elif r.older:
+                t.unrecorded = (f"{leaf}'s entry began before the tensor: an earlier tensor "
+                                "of the same (source, id) shares it")
+            else:
+                t.recorded, t.recorded_packets = list(r.ports), r.packets
+    return no_record

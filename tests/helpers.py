@@ -183,6 +183,27 @@ def spines_of(captures) -> dict:
     return out
 
 
+def spines_recorded(prefix: str, tensors) -> dict:
+    """{WireTensorKey: spines whose own record (tensor_egress) holds the
+    tensor}, for ``tensors`` (send.TensorResult: key and start time). The
+    view that needs no capture: under XDP none sees a redirected frame. An
+    entry older than its tensor (an earlier tensor of the same id) counts
+    as the spine's too: it may hold this one's packets."""
+    from common import paths
+    from datapath.egress_record import open_record, read_egress
+    from netns_topology.state import load_topology_of
+
+    out: dict = {}
+    started = {t.key: t.t_start_ns for t in tensors}
+    for spine in (s.name for s in load_topology_of(prefix).switches if s.role == "spine"):
+        maps, why = open_record(paths.pin_dir(prefix, spine))
+        assert maps is not None, f"{spine}: {why}"
+        with maps:
+            for key in read_egress(maps, started, {}):
+                out.setdefault(key, set()).add(spine)
+    return out
+
+
 def sends_at_once(prefix: str, runs: dict[str, dict], join_s: float) -> tuple[dict, list[str]]:
     """`talb send` runs at the same time, one thread each. ``runs``: {name:
     send.run's arguments after the prefix (srcs, dst, keywords)}. Returns

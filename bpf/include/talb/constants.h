@@ -33,6 +33,14 @@
 #define TALB_COUNT_SWEPT        1       /* tensor_count[]: user space's      */
 #define TALB_TENSOR_DONE        (1U << 0)  /* tensor_entry.flags: completed, kept
 					      for late packets, not live    */
+/* tensor_egress (LRU, talb/tensor_egress.h): the egress ports of the
+ * tagged tensors a switch forwarded into the fabric, for `talb send`'s
+ * split check. Like the hosts' tensor_wire (HOST_MAX_WIRE_TENSORS): the
+ * least recent go first; ~100 bytes an entry in the kernel, ~6.5 MB per
+ * switch. An entry idle this long is another tensor of the same id: its
+ * next packet starts it afresh (as HOST_WIRE_STALE_NS). */
+#define TALB_EGRESS_MAP_SIZE    65536
+#define TALB_EGRESS_STALE_NS    (300ULL * 1000 * 1000 * 1000)   /* 300 s */
 
 /* ---- load-balancing schemes (talb_config.scheme) ----------------------
  * One header each under schemes/ (decision.h dispatches). Implemented:
@@ -162,6 +170,9 @@
 #define CNT_CONGA_DROP_STRIP_FAIL 55 /* strip failed at a host edge: dropped */
 #define CNT_TALB_JOINED         56  /* another CPU placed the tensor first:
                                        its port, not this packet's choice */
+/* Tensor integrity as the switch saw it (talb/tensor_egress.h) */
+#define CNT_TENSOR_SPLIT        57  /* a tagged tensor left by a port new to
+                                       it (tensor_egress): split here      */
 #define TALB_NR_COUNTERS        64
 
 /* ---- wire format (DESIGN section 4, bpf/include/talb/talb_option.h) --- */

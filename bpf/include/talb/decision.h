@@ -11,6 +11,10 @@
  *                      id, port flags, skb->priority of the band) or pass
  *                      to the stack, with the reason (a CNT_* index)
  *
+ * Beside the decision, whatever the scheme: every tagged packet forwarded
+ * into the fabric marks its tensor's egress port (talb_note_egress,
+ * tensor_egress.h), the record `talb send` checks tensor integrity on.
+ *
  * Which scheme runs where is the entry point's (switch_tc.c): ECMP, TaLB
  * and single-port groups in the main program, every other scheme in a
  * program of its own, reached by a tail call (the verifier budget and the
@@ -33,6 +37,7 @@
 #include "talb/schemes/drill.h"
 #include "talb/schemes/conga.h"
 #include "talb/schemes/talb.h"
+#include "talb/tensor_egress.h"
 
 /* Parse Ethernet -> IPv4 -> TCP/UDP ports. Returns 1 for an IPv4 packet
  * with all the headers it claims, 0 (with v->reason) otherwise. */
@@ -201,6 +206,7 @@ static __always_inline int talb_verdict_for(const struct talb_pkt *p,
 	v->cfg_flags = cfg->flags;
 	v->egress_flags = out.flags;
 	v->priority = TALB_HTB_MAJOR | (TALB_BAND_MINOR_BASE + talb_band(p, cfg));
+	talb_note_egress(p, out.port_id, out.flags, now);
 	if (talb_drill_in_use(cfg))
 		drill_account(out.port_id, p->len, now);
 	if (cfg->scheme == TALB_SCHEME_CONGA) {

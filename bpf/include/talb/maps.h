@@ -56,6 +56,11 @@ TALB_MAP("array", __u32, struct group_state, group_swept, TALB_MAX_GROUPS);
  * [TALB_COUNT_SWEPT] entries removed by user space. Occupancy = [0] - [1]. */
 TALB_MAP("array", __u32, __u32, tensor_count, 2);
 
+/* ---- tensor integrity, every scheme (talb/tensor_egress.h) ---- */
+/* (source address, tensor_id) -> ports it left by. LRU: nobody deletes
+ * entries; `talb send` reads its own tensors' after a run. */
+TALB_MAP("lru_hash", struct tensor_key, struct tensor_egress, tensor_egress, TALB_EGRESS_MAP_SIZE);
+
 /* ---- one program per scheme (switch_tc.c) ---- */
 /* scheme id -> its program (tail call); filled by datapath/loader.py. Pinned:
  * a prog array loses its entries when no user-space reference is left. */

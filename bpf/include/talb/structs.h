@@ -85,6 +85,19 @@ struct tensor_entry {
 	__u8 pad;
 };
 
+/* tensor_egress (LRU hash): tensor_key -> the ports a tagged tensor left
+ * this switch by into the fabric (talb/tensor_egress.h). CLOCK_MONOTONIC
+ * times (the senders' time.monotonic_ns), from bpf_ktime_get_ns or, under
+ * a scheme that reads no clock, its coarse variant (up to a tick behind). */
+struct tensor_egress {
+	__u64 first_ns;         /* its first tagged packet forwarded here */
+	__u64 latest_ns;        /* its latest */
+	__u64 port_mask;        /* bit port_id: every port it left by */
+	__u32 packets;          /* tagged packets forwarded, retransmissions included */
+	__u16 first_port;       /* port_id of its first packet */
+	__u16 pad;
+};
+
 /* group_state[group_id]: what the data path keeps per group (array map,
  * updated in place with atomic adds). live[l] counts the group's live
  * tensor entries of layer l; tensors their sum. group_swept has the same
