@@ -1,56 +1,149 @@
-"""`talb bench faults`: every fault kind (workload/faults.py) under parameter
-server and ring all-reduce training with background flows, one `talb run
---fault` each, on one fabric; writes each run's results file, ``rows.json``
-and ``faults.md`` (the table of docs/faults.md).
+"""`talb bench faults`: faults injected into training runs (workload/faults.py),
+one `talb run --fault` each on one fabric, under a named *design*
+(docs/faults.md): which fabric, training, schemes, seeds, faults, when they
+strike and for how long, and the recovery measure's window. Writes each
+run's results file, ``rows.json`` and ``faults.md`` (the tables of
+docs/faults.md: one row per run, and per fault and scheme the recovery over
+the seeds with its interval, TaLB paired by seed against each other scheme).
+
+Designs:
+
+* ``uplink`` (the default): the 4-spine, uplink-bound fabric of results/fig10
+  with every worker off the server's leaf, so every tensor crosses a leaf's
+  uplinks and path choice matters; one leaf0 uplink down for 2 s, with the
+  agent running (the schemes steer around it) and with the agent stopped (the
+  dead port stays in the groups: the fault that must hurt), beside the
+  undisturbed control; TaLB, ECMP and CONGA; seeds 1-6.
+* ``kinds``: the first table (2 spines, AlexNet, PS and ring all-reduce, one
+  seed): every fault kind once, 1 s each, 0.5 s windows.
 
 A run that fails is a row with its error, not the end of the matrix; an
-existing results file is reused (the matrix resumes).
+existing results file is reused (the matrix resumes), its recovery measured
+again with the design's window.
 """
 from __future__ import annotations
 
 import json
 import shlex
+import statistics
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from workload.faults import KINDS, parse_fault
 
-DEFAULT_KINDS = tuple(KINDS)
-ARCHS = ("ps", "allreduce")
-#: the per-kind parameters the matrix runs (the kinds' defaults otherwise)
-PARAMS = {"uplink-down": "leaf=leaf0,spine=spine1", "spine-down": "spine=spine0",
-          "scheme": "to=ecmp", "table-full": "limit=16,rate=500", "forged-options": "rate=500"}
+
+@dataclass(frozen=True)
+class Fault:
+    label: str        # the row's name: several labels may share a kind
+    kind: str
+    params: str = ""  # key=value,... besides for=
 
 
-def spec_of(kind: str, at_s: float, for_s: float) -> str:
-    if kind == "none":
-        return f"none@{at_s:g}s"
-    extra = PARAMS.get(kind)
-    return f"{kind}@{at_s:g}s:for={for_s:g}s" + (f",{extra}" if extra else "")
+@dataclass(frozen=True)
+class Design:
+    name: str
+    description: str
+    topology: str
+    model: str
+    archs: tuple
+    workers: dict
+    faults: tuple
+    servers: int = 1
+    placement: str = "spread"
+    target_link_bps: float = 10e9
+    scaling_mode: str = "bytes"
+    schemes: tuple = (None,)          # None: the fabric's scheme
+    seeds: tuple = (1,)
+    load: float = 0.2
+    background_size_scale: float | None = None   # None: the tensors' byte scale
+    iterations: int = 12
+    warmup: int = 1
+    at_s: float = 3.0
+    for_s: float = 1.0
+    window_s: float = 0.25
+    settle_windows: int | None = 2     # None: the last degraded window anywhere (the first table)
+    control_spans_fault: bool = True   # the control measured as if disturbed for for_s
 
 
-def command(opts: dict, arch: str, spec: str) -> str:
-    argv = ["talb", "run", "--model", opts["model"], "--arch", arch,
-            "--workers", str(opts["workers"][arch])]
+_UPLINK = "leaf=leaf0,spine=spine0"
+DESIGNS: dict[str, Design] = {
+    "uplink": Design(
+        name="uplink",
+        description="4-spine uplink-bound fabric (results/fig10's), workers off the server's "
+                    "leaf; leaf0-spine0 down 2 s with the agent running and stopped; "
+                    "TaLB, ECMP, CONGA; seeds 1-6",
+        topology="topologies/fig10-4spine.yaml", model="threelayer", archs=("ps",),
+        workers={"ps": 4}, servers=1, placement="remote", target_link_bps=100e9,
+        scaling_mode="both", schemes=("talb", "ecmp", "conga"), seeds=(1, 2, 3, 4, 5, 6),
+        load=0.2, background_size_scale=None, iterations=12, warmup=1,
+        at_s=3.0, for_s=2.0, window_s=0.25,
+        faults=(Fault("none", "none"),
+                Fault("uplink-down", "uplink-down", _UPLINK),
+                Fault("uplink-down, agent stopped", "uplink-down", _UPLINK + ",agent=stop"))),
+    "kinds": Design(
+        name="kinds",
+        description="the first table: every fault kind once on topologies/talb.yaml "
+                    "(2 spines), AlexNet, PS and ring all-reduce, seed 1, 1 s faults, 0.5 s "
+                    "windows",
+        topology="topologies/talb.yaml", model="alexnet", archs=("ps", "allreduce"),
+        workers={"ps": 2, "allreduce": 3}, servers=1, load=0.2, background_size_scale=0.1,
+        iterations=12, at_s=3.0, for_s=1.0, window_s=0.5, settle_windows=None,
+        control_spans_fault=False,
+        faults=tuple(Fault(k, k, p) for k, p in (
+            ("none", ""), ("uplink-down", "leaf=leaf0,spine=spine1"), ("spine-down", "spine=spine0"),
+            ("agent-kill", ""), ("scheme", "to=ecmp"), ("table-full", "limit=16,rate=500"),
+            ("forged-options", "rate=500")))),
+}
+DEFAULT_DESIGN = "uplink"
+assert all(f.kind in KINDS for d in DESIGNS.values() for f in d.faults)
+
+
+def spec_of(fault: Fault, at_s: float, for_s: float, control_spans_fault: bool = True) -> str:
+    if fault.kind == "none":   # measured as if disturbed as long as the faults it controls
+        return f"none@{at_s:g}s" + (f":for={for_s:g}s" if for_s and control_spans_fault else "")
+    return f"{fault.kind}@{at_s:g}s:for={for_s:g}s" + (f",{fault.params}" if fault.params else "")
+
+
+def slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in label).replace("--", "-").strip("-")
+
+
+def command(d: Design, arch: str, scheme: str | None, seed: int, spec: str) -> str:
+    """The `talb run` that makes one row (it builds the design's fabric and removes it)."""
+    argv = ["talb", "run", "--topology", d.topology]
+    if scheme:
+        argv += ["--scheme", scheme]
+    argv += ["--model", d.model, "--arch", arch, "--workers", str(d.workers[arch])]
     if arch == "ps":
-        argv += ["--servers", str(opts["servers"])]
-    argv += ["--load", f"{opts['load']:g}"]
-    if opts.get("background_size_scale"):
-        argv += ["--background-size-scale", f"{opts['background_size_scale']:g}"]
-    argv += ["--seed", str(opts["seed"]),
-             "--iterations", str(opts["iterations"]), "--fault", spec]
-    if opts.get("topology"):
-        argv += ["--topology", str(opts["topology"])]
-    return shlex.join(argv)
+        argv += ["--servers", str(d.servers)]
+    if d.placement != "spread":
+        argv += ["--placement", d.placement]
+    if d.target_link_bps != 10e9:
+        argv += ["--target-link-rate", f"{d.target_link_bps / 1e9:g}gbit"]
+    if d.scaling_mode != "bytes":
+        argv += ["--scaling", d.scaling_mode]
+    argv += ["--load", f"{d.load:g}"]
+    if d.background_size_scale:
+        argv += ["--background-size-scale", f"{d.background_size_scale:g}"]
+    argv += ["--seed", str(seed), "--iterations", str(d.iterations)]
+    if d.warmup != 1:
+        argv += ["--warmup", str(d.warmup)]
+    return shlex.join(argv + ["--fault", spec])
 
 
-def row_of(kind: str, arch: str, spec: str, r: dict, cmd: str) -> dict:
+def row_of(fault: Fault, arch: str, scheme: str | None, seed: int, spec: str, r: dict,
+           cmd: str) -> dict:
     f = r["fault"]
     rec = f["recovery"] or {}
     drops = (r["summary"].get("port_drops") or {}).get("by_kind") or {}
-    return {"fault": kind, "spec": spec, "pattern": arch, "recovery_s": rec.get("recovery_s"),
-            "after_restore_s": rec.get("after_restore_s"),
-            "degraded_windows": rec.get("degraded_windows"), "slow": rec.get("slow"),
+    guard = r["summary"].get("cpu_guard") or {}
+    return {"fault": fault.label, "kind": fault.kind, "spec": spec, "pattern": arch,
+            "scheme": r["config"].get("scheme") or scheme, "seed": seed,
+            "recovery_s": rec.get("recovery_s"), "after_restore_s": rec.get("after_restore_s"),
+            "degraded_windows": rec.get("degraded_windows"),
+            "stalled_windows": rec.get("stalled_windows"), "worst_window": rec.get("worst_window"),
+            "window_s": rec.get("window_s"), "slow": rec.get("slow"),
             "after": rec.get("after"), "last_slow_s": rec.get("last_slow_s"),
             "worst_slowdown": rec.get("worst_slowdown"),
             "verified": f["verified"], "tensors": f["tensors"],
@@ -60,25 +153,36 @@ def row_of(kind: str, arch: str, spec: str, r: dict, cmd: str) -> dict:
             "counters": f.get("counters") or {}, "injected": f["injected"],
             "restored": f["restored"], "error": f["error"], "training_s": r["training_s"],
             "iteration_s": r["summary"]["speed"]["iteration_time_s"],
-            "cpu_bound": r["flags"]["cpu_bound"], "results": r.get("path"), "command": cmd}
+            "cpu_bound": r["flags"]["cpu_bound"], "cpu_busy_mean": guard.get("cpu_busy_mean"),
+            "cpu_guard": guard.get("reason"), "results": r.get("path"), "command": cmd}
 
 
-def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=ARCHS,
-               workers: dict | None = None, servers: int = 1, iterations: int = 12,
-               load: float = 0.2, background_size_scale: float | None = 0.1, seed: int = 1,
-               at_s: float = 3.0, for_s: float = 1.0,
-               topology: str | None = None, prefix: str = "tfaults", say=print) -> list[dict]:
+def plan(d: Design) -> list[tuple]:
+    """(fault, arch, scheme, seed, spec) in run order: seed by seed, so a matrix
+    stopped early has whole seeds (every cell paired), and within a seed fault by
+    fault, scheme by scheme (what the machine's other load does is spread)."""
+    return [(f, a, s, seed, spec_of(f, d.at_s, d.for_s, d.control_spans_fault))
+            for seed in d.seeds for a in d.archs for f in d.faults for s in d.schemes]
+
+
+def results_name(fault: Fault, arch: str, scheme: str | None, seed: int, d: Design) -> str:
+    if d.name == "kinds":       # the first table's names
+        return f"{arch}-{fault.kind}.json"
+    return f"{arch}-{scheme or 'fabric'}-{slug(fault.label)}-s{seed}.json"
+
+
+def run_matrix(out: Path, design: Design, *, prefix: str = "tfaults", say=print) -> list[dict]:
     from netns_topology.state import exists
     from testbed import lifecycle
     from workload.experiment import RunConfig, RunError, run
+    from workload.faults import report
 
-    opts = {"model": model, "workers": workers or {"ps": 2, "allreduce": 3}, "servers": servers,
-            "iterations": iterations, "load": load, "seed": seed, "topology": topology,
-            "background_size_scale": background_size_scale}
-    specs = [(k, a, spec_of(k, at_s, for_s)) for a in archs for k in kinds]
-    for _, _, spec in specs:
+    d = design
+    runs = plan(d)
+    for _, _, _, _, spec in runs:
         parse_fault(spec)                          # every spec checked before anything runs
     out.mkdir(parents=True, exist_ok=True)
+    (out / "design.json").write_text(json.dumps(design_dict(d), indent=1))
     built = False
 
     def fabric() -> None:
@@ -86,55 +190,78 @@ def run_matrix(out: Path, *, model: str = "alexnet", kinds=DEFAULT_KINDS, archs=
         nonlocal built
         if built or exists(prefix):
             return
+        from common import paths
         from netns_topology import load_topology
-        from workload.experiment import DEFAULT_TOPOLOGY
         from workload.testbed_use import free_port as _free_port
 
-        say(f"building testbed '{prefix}' from {topology or DEFAULT_TOPOLOGY}")
+        say(f"building testbed '{prefix}' from {d.topology}")
         built = True
-        lifecycle.up(load_topology(topology or DEFAULT_TOPOLOGY), prefix,
+        lifecycle.up(load_topology(paths.REPO_ROOT / d.topology), prefix,
                      agent={"metrics_port": _free_port()})
     rows = []
+    t0 = time.monotonic()
     try:
-        for i, (kind, arch, spec) in enumerate(specs, 1):
-            path = out / f"{arch}-{kind}.json"
-            cmd = command(opts, arch, spec)
+        for i, (fault, arch, scheme, seed, spec) in enumerate(runs, 1):
+            path = out / results_name(fault, arch, scheme, seed, d)
+            cmd = command(d, arch, scheme, seed, spec)
+            what = f"{arch} {scheme or ''} seed {seed} {spec}".replace("  ", " ")
             t = time.monotonic()
             if path.exists():   # done before: its delivery and recovery measured again
-                from workload.faults import report
-
                 r = json.loads(path.read_text())
-                r["fault"] = report(r["fault"], r["tensors"])
+                r["fault"] = report(r["fault"], r["tensors"], window_s=d.window_s,
+                                    settle_windows=d.settle_windows)
                 path.write_text(json.dumps(r, indent=1))
                 r["path"] = str(path)
             else:
-                say(f"[{i}/{len(specs)}] {arch} {spec}: running")
+                say(f"[{i}/{len(runs)}] {what}: running")
                 fabric()
-                cfg = RunConfig(model=model, arch=arch, workers=opts["workers"][arch],
-                                servers=servers if arch == "ps" else 1, load=load, seed=seed,
-                                iterations=iterations, prefix=prefix, out=str(path), fault=spec,
-                                background_size_scale=background_size_scale)
+                cfg = RunConfig(model=d.model, arch=arch, workers=d.workers[arch],
+                                servers=d.servers if arch == "ps" else 1, scheme=scheme,
+                                load=d.load, seed=seed, iterations=d.iterations, warmup=d.warmup,
+                                target_link_bps=d.target_link_bps, scaling_mode=d.scaling_mode,
+                                placement=d.placement, prefix=prefix, out=str(path), fault=spec,
+                                background_size_scale=d.background_size_scale)
                 try:
                     r = run(cfg, say=lambda m: say(f"    {m}"))
                 except (RunError, ValueError) as exc:
-                    rows.append({"fault": kind, "spec": spec, "pattern": arch,
+                    rows.append({"fault": fault.label, "kind": fault.kind, "spec": spec,
+                                 "pattern": arch, "scheme": scheme, "seed": seed,
                                  "error": str(exc), "command": cmd})
-                    say(f"[{i}/{len(specs)}] {arch} {spec}: FAILED {exc}")
+                    say(f"[{i}/{len(runs)}] {what}: FAILED {exc}")
                     continue
-            row = row_of(kind, arch, spec, r, cmd)
+                r["fault"] = report(r["fault"], r["tensors"], window_s=d.window_s,
+                                    settle_windows=d.settle_windows)
+                path.write_text(json.dumps(r, indent=1))
+                r["path"] = str(path)
+            row = row_of(fault, arch, scheme, seed, spec, r, cmd)
+            row["results"] = path.name
             rows.append(row)
-            say(f"[{i}/{len(specs)}] {arch} {spec}: recovery {_s(row['recovery_s'])}, "
-                f"{row['verified']}/{row['tensors']} verified, {row['retrans']} retransmissions"
-                f" ({time.monotonic() - t:.0f} s)")
+            say(f"[{i}/{len(runs)}] {what}: recovery {_s(row['recovery_s'])}, "
+                f"{row['verified']}/{row['tensors']} verified, {row['retrans']} retransmissions, "
+                f"CPU-bound {'yes' if row['cpu_bound'] else 'no'} "
+                f"({time.monotonic() - t:.0f} s; {(time.monotonic() - t0) / 60:.1f} min in all)")
     finally:
         if built:
             say(f"removing testbed '{prefix}'")
             lifecycle.down(prefix)
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
-    (out / "faults.md").write_text(table(rows))
+    (out / "faults.md").write_text(report_md(rows, d))
     return rows
 
 
+def design_dict(d: Design) -> dict:
+    out = {k: getattr(d, k) for k in d.__dataclass_fields__ if k != "faults"}
+    out["faults"] = [{"label": f.label, "kind": f.kind, "params": f.params,
+                      "spec": spec_of(f, d.at_s, d.for_s, d.control_spans_fault)} for f in d.faults]
+    return out
+
+
+def with_overrides(d: Design, **kw) -> Design:
+    """The design with the options given (None: the design's)."""
+    return replace(d, **{k: v for k, v in kw.items() if v is not None})
+
+
+# --- the report ---------------------------------------------------------------------------
 def _s(v) -> str:
     return "-" if v is None else f"{v:.2f} s"
 
@@ -145,24 +272,166 @@ NOTE_COUNTERS = ("pass_egress_down", "pass_no_route", "clone_fail", "talb_rerout
                  "drop_opt_position", "drop_strip_fail")
 
 
-def table(rows: list[dict]) -> str:
-    head = ("| fault | pattern | CPU-bound | recovery (after undo) | degraded windows | slow tensors (last) | "
-            "worst slowdown | tensors verified | SHA failed / lost | TCP retrans | queue drops "
-            "| switch counters since the fault |\n|" + "---|" * 12 + "\n")
+def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and its t-interval (scipy); a single value or no spread: the value itself."""
+    from scipy import stats
+
+    m = statistics.fmean(values)
+    if len(values) < 2 or statistics.pstdev(values) == 0:
+        return m, m, m
+    lo, hi = stats.t.interval(level, len(values) - 1, loc=m, scale=stats.sem(values))
+    return m, float(lo), float(hi)
+
+
+def paired(a: dict, b: dict) -> dict | None:
+    """TaLB's recovery minus another scheme's, paired by seed: the seeds both
+    have (finite), the mean difference with its t-interval and Wilcoxon's
+    signed-rank p (scipy; None when every difference is 0)."""
+    from scipy import stats
+
+    seeds = sorted(s for s in a if s in b and a[s] is not None and b[s] is not None)
+    if not seeds:
+        return None
+    diffs = [a[s] - b[s] for s in seeds]
+    m, lo, hi = mean_ci(diffs)
+    p = None
+    if any(diffs):
+        p = float(stats.wilcoxon(diffs, zero_method="zsplit").pvalue)
+    return {"n": len(seeds), "mean": m, "lo": lo, "hi": hi, "p": p}
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per (pattern, fault, scheme): recovery by seed and its statistics."""
+    cells: dict = {}
+    for r in rows:
+        if "verified" not in r:
+            continue
+        cells.setdefault((r["pattern"], r["fault"], r["scheme"]), []).append(r)
+    out = {}
+    for key, rs in cells.items():
+        rec = {r["seed"]: r["recovery_s"] for r in rs}
+        finite = [v for v in rec.values() if v is not None]
+        out[key] = {"runs": len(rs), "by_seed": rec, "finite": finite,
+                    "stats": mean_ci(finite) if finite else None,
+                    "nonzero": sum(1 for v in finite if v > 0),
+                    "lost": sum(1 for v in rec.values() if v is None),
+                    "after_restore": [r["after_restore_s"] for r in rs
+                                      if r["after_restore_s"] is not None],
+                    "stalled": sum(r.get("stalled_windows") or 0 for r in rs),
+                    "worst_window": max((r["worst_window"] for r in rs
+                                         if r.get("worst_window") is not None), default=None),
+                    "cpu_bound": sum(1 for r in rs if r["cpu_bound"]),
+                    "verified": sum(r["verified"] for r in rs),
+                    "tensors": sum(r["tensors"] for r in rs),
+                    "failed": sum(r["checksum_failed"] + r["not_delivered"] for r in rs),
+                    "retrans": statistics.fmean(r["retrans"] for r in rs)}
+    return out
+
+
+def _ci(st) -> str:
+    if st is None:
+        return "-"
+    m, lo, hi = st
+    return f"{m:.2f} s" if lo == hi else f"{m:.2f} s [{lo:.2f}, {hi:.2f}]"
+
+
+def report_md(rows: list[dict], d: Design) -> str:
+    """faults.md: the noise floor, the per-scheme table with intervals, the paired
+    comparisons, one row per run and the command of each."""
+    failed = [r for r in rows if "verified" not in r]
+    ok = [r for r in rows if "verified" in r]
+    cells = summary(ok)
+    parts = [f"Design `{d.name}`: {d.description}. Faults at {d.at_s:g} s for {d.for_s:g} s; "
+             f"windows of {d.window_s:g} s; {len(ok)} runs, {len(failed)} failed, "
+             f"{sum(1 for r in ok if r['cpu_bound'])} flagged CPU-bound by the CPU guard.\n"]
+    controls = [r for r in ok if r["kind"] == "none"]
+    if controls:
+        nz = [r for r in controls if r["recovery_s"]]
+        ww = [r["worst_window"] for r in controls if r.get("worst_window") is not None]
+        parts.append(
+            f"**Noise floor** (the `none` control, {len(controls)} runs): recovery > 0 in "
+            f"{len(nz)} of {len(controls)}" + (f" (largest {max(r['recovery_s'] for r in nz):.2f} s)"
+                                               if nz else "")
+            + (f"; the worst window's median slowdown in any control run {max(ww):.2f}x "
+               f"(median over the runs {statistics.median(ww):.2f}x; degraded above 2x)"
+               if ww else "") + ".\n")
+    schemes = list(dict.fromkeys(r["scheme"] for r in ok))
+    head = ("| pattern | fault | scheme | recovery, mean [95% CI] | by seed | > 0 | after undo "
+            "(mean) | stalled windows | worst window | CPU-bound | verified | SHA failed + lost "
+            "| TCP retrans (mean) |\n|" + "---|" * 13 + "\n")
+    lines = []
+    for (pattern, fault, scheme), c in cells.items():
+        seeds = " ".join("lost" if v is None else f"{v:.2f}"
+                         for _, v in sorted(c["by_seed"].items()))
+        ar = statistics.fmean(c["after_restore"]) if c["after_restore"] else None
+        ww = "-" if c["worst_window"] is None else f"{c['worst_window']:.2f}x"
+        lines.append(f"| {pattern} | {fault} | {scheme or '-'} | {_ci(c['stats'])} | {seeds} | "
+                     f"{c['nonzero']} of {c['runs']} | {_s(ar)} | {c['stalled']} | {ww} | "
+                     f"{c['cpu_bound']} of {c['runs']} | {c['verified']} of {c['tensors']} | "
+                     f"{c['failed']} | {c['retrans']:.0f} |")
+    parts.append(head + "\n".join(lines) + "\n")
+    if "talb" in schemes and len(schemes) > 1:
+        ph = ("| pattern | fault | TaLB − | seeds | mean difference [95% CI] | Wilcoxon p |\n"
+              "|---|---|---|---|---|---|\n")
+        pl = []
+        for (pattern, fault, scheme), c in cells.items():
+            if scheme == "talb":
+                continue
+            t = cells.get((pattern, fault, "talb"))
+            pr = paired(t["by_seed"], c["by_seed"]) if t else None
+            if pr is None:
+                continue
+            ci = f"{pr['mean']:+.2f} s" + ("" if pr["lo"] == pr["hi"]
+                                           else f" [{pr['lo']:+.2f}, {pr['hi']:+.2f}]")
+            p = "-" if pr["p"] is None else f"{pr['p']:.3f}"
+            pl.append(f"| {pattern} | {fault} | {scheme} | {pr['n']} | {ci} | {p} |")
+        if pl:
+            parts.append("Paired by seed (TaLB's recovery minus the other scheme's):\n\n"
+                         + ph + "\n".join(pl) + "\n")
+    parts.append(runs_table(rows))
+    cmds = "\n".join(f"    {r['command']}" for r in rows)
+    parts.append("Reproduce each row (each builds the design's fabric and removes it; the "
+                 "table measures recovery with the design's window, "
+                 f"{d.window_s:g} s):\n\n" + cmds + "\n")
+    return "\n".join(parts)
+
+
+def runs_table(rows: list[dict]) -> str:
+    head = ("| fault | pattern | scheme | seed | CPU-bound | recovery (after undo) | degraded "
+            "(stalled) windows | worst window | slow tensors (last) | worst slowdown | tensors "
+            "verified | SHA failed / lost | TCP retrans | queue drops | switch counters since "
+            "the fault |\n|" + "---|" * 15 + "\n")
     lines = []
     for r in rows:
-        if r.get("error") and "verified" not in r:
-            lines.append(f"| {r['fault']} | {r['pattern']} | run failed: {r['error']} |"
-                         + " |" * 9)
+        if "verified" not in r:
+            lines.append(f"| {r['fault']} | {r['pattern']} | {r.get('scheme') or '-'} | "
+                         f"{r.get('seed')} | run failed: {r['error']} |" + " |" * 10)
             continue
         c = r["counters"]
         notes = ", ".join(f"{k} {c[k]}" for k in NOTE_COUNTERS if c.get(k)) or "-"
         worst = "-" if r["worst_slowdown"] is None else f"{r['worst_slowdown']:.1f}x"
+        ww = "-" if r.get("worst_window") is None else f"{r['worst_window']:.2f}x"
         lines.append(
-            f"| {r['fault']} | {r['pattern']} | {'yes' if r['cpu_bound'] else 'no'} | {_s(r['recovery_s'])} ({_s(r['after_restore_s'])})"
-            f" | {r['degraded_windows']} | {r['slow']} of {r['after']}"
+            f"| {r['fault']} | {r['pattern']} | {r.get('scheme') or '-'} | {r.get('seed')} | "
+            f"{'yes' if r['cpu_bound'] else 'no'} | {_s(r['recovery_s'])} "
+            f"({_s(r['after_restore_s'])}) | {r['degraded_windows']} "
+            f"({r.get('stalled_windows', '-')}) | {ww} | {r['slow']} of {r['after']}"
             + (f" ({_s(r.get('last_slow_s'))})" if r["slow"] else "") + f" | {worst} | "
             f"{r['verified']} of {r['tensors']} | {r['checksum_failed']} / {r['not_delivered']} | "
             f"{r['retrans']} | {r['queue_drops']} | {notes} |")
-    cmds = "\n".join(f"    {r['command']}" for r in rows)
-    return head + "\n".join(lines) + "\n\nReproduce each row:\n\n" + cmds + "\n"
+    return head + "\n".join(lines) + "\n"
+
+
+def seeds_of(text: str) -> tuple:
+    """``1-5``, ``1,3,7`` or ``2`` -> seeds; ValueError naming the value."""
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        lo, dash, hi = part.partition("-")
+        try:
+            out += list(range(int(lo), int(hi) + 1)) if dash else [int(part)]
+        except ValueError:
+            raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {text!r}") from None
+    if not out:
+        raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {text!r}")
+    return tuple(dict.fromkeys(out))
