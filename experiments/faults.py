@@ -63,6 +63,8 @@ class Design:
     for_s: float = 1.0
     window_s: float = 0.25
     settle_windows: int | None = 2     # None: the last degraded window anywhere (the first table)
+    threshold: float = 3.0             # a window's median slowdown over span_s above this: degraded
+    span_s: float | None = 0.5         # None: the window itself
     control_spans_fault: bool = True   # the control measured as if disturbed for for_s
 
 
@@ -88,7 +90,8 @@ DESIGNS: dict[str, Design] = {
                     "windows",
         topology="topologies/talb.yaml", model="alexnet", archs=("ps", "allreduce"),
         workers={"ps": 2, "allreduce": 3}, servers=1, load=0.2, background_size_scale=0.1,
-        iterations=12, at_s=3.0, for_s=1.0, window_s=0.5, settle_windows=None,
+        iterations=12, at_s=3.0, for_s=1.0, window_s=0.5, settle_windows=None, threshold=2.0,
+        span_s=None,
         control_spans_fault=False,
         faults=tuple(Fault(k, k, p) for k, p in (
             ("none", ""), ("uplink-down", "leaf=leaf0,spine=spine1"), ("spine-down", "spine=spine0"),
@@ -208,8 +211,7 @@ def run_matrix(out: Path, design: Design, *, prefix: str = "tfaults", say=print)
             t = time.monotonic()
             if path.exists():   # done before: its delivery and recovery measured again
                 r = json.loads(path.read_text())
-                r["fault"] = report(r["fault"], r["tensors"], window_s=d.window_s,
-                                    settle_windows=d.settle_windows)
+                r["fault"] = report(r["fault"], r["tensors"], **measure_of(d))
                 path.write_text(json.dumps(r, indent=1))
                 r["path"] = str(path)
             else:
@@ -229,8 +231,7 @@ def run_matrix(out: Path, design: Design, *, prefix: str = "tfaults", say=print)
                                  "error": str(exc), "command": cmd})
                     say(f"[{i}/{len(runs)}] {what}: FAILED {exc}")
                     continue
-                r["fault"] = report(r["fault"], r["tensors"], window_s=d.window_s,
-                                    settle_windows=d.settle_windows)
+                r["fault"] = report(r["fault"], r["tensors"], **measure_of(d))
                 path.write_text(json.dumps(r, indent=1))
                 r["path"] = str(path)
             row = row_of(fault, arch, scheme, seed, spec, r, cmd)
@@ -247,6 +248,12 @@ def run_matrix(out: Path, design: Design, *, prefix: str = "tfaults", say=print)
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     (out / "faults.md").write_text(report_md(rows, d))
     return rows
+
+
+def measure_of(d: Design) -> dict:
+    """The recovery measure's parameters (workload/recovery.recovery)."""
+    return {"window_s": d.window_s, "settle_windows": d.settle_windows,
+            "threshold": d.threshold, "span_s": d.span_s}
 
 
 def design_dict(d: Design) -> dict:
@@ -308,8 +315,12 @@ def summary(rows: list[dict]) -> dict:
             continue
         cells.setdefault((r["pattern"], r["fault"], r["scheme"]), []).append(r)
     out = {}
+    controls = {(r["pattern"], r["scheme"], r["seed"]): r["training_s"]
+                for r in rows if r.get("kind") == "none" and "verified" in r}
     for key, rs in cells.items():
         rec = {r["seed"]: r["recovery_s"] for r in rs}
+        lost = [r["training_s"] - controls[(r["pattern"], r["scheme"], r["seed"])] for r in rs
+                if (r["pattern"], r["scheme"], r["seed"]) in controls and r["kind"] != "none"]
         finite = [v for v in rec.values() if v is not None]
         out[key] = {"runs": len(rs), "by_seed": rec, "finite": finite,
                     "stats": mean_ci(finite) if finite else None,
@@ -324,7 +335,10 @@ def summary(rows: list[dict]) -> dict:
                     "verified": sum(r["verified"] for r in rs),
                     "tensors": sum(r["tensors"] for r in rs),
                     "failed": sum(r["checksum_failed"] + r["not_delivered"] for r in rs),
-                    "retrans": statistics.fmean(r["retrans"] for r in rs)}
+                    "retrans": statistics.fmean(r["retrans"] for r in rs),
+                    # training time the fault cost, against the control at the same seed
+                    "time_lost": mean_ci(lost) if lost else None,
+                    "last_slow": [r["last_slow_s"] for r in rs if r.get("last_slow_s") is not None]}
     return out
 
 
@@ -357,16 +371,19 @@ def report_md(rows: list[dict], d: Design) -> str:
                if ww else "") + ".\n")
     schemes = list(dict.fromkeys(r["scheme"] for r in ok))
     head = ("| pattern | fault | scheme | recovery, mean [95% CI] | by seed | > 0 | after undo "
-            "(mean) | stalled windows | worst window | CPU-bound | verified | SHA failed + lost "
-            "| TCP retrans (mean) |\n|" + "---|" * 13 + "\n")
+            "(mean) | stalled windows | worst window | training time lost vs control [95% CI] "
+            "| last slow tensor (mean) | CPU-bound | verified | SHA failed + lost "
+            "| TCP retrans (mean) |\n|" + "---|" * 15 + "\n")
     lines = []
     for (pattern, fault, scheme), c in cells.items():
         seeds = " ".join("lost" if v is None else f"{v:.2f}"
                          for _, v in sorted(c["by_seed"].items()))
         ar = statistics.fmean(c["after_restore"]) if c["after_restore"] else None
         ww = "-" if c["worst_window"] is None else f"{c['worst_window']:.2f}x"
+        ls = statistics.fmean(c["last_slow"]) if c["last_slow"] else None
         lines.append(f"| {pattern} | {fault} | {scheme or '-'} | {_ci(c['stats'])} | {seeds} | "
                      f"{c['nonzero']} of {c['runs']} | {_s(ar)} | {c['stalled']} | {ww} | "
+                     f"{_ci(c['time_lost'])} | {_s(ls)} | "
                      f"{c['cpu_bound']} of {c['runs']} | {c['verified']} of {c['tensors']} | "
                      f"{c['failed']} | {c['retrans']:.0f} |")
     parts.append(head + "\n".join(lines) + "\n")

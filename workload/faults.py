@@ -639,11 +639,10 @@ def _brief(d: dict | None) -> str:
                      for k, v in d.items() if k not in ("before", "restored", "sent"))
 
 
-def report(record: dict, tensors: list[dict], window_s: float | None = None,
-           settle_windows: int | None | str = "default") -> dict:
-    """The fault's record with the delivery check and the recovery (its
-    windows ``window_s`` long, ``settle_windows`` ending its episode;
-    "default"/None: workload/recovery.py's). A control (``none``) is measured
+def report(record: dict, tensors: list[dict], **measure) -> dict:
+    """The fault's record with the delivery check and the recovery
+    (workload/recovery.py; ``measure``: its window_s, threshold, span_s,
+    settle_windows when not its defaults). A control (``none``) is measured
     as if disturbed for its ``for``."""
     from workload.recovery import recovery
 
@@ -652,12 +651,9 @@ def report(record: dict, tensors: list[dict], window_s: float | None = None,
     out["checksum_failed"] = sum(1 for t in tensors if not t["censored"] and not t["ok"])
     out["not_delivered"] = sum(1 for t in tensors if t["censored"])
     out["tensors"] = len(tensors)
-    kw = {} if window_s is None else {"window_s": window_s}
-    if settle_windows != "default":
-        kw["settle_windows"] = settle_windows
     t_restore = record["t_restore_ns"]
     if record["kind"] == "none" and record["injected"] and record.get("for_s"):
         t_restore = record["t_inject_ns"] + int(record["for_s"] * 1e9)
-    out["recovery"] = recovery(tensors, record["t_inject_ns"], t_restore, **kw) \
+    out["recovery"] = recovery(tensors, record["t_inject_ns"], t_restore, **measure) \
         if record["injected"] else None
     return out
