@@ -247,7 +247,55 @@ def run_matrix(out: Path, design: Design, *, prefix: str = "tfaults", say=print)
             lifecycle.down(prefix)
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     (out / "faults.md").write_text(report_md(rows, d))
+    say(f"archiving the runs (what the table is measured from) in {out / 'runs.tar.xz'}")
+    archive(out, [r["results"] for r in rows if r.get("results")])
     return rows
+
+
+#: a tensor's fields the archive keeps: what workload/recovery.py and the delivery check read
+ARCHIVED_TENSOR_FIELDS = ("key", "kind", "layer", "partition", "iteration", "warmup", "censored",
+                          "ok", "t_start_ns", "t_done_ns", "fct_s")
+
+
+def slim(r: dict) -> dict:
+    """A results file as the archive keeps it: everything the table reads, the
+    tensors with ARCHIVED_TENSOR_FIELDS (times to the microsecond), without
+    the background's flow records, the CPU samples and the per-layer records
+    (~60 KB a run compressed instead of ~220 KB). `talb bench faults --out`
+    on a directory of these measures them again."""
+    out = {k: v for k, v in r.items() if k not in ("load", "cpu_samples", "layers", "tensors",
+                                                    "path")}
+    if isinstance(r.get("load"), dict):
+        out["load"] = {k: v for k, v in r["load"].items() if k != "background"}
+    tensors = []
+    for t in r["tensors"]:
+        x = {k: t.get(k) for k in ARCHIVED_TENSOR_FIELDS}
+        for k in ("t_start_ns", "t_done_ns"):
+            if x[k] is not None:
+                x[k] = x[k] // 1000 * 1000
+        if x["fct_s"] is not None:
+            x["fct_s"] = round(x["fct_s"], 6)
+        tensors.append(x)
+    out["tensors"] = tensors
+    return out
+
+
+def archive(out: Path, names: list[str]) -> Path:
+    """``runs.tar.xz`` in ``out``: the slim copy of each results file named."""
+    import io
+    import tarfile
+
+    dest = out / "runs.tar.xz"
+    tmp = dest.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:xz") as tf:
+        for name in names:
+            data = json.dumps(slim(json.loads((out / name).read_text())),
+                              separators=(",", ":")).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    tmp.replace(dest)
+    return dest
 
 
 def measure_of(d: Design) -> dict:

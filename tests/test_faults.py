@@ -62,6 +62,7 @@ MS = 1_000_000
 
 def _t(i, start_ms, fct_ms, kind="push", layer=0, warmup=False, censored=False):
     return {"key": f"k{i}", "kind": kind, "layer": layer, "warmup": warmup, "censored": censored,
+            "ok": not censored,
             "t_start_ns": start_ms * MS, "t_done_ns": None if censored else (start_ms + fct_ms) * MS,
             "fct_s": None if censored else fct_ms / 1e3}
 
@@ -203,3 +204,19 @@ def test_a_window_below_the_typical_fct_would_see_stalls_in_undisturbed_runs():
     r = [recovery(_training(s, 10_000), 3000 * MS, window_s=0.025)["recovery_s"]
          for s in range(1, 6)]
     assert any(x > 0 for x in r), r
+
+
+def test_a_control_is_judged_over_the_span_of_the_fault_it_controls():
+    from workload.faults import report
+
+    # a 0.5 s stall 1.5 s after the control's "fault", and another 4 s after it
+    ts = _training(3, 10_000, stall=(4500, 4600, 1))
+    stall2 = _training(3, 10_000, stall=(7000, 7100, 1))
+    rec = {"kind": "none", "injected": True, "t_inject_ns": 3000 * MS, "t_restore_ns": None}
+    spanning = report({**rec, "for_s": 2.0}, ts)["recovery"]
+    assert spanning["recovery_s"] >= 2.0 and spanning["stalled_windows"] > 0, spanning
+    # over no span the same stall is 1.5 s after the "fault": not its episode
+    assert report({**rec, "for_s": 0.0}, ts)["recovery"]["recovery_s"] == 0.0
+    # a stall 4 s in is past the span and its settling: the background's, not the fault's
+    late = report({**rec, "for_s": 2.0}, stall2)["recovery"]
+    assert late["recovery_s"] == 0.0 and late["last_degraded_s"] > 4.0, late

@@ -118,3 +118,35 @@ def test_help_names_the_designs():
                        capture_output=True, text=True, timeout=60, check=True)
     assert "uplink" in p.stdout and "kinds" in p.stdout and "--seeds" in p.stdout
     json.dumps(DESIGNS["uplink"].workers)   # the design is plain data (design.json)
+
+
+def test_the_archive_measures_as_the_full_file(tmp_path):
+    """A slim archived run gives the recovery the full one gave."""
+    import random
+    import tarfile
+
+    from experiments.faults import archive
+    from workload.faults import report
+
+    rng = random.Random(1)
+    tensors, t = [], 0
+    for i in range(2000):
+        fct = int(30e6 * rng.lognormvariate(0, 0.5)) + (2_000_000_000 if 900 <= i < 910 else 0)
+        tensors.append({"key": f"push/{i}", "kind": "push", "layer": i % 3, "partition": i % 7,
+                        "iteration": i // 240, "warmup": i < 240, "censored": False, "ok": True,
+                        "t_start_ns": t + rng.randrange(1000), "t_done_ns": t + fct,
+                        "fct_s": fct / 1e9, "netfct_s": 0.0, "ports": [1, 2]})
+        t += int(3.3e6) + (2_500_000_000 if i == 915 else 0)   # the rest wait for the stuck
+    record = {"kind": "uplink-down", "injected": True, "t_inject_ns": 3_000_000_000,
+              "t_restore_ns": 5_000_000_000, "for_s": 2.0}
+    run = {"config": {}, "summary": {}, "flags": {}, "fault": record, "tensors": tensors,
+           "load": {"offered": 0.2, "background": {"flows": [1] * 1000}}, "cpu_samples": [1]}
+    (tmp_path / "r.json").write_text(json.dumps(run))
+    with tarfile.open(archive(tmp_path, ["r.json"])) as tf:
+        slim = json.load(tf.extractfile("r.json"))
+    assert "background" not in slim["load"] and "cpu_samples" not in slim
+    full = report(record, tensors, **measure_of(DESIGNS["uplink"]))["recovery"]
+    again = report(slim["fault"], slim["tensors"], **measure_of(DESIGNS["uplink"]))["recovery"]
+    assert full["recovery_s"] > 0
+    for k in ("recovery_s", "degraded_windows", "stalled_windows", "slow", "before", "after"):
+        assert again[k] == full[k], k
