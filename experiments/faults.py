@@ -148,7 +148,8 @@ def row_of(fault: Fault, arch: str, scheme: str | None, seed: int, spec: str, r:
             "stalled_windows": rec.get("stalled_windows"), "worst_window": rec.get("worst_window"),
             "window_s": rec.get("window_s"), "slow": rec.get("slow"),
             "after": rec.get("after"), "last_slow_s": rec.get("last_slow_s"),
-            "worst_slowdown": rec.get("worst_slowdown"),
+            "worst_slowdown": rec.get("worst_slowdown"), "stuck": rec.get("stuck"),
+            "last_stuck_s": rec.get("last_stuck_s"),
             "verified": f["verified"], "tensors": f["tensors"],
             "checksum_failed": f["checksum_failed"], "not_delivered": f["not_delivered"],
             "retrans": r["summary"]["tcp"]["total"]["retrans_segs"],
@@ -386,7 +387,9 @@ def summary(rows: list[dict]) -> dict:
                     "retrans": statistics.fmean(r["retrans"] for r in rs),
                     # training time the fault cost, against the control at the same seed
                     "time_lost": mean_ci(lost) if lost else None,
-                    "last_slow": [r["last_slow_s"] for r in rs if r.get("last_slow_s") is not None]}
+                    "last_slow": [r["last_slow_s"] for r in rs if r.get("last_slow_s") is not None],
+                    "last_stuck": {r["seed"]: r["last_stuck_s"] for r in rs
+                                   if r.get("last_stuck_s") is not None}}
     return out
 
 
@@ -414,30 +417,38 @@ def report_md(rows: list[dict], d: Design) -> str:
             f"**Noise floor** (the `none` control, {len(controls)} runs): recovery > 0 in "
             f"{len(nz)} of {len(controls)}" + (f" (largest {max(r['recovery_s'] for r in nz):.2f} s)"
                                                if nz else "")
-            + (f"; the worst window's median slowdown in any control run {max(ww):.2f}x "
-               f"(median over the runs {statistics.median(ww):.2f}x; degraded above 2x)"
-               if ww else "") + ".\n")
+            + (f"; the largest windowed median slowdown anywhere in a control run {max(ww):.2f}x "
+               f"(median over the runs {statistics.median(ww):.2f}x; a window is degraded above "
+               f"{d.threshold:g}x within the episode)" if ww else "")
+            + (f"; last stuck tensor > 0 in {sum(1 for r in controls if r.get('last_stuck_s'))} "
+               f"of {len(controls)} (largest {max(r.get('last_stuck_s') or 0 for r in controls):.2f} s)"
+               if any('last_stuck_s' in r for r in controls) else "") + ".\n")
     schemes = list(dict.fromkeys(r["scheme"] for r in ok))
     head = ("| pattern | fault | scheme | recovery, mean [95% CI] | by seed | > 0 | after undo "
-            "(mean) | stalled windows | worst window | training time lost vs control [95% CI] "
-            "| last slow tensor (mean) | CPU-bound | verified | SHA failed + lost "
-            "| TCP retrans (mean) |\n|" + "---|" * 15 + "\n")
+            "(mean) | stalled windows | last stuck tensor, mean [95% CI] | by seed "
+            "| worst window | training time lost vs control [95% CI] "
+            "| CPU-bound | verified | SHA failed + lost "
+            "| TCP retrans (mean) |\n|" + "---|" * 16 + "\n")
     lines = []
     for (pattern, fault, scheme), c in cells.items():
         seeds = " ".join("lost" if v is None else f"{v:.2f}"
                          for _, v in sorted(c["by_seed"].items()))
         ar = statistics.fmean(c["after_restore"]) if c["after_restore"] else None
         ww = "-" if c["worst_window"] is None else f"{c['worst_window']:.2f}x"
-        ls = statistics.fmean(c["last_slow"]) if c["last_slow"] else None
+        st = list(c["last_stuck"].values())
+        st_seeds = " ".join(f"{v:.2f}" for _, v in sorted(c["last_stuck"].items()))
         lines.append(f"| {pattern} | {fault} | {scheme or '-'} | {_ci(c['stats'])} | {seeds} | "
-                     f"{c['nonzero']} of {c['runs']} | {_s(ar)} | {c['stalled']} | {ww} | "
-                     f"{_ci(c['time_lost'])} | {_s(ls)} | "
+                     f"{c['nonzero']} of {c['runs']} | {_s(ar)} | {c['stalled']} | "
+                     f"{_ci(mean_ci(st)) if st else '-'} | {st_seeds} | {ww} | "
+                     f"{_ci(c['time_lost'])} | "
                      f"{c['cpu_bound']} of {c['runs']} | {c['verified']} of {c['tensors']} | "
                      f"{c['failed']} | {c['retrans']:.0f} |")
     parts.append(head + "\n".join(lines) + "\n")
     if "talb" in schemes and len(schemes) > 1:
-        ph = ("| pattern | fault | TaLB − | seeds | mean difference [95% CI] | Wilcoxon p |\n"
-              "|---|---|---|---|---|---|\n")
+        ph = ("| pattern | fault | TaLB − | seeds | recovery: mean difference [95% CI] | Wilcoxon p "
+              "| last stuck tensor: mean difference [95% CI] | Wilcoxon p "
+              "| training time lost: mean difference [95% CI] | Wilcoxon p |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n")
         pl = []
         for (pattern, fault, scheme), c in cells.items():
             if scheme == "talb":
@@ -446,10 +457,11 @@ def report_md(rows: list[dict], d: Design) -> str:
             pr = paired(t["by_seed"], c["by_seed"]) if t else None
             if pr is None:
                 continue
-            ci = f"{pr['mean']:+.2f} s" + ("" if pr["lo"] == pr["hi"]
-                                           else f" [{pr['lo']:+.2f}, {pr['hi']:+.2f}]")
-            p = "-" if pr["p"] is None else f"{pr['p']:.3f}"
-            pl.append(f"| {pattern} | {fault} | {scheme} | {pr['n']} | {ci} | {p} |")
+            lost = paired(*(_lost_by_seed(ok, pattern, fault, x) for x in ("talb", scheme)))
+            stuck = paired(t["last_stuck"], c["last_stuck"])
+            pl.append(f"| {pattern} | {fault} | {scheme} | {pr['n']} | {_pair(pr)} |"
+                      + (" - | - |" if stuck is None else f" {_pair(stuck)} |")
+                      + (" - | - |" if lost is None else f" {_pair(lost)} |"))
         if pl:
             parts.append("Paired by seed (TaLB's recovery minus the other scheme's):\n\n"
                          + ph + "\n".join(pl) + "\n")
@@ -459,6 +471,21 @@ def report_md(rows: list[dict], d: Design) -> str:
                  "table measures recovery with the design's window, "
                  f"{d.window_s:g} s):\n\n" + cmds + "\n")
     return "\n".join(parts)
+
+
+def _pair(pr: dict) -> str:
+    ci = f"{pr['mean']:+.2f} s" + ("" if pr["lo"] == pr["hi"]
+                                   else f" [{pr['lo']:+.2f}, {pr['hi']:+.2f}]")
+    return ci + " | " + ("-" if pr["p"] is None else f"{pr['p']:.3f}")
+
+
+def _lost_by_seed(rows: list[dict], pattern: str, fault: str, scheme: str) -> dict:
+    """{seed: training time minus the control's at that seed} of one cell."""
+    ctl = {r["seed"]: r["training_s"] for r in rows
+           if r["kind"] == "none" and r["pattern"] == pattern and r["scheme"] == scheme}
+    return {r["seed"]: r["training_s"] - ctl[r["seed"]] for r in rows
+            if r["fault"] == fault and r["pattern"] == pattern and r["scheme"] == scheme
+            and r["kind"] != "none" and r["seed"] in ctl}
 
 
 def runs_table(rows: list[dict]) -> str:

@@ -68,7 +68,7 @@ def _schemes():
 @click.option("--design", type=click.Choice(_designs()), default="uplink", show_default=True,
               help="uplink: the 4-spine uplink-bound fabric of results/fig10, a leaf0 uplink "
                    "down 2 s with the agent running and stopped, beside the undisturbed "
-                   "control; TaLB, ECMP, CONGA; seeds 1-6 (54 runs, ~20-30 min here). kinds: the "
+                   "control; TaLB, ECMP, CONGA; seeds 1-6 (54 runs, ~20 min here). kinds: the "
                    "first table, every fault kind once on topologies/talb.yaml (docs/faults.md).")
 @click.option("--faults", "labels", default=None,
               help="Only these of the design's faults, by kind or name (uplink-down-agent-stopped), "

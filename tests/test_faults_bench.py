@@ -56,7 +56,8 @@ def _row(fault, kind, scheme, seed, rec, training_s=10.0, cpu_bound=False):
             "seed": seed, "recovery_s": rec, "after_restore_s": max(0.0, (rec or 0) - 2),
             "degraded_windows": int((rec or 0) / 0.25), "stalled_windows": 0,
             "worst_window": 1.5, "window_s": 0.25, "slow": 0, "after": 100,
-            "last_slow_s": 0.0, "worst_slowdown": 1.2, "verified": 100, "tensors": 100,
+            "last_slow_s": 0.0, "worst_slowdown": 1.2, "stuck": 0, "last_stuck_s": 0.0,
+            "verified": 100, "tensors": 100,
             "checksum_failed": 0, "not_delivered": 0, "retrans": 10, "queue_drops": 0,
             "counters": {}, "injected": True, "restored": True, "error": None,
             "training_s": training_s, "iteration_s": 0.8, "cpu_bound": cpu_bound,
@@ -81,7 +82,7 @@ def test_report_pairs_by_seed_and_states_the_noise_floor():
     assert cells[("ps", "none", "talb")]["nonzero"] == 0
     md = report_md(rows, DESIGNS["uplink"])
     assert "**Noise floor** (the `none` control, 10 runs): recovery > 0 in 0 of 10" in md
-    assert "| ps | hurt | ecmp | 5 | +0.50 s | 0.062 |" in md      # TaLB − ECMP, paired
+    assert "| ps | hurt | ecmp | 5 | +0.50 s | 0.062 | +0.00 s | - | +1.00 s | 0.062 |" in md   # TaLB − ECMP
     assert "2 flagged CPU-bound" in md
     assert md.count("\n    talb run") == len(rows)
 

@@ -41,7 +41,11 @@ run has tensors at several times its pre-fault p99), while the median moves
 when the fabric as a whole is slower or stalled. The tail is reported
 beside it: ``slow`` (tensors after the fault over 2x their class's pre-fault
 p99), ``last_slow_s`` (the last of them completed this long after the
-fault) and ``worst_slowdown`` (the largest FCT over its class's p99). A tensor never delivered makes the recovery
+fault), ``worst_slowdown`` (the largest FCT over its class's p99), and the
+fault's stragglers: ``stuck`` (the slow ones sent before the fault was
+undone) and ``last_stuck_s`` (when the last of them completed, after t_f):
+a tensor held up by the fault (a retransmission backoff) while the others
+went on at speed shows here, not in the median. A tensor never delivered makes the recovery
 infinite (None). ``after_restore_s`` is the part after the fault was
 undone. ``--fault none@AT`` gives the same numbers for an undisturbed run:
 the noise floor.
@@ -136,6 +140,12 @@ def recovery(tensors: list[dict], t_fault_ns: int, t_restore_ns: int | None = No
     out["last_slow_s"] = (max(slow_done) - t_fault_ns) / 1e9 if slow_done else 0.0
     out["worst_slowdown"] = max((t["fct_s"] / p99.get((t["kind"], t["layer"]), p99_all)
                                  for t in done), default=None)
+    # the fault's stragglers: slow tensors sent before it was undone (in flight through it)
+    t_end = t_fault_ns if t_restore_ns is None else max(t_fault_ns, t_restore_ns)
+    stuck = [t["t_done_ns"] for t in done if t["t_start_ns"] < t_end and t["fct_s"] >
+             (1 + tolerance) * p99.get((t["kind"], t["layer"]), p99_all)]
+    out["stuck"] = len(stuck)
+    out["last_stuck_s"] = (max(stuck) - t_fault_ns) / 1e9 if stuck else 0.0
     if lost:
         out["reason"] = f"{lost} tensors after the fault were never delivered"
         return out
