@@ -130,8 +130,9 @@ def _models() -> list[str]:
 @click.option("--prefix", default=paths.DEFAULT_PREFIX, show_default=True,
               help="Testbed prefix to run on (or to build).")
 @click.option("--fault", metavar="KIND@AT[:K=V,...]",
-              help="Inject a fault AT seconds after the nodes start and undo it after for=: "
-                   "uplink-down (leaf=, spine=), spine-down (spine=), agent-kill, scheme (to=), "
+              help="Inject a fault AT seconds after training starts and undo it after for=: "
+                   "uplink-down (leaf=, spine=, agent=run|stop), spine-down (spine=, agent=), "
+                   "agent-kill, scheme (to=), "
                    "table-full (limit=), forged-options (from=, to=, rate=), none (a control); "
                    "e.g. uplink-down@2s:for=1s. Reports recovery time and delivery "
                    "(docs/faults.md).")

@@ -674,17 +674,20 @@ def _train(cfg: RunConfig, run: _Setup, held: _Held, on_nodes, say) -> _Trained:
 
 def _run_nodes(cfg: RunConfig, run: _Setup, held: _Held, deadline: float, on_nodes,
                say) -> tuple[int, list]:
-    """Start the nodes (and the fault's clock), start them and the background
-    together, wait until training is over: (the start instant, the CPU
+    """Start the nodes, start them and the background together (and the
+    fault's clock), wait until training is over: (the start instant, the CPU
     sampler's samples)."""
     on_event, nodes = held.live.on_event, held.nodes
     with measure.Sampler(held.counters.ports, held.counters.host_ports) as sampler:
         _start_nodes(cfg, run, nodes, held.run_dir / "plan.json", on_event, say)
-        if held.injector is not None:
-            held.injector.start(time.monotonic_ns())
         if on_nodes:
             on_nodes({name: p.pid for name, p in nodes.procs})
         start_ns = _start_together(nodes, held.bg, deadline, on_event)
+        if held.injector is not None:
+            # the fault's clock is the training's (and the background plan's) start: the
+            # same instant into training at every scheme of a seed, however long the
+            # nodes took to get ready on a busy machine
+            held.injector.start(start_ns)
         _wait_for_training(cfg, run, nodes, deadline, on_event)
     return start_ns, sampler.samples
 

@@ -2,13 +2,23 @@
 
     SPEC = KIND@AT[:KEY=VALUE[,KEY=VALUE...]]
 
-``AT``: when, counted from the moment every node of the run is started
-(``2s``, ``500ms``, ``2``: seconds). Every fault but ``none`` lasts ``for``
+``AT``: when, counted from the moment training starts (every node ready,
+released together with the background: the same instant into the
+background's plan at every scheme of a seed, however long the nodes took to
+start) (``2s``, ``500ms``, ``2``: seconds). Every fault but ``none`` lasts ``for``
 (default 1 s) and is then undone; the run goes on throughout. Kinds:
 
-  none            nothing: the same measurement on an undisturbed run (a control)
+  none            nothing: the same measurement on an undisturbed run (a control);
+                  ``for``: the duration of the fault it controls (the recovery
+                  measure treats the run as disturbed that long; default 0)
   uplink-down     one leaf-spine link down, then up (``leaf``, ``spine``: leaf0, spine0)
   spine-down      every port of a spine down, then up (``spine``: spine0)
+                  Both take ``agent``: ``run`` (default: the agent takes the dead
+                  ports out of the groups within ms) or ``stop`` (the agent is
+                  SIGSTOPped just before the links go down and SIGCONTed just
+                  after they are up again: nothing reacts, the dead ports stay
+                  in every forwarding group, and what the switches send there
+                  is lost -- a fault that must hurt)
   agent-kill      the PCM agent SIGKILLed, started again after ``for`` with its settings
   scheme          every switch switched to scheme ``to`` (ecmp), back after ``for``
   table-full      every switch's TaLB tensor table limited to ``limit`` (16) live
@@ -46,9 +56,9 @@ from common import paths
 
 DEFAULT_FOR_S = 1.0
 KINDS: dict[str, dict[str, object]] = {   # kind -> {key: default}; None: chosen from the fabric
-    "none": {},
-    "uplink-down": {"for": DEFAULT_FOR_S, "leaf": None, "spine": None},
-    "spine-down": {"for": DEFAULT_FOR_S, "spine": None},
+    "none": {"for": 0.0},
+    "uplink-down": {"for": DEFAULT_FOR_S, "leaf": None, "spine": None, "agent": "run"},
+    "spine-down": {"for": DEFAULT_FOR_S, "spine": None, "agent": "run"},
     "agent-kill": {"for": DEFAULT_FOR_S},
     "scheme": {"for": DEFAULT_FOR_S, "to": "ecmp"},
     "table-full": {"for": DEFAULT_FOR_S, "limit": 16, "rate": 500},
@@ -62,6 +72,8 @@ REPORTED_COUNTERS = (
     "opt_tagged", "opt_truncated", "opt_bad_len", "opt_bad_version", "opt_zero_len",
     "opt_overrun", "opt_not_first", "drop_opt_position", "drop_strip_fail",
 )
+#: uplink-down/spine-down's ``agent``: run (it reacts), stop (frozen while the links are down)
+AGENT_MODES = ("run", "stop")
 SYNTAX = "KIND@AT[:key=value,...], e.g. uplink-down@2s:for=1s"
 
 
@@ -121,6 +133,11 @@ def parse_fault(text: str) -> FaultSpec:
                     from None
             if params[key] < 1:
                 raise ValueError(f"--fault: {key} must be >= 1, got {value!r} in {raw!r}")
+        elif key == "agent":
+            if value not in AGENT_MODES:
+                raise ValueError(f"--fault: agent must be one of {', '.join(AGENT_MODES)}, "
+                                 f"got {value!r} in {raw!r}")
+            params[key] = value
         else:
             params[key] = value
     if kind == "scheme":
@@ -211,6 +228,53 @@ class _AgentKill:
         t = time.monotonic()
         pid = start_background(self.prefix, **self.config)
         return {"started_pid": pid, "start_s": time.monotonic() - t}
+
+
+class _AgentStopped:
+    """SIGSTOP the testbed's agent, SIGCONT it at restore: while it is
+    stopped nothing reacts to link state, so a port that goes down stays in
+    every forwarding group with its PORT_UP flag (the data path checks the
+    flag, not the carrier) and what the switches send to it is lost. Put
+    before the links in a _Together: stopped first, continued last."""
+
+    def __init__(self, prefix: str):
+        from agent.daemon import running_pid
+
+        self.prefix = prefix
+        if running_pid(prefix) is None:
+            raise ValueError(f"--fault agent=stop: no agent runs for testbed '{prefix}'")
+        self.pid = None
+
+    def apply(self) -> dict:
+        from agent.daemon import running_pid
+
+        pid = running_pid(self.prefix)
+        if pid is None:
+            raise RuntimeError(f"agent=stop: no agent runs for testbed '{self.prefix}'")
+        os.kill(pid, signal.SIGSTOP)
+        self.pid = pid
+        deadline = time.monotonic() + 2.0   # SIGSTOP is asynchronous: wait until it holds
+        while _proc_state(pid) not in ("T", "t") and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return {"agent_stopped": pid, "agent_state": _proc_state(pid)}
+
+    def restore(self) -> dict:
+        if self.pid is None:
+            return {}
+        pid, self.pid = self.pid, None
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            return {"agent_continued": None}
+        return {"agent_continued": pid}
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 
 
 class _Together:
@@ -391,10 +455,11 @@ def _action(spec: FaultSpec, prefix: str, topo, used: list, seed: int):
         port = next((x.name for x in topo.ports(leaf) if x.peer == spine), None)
         if port is None:
             raise ValueError(f"--fault: no link between {leaf} and {spine}")
-        return _Links(paths.netns_name(prefix, leaf), [port], leaf)
+        return _with_agent(p, prefix, _Links(paths.netns_name(prefix, leaf), [port], leaf))
     if spec.kind == "spine-down":
         spine = switch("spine", "spine", spines[0] if spines else None)
-        return _Links(paths.netns_name(prefix, spine), [x.name for x in topo.ports(spine)], spine)
+        return _with_agent(p, prefix, _Links(paths.netns_name(prefix, spine),
+                                             [x.name for x in topo.ports(spine)], spine))
     if spec.kind == "agent-kill":
         return _AgentKill(prefix)
     if spec.kind == "scheme":
@@ -405,6 +470,13 @@ def _action(spec: FaultSpec, prefix: str, topo, used: list, seed: int):
     if spec.kind == "forged-options":
         return _Forger(prefix, topo, used, p, seed)
     raise AssertionError(spec.kind)
+
+
+def _with_agent(params: dict, prefix: str, links: _Links):
+    """The links alone (agent=run), or with the agent stopped around them."""
+    if params.get("agent", "run") == "stop":
+        return _Together([_AgentStopped(prefix), links])
+    return links
 
 
 def check_names(spec: FaultSpec, topo) -> None:
@@ -567,8 +639,11 @@ def _brief(d: dict | None) -> str:
                      for k, v in d.items() if k not in ("before", "restored", "sent"))
 
 
-def report(record: dict, tensors: list[dict]) -> dict:
-    """The fault's record with the delivery check and the recovery."""
+def report(record: dict, tensors: list[dict], **measure) -> dict:
+    """The fault's record with the delivery check and the recovery
+    (workload/recovery.py; ``measure``: its window_s, threshold, span_s,
+    settle_windows when not its defaults). A control (``none``) is measured
+    as if disturbed for its ``for``."""
     from workload.recovery import recovery
 
     out = dict(record)
@@ -576,6 +651,9 @@ def report(record: dict, tensors: list[dict]) -> dict:
     out["checksum_failed"] = sum(1 for t in tensors if not t["censored"] and not t["ok"])
     out["not_delivered"] = sum(1 for t in tensors if t["censored"])
     out["tensors"] = len(tensors)
-    out["recovery"] = recovery(tensors, record["t_inject_ns"], record["t_restore_ns"]) \
+    t_restore = record["t_restore_ns"]
+    if record["kind"] == "none" and record["injected"] and record.get("for_s"):
+        t_restore = record["t_inject_ns"] + int(record["for_s"] * 1e9)
+    out["recovery"] = recovery(tensors, record["t_inject_ns"], t_restore, **measure) \
         if record["injected"] else None
     return out
