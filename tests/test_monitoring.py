@@ -370,7 +370,10 @@ def test_the_run_numbers_in_prometheus_are_the_results_files(live):
     assert one(f'sum(talb_decisions_total{{testbed="{p}", scheme="talb"}})', None) > 100
     assert one(f'sum(talb_port_band_tx_bytes_total{{testbed="{p}", band!="0"}})', None) > \
         res["summary"]["tensors"]["delivered_bytes"] / 2
-    # every tensor crossing the fabric made an entry in its source leaf's table
+    # every tensor crossing the fabric met its source leaf's table: an entry
+    # made, or -- its first packet behind a later one (dropped at the sender's
+    # queue and retransmitted) -- met midstream and sent by the fallback
+    # (schemes/talb.h: no entry then; CI once saw 119 entries for 120 tensors)
     leaf_of = {h.name: h.leaf for h in load_topology_of(p).hosts}
     node_leaf = [leaf_of[h] for h in res["placement"]["workers"] + res["placement"]["servers"]]
     crossing: dict = {}
@@ -379,8 +382,8 @@ def test_the_run_numbers_in_prometheus_are_the_results_files(live):
             crossing[node_leaf[t["src"]]] = crossing.get(node_leaf[t["src"]], 0) + 1
     assert crossing, "no tensor crossed the fabric"
     for leaf, n in crossing.items():
-        assert one(f'talb_tensor_events_total{{testbed="{p}", switch="{leaf}", event="inserted"}}',
-                   None) >= n, leaf
+        assert one(f'sum(talb_tensor_events_total{{testbed="{p}", switch="{leaf}", '
+                   f'event=~"inserted|midstream"}})', None) >= n, leaf
 
 
 @pytest.mark.live
