@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import new_prefix, record_prefix
-from helpers import free_port
+from dask_procs import TEST_ROOT, DaskCluster, remove_stale_runs
 
 pytestmark = pytest.mark.live  # builds fabrics and runs traffic: `-m live` selects it
 
@@ -41,7 +41,8 @@ ARGS = ["bench", "--preset", "lb-classic-quick", "--loads", "0.3", "--seeds", "1
 #: effect, the commit, the results file's path, the planned flows -- must match.
 MEASURED = ("fct", "latency", "reorder", "retrans", "timeouts", "delivered", "censored", "cpu",
             "status", "machine", "_n")
-REGISTER_S = 60         # a worker registers with the scheduler within this
+#: a testbed worker's resource (docs/experiments.md, "Sweeps on a cluster")
+TESTBED_WORKER = ("--resources", "testbed=1")
 BENCH_S = 600           # a `talb bench` of a few runs ends within this
 
 
@@ -49,59 +50,23 @@ def _excluded(col: str) -> bool:
     return any(m in col for m in MEASURED) or col.endswith("_p99") or col.endswith("_mean")
 
 
-class DaskProcesses:
-    """A scheduler and workers, each `dask ...` in a session of its own (its
-    log in ``logs``), ended by process group at close."""
-
-    def __init__(self, logs: Path):
-        self.logs = logs
-        self.procs: list[subprocess.Popen] = []
-        self.address = f"tcp://127.0.0.1:{free_port()}"
-        self.workers = 0
-        self._start("scheduler", "scheduler", "--host", "127.0.0.1",
-                    "--port", self.address.rsplit(":", 1)[1], "--no-dashboard")
-
-    def _start(self, name: str, *args: str) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}     # the workers import this checkout
-        log = open(self.logs / f"{name}.log", "w")
-        p = subprocess.Popen([str(BIN / "dask"), *args], stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        self.procs.append(p)
-        return p
-
-    def add_worker(self) -> subprocess.Popen:
-        """One `dask worker ADDR --nworkers 1 --nthreads 1 --resources testbed=1`
-        (docs/experiments.md), waited for until it has registered."""
-        self.workers += 1
-        name = f"worker{self.workers}"
-        nanny = self._start(name, "worker", self.address, "--nworkers", "1", "--nthreads", "1",
-                            "--resources", "testbed=1", "--no-dashboard", "--name", name)
-        deadline = time.monotonic() + REGISTER_S
-        while "Registered to" not in (self.logs / f"{name}.log").read_text():
-            assert nanny.poll() is None, (self.logs / f"{name}.log").read_text()
-            assert time.monotonic() < deadline, f"{name} did not register in {REGISTER_S} s"
-            time.sleep(0.2)
-        return nanny
-
-    def close(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-
-
 @pytest.fixture
-def dask_procs(root, tmp_path):
-    procs = DaskProcesses(tmp_path)
+def dask_procs(root):
+    """A scheduler; the tests add `dask worker ADDR --nworkers 1 --nthreads 1
+    --resources testbed=1` workers (docs/experiments.md) as they need them."""
+    removed = remove_stale_runs()
+    if removed:
+        print(f"removed what killed runs of a cluster test left: {', '.join(removed)}")
+    procs = DaskCluster(TEST_ROOT / new_prefix())
     try:
         yield procs
     finally:
-        procs.close()
+        procs.stop()
+
+
+def _add_worker(procs: DaskCluster) -> subprocess.Popen:
+    """One more testbed worker, registered; its nanny's process."""
+    return procs.start_worker(f"worker{len(procs.procs)}", args=TESTBED_WORKER, run_dir=False)
 
 
 def _prefixes() -> tuple[str, str]:
@@ -166,7 +131,7 @@ def test_cluster_sweep_as_a_user_runs_it(dask_procs, tmp_path):
     _landed_once(outs["local"], 2)
 
     for workers in (1, 2):
-        dask_procs.add_worker()
+        _add_worker(dask_procs)
         prefix, second = _prefixes()
         how = f"{workers} worker(s)"
         outs[how] = tmp_path / f"cluster{workers}"
@@ -224,7 +189,7 @@ def test_worker_killed_mid_run_is_requeued(dask_procs, tmp_path):
     from agent.daemon import running_pid
     from common import paths
 
-    nannies = [dask_procs.add_worker(), dask_procs.add_worker()]
+    nannies = [_add_worker(dask_procs), _add_worker(dask_procs)]
     prefix, second = _prefixes()
     out = tmp_path / "killed"
     log = tmp_path / "bench.log"
