@@ -240,14 +240,14 @@ def test_conga_push_and_strip(pair):
 
 # --- what XDP mode refuses -------------------------------------------------------------------------
 def test_refusals_name_option_and_value():
-    from datapath.xdp import XdpError, check_pcm_delay, check_scheme, check_topology
+    from datapath.xdp import XDP_SCHEMES, XdpError, check_pcm_delay, check_scheme, check_topology
     from netns_topology import topology_from_dict
 
     with pytest.raises(XdpError, match="--datapath xdp cannot run --scheme drill: .*egress"):
         check_scheme("drill")
     with pytest.raises(XdpError, match="talb with fallback drill"):
         check_scheme("talb", "drill")
-    for ok in ("ecmp", "rps", "letflow", "conga", "talb"):
+    for ok in XDP_SCHEMES:      # every scheme but the refused, from the registry
         check_scheme(ok, "ecmp")
     with pytest.raises(XdpError, match="--pcm-delay measured"):
         check_pcm_delay("measured")
