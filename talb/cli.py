@@ -33,7 +33,7 @@ from common import paths
 from common.bcc_bindings import BccUnavailable
 from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, load_topology_of, node_namespace,
                                   read_state, require_root)
-from talb.cli_scheme import SCHEME_CHOICES, param_help, scheme_table
+from talb.cli_scheme import SCHEME_CHOICES, TIMER_FIELDS, param_help, scheme_table
 from testbed import lifecycle
 
 # soft_wrap: long lines (commands to copy) are never broken in the middle.
@@ -271,13 +271,6 @@ def _print_status(st: dict) -> None:
         console.print(t)
 
 
-#: switch config field -> (talb scheme --param key, Timers field)
-_TIMER_FIELDS = {"flowlet_timeout_us": ("flowlet_us", "flowlet_us"),
-                 "conga_dre_us": ("dre_us", "conga_dre_us"),
-                 "conga_alpha_shift": ("alpha_shift", "conga_alpha_shift"),
-                 "conga_age_us": ("age_us", "conga_age_us")}
-
-
 def _timers_line(t: dict, agent_window_s: float | None = None) -> str:
     """The timers the fabric's link rate gives (datapath/timers.py), one line."""
     from netns_topology.units import format_rate
@@ -297,7 +290,7 @@ def _timers_set(derived: dict | None, in_force: dict | None) -> list[str]:
     if not derived or not in_force:
         return []
     out = []
-    for field, (key, tfield) in _TIMER_FIELDS.items():
+    for field, (key, tfield) in TIMER_FIELDS.items():   # the link rate's (talb/cli_scheme.py)
         if field in in_force and in_force[field] != derived[tfield]:
             out.append(f"{key}={in_force[field]} (derived {derived[tfield]})")
     return out

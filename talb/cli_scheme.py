@@ -19,6 +19,11 @@ def _either(names) -> str:
 SCHEME_CHOICES = _either(s.name for s in SCHEMES)
 
 
+#: switch config field -> (talb scheme --param key, datapath.timers.Timers field)
+#: of every parameter whose default follows the link rate
+TIMER_FIELDS = {p.field: (p.name, p.timer) for s in SCHEMES for p in s.params if p.timer}
+
+
 def param_help() -> str:
     """`talb scheme --param`'s help: each scheme's keys, and which follow the link rate."""
     keys = "; ".join(

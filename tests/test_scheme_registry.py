@@ -80,6 +80,15 @@ def test_parameters_are_config_fields_with_their_defaults_in_range():
         assert callable(s.model), s.name
 
 
+def test_every_model_is_run_beside_its_program():
+    """Each scheme's model entry point is used by a BPF_PROG_TEST_RUN parity
+    test (a new scheme's fails here until it has one)."""
+    parity = "".join((REPO / "tests" / f).read_text() for f in
+                     ("test_schemes_switch.py", "test_talb_switch.py", "test_bpf_datapath.py"))
+    for s in registry.SCHEMES:
+        assert re.search(rf"\b{s.model.__name__}\b", parity), (s.name, s.model.__name__)
+
+
 def test_config_keeps_three_spare_words():
     """docs/schemes.md "Limits": a new scheme's parameters go in struct
     talb_config's reserved words (the value size stays, old pins still read)."""
