@@ -269,6 +269,11 @@ def test_readme_and_docs_list_the_registry():
     for s in registry.SCHEMES:
         assert re.search(rf"^\| {s.title} +\| `bpf/include/talb/schemes/{s.name}.h` +\| "
                          rf"`datapath/schemes/{s.name}.py`", docs, re.M), s.name
+        # and its parameters in the parameter table ("| `d` | DRILL | 2 | 1..4 |")
+        rows = [line for line in docs.splitlines() if line.startswith("| `")]
+        for p in s.params:
+            assert any(f"`{p.name}`" in row and f"| {s.title} " in row for row in rows), \
+                (s.name, p.name)
 
 
 def test_scheme_records_are_frozen():
