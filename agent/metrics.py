@@ -19,26 +19,21 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from agent.loop import Agent
 from datapath.qdisc_stats import QdiscReader
+from datapath.schemes import registry as scheme_registry
 from netns_topology.qdisc import FIRST_BAND, ROOT
 
 # Loop timing buckets: tenths of a ms up to a second (a window is a few ms).
 _BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05,
             0.1, 0.25, 1.0)
 
-#: counters of multipath decisions -> (scheme, case). TaLB's decisions
+#: counters of multipath decisions -> (scheme, case), as each scheme declares
+#: them (SCHEME.decisions: a new scheme's are exported with no edit here). TaLB's decisions
 #: split into table hits and new tensors by case; CNT_TALB_THRESHOLD is
 #: the part of CASE 1 sent back to the lowest-PCM port by S. The count of
 #: TaLB's fallback scheme (ECMP by default) includes TaLB's untagged packets
 #: and full-table tensors.
 DECISIONS = {
-    "decision_ecmp": ("ecmp", "hash"),
-    "decision_rps": ("rps", "random"),
-    "decision_letflow": ("letflow", "flowlet"),
-    "decision_drill": ("drill", "shortest_queue"),
-    "decision_conga": ("conga", "flowlet"),
-    "talb_hit": ("talb", "table_hit"),
-    "talb_case2": ("talb", "case2"),
-    "talb_threshold": ("talb", "case1_threshold"),
+    **{counter: (s.name, case) for s in scheme_registry.SCHEMES for counter, case in s.decisions},
     "decision_single": ("none", "single_port"),
 }
 

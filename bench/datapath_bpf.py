@@ -27,14 +27,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from datapath.schemes import registry as scheme_registry  # noqa: E402
+
 EMPTY_OK = b"int empty_ok(struct __sk_buff *skb) { return TC_ACT_OK; }"
 EMPTY_REDIRECT = b"""
 int empty_redirect(struct __sk_buff *skb) { return bpf_redirect(IFINDEX, 0); }
 """
 
 
-#: the schemes with a row of their own, 4-port group
-SCHEME_ROWS = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+#: the schemes with a row of their own, 4-port group: every scheme of the registry
+SCHEME_ROWS = tuple(s.name for s in scheme_registry.SCHEMES)
 
 
 #: tagged rows: row key -> (scheme, TaLBHeader fields of the measured
@@ -48,8 +50,11 @@ TAGGED_ROWS = {"talb_hit": ("talb", dict(layer=0, tensor_len=65535, pkt_idx=1)),
                "talb_miss": ("talb", dict(layer=0, tensor_len=1, pkt_idx=0)),
                "ecmp_tagged": ("ecmp", dict(layer=0, tensor_len=65535, pkt_idx=1))}
 
-_ROW_NAMES = {"ecmp": "ECMP", "rps": "RPS", "letflow": "LetFlow", "drill": "DRILL(2,1)",
-              "conga": "CONGA", "talb": "TaLB (untagged -> ECMP)",
+#: a row's label: the scheme's title, but where the title alone does not say
+#: what is measured -- DRILL at its default (d, m), TaLB's untagged packet
+#: through its default fallback (the rows' names the committed results use)
+_ROW_NAMES = {**{s.name: s.title for s in scheme_registry.SCHEMES},
+              "drill": "DRILL(2,1)", "talb": "TaLB (untagged -> ECMP)",
               "talb_hit": "TaLB tagged, table hit", "talb_miss": "TaLB tagged, new tensor",
               "ecmp_tagged": "ECMP tagged"}
 
@@ -209,8 +214,10 @@ def measure(*, repeat: int = 1_000_000, rounds: int = 3, sizes=(64, 1514), say=p
         if not counters["redirected"] or counters["released"]:
             raise RuntimeError(f"benchmark did not exercise the redirect path: {counters}")
         for scheme in SCHEME_ROWS:
-            if not counters[f"decision_{scheme}"] and scheme != "talb" \
-                    or scheme == "talb" and not counters["talb_fallback"]:
+            # an untagged packet under a scheme with a fallback (TaLB) is the fallback's
+            decided = ("talb_fallback" if scheme_registry.get(scheme).has_fallback
+                       else f"decision_{scheme}")
+            if not counters[decided]:
                 raise RuntimeError(f"benchmark did not run {scheme}'s decision: {counters}")
         runs = repeat * rounds * len(sizes)
         if counters["talb_hit"] < runs or counters["talb_case2"] + counters["talb_case1"] < runs:

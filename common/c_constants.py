@@ -124,9 +124,11 @@ TALB_DRILL_MAX_M = _c("TALB_DRILL_MAX_M")
 #: priority bands of a port's egress queue (skb->priority classids 1:10..1:17)
 MAX_BANDS = _c("TALB_MAX_BANDS")
 
-#: The registry of schemes: name -> id, from the TALB_SCHEME_<NAME> defines in
-#: id order. Every list of schemes in the project (topology files, `talb
-#: scheme`, the loader's programs, the sweeps) is this one.
+#: The schemes' names and ids, from the TALB_SCHEME_<NAME> defines in id order:
+#: what the layers below datapath (topology and fabric files) check names
+#: against. What each scheme declares about itself (parameters, XDP, counters,
+#: model) is datapath/schemes/registry.py's, which checks its records against
+#: these ids.
 SCHEMES = MappingProxyType(dict(sorted(
     ((k[len("TALB_SCHEME_"):].lower(), v) for k, v in CONST.items() if k.startswith("TALB_SCHEME_")),
     key=lambda item: item[1])))

@@ -24,6 +24,7 @@ from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTE
 from datapath import bpf_syscall as sc
 from datapath import talb_native
 from datapath.maps import SwitchMaps
+from datapath.schemes import registry as scheme_registry
 from datapath.schemes import talb as talb_scheme
 from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
 from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo, PortSlot
@@ -73,12 +74,9 @@ def scheme_id_of(name: str) -> int:
 def _fallback_id(name: str, what: str) -> int:
     """The id of a scheme TaLB may hand untagged packets to."""
     fid = scheme_id_of(name)
-    if fid == SCHEMES["talb"]:
-        raise SchemeError(f"{what}: TaLB cannot be its own fallback (untagged packets "
-                          f"carry no tensor)")
-    if fid == SCHEMES["conga"]:
-        raise SchemeError(f"{what}: CONGA cannot be TaLB's fallback (it needs every packet "
-                          f"of the fabric, to carry its option leaf to leaf)")
+    refused = scheme_registry.get(SCHEME_NAMES[fid]).not_a_fallback
+    if refused:
+        raise SchemeError(f"{what}: {refused}")
     return fid
 
 
@@ -308,23 +306,11 @@ def config_update(maps: SwitchMaps):
 
 # --- schemes and their parameters ---------------------------------------------------
 #: scheme -> {parameter: (read_config / TalbConfig field, least, largest)}: what
-#: ``talb scheme NAME --param key=value`` sets (docs/schemes.md: defaults and why).
+#: ``talb scheme NAME --param key=value`` sets (docs/schemes.md: defaults and why),
+#: from each scheme's declaration (datapath/schemes/<name>.py, SCHEME.params).
 #: TaLB's ``fallback`` is a scheme name; TaLB also takes its fallback's parameters.
 SCHEME_PARAMS: Mapping[str, Mapping[str, tuple]] = {
-    "ecmp": {},
-    "rps": {},
-    "letflow": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000)},
-    "drill": {"d": ("drill_d", 1, CONST["TALB_DRILL_MAX_D"]),
-              "m": ("drill_m", 0, CONST["TALB_DRILL_MAX_M"])},
-    "conga": {"flowlet_us": ("flowlet_timeout_us", 1, 10_000_000),
-              "dre_us": ("conga_dre_us", 1, 1_000_000),
-              "alpha_shift": ("conga_alpha_shift", 1, 4),
-              "q_bits": ("conga_q_bits", 1, 8),
-              "age_us": ("conga_age_us", 1, 100_000_000)},
-    "talb": {"fallback": ("fallback_scheme", None, None),
-             "tensor_limit": ("tensor_limit", 1, TALB_MAX_TENSORS),
-             "idle_us": ("tensor_idle_us", 1, 0xFFFFFFFF)},
-}
+    s.name: {p.name: (p.field, p.lo, p.hi) for p in s.params} for s in scheme_registry.SCHEMES}
 
 
 def parse_params(items: Iterable[str]) -> dict[str, str]:
@@ -344,7 +330,7 @@ def parse_params(items: Iterable[str]) -> dict[str, str]:
 
 def _params_of(scheme: str, fallback: str | None = None) -> dict[str, tuple]:
     params = dict(SCHEME_PARAMS.get(scheme, {}))
-    if scheme == "talb" and fallback:
+    if scheme in scheme_registry.BY_NAME and scheme_registry.get(scheme).has_fallback and fallback:
         params.update(SCHEME_PARAMS.get(fallback, {}))
     return params
 
@@ -379,7 +365,7 @@ def set_scheme(maps: SwitchMaps, name: str, params: Mapping[str, object] | None 
 def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
     fallback = SCHEME_NAMES.get(cfg.fallback_scheme)
     if "fallback" in params:
-        if scheme != "talb":
+        if not scheme_registry.get(scheme).has_fallback:
             raise SchemeError(f"--param fallback={params['fallback']}: only TaLB has a "
                               f"fallback scheme (for untagged packets), not {scheme}")
         fid = _fallback_id(params["fallback"], f"--param fallback={params['fallback']}")

@@ -29,6 +29,7 @@ from datapath.program import (  # noqa: F401  (re-exported: other modules import
     TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS, BpfDatapath, ensure_bpffs, find_filter, is_bpffs,
     remove_pins,
 )
+from datapath.schemes import registry as scheme_registry
 from datapath.structs import TalbConfig
 
 __all__ = [
@@ -40,9 +41,10 @@ __all__ = [
 
 SWITCH_SRC = Path(BPF_SRC_DIR) / "switch_tc.c"
 PROG_NAME = "talb_switch_tc"
-#: schemes decided in the main program (no program of their own): ECMP, and
-#: TaLB (a tail call cost more than its table hit: docs/schemes.md)
-INLINE_SCHEMES = ("ecmp", "talb")
+#: schemes decided in the main program (no program of their own: SCHEME.inline
+#: of their declaration): ECMP, and TaLB (a tail call cost more than its table
+#: hit: docs/schemes.md)
+INLINE_SCHEMES = tuple(s.name for s in scheme_registry.SCHEMES if s.inline)
 #: scheme -> its program in bpf/switch_tc.c (``talb_scheme_<name>``),
 #: tail-called through the scheme_progs map at the scheme's id. Every other
 #: scheme of the registry has one: a TALB_SCHEME_* define without its entry

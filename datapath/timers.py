@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from datapath.schemes import registry as scheme_registry
+
 #: HTB counts the Ethernet header (DESIGN section 3): a full frame is MTU + 14.
 ETH_HEADER_BYTES = 14
 #: The slot is rounded up to this grid: config fields are whole microseconds,
@@ -50,16 +52,16 @@ WINDOW_SLOTS = 40
 #: The agent's shortest derived window: its CPU cost (agent/config.py,
 #: DEFAULT_WINDOW_S) -- faster links keep 5 ms windows.
 WINDOW_FLOOR_US = 5_000
-#: The parameters' ranges (datapath/control.py SCHEME_PARAMS): a derived value
-#: is clamped into them (only links far below 1 Mbit/s reach the top).
-FLOWLET_MAX_US = 10_000_000
-DRE_MAX_US = 1_000_000
-AGE_MAX_US = 100_000_000
+#: ``talb scheme --param`` keys of the timers -> the Timers field they follow:
+#: the parameters a scheme declares with ``timer=`` (datapath/schemes/<name>.py)
+PARAM_FIELDS = {p.name: p.timer for s in scheme_registry.SCHEMES for p in s.params if p.timer}
+#: The parameters' ranges (their declarations): a derived value is clamped
+#: into them (only links far below 1 Mbit/s reach the top).
+_TOP = {p.timer: p.hi for s in scheme_registry.SCHEMES for p in s.params if p.timer}
+FLOWLET_MAX_US = _TOP["flowlet_us"]
+DRE_MAX_US = _TOP["conga_dre_us"]
+AGE_MAX_US = _TOP["conga_age_us"]
 WINDOW_MAX_US = 10_000_000
-
-#: ``talb scheme --param`` keys of the timers -> the Timers field they follow
-PARAM_FIELDS = {"flowlet_us": "flowlet_us", "dre_us": "conga_dre_us",
-                "alpha_shift": "conga_alpha_shift", "age_us": "conga_age_us"}
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from datapath.loader import SCHEME_PROGS, SwitchDatapath
 from datapath.maps import MapSet
 from datapath.program import BPF_SRC_DIR, BpfDatapath, _ifindex, each_link
 from datapath.program import _ipr as _ipr_for
+from datapath.schemes import registry as scheme_registry
 
 __all__ = ["XdpSwitchDatapath", "HostXdpPass", "XdpError", "XDP_SCHEMES", "XDP_REFUSED",
            "check_scheme", "check_topology", "check_pcm_delay", "xdp_prog_name",
@@ -56,20 +57,10 @@ XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
 XDP_FLAGS_SKB_MODE = 1 << 1
 XDP_FLAGS_DRV_MODE = 1 << 2
 
-#: schemes the XDP entry point runs, and why each one can
-XDP_SCHEMES = {
-    "ecmp": "a hash of the 5-tuple",
-    "rps": "a random port per packet",
-    "letflow": "flowlets by time gaps, in the program",
-    "conga": "its DRE counts the bytes the program sends (no qdisc read)",
-    "talb": "tensor table in the program; PCM from the program's byte counters "
-            "and the M/D/1 model (--pcm-delay model)",
-}
-#: schemes it refuses, and why
-XDP_REFUSED = {
-    "drill": "it picks the port with the shortest egress queue, and XDP_REDIRECT bypasses "
-             "the egress qdisc: there is no queue to read",
-}
+#: schemes the XDP entry point runs, and why each one can; and the ones it
+#: refuses, and why (each scheme's declaration: SCHEME.xdp, SCHEME.xdp_why)
+XDP_SCHEMES = {s.name: s.xdp_why for s in scheme_registry.SCHEMES if s.xdp}
+XDP_REFUSED = {s.name: s.xdp_why for s in scheme_registry.SCHEMES if not s.xdp}
 
 
 class XdpError(ValueError):
@@ -81,8 +72,9 @@ def check_scheme(scheme: str, fallback: str | None = None, *, option: str = "--s
     if scheme in XDP_REFUSED:
         raise XdpError(f"--datapath xdp cannot run {option} {scheme}: {XDP_REFUSED[scheme]} "
                        f"(XDP runs: {', '.join(XDP_SCHEMES)})")
-    if scheme == "talb" and fallback in XDP_REFUSED:
-        raise XdpError(f"--datapath xdp cannot run talb with fallback {fallback}: "
+    if scheme in scheme_registry.BY_NAME and scheme_registry.get(scheme).has_fallback \
+            and fallback in XDP_REFUSED:
+        raise XdpError(f"--datapath xdp cannot run {scheme} with fallback {fallback}: "
                        f"{XDP_REFUSED[fallback]}")
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import re
 
+from common.c_constants import SCHEMES
 from common.paths import NETNS_RE, NODE_RE, PREFIX_RE
 
 from .errors import TopologyError
@@ -51,7 +52,6 @@ from .units import parse_size
 DEFAULT_NAME = "attach"
 DEFAULT_LINK_RATE = 100_000_000
 DEFAULT_QUEUE_LIMIT = 150_000
-SCHEMES = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
 IFNAMSIZ = 15
 #: a machine's name: a host name (``srv1``, ``rack2-n07.lab``) or a Dask worker's --name
 MACHINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")

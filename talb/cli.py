@@ -33,6 +33,7 @@ from common import paths
 from common.bcc_bindings import BccUnavailable
 from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, load_topology_of, node_namespace,
                                   read_state, require_root)
+from talb.cli_scheme import SCHEME_CHOICES, TIMER_FIELDS, param_help, scheme_table
 from testbed import lifecycle
 
 # soft_wrap: long lines (commands to copy) are never broken in the middle.
@@ -112,7 +113,7 @@ def _topology_dict(topology: str | None, overrides: dict) -> dict:
 @click.option("--tcp-cc", help="Hosts' TCP congestion control: cubic, bbr or reno [cubic].")
 @click.option("--rto-min", help="Hosts' minimum TCP retransmission timeout, e.g. 10ms (a metric "
                                 "of their routes) [the kernel's: 200ms].")
-@click.option("--scheme", help="Load-balancing scheme: ecmp, rps, letflow, drill, conga or talb [ecmp] "
+@click.option("--scheme", help=f"Load-balancing scheme: {SCHEME_CHOICES} [ecmp] "
                                 "(parameters: `talb scheme NAME --param ...`).")
 @click.option("--datapath", type=click.Choice(DATAPATHS), default="bpf", show_default=True,
               help="bpf: the switch programs forward at TC ingress, through each port's "
@@ -270,13 +271,6 @@ def _print_status(st: dict) -> None:
         console.print(t)
 
 
-#: switch config field -> (talb scheme --param key, Timers field)
-_TIMER_FIELDS = {"flowlet_timeout_us": ("flowlet_us", "flowlet_us"),
-                 "conga_dre_us": ("dre_us", "conga_dre_us"),
-                 "conga_alpha_shift": ("alpha_shift", "conga_alpha_shift"),
-                 "conga_age_us": ("age_us", "conga_age_us")}
-
-
 def _timers_line(t: dict, agent_window_s: float | None = None) -> str:
     """The timers the fabric's link rate gives (datapath/timers.py), one line."""
     from netns_topology.units import format_rate
@@ -296,7 +290,7 @@ def _timers_set(derived: dict | None, in_force: dict | None) -> list[str]:
     if not derived or not in_force:
         return []
     out = []
-    for field, (key, tfield) in _TIMER_FIELDS.items():
+    for field, (key, tfield) in TIMER_FIELDS.items():   # the link rate's (talb/cli_scheme.py)
         if field in in_force and in_force[field] != derived[tfield]:
             out.append(f"{key}={in_force[field]} (derived {derived[tfield]})")
     return out
@@ -450,23 +444,25 @@ def _print_tensor_table(st: dict, limit: int) -> None:
 
 @main.command("scheme")
 @click.argument("name", required=False)
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="A parameter of the scheme (repeatable): letflow flowlet_us; drill d, m; "
-                   "conga flowlet_us, dre_us, alpha_shift, q_bits, age_us; "
-                   "talb fallback, tensor_limit, idle_us (and its fallback's). "
-                   "flowlet_us, dre_us, age_us default to multiples of the fabric's frame "
-                   "time; =auto goes back to that. Defaults and why: docs/schemes.md.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help=param_help())
 @click.option("--cluster", metavar="tcp://HOST:PORT",
               help="A fabric attached with `talb attach --cluster`: every machine's switches, "
                    "through its worker at this scheduler (one machine refusing puts the "
                    "others' scheme back).")
+@click.option("--list", "list_schemes", is_flag=True,
+              help="List every scheme the data path has: where it decides, XDP, parameters "
+                   "with defaults and units, paper (no testbed needed).")
 @PREFIX_OPTION
-def scheme(name, params, cluster, prefix):
+def scheme(name, params, cluster, list_schemes, prefix):
     """Show every switch's scheme and its effective parameters, or switch
     them all to NAME at run time (no reload; connections survive)."""
     from datapath.control import SchemeError, parse_params, read_config, scheme_params, set_scheme
     from datapath.maps import SwitchMaps
 
+    if list_schemes:
+        if name or params or cluster:
+            _fail("--list shows every scheme: it takes no NAME, --param or --cluster")
+        return console.print(scheme_table())
     if cluster:
         return _scheme_cluster(prefix, name, params, cluster)
     require_root()

@@ -6,6 +6,7 @@ import click
 from rich.console import Console
 
 from agent.config import DEFAULT_METRICS_PORT
+from talb.cli_scheme import SCHEME_CHOICES
 
 console = Console(highlight=False)
 
@@ -20,8 +21,8 @@ def _progress(msg: str) -> None:
 @click.option("--fabric", "fabric_file", required=True, type=click.Path(dir_okay=False),
               help="The fabric file (YAML): switches, their ports and what each faces, hosts "
                    "(docs/attach.md; example topologies/attach-mininet.yaml).")
-@click.option("--scheme", help="Load-balancing scheme instead of the file's: ecmp, rps, letflow, "
-                               "drill, conga or talb (switch later with `talb scheme --prefix NAME`).")
+@click.option("--scheme", help=f"Load-balancing scheme instead of the file's: {SCHEME_CHOICES} "
+                               "(switch later with `talb scheme --prefix NAME`).")
 @click.option("--agent/--no-agent", "with_agent", default=True, show_default=True,
               help="Start the PCM agent for the attached switches.")
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True,

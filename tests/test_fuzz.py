@@ -70,6 +70,7 @@ from collections import Counter
 import pytest
 
 from common.c_constants import SCHEMES
+from datapath.schemes.registry import fallback_choices
 import fuzzframes as F
 from helpers import ProgTestSwitch, loaded_switch
 
@@ -301,7 +302,7 @@ class FuzzSwitch(ProgTestSwitch):
                                     threshold=rng.choice((None, rng.random())))
         if self.scheme == "talb":
             control.set_talb_config(
-                self.maps, fallback=rng.choice(("ecmp", "rps", "letflow", "drill")),
+                self.maps, fallback=rng.choice(fallback_choices()),
                 tensor_limit=rng.choice((1, 8, 64, 200)),
                 tensor_idle_us=rng.choice((50, 2000, 1_000_000)))
             control.sweep_tensors(self.maps, idle_s=rng.choice((0, 0.001, 3600)))
@@ -528,7 +529,7 @@ class SwitchCheck:
                self.decided_multi_untagged)
             eq("decision_talb", d["decision_talb"],
                d["talb_hit"] + d["talb_late"] + d["talb_case1"] + d["talb_case2"])
-            fb = sum(d[f"decision_{s}"] for s in ("ecmp", "rps", "letflow", "drill"))
+            fb = sum(d[f"decision_{s}"] for s in fallback_choices())
             eq("fallback decisions", fb, multi - d["decision_talb"])
         else:
             eq(f"decision_{self.scheme}", d[f"decision_{self.scheme}"], multi)

@@ -22,6 +22,7 @@ from contextlib import nullcontext
 import pytest
 
 from common import paths
+from common.c_constants import SCHEMES
 from datapath.control import set_scheme
 from datapath.maps import SwitchMaps
 from netns_topology.state import load_topology_of
@@ -317,7 +318,7 @@ def _sendmsg_rings(prefix: str, hosts) -> dict[str, int]:
     return out
 
 
-@pytest.mark.parametrize("scheme", ["talb", "ecmp", "rps", "letflow", "drill", "conga"])
+@pytest.mark.parametrize("scheme", ["talb", *(s for s in SCHEMES if s != "talb")])
 def test_allreduce_every_message_tagged_at_the_senders_uplinks(fabric, tmp_path, scheme):
     """The all-reduce across leaves, captured outbound at every rank host's
     link and every leaf uplink. Under talb with the transparent tagger on the

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from common import paths
+from datapath.schemes import registry as scheme_registry
 from netns_topology import LeafSpine
 from talb.demo import uplink_tx
 from testbed import lifecycle
@@ -29,7 +30,9 @@ pytestmark = pytest.mark.live
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGIES = {"default": None, "asymmetric": ROOT / "topologies" / "asymmetric.yaml"}
-SCHEMES = ("rps", "letflow", "drill", "conga")
+#: every scheme with a program of its own (the registry's; ECMP and TaLB, decided
+#: in the main program, have live tests of their own)
+SCHEMES = tuple(s.name for s in scheme_registry.SCHEMES if not s.inline)
 
 
 @pytest.fixture(scope="module", params=list(TOPOLOGIES))

@@ -23,6 +23,7 @@ import pytest
 import hypothesis
 from hypothesis import strategies as st
 
+from datapath.schemes import registry as scheme_registry
 from helpers import ProgTestSwitch, loaded_switch
 
 pytestmark = pytest.mark.bpf
@@ -393,13 +394,19 @@ def test_drill_matches_model(sw):
 
 
 # --- every scheme ---------------------------------------------------------------------------
-@pytest.mark.parametrize("scheme,params", [("rps", {}), ("letflow", {"flowlet_us": 1}), ("conga", {"flowlet_us": 1}),
-                                           ("drill", {"d": 4, "m": 2})])
-def test_down_ports_are_never_chosen(sw, scheme, params):
+#: parameters that make a scheme choose anew for every packet here (flowlet_us
+#: 1: each packet a new flowlet; DRILL sampling every port it may remember)
+PER_PACKET = {"letflow": {"flowlet_us": 1}, "conga": {"flowlet_us": 1}, "drill": {"d": 4, "m": 2}}
+
+
+#: every scheme with a program of its own (the registry's; ECMP hashes a flow
+#: to one port and TaLB places tensors: test_bpf_datapath, test_talb_switch)
+@pytest.mark.parametrize("scheme", [s.name for s in scheme_registry.SCHEMES if not s.inline])
+def test_down_ports_are_never_chosen(sw, scheme):
     """Down ports still in the group (before the agent regroups): never
     chosen, and every usable one still is (flowlet_us 1: each packet a new
     flowlet; DRILL without rates: the estimates never drain, so it spreads)."""
-    sw.reset(scheme, params, down=("p2", "p4"), rates=scheme != "drill")
+    sw.reset(scheme, PER_PACKET.get(scheme, {}), down=("p2", "p4"), rates=scheme != "drill")
     seen = set()
     for i in range(200):
         seen.add(sw.send(tcp(sport=40000 + i % 7)))

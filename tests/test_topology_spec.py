@@ -10,6 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.c_constants import SCHEMES
 from netns_topology import (LeafSpine, Topo, TopologyError, load_topology, parse_rate, parse_size,
                             topology_from_dict)
 
@@ -82,7 +83,7 @@ BAD = [
     ({"queue": {"layers_per_band": 0}}, "queue.layers_per_band: must be an integer between 1 and 256, got 0"),
     ({"link_rate": "1kbit", "queue": {"burst": "100kb"}}, "queue.burst: 100000 bytes take longer than HTB"),
     ({"tcp_cc": "Cubic!"}, "tcp_cc: must be a lowercase word, got 'Cubic!'"),
-    ({"scheme": "hula"}, "scheme: must be one of ecmp, rps, letflow, drill, conga, talb, got 'hula'"),
+    ({"scheme": "hula"}, f"scheme: must be one of {', '.join(SCHEMES)}, got 'hula'"),
     ({"rto_min": "10"}, "rto_min: must be a duration like 10ms or 0.2s (a plain integer: milliseconds"),
     ({"rto_min": "fast"}, "rto_min: must be a duration like 10ms or 0.2s"),
     ({"rto_min": 0.01}, "rto_min: must be a duration like 10ms or 0.2s"),

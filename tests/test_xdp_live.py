@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from datapath.xdp import XDP_SCHEMES
 from helpers import up_fabric
 
 pytestmark = [pytest.mark.live, pytest.mark.bpf]
@@ -66,7 +67,7 @@ def test_ping_all_pairs(fabric):
             assert r.returncode == 0, (a.name, b.name, r.stdout[-300:])
 
 
-@pytest.mark.parametrize("scheme", ["ecmp", "rps", "letflow", "conga", "talb"])
+@pytest.mark.parametrize("scheme", list(XDP_SCHEMES))
 def test_tcp_across_leaves_under_each_scheme(fabric, scheme):
     from datapath.fabric import switch_configs
     from workload.iperf import run_iperf3

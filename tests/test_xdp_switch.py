@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 
+from datapath.xdp import XDP_SCHEMES
 from helpers import ProgTestSwitch, loaded_switch
 
 pytestmark = pytest.mark.bpf
@@ -147,7 +148,9 @@ def test_programs_load_as_xdp(pair):
 
 
 # --- the same verdicts, bytes and counters as TC -------------------------------------------------
-@pytest.mark.parametrize("scheme", ["ecmp", "rps", "letflow", "talb"])
+#: every scheme XDP runs (the registry's), but CONGA: its option's push and strip
+#: have a test of their own (test_conga_push_and_strip)
+@pytest.mark.parametrize("scheme", [s for s in XDP_SCHEMES if s != "conga"])
 def test_forwarding_matches_tc(pair, scheme):
     """Many flows, tagged and not, to a 4-port group and a host port: the
     XDP program redirects each packet where the TC program does, with the
@@ -247,7 +250,7 @@ def test_refusals_name_option_and_value():
         check_scheme("drill")
     with pytest.raises(XdpError, match="talb with fallback drill"):
         check_scheme("talb", "drill")
-    for ok in ("ecmp", "rps", "letflow", "conga", "talb"):
+    for ok in XDP_SCHEMES:      # every scheme but the refused, from the registry
         check_scheme(ok, "ecmp")
     with pytest.raises(XdpError, match="--pcm-delay measured"):
         check_pcm_delay("measured")

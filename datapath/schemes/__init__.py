@@ -12,6 +12,11 @@ file, so that the C and the Python of a scheme can be read side by side:
     conga.py    schemes/conga.h    CONGA: DRE, leaf-to-leaf tables, flowlets
     talb.py     schemes/talb.h     TaLB (and what the agent publishes for it)
 
+Each scheme module ends with its ``SCHEME`` record (spec.py: id, parameters,
+XDP, fallback, decision counters, clock, model); registry.py finds them by
+walking this package and checks them against constants.h. Everything that
+lists schemes iterates ``registry.SCHEMES`` (docs/schemes.md, "The registry").
+
 The models hold no kernel state; the property tests
 (tests/test_schemes_switch.py, tests/test_talb_switch.py) run them beside
 the BPF program, packet by packet, and compare every decision.

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
 from common.c_constants import CONST
-from datapath.schemes.letflow import flowlet_keep, flowlet_start, signed64
+from datapath.schemes.letflow import FLOWLET_PARAM, flowlet_keep, flowlet_start, signed64
 from datapath.schemes.pick import Rng, up_mask
+from datapath.schemes.spec import Param, Scheme
 
 DEFAULT_DRE_US = CONST["TALB_DEFAULT_CONGA_DRE_US"]
 DEFAULT_AGE_US = CONST["TALB_DEFAULT_CONGA_AGE_US"]
@@ -154,3 +155,25 @@ class CongaModel:
             self.counters["conga_fb_sent"] += 1
             return tag, e.metric
         return None
+
+
+SCHEME = Scheme(
+    name="conga", id=4, title="CONGA",
+    description="a new flowlet takes the uplink least congested to the destination leaf "
+                "(DRE metrics carried leaf to leaf in an IPv4 option)",
+    paper="Alizadeh et al., SIGCOMM 2014",
+    decides="source leaf, per flowlet",
+    params=(FLOWLET_PARAM,
+            Param("dre_us", "conga_dre_us", "int", 1, 1_000_000, DEFAULT_DRE_US, "us",
+                  "T_dre, the DRE's decay period", timer="conga_dre_us"),
+            Param("alpha_shift", "conga_alpha_shift", "int", 1, 4, DEFAULT_ALPHA_SHIFT, "",
+                  "alpha = 2^-k: the DRE's decay per T_dre", timer="conga_alpha_shift"),
+            Param("q_bits", "conga_q_bits", "int", 1, 8, DEFAULT_Q_BITS, "",
+                  "bits of the quantised congestion metric"),
+            Param("age_us", "conga_age_us", "int", 1, 100_000_000, DEFAULT_AGE_US, "us",
+                  "a remote metric older than this counts as 0", timer="conga_age_us")),
+    xdp=True, xdp_why="its DRE counts the bytes the program sends (no qdisc read)",
+    not_a_fallback="CONGA cannot be TaLB's fallback (it needs every packet of the fabric, "
+                   "to carry its option leaf to leaf)",
+    decisions=(("decision_conga", "flowlet"),),
+    clock=True, inline=False, model=CongaModel)

@@ -7,6 +7,7 @@ from typing import Collection, Sequence
 
 from common.c_constants import CONST
 from datapath.schemes.pick import Rng, pick_up, port_index, up_mask
+from datapath.schemes.spec import Param, Scheme
 
 DEFAULT_D = CONST["TALB_DEFAULT_DRILL_D"]
 MAX_D = CONST["TALB_DRILL_MAX_D"]
@@ -86,3 +87,20 @@ def drill_select(ifindexes: Sequence[int], up: Collection[int] | None, rng: Rng,
     memory[0] = ifindexes[i0] if m >= 1 else 0
     memory[1] = ifindexes[i1] if m >= 2 and i1 < 8 else 0
     return i0
+
+
+SCHEME = Scheme(
+    name="drill", id=3, title="DRILL",
+    description="the shortest egress queue of d random and m remembered ports, every packet",
+    paper="Ghorbani et al., SIGCOMM 2017",
+    decides="every switch, per packet",
+    params=(Param("d", "drill_d", "int", 1, MAX_D, DEFAULT_D, "",
+                  "random ports sampled per packet"),
+            Param("m", "drill_m", "int", 0, MAX_M, CONST["TALB_DEFAULT_DRILL_M"], "",
+                  "best ports remembered from the last packet")),
+    xdp=False,
+    xdp_why="it picks the port with the shortest egress queue, and XDP_REDIRECT bypasses "
+            "the egress qdisc: there is no queue to read",
+    not_a_fallback=None,
+    decisions=(("decision_drill", "shortest_queue"),),
+    clock=True, inline=False, model=drill_select)

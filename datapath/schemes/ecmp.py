@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from datapath.schemes.spec import Scheme
+
 
 __all__ = ["flow_hash", "ecmp_index"]
 _M32 = 0xFFFFFFFF
@@ -43,3 +45,15 @@ def ecmp_index(n_ports: int, saddr, daddr, sport: int, dport: int, proto: int,
                seed: int) -> int:
     """Index into a group of ``n_ports`` (>= 2) that ECMP picks for a flow."""
     return flow_hash(saddr, daddr, sport, dport, proto, seed) % n_ports
+
+
+SCHEME = Scheme(
+    name="ecmp", id=0, title="ECMP",
+    description="a seeded hash of the 5-tuple picks the port: a flow keeps one path",
+    paper="Hopps, RFC 2992 (2000)",
+    decides="every switch, per flow",
+    params=(),
+    xdp=True, xdp_why="a hash of the 5-tuple",
+    not_a_fallback=None,
+    decisions=(("decision_ecmp", "hash"),),
+    clock=False, inline=True, model=ecmp_index)

@@ -9,6 +9,7 @@ from typing import Collection, Sequence
 
 from common.c_constants import CONST
 from datapath.schemes.pick import Rng, pick_up, port_index, up_mask
+from datapath.schemes.spec import Param, Scheme
 
 DEFAULT_FLOWLET_US = CONST["TALB_DEFAULT_FLOWLET_US"]
 
@@ -72,3 +73,21 @@ class LetFlowModel:
         idx = pick_up(mask, rng)
         flowlet_start(self.flowlets, self.counters, key, ifindexes[idx], now_ns)
         return idx
+
+
+#: the flowlet gap LetFlow and CONGA share (one config field, one flowlet table)
+FLOWLET_PARAM = Param(
+    "flowlet_us", "flowlet_timeout_us", "int", 1, 10_000_000, DEFAULT_FLOWLET_US, "us",
+    "a gap longer than this between a flow's packets starts a new flowlet",
+    timer="flowlet_us")
+
+SCHEME = Scheme(
+    name="letflow", id=2, title="LetFlow",
+    description="a new flowlet (a gap longer than flowlet_us) takes a random usable port",
+    paper="Vanini et al., NSDI 2017",
+    decides="every switch, per flowlet",
+    params=(FLOWLET_PARAM,),
+    xdp=True, xdp_why="flowlets by time gaps, in the program",
+    not_a_fallback=None,
+    decisions=(("decision_letflow", "flowlet"),),
+    clock=True, inline=False, model=LetFlowModel)

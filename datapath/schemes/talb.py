@@ -26,6 +26,7 @@ from operator import add
 from typing import Callable, Sequence
 
 from common.c_constants import CONST
+from datapath.schemes.spec import SCHEME_NAME, Param, Scheme
 
 PCM_ONE = CONST["TALB_PCM_ONE"]
 SCHED_MAX = CONST["TALB_SCHED_MAX"]
@@ -353,3 +354,24 @@ def live_counts(state, swept=None) -> dict[int, int]:
             out[layer] = n
     return out
 
+
+SCHEME = Scheme(
+    name="talb", id=5, title="TaLB",
+    description="a tensor's packets keep one port; a new tensor goes by layer priority and "
+                "port congestion (PCM), untagged packets to the fallback scheme",
+    paper="Hu et al., IWQoS 2024",
+    decides="every switch, per tensor",
+    params=(Param("fallback", "fallback_scheme", SCHEME_NAME, None, None, "ecmp", "",
+                  "the scheme of untagged packets (and of tensors the table cannot hold)"),
+            Param("tensor_limit", "tensor_limit", "int", 1, MAX_TENSORS, MAX_TENSORS, "",
+                  "live entries of the tensor table"),
+            Param("idle_us", "tensor_idle_us", "int", 1, 0xFFFFFFFF,
+                  CONST["TALB_DEFAULT_IDLE_US"], "us",
+                  "a tensor entry idle this long is stale")),
+    xdp=True, xdp_why="tensor table in the program; PCM from the program's byte counters "
+                      "and the M/D/1 model (--pcm-delay model)",
+    not_a_fallback="TaLB cannot be its own fallback (untagged packets carry no tensor)",
+    # CNT_TALB_CASE1 less the threshold's share is the agent's ("talb", "case1")
+    decisions=(("talb_hit", "table_hit"), ("talb_case2", "case2"),
+               ("talb_threshold", "case1_threshold")),
+    clock=True, inline=True, model=TalbModel)

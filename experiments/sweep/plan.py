@@ -464,7 +464,7 @@ _LB_CLASSIC = dict(
     # the standard comparison, each balancer against ECMP; watched at the loads
     # the published directions are tested at (lbclassic.background_plan)
     seed_rule={"metric": "all_nfct_mean",
-               "pairs": [(s, "ecmp") for s in ("rps", "letflow", "drill", "conga", "talb")]},
+               "pairs": [(s, "ecmp") for s in ALL_SCHEMES if s != "ecmp"]},
     description="the load-balancing literature's standard evaluation, background "
                 "flows only (no training): FCT normalised to the ideal vs load, symmetric and "
                 "asymmetric leaf-spine, web-search and data-mining flow sizes",

@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from common.c_constants import SCHEMES  # noqa: E402
 from experiments.sweep.plan import arm  # noqa: E402
 from experiments.sweep.results import est  # noqa: E402
 
@@ -29,7 +30,8 @@ MOTIVATION_PANELS = [("trailing_fct_p99_s", "(a) trailing tensors: p99 FCT", MS,
 MPI_PANELS = [("iteration_time_s", "(a) MPI iteration time", MS, "ms"),
               ("samples_per_s", "(b) training speed", 1, "samples/s")]
 ABLATION_PANELS = FCT_PANELS[:2] + [("all_fct_mean_s", "(c) all tensors: AFCT", MS, "ms")]
-SCHEME_ORDER = ("ecmp", "rps", "letflow", "drill", "conga", "talb")
+#: the registry's id order (ecmp, rps, letflow, drill, conga, talb): the committed figures' order
+SCHEME_ORDER = tuple(SCHEMES)
 
 
 def group_by(pts, keys):
