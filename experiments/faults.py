@@ -328,15 +328,15 @@ NOTE_COUNTERS = ("pass_egress_down", "pass_no_route", "clone_fail", "talb_rerout
                  "drop_opt_position", "drop_strip_fail")
 
 
-def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and its t-interval (scipy); a single value or no spread: the value itself."""
-    from scipy import stats
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    """Mean and its 95% t-interval (the sweeps' stats.estimate); a single
+    value or no spread: the value itself."""
+    from experiments.sweep.stats import estimate
 
-    m = statistics.fmean(values)
-    if len(values) < 2 or statistics.pstdev(values) == 0:
-        return m, m, m
-    lo, hi = stats.t.interval(level, len(values) - 1, loc=m, scale=stats.sem(values))
-    return m, float(lo), float(hi)
+    e = estimate(values)
+    if e.half_width is None:
+        return e.mean, e.mean, e.mean
+    return e.mean, e.low, e.high
 
 
 def paired(a: dict, b: dict) -> dict | None:

@@ -29,11 +29,10 @@ from typing import Callable
 
 from distributed import Client
 
-from common import paths
+from common import dask_client, paths
 from netns_topology.state import TestbedError, read_record, require_root
 
 Progress = Callable[[str], None]
-CONNECT_TIMEOUT_S = 10
 
 
 def _quiet(_msg: str) -> None:
@@ -108,14 +107,10 @@ def restore_part(name: str, saved: dict) -> dict:
 
 
 # --- in the client ----------------------------------------------------------------------------
-def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Client:
+def connect(address: str) -> Client:
     """A client of the scheduler at ``address`` (never the default client)."""
-    try:
-        return Client(address, timeout=f"{timeout_s}s", set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise TestbedError(
-            f"--cluster {address}: no Dask scheduler answers there ({exc}); start one with "
-            f"`dask scheduler` and a worker per machine (docs/attach.md)") from None
+    return dask_client.connect(address, "`dask scheduler` and a worker per machine "
+                               "(docs/attach.md)", TestbedError)
 
 
 def workers(client: Client) -> dict[str, list[dict]]:

@@ -27,10 +27,8 @@ slot -- the dead one's -- and first removes the fabric its predecessor left
 there. The fabrics are removed (and the slots freed) when the sweep ends
 (every worker) and when a worker closes (a worker plugin).
 
-The client owns its Dask client (``set_as_default=False``: talb never
-changes what a user's own code gets as the default client), so every call
-names it -- ``as_completed`` included, which otherwise looks for a default
-client and finds none when talb runs in a process of its own.
+The client's Dask client is never the default one (common/dask_client.py),
+so every call names it -- ``as_completed`` is given its loop.
 
 Dask is imported here only: without --cluster nothing imports this module.
 """
@@ -46,12 +44,12 @@ from pathlib import Path
 from distributed import Client, WorkerPlugin, as_completed
 from distributed.client import FutureCancelledError
 
+from common import dask_client
 from experiments.sweep.layout import result_path
 from experiments.sweep.plan import Plan, RunSpec
 from experiments.sweep.runner import Fabric, progress_bar, real_run, start_out
 
 RESOURCE = "testbed"
-CONNECT_TIMEOUT_S = 10
 #: workers of one sweep on one machine at most (slot k's testbed prefix ends in k)
 MAX_SLOTS = 10
 
@@ -60,16 +58,11 @@ class ClusterError(ValueError):
     """--cluster cannot be used: no scheduler there, or no testbed worker."""
 
 
-def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Client:
+def connect(address: str, timeout_s: float = dask_client.CONNECT_TIMEOUT_S) -> Client:
     """A client of the scheduler at ``address``, which has at least one worker
     with the ``testbed`` resource; ClusterError naming --cluster otherwise."""
-    try:
-        client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise ClusterError(
-            f"--cluster {address}: no Dask scheduler answers there ({exc}); start one with "
-            f"`dask scheduler` on that machine (docs/experiments.md, Sweeps on a cluster)") \
-            from None
+    client = dask_client.connect(address, "`dask scheduler` on that machine (docs/experiments.md, "
+                                 "Sweeps on a cluster)", ClusterError, timeout_s)
     workers = client.scheduler_info().get("workers", {})
     if not any((w.get("resources") or {}).get(RESOURCE) for w in workers.values()):
         client.close()
