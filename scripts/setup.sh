@@ -7,7 +7,9 @@
 #   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
 #     kernel ships none (DESIGN §9: bcc compiles against them);
 #   * a venv made from /usr/bin/python3 --system-site-packages (so that
-#     `import bcc` works) with the project installed in it;
+#     `import bcc` works) with the project installed in it, with its extras
+#     test, cluster and torch (`talb run --client torch`: PyTorch's CPU build,
+#     torch==2.13.0; a wheel in $TORCH_WHEELS, default /opt/wheels, when there);
 #   * /usr/local/bin/talb -> the venv's talb, so that `sudo talb` works
 #     (scripts/talb-link.sh; a `talb` that is not ours is left alone).
 # Each step is skipped when already done, so a second run takes a second.
@@ -62,7 +64,16 @@ fi
 # Reinstall only when the project's metadata changed since the last install.
 if [ ! -f "$STAMP" ] || [ "$REPO/pyproject.toml" -nt "$STAMP" ]; then
     say "installing the project and its Python dependencies into the venv"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$REPO[test,cluster]"
+    # torch's CPU wheel from a local directory when it holds one (no download);
+    # else the index pip is configured with (PyTorch's CPU index elsewhere:
+    # PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu, README)
+    find_links=()
+    TORCH_WHEELS="${TORCH_WHEELS:-/opt/wheels}"
+    if compgen -G "$TORCH_WHEELS/torch-2.13.0+cpu-*.whl" >/dev/null; then
+        find_links=(--find-links "$TORCH_WHEELS")
+    fi
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${find_links[@]}" \
+        -e "$REPO[test,cluster,torch]"
     touch "$STAMP"
 else
     say "venv up to date"

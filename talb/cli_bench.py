@@ -134,9 +134,10 @@ def sweep_options(f):
         click.option("--clients", callback=_list(str), metavar="LIST",
                      help="What makes the training traffic, per run: talb (our nodes, tagged "
                           "tensors), mpi (a real Open MPI all-reduce job over the model's "
-                          "tensors, `talb run --client mpi`); a list runs every point under "
-                          "each [talb; --preset mpi and mpi-quick: mpi] (docs/workload.md, "
-                          "Real MPI jobs)."),
+                          "tensors, `talb run --client mpi`), torch (a PyTorch DDP job, `talb run "
+                          "--client torch`); a list runs every point under "
+                          "each [talb; --preset mpi and mpi-quick: mpi; torch and torch-quick: "
+                          "torch] (docs/workload.md, Real MPI jobs, PyTorch DDP jobs)."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (experiments/sweep/plan.py AGENT_SETTINGS)."),
         click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),

@@ -136,17 +136,23 @@ def _models() -> list[str]:
                    "table-full (limit=), forged-options (from=, to=, rate=), none (a control); "
                    "e.g. uplink-down@2s:for=1s. Reports recovery time and delivery "
                    "(docs/faults.md).")
-@click.option("--client", type=click.Choice(["talb", "mpi"]), default="talb", show_default=True,
+@click.option("--client", type=click.Choice(["talb", "mpi", "torch"]), default="talb",
+              show_default=True,
               help="What makes the training traffic: talb, our own nodes (tagged tensors, "
                    "ByteScheduler); mpi, a real Open MPI job (mpirun, btl tcp, one rank per "
                    "host placed as --placement, --workers ranks) running an MPI_Allreduce loop "
                    "over the model's tensors, each result checked (docs/workload.md, \"Real MPI "
-                   "jobs\"; `make testbed` installs Open MPI and mpi4py).")
+                   "jobs\"; `make testbed` installs Open MPI and mpi4py); torch, a PyTorch "
+                   "DistributedDataParallel job (gloo, one rank per host, --model resnet50 or "
+                   "gpt2-small built in torch.nn), its parameters checked against a "
+                   "single-process run (docs/workload.md, \"PyTorch DDP jobs\"; needs "
+                   "talb[torch]).")
 @click.option("--mpi-tag", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True,
               help="--client mpi: tag the MPI data connections (the btl's port range) "
                    "transparently so TaLB sees tensors; auto: on under scheme talb, off under "
-                   "the others (the results say why).")
+                   "the others (the results say why). --client torch: the same for the job's "
+                   "cgroup (gloo's connections).")
 @click.option("--mpi-pattern", type=click.Choice(["allreduce", "ps"]), default="allreduce",
               show_default=True,
               help="--client mpi: allreduce, one MPI_Allreduce per tensor across --workers "
@@ -154,7 +160,8 @@ def _models() -> list[str]:
                    "server) receiving every worker's MPI_Send and sending the sum back, "
                    "--workers worker ranks.")
 @click.option("--mpi-priority", metavar="RULE",
-              help="--client mpi with tagging: the transparent tagger's priority rule [its default].")
+              help="--client mpi or torch with tagging: the transparent tagger's priority rule "
+                   "[its default].")
 @click.option("--mpi-ports", metavar="LO-HI", default="7600-7663", show_default=True,
               help="--client mpi: the ports the ranks' TCP btl listens on (btl_tcp_port_min_v4 "
                    "and _range_v4): the MPI data connections have one end in it, the "
@@ -202,6 +209,8 @@ def run_cmd(**opts):
         return _run_background_only(opts)
     if opts["client"] == "mpi":
         return _run_mpi(opts)
+    if opts["client"] == "torch":
+        return _run_torch(opts)
     for name, flag in (("mpi_tag", "--mpi-tag"), ("mpi_priority", "--mpi-priority"),
                        ("mpi_ports", "--mpi-ports"), ("mpi_pattern", "--mpi-pattern")):
         if click.get_current_context().get_parameter_source(name) == \
@@ -258,6 +267,62 @@ def _run_mpi(opts: dict) -> None:
         except RunError as exc:
             raise ValueError(f"run failed: {exc}") from None
     print_mpi_summary(results)
+
+
+def _run_torch(opts: dict) -> None:
+    """--client torch: a PyTorch DDP job as the training traffic."""
+    from workload.experiment import RunConfig, RunError
+    from workload.torch_run import run
+
+    if opts["workers"] is None:
+        raise click.UsageError("Missing option '--workers' (--client torch: the number of "
+                               "ranks, one per host).")
+    ctx = click.get_current_context()
+    for name, flag in (("mpi_ports", "--mpi-ports"), ("mpi_pattern", "--mpi-pattern")):
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE:
+            raise ValueError(f"{flag}: an option of --client mpi; --client torch picks gloo's "
+                             f"connections by the job's cgroup")
+    opts["arch"] = "allreduce"
+    cfg = RunConfig(**opts)
+    with console.status(f"PyTorch DDP job: {cfg.model} x{cfg.workers} ranks"):
+        try:
+            results = run(cfg, say=lambda m: console.print(f"  [dim]•[/] {m}"))
+        except RunError as exc:
+            raise ValueError(f"run failed: {exc}") from None
+    print_torch_summary(results)
+
+
+def print_torch_summary(r: dict) -> None:
+    """The summary of a --client torch run."""
+    cfg, t, s = r["config"], r["torch"], r["summary"]
+    schemes = {c["scheme"] for c in r["fabric"]["switch_config"].values()}
+    console.print(f"[bold]{cfg['model']}[/] PyTorch DDP (gloo) x{t['ranks']} ranks "
+                  f"({', '.join(t['hosts'])}), scheme {', '.join(sorted(schemes))}, load "
+                  f"{cfg['load']:g}, seed {cfg['seed']}")
+    tg = t["tagging"]
+    console.print(f"  {t['model']['params']:,} parameters in {t['model']['tensors']} tensors; "
+                  f"{t['buckets_per_iteration']} buckets of <= {t['bucket_cap_mb']:.3g} MiB, "
+                  f"{t['bytes_per_iteration']:,} B an iteration; tagging "
+                  + ("on (cgroup " + t["cgroup"] + "), rule " + str(tg["rule"]) if tg["on"]
+                     else f"off ({tg.get('why')})"))
+    sp = s["speed"]
+    console.print(f"  iterations measured {sp['iterations']}, iteration {_ms(sp['iteration_time_s'])} "
+                  f"ms" + (f", [bold]{sp['samples_per_s']:.1f} samples/s[/] at target scale"
+                           if sp["samples_per_s"] else "")
+                  + f"; compute emulated {t['compute']['emulated_s_per_iteration'] * 1e3:.0f} ms "
+                    f"an iteration + real arithmetic; ranks' CPU "
+                  + ", ".join(f"{x:.2f}" for x in t["rank_cpu_s"]) + " s")
+    ref = t["reference"]
+    console.print("  parameters " + (f"identical on every rank and equal to the single-process "
+                                     f"run (max |diff| {ref['max_abs_diff']:.2g})"
+                                     if t["correct"] else
+                                     "[bold red]WRONG: " + "; ".join(t["errors"]) + "[/]"))
+    tcp = s["tcp"]["total"]
+    console.print(f"  TCP: {tcp['retrans_segs']} retransmitted of {tcp['out_segs']} segments, "
+                  f"{tcp['reordering']} reordering events")
+    _print_uplink_spread(s)
+    _print_cpu_guard(s)
+    console.print(f"  results: {r['path']}")
 
 
 def print_mpi_summary(r: dict) -> None:

@@ -207,7 +207,7 @@ def test_clients_axis_and_its_errors():
     plan = build_plan("quick-ci", implemented=frozenset(ALL_SCHEMES), clients=["talb", "mpi"],
                       fixed_seeds=True)
     assert {r.client for r in plan.runs} == {"talb", "mpi"}
-    with pytest.raises(PlanError, match="--clients: one of talb, mpi, got 'horovod'"):
+    with pytest.raises(PlanError, match="--clients: one of talb, mpi, torch, got 'horovod'"):
         build_plan("quick-ci", implemented=frozenset(ALL_SCHEMES), clients=["horovod"])
     with pytest.raises(PlanError, match="--connections: Open MPI"):
         build_plan("quick-ci", implemented=frozenset(ALL_SCHEMES), clients=["mpi"],

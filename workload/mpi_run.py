@@ -99,7 +99,7 @@ MPI_START_S = 0.5
 MPI_ESTIMATE_FACTOR = 2
 
 
-def mpi_background_s(cfg, spec: dict, link_bps: float) -> float:
+def mpi_background_s(cfg, spec: dict, link_bps: float, start_s: float = MPI_START_S) -> float:
     """The background's planned duration for an MPI run: --background-s when
     given, else experiment.background_duration_s of MPI_ESTIMATE_FACTOR times
     the job's bytes and compute, after MPI_START_S. The point's, never the
@@ -110,7 +110,7 @@ def mpi_background_s(cfg, spec: dict, link_bps: float) -> float:
     plan["partitions"] = [p[:4] + [p[4] * MPI_ESTIMATE_FACTOR, p[5] * MPI_ESTIMATE_FACTOR] + p[6:]
                           for p in plan["partitions"]]
     plan["layers"] = [{k: v * MPI_ESTIMATE_FACTOR for k, v in x.items()} for x in plan["layers"]]
-    return MPI_START_S + background_duration_s(cfg, plan, link_bps)
+    return start_s + background_duration_s(cfg, plan, link_bps)
 
 
 def job_spec(cfg, profile, scaling) -> dict:
@@ -150,7 +150,53 @@ def run(cfg, *, say=lambda _m: None) -> dict:
         return _run_on_fabric(cfg, built, say)
 
 
+class MpiJob:
+    """What differs between the real jobs one run can carry (:func:`run_on_fabric`):
+    here Open MPI's; workload/torch_run.py has PyTorch's. ``prepare`` plans the
+    job, ``tagger`` selects its connections for the transparent tagger,
+    ``launch`` runs it (its ``output``: t_ready_s, t_start_s, t_end_s, ...),
+    ``results`` writes the results file's dict."""
+
+    client = "mpi"
+
+    def prepare(self, cfg, profile, scaling, names: list[str], tag: bool, why: str,
+                say) -> dict:
+        spec = job_spec(cfg, profile, scaling)
+        spec["mode"] = cfg.mpi_pattern
+        self.ports = (cfg.mpi_port_min, cfg.mpi_port_min + cfg.mpi_port_range - 1)
+        say(f"MPI job ({cfg.mpi_pattern}): {len(names)} ranks on {', '.join(names)}, "
+            f"{len(spec['counts'])} messages an iteration ({4 * sum(spec['counts']):,} B), "
+            f"btl ports {self.ports[0]}-{self.ports[1]}, tagging {'on' if tag else 'off'} ({why})")
+        return spec
+
+    def tagger(self, cfg, names: list[str]):
+        return TransparentTagger(cfg.prefix, names, ports=self.ports, priority=cfg.mpi_priority)
+
+    def start(self, cfg, topo, names: list[str], spec: dict, say) -> None:
+        pass            # mpirun launches in launch(): its ranks are ready within MPI_START_S
+
+    def launch(self, cfg, topo, names: list[str], spec: dict):
+        try:
+            return run_job(cfg.prefix, topo, names, spec, port_min=cfg.mpi_port_min,
+                           port_range=cfg.mpi_port_range, timeout_s=cfg.timeout_s)
+        except MpiError as exc:
+            raise RunError(str(exc)) from None
+
+    def close(self) -> None:
+        pass
+
+    def results(self, *args) -> dict:
+        return _results(*args)
+
+
 def _run_on_fabric(cfg, built: bool, say) -> dict:
+    return run_on_fabric(cfg, built, say, MpiJob(), cfg.mpi_tag)
+
+
+def run_on_fabric(cfg, built: bool, say, kind, tag_mode: str) -> dict:
+    """A real job (``kind``: :class:`MpiJob`, workload/torch_run.TorchJob) on
+    the fabric that is up, with a normal run's background, counters, CPU
+    samples and pairing; its results written."""
     topo = load_topology_of(cfg.prefix)
     fabric = fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
@@ -161,31 +207,28 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
     link_bps = min(topo.ports(h.name)[0].rate_bps for h in rank_hosts)
     target_sizes = [t.nbytes for t in profile.backward_order()]
     scaling = _scaling(cfg, link_bps, target_sizes)
-    spec = job_spec(cfg, profile, scaling)
-    spec["mode"] = cfg.mpi_pattern
     schemes = {c["scheme"] for c in fabric["switch_config"].values()}
-    tag, why = tagging_decision(cfg.mpi_tag, schemes)
+    tag, why = tagging_decision(tag_mode, schemes)
     names = [h.name for h in rank_hosts]
-    ports = (cfg.mpi_port_min, cfg.mpi_port_min + cfg.mpi_port_range - 1)
-    say(f"MPI job ({cfg.mpi_pattern}): {len(names)} ranks on {', '.join(names)}, "
-        f"{len(spec['counts'])} messages an iteration ({4 * sum(spec['counts']):,} B), "
-        f"btl ports {ports[0]}-{ports[1]}, tagging {'on' if tag else 'off'} ({why})")
 
     run = SimpleNamespace(topo=topo, node_hosts=rank_hosts, fabric=fabric)
     counters = _Counters(cfg.prefix, run)
     bg = None
-    tagging = {"mode": cfg.mpi_tag, "on": tag, "why": why, "rule": None, "counters": None}
+    tagging = {"mode": tag_mode, "on": tag, "why": why, "rule": None, "counters": None}
     try:
         with ExitStack() as stack:
+            stack.callback(kind.close)
+            spec = kind.prepare(cfg, profile, scaling, names, tag, why, say)
             # the tagger first (it compiles and attaches its programs): the job and the
             # background start together after it, as in an untagged run
-            tagger = stack.enter_context(
-                TransparentTagger(cfg.prefix, names, ports=ports, priority=cfg.mpi_priority)
-                if tag else nullcontext())
+            tagger = stack.enter_context(kind.tagger(cfg, names) if tag else nullcontext())
             t0 = time.monotonic()
+            kind.start(cfg, topo, names, spec, say)   # a job that starts before its go
             counters.read_before()
             counters.read_queues_before()
-            bg = _prepare_background(replace(cfg, background_s=mpi_background_s(cfg, spec, link_bps)),
+            start_s = getattr(kind, "start_s", MPI_START_S)
+            bg = _prepare_background(replace(cfg, background_s=mpi_background_s(cfg, spec, link_bps,
+                                                                                start_s)),
                                      topo, hosts, scaling, _estimate_plan(spec), link_bps, say)
             if bg is not None:
                 say(f"background load {cfg.load:g}: {bg.params['planned_flows']} "
@@ -196,14 +239,10 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
                 start_ns += int(GO_LEAD_S * 1e9)
                 bg.go(start_ns)
             with measure.Sampler(counters.ports, counters.host_ports) as sampler:
-                try:
-                    # training starts MPI_START_S after the background's origin in every
-                    # run (pairing), whatever mpirun's launch took
-                    spec = {**spec, "start_at": start_ns / 1e9 + MPI_START_S}
-                    job = run_job(cfg.prefix, topo, names, spec, port_min=cfg.mpi_port_min,
-                                  port_range=cfg.mpi_port_range, timeout_s=cfg.timeout_s)
-                except MpiError as exc:
-                    raise RunError(str(exc)) from None
+                # training starts a fixed time after the background's origin in every
+                # run (pairing), whatever the launch took
+                spec = {**spec, "start_at": start_ns / 1e9 + start_s}
+                job = kind.launch(cfg, topo, names, spec)
             duration = time.monotonic() - t0
             training_end_ns = time.monotonic_ns()
             counters.read_after()
@@ -220,9 +259,9 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
         pairing.update(start_offset_s=out["t_start_s"] - start_ns / 1e9,
                        first_send_offset_s=out["t_start_s"] - start_ns / 1e9,
                        mpi_ready_s=out["t_ready_s"] - start_ns / 1e9)
-        if pairing["mpi_ready_s"] > MPI_START_S:
-            say(f"[warn] the MPI ranks were ready {pairing['mpi_ready_s']:.2f} s after the "
-                f"background's origin, past the {MPI_START_S:g} s planned: this run's training "
+        if pairing["mpi_ready_s"] > start_s:
+            say(f"[warn] the ranks were ready {pairing['mpi_ready_s']:.2f} s after the "
+                f"background's origin, past the {start_s:g} s planned: this run's training "
                 "starts later than its seed's other runs")
     except BaseException:
         if bg is not None:
@@ -231,8 +270,8 @@ def _run_on_fabric(cfg, built: bool, say) -> dict:
         raise
     finally:
         counters.close()
-    results = _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging,
-                       counters, sampler.samples, duration, background, pairing)
+    results = kind.results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging,
+                           counters, sampler.samples, duration, background, pairing)
     write_results(results, _results_path(cfg))
     return results
 

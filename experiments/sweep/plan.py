@@ -647,7 +647,7 @@ def training_plan(req: Request) -> Plan:
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
         for pl, rto, client in itertools.product(placements, rtos, clients):
-            if client == "mpi" and arch != base["archs"][0]:
+            if client in REAL_JOBS and arch != base["archs"][0]:
                 continue            # an MPI job is an all-reduce whatever --archs: once a point
             axes = dict(placement=pl, rto_min=rto, client=client)
             for agent in base["agents"]:
@@ -770,7 +770,9 @@ def _rto_mins(value) -> list:
     return out
 
 
-CLIENTS = ("talb", "mpi")
+CLIENTS = ("talb", "mpi", "torch")
+#: clients that are a real job's all-reduce (one rank per host, their own connections)
+REAL_JOBS = ("mpi", "torch")
 
 
 def _clients(value, base: dict, conns: list[str]) -> list[str]:
@@ -779,18 +781,21 @@ def _clients(value, base: dict, conns: list[str]) -> list[str]:
     all-reduce's placement, its own connections)."""
     values = _values(value, "talb")
     if not values:
-        raise PlanError("--clients: at least one of talb, mpi")
+        raise PlanError(f"--clients: at least one of {', '.join(CLIENTS)}")
     out = []
     for v in values:
         if v not in CLIENTS:
             raise PlanError(f"--clients: one of {', '.join(CLIENTS)}, got {v!r}")
         if v not in out:
             out.append(v)
-    if "mpi" in out:
+    for job, who in (("mpi", "Open MPI"), ("torch", "gloo")):
+        if job not in out:
+            continue
         if base["workers"] < 2:
-            raise PlanError(f"--workers: an MPI job needs at least 2 ranks, got {base['workers']}")
+            raise PlanError(f"--workers: a{'n MPI' if job == 'mpi' else ' PyTorch DDP'} job "
+                            f"needs at least 2 ranks, got {base['workers']}")
         if conns != ["pair"]:
-            raise PlanError(f"--connections: Open MPI opens its own connections; --clients mpi "
+            raise PlanError(f"--connections: {who} opens its own connections; --clients {job} "
                             f"takes pair only, got {','.join(conns)!r}")
     return out
 
@@ -836,7 +841,7 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
 
 def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
           connections="pair", placement="spread", rto_min=None, client="talb") -> RunSpec:
-    if client == "mpi":                 # an MPI all-reduce: no servers
+    if client in REAL_JOBS:             # a real job's all-reduce: no servers
         arch = "allreduce"
     servers = base["servers"] if arch == "ps" else 1
     return RunSpec(topology=topo, scheme=scheme, model=model, arch=arch, workers=base["workers"],

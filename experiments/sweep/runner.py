@@ -96,8 +96,13 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
         from workload import experiment, mpi_run
         from workload.experiment import RunConfig
 
-        # a real MPI job (--clients mpi) or our own nodes as the training traffic
-        run = mpi_run.run if spec.client == "mpi" else experiment.run
+        # a real MPI job (--clients mpi), a PyTorch DDP job (--clients torch) or our own
+        # nodes as the training traffic
+        if spec.client == "torch":
+            from workload import torch_run
+            run = torch_run.run
+        else:
+            run = mpi_run.run if spec.client == "mpi" else experiment.run
         run(RunConfig(model=spec.model, arch=spec.arch, workers=spec.workers,
                       servers=spec.servers, scheme=spec.scheme, load=spec.load, seed=spec.seed,
                       iterations=spec.iterations, warmup=spec.warmup,
