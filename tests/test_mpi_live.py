@@ -30,6 +30,7 @@ from workload import mpi_job, mpi_rank, mpi_run
 from workload.experiment import RunConfig
 from conftest import skip_or_fail
 from helpers import processes_in_hosts, up_fabric
+import tag_captures
 
 pytestmark = pytest.mark.live
 
@@ -258,44 +259,10 @@ CAPTURE_COUNTS = [1, 1000, 100_000]
 
 
 def _btl_captures(prefix: str, topo, hosts: list[str], directory, ports: tuple[int, int]):
-    """tcpdump outbound on each rank host's eth0 (what the host sent, before
-    any switch) and on every leaf's uplinks (which spine each packet took),
-    only the MPI data connections (one end in the btl's port range)."""
-    from workload.capture import start_capture
-
-    flt = f"tcp and portrange {ports[0]}-{ports[1]}"
-    where = [(h, "eth0") for h in hosts]
-    where += [(sw.name, p.name) for sw in topo.switches if sw.role == "leaf"
-              for p in topo.ports(sw.name) if p.kind == "fabric"]
-    caps = []
-    try:
-        for node, ifname in where:
-            caps.append(start_capture(paths.netns_name(prefix, node), ifname,
-                                      directory / f"{node}-{ifname}.pcap", bpf_filter=flt))
-    except BaseException:
-        for c in caps:
-            c.stop()
-        raise
-    return caps
-
-
-def _data_packets(pcap):
-    """(src, dst, sport, dport, seq, TaLBHeader or None) of every TCP packet with payload."""
-    from scapy.layers.inet import IP, TCP
-    from scapy.utils import PcapReader
-
-    from common.wire import talb_header_of
-
-    out = []
-    with PcapReader(str(pcap)) as reader:
-        for pkt in reader:
-            if IP not in pkt or TCP not in pkt:
-                continue
-            ip, tcp = pkt[IP], pkt[TCP]
-            if ip.len - ip.ihl * 4 - tcp.dataofs * 4 <= 0:
-                continue
-            out.append((ip.src, ip.dst, tcp.sport, tcp.dport, tcp.seq, talb_header_of(pkt)))
-    return out
+    """The MPI data connections (one end in the btl's port range) captured
+    at the rank hosts' links and the leaves' uplinks (tests/tag_captures.py)."""
+    return tag_captures.start(prefix, topo, hosts, directory,
+                              f"tcp and portrange {ports[0]}-{ports[1]}")
 
 
 def _pinned(prefix: str) -> list[str]:
@@ -329,7 +296,6 @@ def test_allreduce_every_message_tagged_at_the_senders_uplinks(fabric, tmp_path,
     kernel registered. Under the other schemes, untagged (--mpi-tag off): no
     packet carries the option. Results correct and nothing left behind
     either way (processes, namespaces, pinned objects, the tagger's rings)."""
-    from datapath.sendmsg_tagger import WORKER_BITS
     from workload.transparent_tag import TransparentTagger
 
     tagged = scheme == "talb"
@@ -365,8 +331,8 @@ def test_allreduce_every_message_tagged_at_the_senders_uplinks(fabric, tmp_path,
 
     for c in caps:
         assert c.exited_early is None, str(c)
-    at_host = {h: _data_packets(tmp_path / f"{h}-eth0.pcap") for h in RANKS}
-    at_uplink = {c.netns.rsplit("-", 1)[1] + ":" + c.ifname: _data_packets(c.pcap)
+    at_host = {h: tag_captures.data_packets(tmp_path / f"{h}-eth0.pcap") for h in RANKS}
+    at_uplink = {c.netns.rsplit("-", 1)[1] + ":" + c.ifname: tag_captures.data_packets(c.pcap)
                  for c in caps if c.ifname != "eth0"}
     for h, pkts in at_host.items():
         assert pkts, f"{h} sent no MPI data"
@@ -379,45 +345,4 @@ def test_allreduce_every_message_tagged_at_the_senders_uplinks(fabric, tmp_path,
         assert [p for pkts in at_host.values() for p in pkts if p[5]] == [], scheme
         return
 
-    untagged = [p[:5] for pkts in at_host.values() for p in pkts if p[5] is None]
-    assert untagged == [], f"{len(untagged)} untagged MPI data packets, e.g. {untagged[:3]}; " \
-                           f"counters {counters}"
-    assert [p[:5] for p in crossed if p[5] is None] == []
-    tensors: dict = {}
-    for pkts in at_host.values():
-        for src, dst, sport, dport, seq, h in pkts:
-            tensors.setdefault((src, h.tensor_id), []).append(((src, dst, sport, dport), seq, h))
-    # every tag on the wire is this tagger's (the host's worker slot in the id's low bits)
-    # and belongs to a write the kernel registered; a tiny write that TCP appended to
-    # the previous write's last unsent segment rides in that tensor's packet and has
-    # none of its own (docs/workload.md, "Limits"): at most as many tensors as writes
-    worker_of_ip = {ip[h]: w for h, w in workers.items()}
-    assert all(tid & ((1 << WORKER_BITS) - 1) == worker_of_ip[src] for src, tid in tensors), \
-        workers
-    assert 0 < len(tensors) <= counters["started"], (counters, len(tensors))
-    assert counters["ring_full"] == counters["too_large"] == counters["no_host_map"] == 0, counters
-    for key, pkts in tensors.items():
-        assert len({conn for conn, _, _ in pkts}) == 1, (key, "more than one connection")
-        assert len({(h.tensor_len, h.layer) for _, _, h in pkts}) == 1, (key, pkts[:3])
-        lasts = {h.pkt_idx for _, _, h in pkts if h.last}
-        assert len(lasts) == 1, (key, lasts)
-        idx = {h.pkt_idx for _, _, h in pkts}
-        # its packets numbered 0, 1, ... without a gap, LAST the highest, within its length
-        assert idx == set(range(max(idx) + 1)) and lasts == {max(idx)} and \
-            max(idx) < pkts[0][2].tensor_len, (key, sorted(idx), lasts)
-        # a retransmitted segment keeps its tag: one sequence number, one packet index
-        by_seq: dict = {}
-        for _, seq, h in pkts:
-            by_seq.setdefault(seq, set()).add((h.pkt_idx, h.last))
-        assert all(len(v) == 1 for v in by_seq.values()), key
-    # no tensor split: each crossing tensor left its leaf on exactly one uplink (one spine)
-    spines: dict = {}
-    for where, pkts in at_uplink.items():
-        for src, _, _, _, _, h in pkts:
-            spines.setdefault((src, h.tensor_id), set()).add(where)
-    split = {k: v for k, v in spines.items() if len(v) != 1}
-    assert split == {}, split
-    crossing = {k for k, pkts in tensors.items()
-                if leaf_of_ip[pkts[0][0][0]] != leaf_of_ip[pkts[0][0][1]]}
-    assert set(spines) == crossing
-    assert all(next(iter(spines[k])).startswith(leaf_of_ip[k[0]] + ":") for k in spines)
+    tag_captures.check_every_packet_tagged(at_host, at_uplink, ip, leaf_of_ip, workers, counters)

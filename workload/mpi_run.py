@@ -249,6 +249,8 @@ def run_on_fabric(cfg, built: bool, say, kind, tag_mode: str) -> dict:
             if tag:
                 tagging["rule"] = tagger.rule
                 tagging["counters"] = dict(tagger.counters())
+                # each host's Snowflake worker slot: the low bits of its tags' ids
+                tagging["workers"] = dict(tagger.workers)
         fabric["agent"] = agent_settings(cfg.prefix)
         background = None
         if bg is not None:
