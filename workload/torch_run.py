@@ -9,10 +9,10 @@ profile's shape (workload/torch_rank.py) at the run's byte scale, DDP's
 gradient buckets at ``bucket_cap_mb`` = 25 MiB (DDP's default) times the
 byte scale, the profile's compute as sleeps inside autograd.
 
-Tagging (``--torch-tag``, like ``--mpi-tag``: auto = on under talb): the
+Tagging (``--mpi-tag``, as for an MPI job: auto = on under talb): the
 ranks run in one cgroup v2 made for the job, and the transparent tagger
 selects that cgroup on the ranks' hosts (gloo's connections use ephemeral
-ports). Priority rule (``--torch-priority``, default :data:`DDP_PRIORITY`):
+ports). Priority rule (``--mpi-priority``, default :data:`DDP_PRIORITY`):
 see :func:`bucket_layers` and docs/workload.md.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def validate(cfg) -> None:
 
     need(cfg.model in MODELS, "--model", cfg.model,
          f"--client torch builds {', '.join(MODELS)} (workload/torch_rank.py)")
-    need(cfg.mpi_tag in TAG_MODES, "--torch-tag", cfg.mpi_tag, f"one of {', '.join(TAG_MODES)}")
+    need(cfg.mpi_tag in TAG_MODES, "--mpi-tag", cfg.mpi_tag, f"one of {', '.join(TAG_MODES)}")
     need(isinstance(cfg.workers, int) and cfg.workers >= 2, "--workers", cfg.workers,
          "a DDP job across the fabric needs at least 2 ranks (one per host)")
     need(cfg.fault is None, "--fault", cfg.fault, "--client torch takes no faults")

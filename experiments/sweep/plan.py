@@ -456,6 +456,43 @@ PRESETS["mpi-quick"] = dict(
     changes=[c for c in _MPI["changes"] if not c.startswith("10 iterations")]
     + ["two schemes, 2 seeds, 3 iterations: not a result"])
 
+# Issue 38: an unmodified PyTorch DDP job (workload/torch_run.py) as the training
+# traffic, the schemes compared on its iteration time and samples/s, paired by seed.
+_TORCH = dict(
+    topologies=["topologies/talb.yaml"], schemes=list(ALL_SCHEMES), loads=[0.3],
+    models=["resnet50", "gpt2-small"], archs=["allreduce"], clients=["torch"], seeds=5,
+    target_rates=[10e9], agents=["default"], workers=4, servers=1, scaling="bytes",
+    iterations=10, warmup=1, background_size_scale=0.1, figure="torch",
+    seed_rule=dict(metric="iteration_time_s", loads=(0.3,)),
+    description="an unmodified PyTorch DDP job (gloo, 4 ranks on both leaves): a "
+                "ResNet-50-shaped convnet and a GPT-2-small-shaped transformer, every scheme, "
+                "background load 0.3, iteration time and samples/s paired by seed",
+    keeps=["PyTorch 2.13 DistributedDataParallel over gloo, unmodified, one rank per host; "
+           "DDP's own gradient buckets (bucket_cap_mb = DDP's 25 MiB x the byte scale), "
+           "all-reduced as the backward pass makes them, overlapped with the backward compute",
+           "every run's parameters identical on all ranks and equal to a single-process run "
+           "(else the run is 'incorrect' and left out)"],
+    changes=["the default fabric (topologies/talb.yaml: 2 spines, 2 leaves x 3 hosts, 100 "
+             "Mbit/s); the models' widths x 0.1 (their bytes x ~0.01: 10G target -> 100 Mbit/s, "
+             "scaling bytes); a 4-sample batch of 32x32 images / 16 tokens computed for real",
+             "the profiles' compute (V100, their batch) emulated by sleeps in an autograd "
+             "function after each layer (workload/torch_rank.py)",
+             "10 iterations (9 measured)",
+             "tagging (--mpi-tag auto): the transparent tagger tags the job's cgroup under "
+             "talb (every gloo data packet); the other schemes run untagged",
+             "tags by the tagger's default size rule: DDP's bucket order (front layers' bucket "
+             "last out, served first) is recorded per run, the kernel has no rule for it yet",
+             "background sizes x 0.1 (fewer, larger flows: the CPUs stay out of the result)"])
+
+PRESETS["torch"] = _TORCH
+PRESETS["torch-quick"] = dict(
+    _TORCH, schemes=["ecmp", "talb"], models=["resnet50"], seeds=2, iterations=3,
+    seed_rule=None,
+    description="torch's setup for a check that it runs: ResNet-50 shape, ECMP and TaLB, "
+                "2 seeds, 3 iterations",
+    changes=[c for c in _TORCH["changes"] if not c.startswith("10 iterations")]
+    + ["two schemes, one model, 2 seeds, 3 iterations: not a result"])
+
 _LB_CLASSIC = dict(
     kind="background", topologies=["topologies/lb-classic-sym.yaml",
                                    "topologies/lb-classic-asym.yaml"],

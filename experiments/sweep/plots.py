@@ -29,6 +29,8 @@ MOTIVATION_PANELS = [("trailing_fct_p99_s", "(a) trailing tensors: p99 FCT", MS,
                      ("samples_per_s", "(b) training speed", 1, "samples/s")]
 MPI_PANELS = [("iteration_time_s", "(a) MPI iteration time", MS, "ms"),
               ("samples_per_s", "(b) training speed", 1, "samples/s")]
+TORCH_PANELS = [("iteration_time_s", "(a) PyTorch DDP iteration time", MS, "ms"),
+                ("samples_per_s", "(b) training speed", 1, "samples/s")]
 ABLATION_PANELS = FCT_PANELS[:2] + [("all_fct_mean_s", "(c) all tensors: AFCT", MS, "ms")]
 #: the registry's id order (ecmp, rps, letflow, drill, conga, talb): the committed figures' order
 SCHEME_ORDER = tuple(SCHEMES)
@@ -157,9 +159,10 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
     """Draw the sweep's figures into ``out``; returns the manifest."""
     out = Path(out)
     manifest: dict = {}
-    if kind in ("fct_vs_load", "ablation", "motivation", "mpi"):
+    if kind in ("fct_vs_load", "ablation", "motivation", "mpi", "torch"):
         panels = {"fct_vs_load": FCT_PANELS, "ablation": ABLATION_PANELS,
-                  "motivation": MOTIVATION_PANELS, "mpi": MPI_PANELS}[kind]
+                  "motivation": MOTIVATION_PANELS, "mpi": MPI_PANELS,
+                  "torch": TORCH_PANELS}[kind]
         split, suffix = _axes(pts)
         keys = ("topology", "model", "arch", "target_link_bps") + \
             (("agent",) if kind != "ablation" else ()) + split
