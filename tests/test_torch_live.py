@@ -53,11 +53,13 @@ def _talb() -> str:
     return here if os.path.exists(here) else shutil.which("talb")
 
 
-def _job_leftovers() -> tuple[list, list]:
+def _job_leftovers(prefix: str) -> tuple[list, list]:
     from workload.torch_job import CGROUP_PARENT, cgroup_root
 
     parent = cgroup_root() / CGROUP_PARENT
-    cgroups = sorted(p.name for p in parent.iterdir() if p.is_dir()) if parent.exists() else []
+    # our cgroups (other engineers' jobs may hold theirs in the parent meanwhile)
+    cgroups = sorted(p.name for p in parent.glob(f"{prefix}-*") if p.is_dir()) \
+        if parent.exists() else []
     return cgroups, sorted(p for p in os.listdir("/tmp") if p.startswith("talb-torch-"))
 
 
@@ -75,7 +77,7 @@ def test_cli_run_client_torch_is_correct_and_leaves_nothing(fabric, tmp_path, mo
     """`talb run --client torch` under ECMP (untagged: --mpi-tag auto),
     with background load: DDP's parameters the same on every rank and
     equal to the single-process run's; its buckets recorded; nothing left."""
-    before = _job_leftovers()
+    before = _job_leftovers(fabric.prefix)
     p, r = _talb_run(fabric, tmp_path, "--model", model, "--workers", "2", "--scheme", "ecmp",
                      "--iterations", "3", "--warmup", "1", "--load", "0.2",
                      "--background-size-scale", "0.1", "--seed", "4")
@@ -102,7 +104,7 @@ def test_cli_run_client_torch_is_correct_and_leaves_nothing(fabric, tmp_path, mo
     assert r["pairing"]["background"]["planned_flows"] > 0
     assert "flagged" in r["summary"]["cpu_guard"]
     assert processes_in_hosts(fabric.prefix) == {}
-    assert _job_leftovers() == before
+    assert _job_leftovers(fabric.prefix) == before
 
 
 def test_cli_run_client_torch_tagged_every_packet(fabric, tmp_path):
@@ -152,7 +154,7 @@ def test_a_dying_rank_ends_the_job_and_leaves_nothing(fabric):
     directory is left."""
     from workload.torch_job import TorchError, run_job
 
-    before = _job_leftovers()
+    before = _job_leftovers(fabric.prefix)
     spec = {"model": "resnet50", "width": 0.1, "batch": 2, "iterations": 50, "seed": 1,
             "lr": 0.01, "bucket_cap_mb": 0.25, "die": {"rank": 1, "iteration": 1}}
     t0 = time.monotonic()
@@ -163,4 +165,4 @@ def test_a_dying_rank_ends_the_job_and_leaves_nothing(fabric):
     assert "exiting with 17 at iteration 1" in msg, msg
     assert time.monotonic() - t0 < 200
     assert processes_in_hosts(fabric.prefix) == {}
-    assert _job_leftovers() == before
+    assert _job_leftovers(fabric.prefix) == before

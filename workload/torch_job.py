@@ -72,12 +72,17 @@ def cgroup_root() -> Path:
 
 
 def make_cgroup(tag: str) -> Path:
-    """A new cgroup v2 directory for one job."""
+    """A new cgroup v2 directory for one job, under CGROUP_PARENT."""
     parent = cgroup_root() / CGROUP_PARENT
-    parent.mkdir(exist_ok=True)
     path = parent / f"{tag}-{os.getpid()}-{time.monotonic_ns()}"
-    path.mkdir()
-    return path
+    for _ in range(3):      # another job's remove_cgroup may take the parent away meanwhile
+        parent.mkdir(exist_ok=True)
+        try:
+            path.mkdir()
+            return path
+        except FileNotFoundError:
+            continue
+    raise TorchError(f"cannot make the job's cgroup {path}")
 
 
 def cgroup_pids(path: Path) -> list[int]:
@@ -104,11 +109,15 @@ def remove_cgroup(path: Path, grace_s: float = 5.0) -> None:
     while True:
         try:
             path.rmdir()
-            return
+            break
         except OSError:
             if time.monotonic() > deadline:
                 raise TorchError(f"cgroup {path} still holds {cgroup_pids(path)}") from None
             time.sleep(0.05)
+    try:
+        path.parent.rmdir()     # the last job's: nothing of ours stays in the hierarchy
+    except OSError:
+        pass                    # another job's cgroup is in it
 
 
 def rank_argv(host: MpiHost, cgroup: Path, spec_file: Path, rank: int, python: str) -> list[str]:
