@@ -24,7 +24,7 @@ from dataclasses import asdict
 from common.machine import machine_info
 from workload import measure
 from workload.experiment import DEFAULT_TOPOLOGY, RunError, _senders_record
-from workload.mpi_run import TAG_MODES, job_spec, run_on_fabric, tagging_decision  # noqa: F401
+from workload.mpi_run import TAG_MODES, job_spec, run_on_fabric
 from workload.placement import mode_of
 from workload.run_record import RESULTS_FORMAT, software_versions
 from workload.testbed_use import queueing_for_run, rto_min_for_run, testbed_for
@@ -41,13 +41,11 @@ LEARNING_RATE = 0.01
 #: seconds from the background's origin to training: the ranks are ready before
 #: the origin (DdpJob.start), so only the go's file write and the ranks' 10 ms poll
 TORCH_START_S = 0.5
-#: DDP's buckets go out last layers first (bucket 0 holds the model's back);
-#: TaLB serves front layers first (small layer = high priority). gloo's ring
-#: all-reduce writes each bucket in chunks of bucket/world bytes, with the
-#: buckets of one backward pass back to back on a socket: the burst rule
-#: numbers a burst's writes 0, 1, ...; the kernel has no rule that counts
-#: down to a pass's end, so the written rule (bucket_layers) is recorded and
-#: the tags follow message size (the default rule), see docs/workload.md.
+#: The tagger's rule for DDP jobs (None: its default, size:64K,1M). The rule
+#: that follows DDP's bucket order is :func:`bucket_layers`, recorded per run;
+#: the kernel sees writes, not buckets, and neither the buckets' sizes (all
+#: at the cap) nor the pauses (ResNet-50's front bucket takes longer to
+#: compute than the forward pass) tell them apart (docs/workload.md).
 DDP_PRIORITY = None
 
 
