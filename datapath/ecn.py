@@ -12,6 +12,7 @@ from common.c_constants import CONST, MAX_BANDS
 NS_PER_S = 1_000_000_000
 DT_MAX_NS = CONST["TALB_QUEUE_DT_MAX_NS"]
 ROUNDS = CONST["TALB_ECN_DRAIN_ROUNDS"]
+SHARE_SHIFT = 16                # ecn.h TALB_ECN_SHARE_SHIFT: fixed-point bytes per weight
 BAND_BASE = CONST["TALB_HTB_MAJOR"] | CONST["TALB_BAND_MINOR_BASE"]
 
 
@@ -51,11 +52,12 @@ class ModelEcnQueue:
             wsum = sum(w[b] for b in range(MAX_BANDS) if self.bytes[b])
             if not wsum or not t:
                 break
+            per_w = (t << SHARE_SHIFT) // wsum
             used = 0
             for b in range(MAX_BANDS):
                 if not self.bytes[b] or not w[b]:
                     continue
-                d = min(self.bytes[b], t * w[b] // wsum)
+                d = min(self.bytes[b], (per_w * w[b]) >> SHARE_SHIFT)
                 self.bytes[b] -= d
                 used += d
             if not used:
