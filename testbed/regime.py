@@ -152,8 +152,9 @@ def set_regime(prefix: str, *, buffer: str = "deep", ecn: bool = False, tcp_cc: 
         raise TestbedError(str(exc)) from None
     before = regime_of(prefix, state)
     queueing = queueing_of(prefix, state)["mode"]
-    reinstall = buffer != "deep" or before["buffer"] != "deep" or \
-        before.get("time_scale") != time_scale
+    # the qdiscs change only when the buffers do (deep ones do not depend on the time scale)
+    reinstall = (buffer, time_scale if buffer == "scaled" else None) != \
+        (before["buffer"], before.get("time_scale") if before["buffer"] == "scaled" else None)
     registered_here = False
     try:
         if want_cc == cc.DCTCP_BPF:

@@ -243,3 +243,45 @@ def test_talb_run_refuses_a_tcp_cc_the_kernel_lacks():
     assert r.returncode != 0
     assert "--tcp-cc: 'dctcp' is not available in this kernel" in r.stderr + r.stdout
     assert "dctcp-bpf" in r.stderr + r.stdout
+
+
+def _bfifos(prefix, node, ifname) -> dict:
+    from pyroute2 import IPRoute
+
+    with IPRoute(netns=_ns(prefix, node), flags=0) as ipr:
+        index = ipr.link_lookup(ifname=ifname)[0]
+        return {q["handle"]: q.get_attr("TCA_OPTIONS")["limit"] for q in ipr.get_qdiscs(index=index)
+                if q.get_attr("TCA_KIND") == "bfifo"}
+
+
+def test_scaled_buffers_installed_per_port_follow_the_queueing_and_go_back(fabric):
+    """The bfifos hold what the record says, port by port (uplink 10 Mbit/s,
+    host port 40 Mbit/s), under bands and under fifo; deep again after."""
+    from netns_topology import qdisc
+    from netns_topology.state import read_state, regime_of
+    from testbed import lifecycle
+
+    up = _uplink(fabric.topo)
+    host = next(p.name for p in fabric.topo.ports("leaf0") if p.kind == "host")
+    rec = regime.set_regime(fabric.prefix, buffer="scaled", time_scale=200.0)
+    try:
+        ports = rec["ports"]["leaf0"]
+        # 10 Mbit/s: 512 KB's 41.9 us x 200 = 10.5 KB a port, 2.6 KB a band: floored
+        assert ports[up]["per_band"] == 4 * (1600 + 14) and ports[up]["bands"] == 4
+        # 40 Mbit/s: 41.9 KB a port, 10.5 KB a band: over the floor
+        assert ports[host]["per_band"] == int(512 * 1024 * 8 / 100e9 * 200 * 40e6 / 8) // 4 \
+            > 4 * (1600 + 14)
+        for port in (up, host):
+            assert _bfifos(fabric.prefix, "leaf0", port) == {
+                qdisc.band_qdisc_handle(b): ports[port]["per_band"] for b in range(4)}
+        lifecycle.set_queueing(fabric.prefix, "fifo")
+        rec = regime_of(fabric.prefix)
+        assert rec["buffer"] == "scaled" and rec["queueing"] == "fifo"
+        assert _bfifos(fabric.prefix, "leaf0", up) == {
+            qdisc.band_qdisc_handle(0): 4 * 4 * (1600 + 14)}
+    finally:
+        lifecycle.set_queueing(fabric.prefix, "bands")
+        regime.set_regime(fabric.prefix)
+    assert _bfifos(fabric.prefix, "leaf0", up) == {qdisc.band_qdisc_handle(b): 40_000
+                                                  for b in range(4)}
+    assert "regime" not in read_state(fabric.prefix)
