@@ -20,7 +20,6 @@ one (issue 36; docs/experiments.md "ECN"). Not a pass/fail test.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import threading
 import time

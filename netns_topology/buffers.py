@@ -121,7 +121,8 @@ def port_buffer(queue: Queue, queueing: str, buffer: str, port_bps: int, switch_
         if time_scale is None:
             raise ValueError("--buffer scaled: needs the run's time scale (a training run's "
                              "scaling); background-only runs have none")
-        scaled_port = scaled_bytes(TARGET_BUFFER_BYTES * 8 / TARGET_BUFFER_BPS, time_scale, port_bps)
+        scaled_port = scaled_bytes(TARGET_BUFFER_BYTES * 8 / TARGET_BUFFER_BPS, time_scale,
+                                   port_bps)
         per_band = max(scaled_port // n, FLOOR_FRAMES * frame)
     if queueing == "fifo":
         return PortBuffer(port_bps, 1, per_band * n, k, scaled_port, k_scaled)

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Iterator
 
 from common import paths
-from netns_topology.state import TestbedError, queueing_of, read_state, regime_of, require_root, write_state
+from netns_topology.state import (TestbedError, queueing_of, read_state, regime_of, require_root,
+                                  write_state)
 
 #: The regimes a sweep names (experiments/sweep/plan.py, `talb bench --regime`):
 #: name -> (buffer, ECN, the hosts' congestion control; None: the topology's).
@@ -181,7 +182,8 @@ def set_regime(prefix: str, *, buffer: str = "deep", ecn: bool = False, tcp_cc: 
     record = {"buffer": buffer, "ecn": bool(ecn),
               "host_tcp_ecn": int(TCP_ECN_ON if ecn else TCP_ECN_DEFAULT), "tcp_cc": want_cc,
               "tcp_cc_kernel": cc.kernel_name(want_cc), "time_scale": time_scale,
-              "k_rule": {"target_k_s": buffers.TARGET_K_S, "k_floor_frames": buffers.K_FLOOR_FRAMES},
+              "k_rule": {"target_k_s": buffers.TARGET_K_S,
+                         "k_floor_frames": buffers.K_FLOOR_FRAMES},
               "buffer_rule": {"target_bytes": buffers.TARGET_BUFFER_BYTES,
                               "target_bps": buffers.TARGET_BUFFER_BPS,
                               "floor_frames": buffers.FLOOR_FRAMES},

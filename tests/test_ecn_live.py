@@ -228,7 +228,7 @@ def test_dctcp_bpf_runs_per_namespace_and_backs_off_on_marks(fabric):
 
     regime.set_regime(fabric.prefix)
     assert not tcp_cc.registered(), "dctcp_bpf left registered"
-    assert "dctcp_bpf" not in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text()
+    assert "dctcp_bpf" not in tcp_cc.available()
 
 
 def test_talb_run_refuses_a_tcp_cc_the_kernel_lacks():
