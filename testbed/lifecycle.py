@@ -17,7 +17,7 @@ from typing import Callable
 
 from common import paths
 from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, exists, queueing_of,
-                                  read_state, require_root, rto_min_of, write_state)
+                                  read_state, regime_of, require_root, rto_min_of, write_state)
 from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
 
 Progress = Callable[[str], None]
@@ -315,6 +315,8 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
             # in force (the topology's, or set since: set_rto_min); None: the kernel's 200 ms
             "rto_min_ms": rto_min_of(prefix, state),
             "rto_min_topology_ms": topo.rto_min,
+            # buffers, ECN, the hosts' congestion control (testbed/regime.py)
+            "regime": {k: v for k, v in regime_of(prefix, state).items() if k != "ports"},
             "timers": timers.for_topology(topo).to_dict(),
             "hosts": hosts, "switches": switches, "missing_namespaces": missing}
 

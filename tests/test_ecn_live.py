@@ -274,6 +274,10 @@ def test_scaled_buffers_installed_per_port_follow_the_queueing_and_go_back(fabri
         for port in (up, host):
             assert _bfifos(fabric.prefix, "leaf0", port) == {
                 qdisc.band_qdisc_handle(b): ports[port]["per_band"] for b in range(4)}
+        st = subprocess.run([str(Path(sys.executable).parent / "talb"), "testbed", "status",
+                             "--prefix", fabric.prefix], capture_output=True, text=True,
+                            timeout=120)
+        assert "regime (set since up): buffers scaled, ECN off" in st.stdout, st.stdout[-500:]
         lifecycle.set_queueing(fabric.prefix, "fifo")
         rec = regime_of(fabric.prefix)
         assert rec["buffer"] == "scaled" and rec["queueing"] == "fifo"
