@@ -55,6 +55,7 @@
 #include "talb/decision.h"
 #include "talb/ctx.h"      /* TC here; XDP in switch_xdp.c */
 #include "talb/ipopt.h"
+#include "talb/ecn.h"
 
 /* Raise CONGA's CE to `ce` (the option's 16-bit word with FB_LBTag). */
 static __always_inline int conga_raise(struct __ctx_buff *skb, const struct conga_opt *o,
@@ -84,6 +85,7 @@ static __always_inline int talb_act(struct __ctx_buff *skb, struct talb_pkt *pkt
 		pkt->len = ctx_len(skb);
 	}
 	ctx_set_priority(skb, v->priority);
+	talb_ecn_egress(skb, v->egress_port_id, v->priority, pkt->len, v->cfg_flags);
 
 	if ((v->cfg_flags & CFG_RELEASE_SK) && ctx_owned(skb)) {
 		if (ctx_clone_redirect(skb, v->egress_ifindex) == 0) {

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Iterable, Mapping, Sequence
 
 from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES,
-                                PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
+                                MAX_BANDS, PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
                                 TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
                                 TALB_MAX_TENSORS, TALB_TENSOR_DONE)
 from datapath import bpf_syscall as sc
@@ -34,7 +34,7 @@ __all__ = [
     "read_counters",
     "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS", "set_timers",
     "parse_params", "set_port_rates", "read_queue_estimates", "set_conga_leaves",
-    "read_conga_tables", "set_release", "set_hash_seed",
+    "read_conga_tables", "set_release", "set_hash_seed", "set_ecn", "read_ecn",
     "set_talb_config",
     "publish_pcm", "GroupPublisher", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
     "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
@@ -475,6 +475,60 @@ def set_release(maps: SwitchMaps, on: bool) -> None:
     """First-hop socket release (CFG_RELEASE_SK, DESIGN section 3) on/off."""
     with config_update(maps) as cfg:
         cfg.flags = (cfg.flags | CFG_RELEASE_SK) if on else (cfg.flags & ~CFG_RELEASE_SK)
+
+
+def set_ecn(maps: SwitchMaps, ports: Mapping[int, dict] | None) -> None:
+    """ECN marking at the egress ports (CFG_ECN, bpf/include/talb/ecn.h):
+    ``{ifindex: {"rate_bps", "k_bytes", "limit_bytes", "burst_bytes",
+    "weights"}}`` turns it on with each listed port's phantom queue set up
+    (``weights``: the bands as the port's qdisc is installed now, one per
+    band, at most MAX_BANDS; ``limit_bytes``: one band's), every phantom
+    queue emptied; None turns it off (the setup stays, unused)."""
+    from datapath.structs import EcnPort, EcnQueue
+
+    flag = CONST["CFG_ECN"]
+    if ports is None:
+        with config_update(maps) as cfg:
+            cfg.flags &= ~flag
+        return
+    installed = read_ports(maps)
+    rows = {}
+    for ifindex, p in ports.items():
+        if ifindex not in installed:
+            raise ValueError(f"set_ecn: ifindex {ifindex} is not a port of the switch")
+        w = list(p["weights"])
+        if not 1 <= len(w) <= MAX_BANDS or not all(1 <= x <= 255 for x in w):
+            raise ValueError(f"set_ecn: ifindex {ifindex}: weights 1..255, one per band "
+                             f"(1..{MAX_BANDS} bands), got {w!r}")
+        for f in ("k_bytes", "limit_bytes", "burst_bytes"):
+            if not 0 <= int(p[f]) < 2**32:
+                raise ValueError(f"set_ecn: ifindex {ifindex}: {f} {p[f]!r} out of range")
+        if int(p["rate_bps"]) <= 0:
+            raise ValueError(f"set_ecn: ifindex {ifindex}: rate_bps must be positive, "
+                             f"got {p['rate_bps']!r}")
+        rows[installed[ifindex]["port_id"]] = EcnPort(
+            int(p["rate_bps"]) // 8, int(p["k_bytes"]), int(p["limit_bytes"]),
+            int(p["burst_bytes"]), (ctypes.c_uint8 * MAX_BANDS)(*w), 0)
+    for port_id, row in rows.items():
+        maps.ecn_port[port_id] = row
+        maps.ecn_queue[port_id] = EcnQueue()
+    with config_update(maps) as cfg:
+        cfg.flags |= flag
+
+
+def read_ecn(maps: SwitchMaps) -> dict:
+    """``{"on": bool, "ports": {port_id: {"k_bytes", "rate_bps", "queue_bytes"
+    (each band's phantom backlog, as last updated)}}}`` for the set-up ports."""
+    on = bool(maps.config[0].flags & CONST["CFG_ECN"])
+    out = {}
+    for p in read_ports(maps).values():
+        e = maps.ecn_port.get(p["port_id"])
+        if e is None or not e.bytes_per_s:
+            continue
+        q = maps.ecn_queue.get(p["port_id"])
+        out[p["port_id"]] = {"k_bytes": e.k_bytes, "rate_bps": e.bytes_per_s * 8,
+                             "queue_bytes": list(q.bytes) if q is not None else []}
+    return {"on": on, "ports": out}
 
 
 def set_hash_seed(maps: SwitchMaps, seed: int) -> None:

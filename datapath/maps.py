@@ -19,7 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from datapath import bpf_syscall as sc
-from datapath.structs import (CongaDre, CongaMetric, DrillMem, Flowlet, FlowKey, FwdGroup,
+from datapath.structs import (CongaDre, CongaMetric, DrillMem, EcnPort, EcnQueue, Flowlet, FlowKey,
+                              FwdGroup,
                               GroupState, IPv4Key, PortInfo, PortQueue, PortRate, PortSlot, PortStats,
                               TalbConfig, TalbScratch, TensorEgress, TensorEntry,
                               TensorKey)
@@ -313,6 +314,8 @@ MAP_SPECS = MappingProxyType({
     "conga_from_leaf": (ctypes.c_uint32, CongaMetric, sc.BPF_MAP_TYPE_ARRAY),
     "conga_fb_cursor": (ctypes.c_uint32, ctypes.c_uint32, sc.BPF_MAP_TYPE_ARRAY),
     "conga_leaf_of": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
+    "ecn_port": (ctypes.c_uint32, EcnPort, sc.BPF_MAP_TYPE_ARRAY),
+    "ecn_queue": (ctypes.c_uint32, EcnQueue, sc.BPF_MAP_TYPE_ARRAY),
 })
 
 
@@ -322,7 +325,7 @@ class SwitchMaps(MapSet):
     ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
     ``.tensor_count``, ``.tensor_egress``, ``.scheme_progs``, ``.scheme_scratch``, ``.rng``, ``.flowlets``, ``.port_rate``, ``.port_queue``,
     ``.drill_mem``, ``.conga_dre``, ``.conga_to_leaf``, ``.conga_from_leaf``,
-    ``.conga_fb_cursor``, ``.conga_leaf_of``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
+    ``.conga_fb_cursor``, ``.conga_leaf_of``, ``.ecn_port``, ``.ecn_queue``). Open with ``SwitchMaps(pin_dir)`` (from pins; works in
     any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""
 
     SPECS = MAP_SPECS

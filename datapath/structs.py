@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import ipaddress
 
-from common.c_constants import (TALB_DRILL_MAX_M, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
+from common.c_constants import (MAX_BANDS, TALB_DRILL_MAX_M, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
                                 TALB_NR_LAYERS, TALB_PCM_ONE, TALB_SCHED_MAX)
 
 __all__ = [
@@ -250,6 +250,24 @@ class PortRate(ctypes.Structure):
 
     _fields_ = [("bytes_per_s", ctypes.c_uint64), ("limit_bytes", ctypes.c_uint32),
                 ("burst_bytes", ctypes.c_uint32)]
+
+
+class EcnPort(ctypes.Structure):
+    """A port's ECN marking setup (struct ecn_port; user space writes):
+    link rate, K, one band's limit, the shaper's burst, the installed
+    bands' weights (0: no such band)."""
+
+    _fields_ = [("bytes_per_s", ctypes.c_uint64), ("k_bytes", ctypes.c_uint32),
+                ("limit_bytes", ctypes.c_uint32), ("burst_bytes", ctypes.c_uint32),
+                ("weight", ctypes.c_uint8 * MAX_BANDS), ("pad", ctypes.c_uint32)]
+
+
+class EcnQueue(ctypes.Structure):
+    """The data path's phantom queue of a port (struct ecn_queue): each
+    band's bytes and the bucket's credit at last_ns."""
+
+    _fields_ = [("last_ns", ctypes.c_uint64), ("credit", ctypes.c_uint64),
+                ("bytes", ctypes.c_uint32 * MAX_BANDS)]
 
 
 class PortQueue(ctypes.Structure):

@@ -103,6 +103,25 @@ def queueing_of(prefix: str, state: dict | None = None) -> dict:
     return {"mode": "bands", "switch_queue": queue, "topology_queue": queue}
 
 
+def regime_of(prefix: str, state: dict | None = None) -> dict:
+    """The regime testbed ``prefix`` runs in now (testbed/regime.py): its
+    switch buffers (``deep``: the topology's; ``scaled``: time-scaled, with
+    each switch port's effective bytes), ECN marking at the switches (on:
+    with each port's K), the hosts' ECN negotiation and congestion control.
+    A testbed nobody changed runs deep, without ECN, with its topology's
+    tcp_cc; its ports' bytes are the topology's queue under its queueing."""
+    state = state or read_state(prefix)
+    if state.get("regime"):
+        return dict(state["regime"])
+    topo = topology_from_dict(state["topology"])
+    q = queueing_of(prefix, state)
+    n = len(q["switch_queue"].get("bands", [1]))
+    per_band = topo.queue.limit if q["mode"] == "bands" else topo.queue.limit * len(topo.queue.bands)
+    return {"buffer": "deep", "ecn": False, "host_tcp_ecn": None, "tcp_cc": topo.tcp_cc,
+            "time_scale": None,
+            "ports": {"*": {"bands": n, "per_band": per_band, "total": per_band * n, "k": None}}}
+
+
 def rto_min_of(prefix: str, state: dict | None = None) -> int | None:
     """The hosts' minimum TCP RTO in force on testbed ``prefix``, ms (None:
     no route metric, the kernel's 200 ms): the topology's ``rto_min``, or

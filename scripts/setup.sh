@@ -3,7 +3,9 @@
 #   * Debian packages (bcc for /usr/bin/python3, iproute2, ethtool, iperf3,
 #     kernel headers, Prometheus for the monitoring tests, Mininet for
 #     tests/test_attach_live.py, Open MPI and mpi4py for /usr/bin/python3:
-#     real MPI jobs, `talb run --client mpi`, workload/mpi_job.py);
+#     real MPI jobs, `talb run --client mpi`, workload/mpi_job.py; clang,
+#     bpftool and libbpf-dev to build and register `--tcp-cc dctcp-bpf`,
+#     bpf/cc/dctcp_bpf.c);
 #   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
 #     kernel ships none (DESIGN §9: bcc compiles against them);
 #   * a venv made from /usr/bin/python3 --system-site-packages (so that
@@ -28,7 +30,8 @@ command -v apt-get >/dev/null || die "apt-get not found: this set-up supports De
 # --- Debian packages ---------------------------------------------------------
 PKGS=(python3-bpfcc bpfcc-tools python3-venv python3-pip iproute2 ethtool
       iperf3 iputils-ping tcpdump curl linux-headers-amd64 prometheus procps kmod
-      mininet util-linux openmpi-bin python3-mpi4py gcc libc6-dev)
+      mininet util-linux openmpi-bin python3-mpi4py gcc libc6-dev
+      clang bpftool libbpf-dev)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

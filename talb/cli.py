@@ -255,6 +255,11 @@ def _print_status(st: dict) -> None:
     rto, topo_rto = st.get("rto_min_ms"), st.get("rto_min_topology_ms", st.get("rto_min_ms"))
     console.print("hosts' minimum RTO: " + rto_text(rto)
                   + (f"; set since up, the topology's: {rto_text(topo_rto)}" if rto != topo_rto else ""))
+    reg = st.get("regime") or {}
+    if reg.get("buffer", "deep") != "deep" or reg.get("ecn") or reg.get("tcp_cc_kernel"):
+        console.print(f"regime (set since up): buffers {reg['buffer']}, ECN "
+                      f"{'on' if reg.get('ecn') else 'off'}, hosts' tcp_cc {reg.get('tcp_cc')}"
+                      f" (docs/experiments.md, Regime)")
     if st.get("timers") and st["datapath"] in PROGRAM_DATAPATHS:
         console.print(_timers_line(st["timers"], st.get("agent_window_s")))
     for sw in st["switches"]:

@@ -138,6 +138,13 @@ def sweep_options(f):
                           "--client torch`); a list runs every point under "
                           "each [talb; --preset mpi and mpi-quick: mpi; torch and torch-quick: "
                           "torch] (docs/workload.md, Real MPI jobs, PyTorch DDP jobs)."),
+        click.option("--regime", "regimes", callback=_list(str), metavar="LIST",
+                     help="The regime, per run: deep (the topology's buffers, loss only, its "
+                          "tcp_cc), scaled (the paper's 512 KB at 100 Gbit/s on the run's time "
+                          "scale), deep-ecn and scaled-ecn (ECN marking at the switches, DCTCP "
+                          "at the hosts: dctcp-bpf); a list runs every point under each [deep; "
+                          "the -regime presets: scaled,scaled-ecn] (docs/experiments.md, "
+                          "Regime)."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (experiments/sweep/plan.py AGENT_SETTINGS)."),
         click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
@@ -173,7 +180,7 @@ def sweep_options(f):
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
           out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None,
-          placement=None, rto_min=None, cluster=None, clients=None) -> None:
+          placement=None, rto_min=None, cluster=None, clients=None, regimes=None) -> None:
     from common import paths
     from experiments.sweep import seeds as seedrule
     from experiments.sweep.kinds import build_plan, finish
@@ -185,6 +192,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
                           target_rates=target_rates, queueing=queueing, connections=connections,
                           placement=placement, rto_min=rto_min, clients=clients,
+                          regimes=regimes,
                           agents=agents, workers=workers,
                           servers=servers, iterations=iterations, seed_cap=seed_cap,
                           seed_width=seed_width, fixed_seeds=fixed_seeds, cdfs=cdfs)
@@ -201,6 +209,8 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                   + (f"; connections {conns}" if set(conns) != {"pair"} else "")
                   + (f"; placement {places}" if set(places) != {"spread"} else "")
                   + (f"; rto_min {rtos}" if set(rtos) != {None} else "")
+                  + (f"; regime {plan.counts('regime')}"
+                     if set(plan.counts("regime")) != {None} else "")
                   + f"; results in {out}")
     rule = plan.seed_rule
     if rule:

@@ -99,6 +99,21 @@ def _models() -> list[str]:
                    "locked route metric on every host's route), or kernel (no metric: the "
                    "kernel's 200 ms); put back afterwards on a testbed that was up [as the "
                    "fabric is now: the topology's rto_min, or the kernel's].")
+@click.option("--buffer", type=click.Choice(["deep", "scaled"]),
+              help="The switch ports' buffers for the run: deep, the topology's queue; scaled, "
+                   "the paper's 512 KB per port at 100 Gbit/s on the run's time scale, at each "
+                   "port's rate, split over its bands, at least 4 full frames a band; put back "
+                   "afterwards [as the fabric is now] (docs/experiments.md, Regime).")
+@click.option("--ecn", type=click.Choice(["on", "off"]), callback=lambda _c, _p, v: None if v is None
+              else v == "on",
+              help="on: the switches mark CE where a port's band holds more than K (DCTCP's "
+                   "C x RTT / 7 of the paper's fabric on the run's time scale, at least 2 "
+                   "frames) and the hosts negotiate ECN; off: neither; put back afterwards [as "
+                   "the fabric is now].")
+@click.option("--tcp-cc", metavar="NAME",
+              help="The hosts' TCP congestion control for the run: one the kernel offers "
+                   "(net.ipv4.tcp_available_congestion_control), or dctcp-bpf, our DCTCP as a "
+                   "BPF congestion control, registered for the run [the topology's tcp_cc].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--iterations", type=click.IntRange(1, 100_000), default=5, show_default=True,
               help="Training iterations, warm-up included.")
@@ -360,7 +375,8 @@ TRAINING_ONLY = {"arch": "--arch", "workers": "--workers", "servers": "--servers
                  "gpu": "--gpu", "gpu_speed": "--gpu-speed", "batch_size": "--batch-size",
                  "partition_bytes": "--partition-size", "credit_bytes": "--credit",
                  "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault",
-                 "connections": "--connections", "placement": "--placement"}
+                 "connections": "--connections", "placement": "--placement",
+                 "buffer": "--buffer", "ecn": "--ecn", "tcp_cc": "--tcp-cc"}
 
 
 def _run_background_only(opts: dict) -> None:
@@ -499,6 +515,12 @@ def print_summary(r: dict) -> None:
                   + f", scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}"
                   + f", queueing {(r['fabric'].get('queueing') or {}).get('mode', 'bands')}"
                   + f", connections {cfg.get('connections', 'pair')}")
+    reg = r["fabric"].get("regime") or {}
+    if reg.get("buffer", "deep") != "deep" or reg.get("ecn") or cfg.get("tcp_cc"):
+        ks = sorted({p["k"] for ps in reg["ports"].values() for p in ps.values() if p.get("k")})
+        console.print(f"  regime: buffers {reg['buffer']}, ECN "
+                      f"{'on (K ' + ', '.join(map(str, ks)) + ' B)' if reg.get('ecn') else 'off'}, "
+                      f"tcp_cc {reg.get('tcp_cc')}")
     pl, ld = r["placement"], r["load"]
     rto = r["fabric"].get("rto_min_ms")
     console.print(f"  placement {pl.get('mode', 'spread')}: workers {', '.join(pl['workers'])}"

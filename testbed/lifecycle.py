@@ -17,7 +17,7 @@ from typing import Callable
 
 from common import paths
 from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, exists, queueing_of,
-                                  read_state, require_root, rto_min_of, write_state)
+                                  read_state, regime_of, require_root, rto_min_of, write_state)
 from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
 
 Progress = Callable[[str], None]
@@ -65,6 +65,10 @@ def set_queueing(prefix: str, queueing: str) -> dict:
     else:
         state["queueing"] = record
     write_state(prefix, state)
+    if state.get("regime"):     # its buffers and phantom queues follow the new queueing
+        from testbed.regime import reapply
+
+        reapply(prefix)
     return record
 
 
@@ -244,13 +248,27 @@ def down(prefix: str = paths.DEFAULT_PREFIX, *, progress: Progress = _quiet) -> 
         progress(f"removed pinned maps under {pins}")
     had_state = paths.state_dir(prefix).exists()
     batched = _was_batched(prefix)
+    used_dctcp_bpf = _used_dctcp_bpf(prefix)
     shutil.rmtree(paths.state_dir(prefix), ignore_errors=True)
+    if used_dctcp_bpf:
+        from testbed.regime import release_dctcp_bpf
+
+        if release_dctcp_bpf(prefix):
+            progress("the last testbed using dctcp-bpf: unregistered it")
     if batched:
         from netns_topology.state import release_batched
 
         if release_batched(prefix):
             progress("the last batched testbed: sch_htb's htb_hysteresis is off again")
     return {"prefix": prefix, "namespaces": removed, "pins": had_pins, "state": had_state}
+
+
+def _used_dctcp_bpf(prefix: str) -> bool:
+    """Whether the testbed's recorded regime uses dctcp-bpf (a crashed run's)."""
+    try:
+        return (read_state(prefix).get("regime") or {}).get("tcp_cc") == "dctcp-bpf"
+    except Exception:  # noqa: BLE001 - no state, no regime
+        return False
 
 
 def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
@@ -297,6 +315,8 @@ def status(prefix: str = paths.DEFAULT_PREFIX) -> dict:
             # in force (the topology's, or set since: set_rto_min); None: the kernel's 200 ms
             "rto_min_ms": rto_min_of(prefix, state),
             "rto_min_topology_ms": topo.rto_min,
+            # buffers, ECN, the hosts' congestion control (testbed/regime.py)
+            "regime": {k: v for k, v in regime_of(prefix, state).items() if k != "ports"},
             "timers": timers.for_topology(topo).to_dict(),
             "hosts": hosts, "switches": switches, "missing_namespaces": missing}
 

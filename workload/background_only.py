@@ -53,6 +53,7 @@ from pathlib import Path
 from common import paths
 from common.machine import machine_info
 from netns_topology.state import (PROGRAM_DATAPATHS, TestbedError, load_topology_of, queueing_of, read_state,
+                                  regime_of,
                                   rto_min_of)
 from workload import measure
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
@@ -247,6 +248,7 @@ def _fabric(prefix: str, topo, scheme: str | None) -> dict:
 
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            "queueing": queueing_of(prefix, state),
+           "regime": regime_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            # what the link rate gives (docs/schemes.md); switch_config holds what is in force
            "timers": timers.for_topology(topo).to_dict(), "rto_min_ms": rto_min_of(prefix, state),
@@ -295,6 +297,10 @@ def run(cfg, *, say=lambda _m: None, on_progress=None) -> dict:
     ``on_progress(elapsed_s, total_s)``: called while the flows run."""
     validate(cfg)
     # even_capacity_bps: two leaves with hosts? before building
+    if (cfg.buffer, cfg.ecn, cfg.tcp_cc) != (None, None, None):
+        raise ValueError(f"--buffer/--ecn/--tcp-cc: training runs with our own nodes only "
+                         f"(the scaled buffers need their time scale), got buffer {cfg.buffer!r}, "
+                         f"ecn {cfg.ecn!r}, tcp_cc {cfg.tcp_cc!r}")
     with testbed_for(cfg.prefix, cfg.topology, DEFAULT_TOPOLOGY, even_capacity_bps, say) as built, \
             rto_min_for_run(cfg.prefix, cfg.rto_min, built, say):
         return _run_on_fabric(cfg, built, say, on_progress)

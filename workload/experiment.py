@@ -33,7 +33,8 @@ from pathlib import Path
 from common import paths
 from common.machine import machine_info
 from netns_topology.state import (PROGRAM_DATAPATHS, TestbedError, load_topology_of, queueing_of, read_state,
-                                  rto_min_of)
+                                  regime_of, rto_min_of)
+from testbed.regime import regime_for_run
 from workload import measure, run_metrics
 from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
@@ -113,6 +114,14 @@ class RunConfig:
     # What makes the training traffic: "talb" (our nodes, TensorSender's tagged
     # tensors) or "mpi" (a real Open MPI all-reduce job, workload/mpi_run.py).
     client: str = "talb"
+    # The regime (testbed/regime.py, docs/experiments.md "Regime"): the switch
+    # buffers, "deep" (the topology's) or "scaled" (the paper's 512 KB at 100G on
+    # the run's time scale); ECN marking at the switches and negotiation at the
+    # hosts; the hosts' congestion control ("dctcp-bpf": ours, as BPF). None: as
+    # the fabric is now. Set before the run and put back after it.
+    buffer: str | None = None
+    ecn: bool | None = None
+    tcp_cc: str | None = None
     # --client mpi: tag the MPI data connections transparently: "auto" (under
     # scheme talb), "on", "off"; the tagger's priority rule (None: its default);
     # the ranks' btl TCP ports [mpi_port_min, mpi_port_min + mpi_port_range).
@@ -177,6 +186,15 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
 
     cfg.placement = placement.canonical(cfg.placement, cfg.arch)   # ValueError names --placement
     cfg.rto_min = rto_min_setting(cfg.rto_min)
+    from netns_topology.buffers import BUFFERS
+
+    _need(cfg.buffer is None or cfg.buffer in BUFFERS, "--buffer", cfg.buffer,
+          f"one of {', '.join(BUFFERS)}")
+    _need(cfg.ecn is None or isinstance(cfg.ecn, bool), "--ecn", cfg.ecn, "on or off")
+    if cfg.tcp_cc is not None:
+        from datapath.tcp_cc import check as check_tcp_cc
+
+        check_tcp_cc(cfg.tcp_cc)                  # TcpCcError (a ValueError) names --tcp-cc
     if cfg.fault is not None:
         from workload.faults import parse_fault
 
@@ -221,6 +239,8 @@ def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
     out = {"prefix": prefix, "datapath": state.get("datapath"), "topology": state["topology"],
            # the switch ports' queues in effect (the topology's, or a FIFO: testbed.lifecycle.set_queueing)
            "queueing": queueing_of(prefix, state),
+           # buffers, ECN, congestion control in effect (testbed/regime.py)
+           "regime": regime_of(prefix, state),
            "host_link_bps": {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts},
            "switch_config": {}, "agent": None}
     if state.get("datapath") not in PROGRAM_DATAPATHS:
@@ -608,6 +628,14 @@ def run(cfg: RunConfig, *, profile=None, scaling=None, on_event=None, on_nodes=N
 
 def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dict:
     run = _setup(cfg, profile, scaling, built)
+    # the buffers are on the run's time scale, known from here on
+    with regime_for_run(cfg.prefix, buffer=cfg.buffer, ecn=cfg.ecn, tcp_cc=cfg.tcp_cc,
+                        time_scale=run.scaling.time_scale, built=built, say=say) as regime:
+        run.fabric["regime"] = regime
+        return _train_and_report(cfg, run, on_event, on_nodes, say)
+
+
+def _train_and_report(cfg, run, on_event, on_nodes, say) -> dict:
     held = _Held(_write_plan(run.plan), _fault_injector(cfg, run, say), _Nodes(),
                  # Monitoring hook (issue 12): the run's live /metrics, fed the node records
                  # as they arrive.

@@ -140,6 +140,10 @@ def run(cfg, *, say=lambda _m: None) -> dict:
     """One MPI run end to end; the results (also written, ``results["path"]``)."""
     validate(cfg)
     check_tools()
+    if (cfg.buffer, cfg.ecn, cfg.tcp_cc) != (None, None, None):
+        raise ValueError(f"--buffer/--ecn/--tcp-cc: training runs with our own nodes only "
+                         f"(the scaled buffers need their time scale), got buffer {cfg.buffer!r}, "
+                         f"ecn {cfg.ecn!r}, tcp_cc {cfg.tcp_cc!r}")
 
     def check(topo):
         place(topo, cfg.arch, cfg.workers, 1, cfg.placement)

@@ -42,7 +42,7 @@ TRAINING_FIELDS = {"models": "--models", "archs": "--archs", "target_rates": "--
                    "workers": "--workers", "servers": "--servers", "iterations": "--iterations",
                    "warmup": "--warmup", "scaling": "--scaling",
                    "queueing": "--queueing", "connections": "--connections",
-                   "placement": "--placement"}
+                   "placement": "--placement", "regimes": "--regime"}
 CLASSES = ("short", "long", "all")
 #: per point: normalised FCT (nfct) and FCT per class, and the mechanism
 LB_METRICS = tuple(f"{c}_{m}" for c in CLASSES for m in ("nfct_mean", "nfct_p99", "fct_mean_s",

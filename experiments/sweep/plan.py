@@ -109,6 +109,9 @@ class RunSpec:
     # what makes the training traffic: "talb" (our nodes) or "mpi" (a real Open MPI job,
     # workload/mpi_run.py)
     client: str = "talb"
+    # the regime: switch buffers, ECN, congestion control, by name (testbed/regime.py
+    # NAMED: scaled, scaled-ecn, ...); None: the topology's deep buffers, no ECN, its tcp_cc
+    regime: str | None = None
 
     def params(self) -> dict:
         d = asdict(self)
@@ -128,6 +131,8 @@ class RunSpec:
             del d["rto_min"]
         if d["client"] == "talb":         # and trained with our own nodes
             del d["client"]
+        if d["regime"] is None:           # and ran deep, without ECN (issue 36)
+            del d["regime"]
         return d
 
     def key(self) -> str:
@@ -144,7 +149,8 @@ class RunSpec:
                 f"{arm(self.scheme, self.queueing, self.connections)} load "
                 f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}"
                 f"{axes_label(self.placement, self.rto_min)}"
-                f"{'' if self.client == 'talb' else f' client={self.client}'}")
+                f"{'' if self.client == 'talb' else f' client={self.client}'}"
+                f"{'' if self.regime is None else f' regime={self.regime}'}")
 
 
 def axes_label(placement: str = "spread", rto_min: str | None = None) -> str:
@@ -269,6 +275,29 @@ _SIM_CHANGES = [
 ]
 _PAPER4 = [*PAPER_BASELINES, "talb"]
 
+#: Issue 36's regimes (testbed/regime.py NAMED), in the order a point runs them
+_REGIMES = ("deep", "scaled", "scaled-ecn")
+_REGIME_KEEPS = [
+    "the paper's switch buffer as a drain time: 512 KB per port at 100 Gbit/s (sec. V-A), "
+    "41.9 us, on each run's time scale (~116 on fig10's setup) at each switch port's rate, "
+    "split evenly over the port's bands (the paper's shared buffer pool, sec. III)",
+    "DCTCP at the hosts with ECN marking at the switches (sec. V-A) in the ECN regime: "
+    "dctcp-bpf, our DCTCP as a BPF congestion control (this kernel has no tcp_dctcp)",
+]
+_REGIME_CHANGES = [c for c in _SIM_CHANGES if c is not _SIM_CHANGES_2SPINE[1]] + [
+    "three regimes per point, interleaved: deep (fig10's 40 KB per band, 160 KB per port, "
+    "12.8 ms per band at the uplinks' 25 Mbit/s; TCP cubic, loss only), scaled (the time-scaled "
+    "buffers: 15.2 KB per uplink port, 30.4 KB per 50 Mbit/s host-facing port; cubic), "
+    "scaled-ecn (the same buffers, ECN marking and DCTCP)",
+    "a floor of 4 full frames (switch_mtu + 14 = 1614 B) per band: the scaled uplink bands "
+    "(3.8 KB) hold 6,456 B, 25.8 KB a port; host-facing bands 7,589 B (over the floor). Below "
+    "it a band could not hold K plus a delayed-ACK pair (netns_topology/buffers.py)",
+    "K, the marking threshold of every band (and of a FIFO port), DCTCP's C x RTT / 7 with "
+    "the paper's RTT (2 us a link, 16 us host to host and back) time-scaled: 827 B at 25 "
+    "Mbit/s, under a frame, so the floor of 2 full frames (3,228 B) everywhere; the switches "
+    "know their queues by a phantom queue per port and band (bpf/include/talb/ecn.h)",
+    "the hosts' own egress queues stay fig10's (the paper's buffer is a switch's)",
+]
 PRESETS: dict[str, dict] = {
     "fig10": dict(_FIG10, description="Fig. 10: tensor FCT vs load, symmetric leaf-spine "
                                       "(4 spines, workers off the server's leaf)",
@@ -400,6 +429,42 @@ PRESETS: dict[str, dict] = {
             f"schemes: TaLB and the paper's baselines; load {TOP_LOAD} only"]),
     # Issue 18: what the datacenter minimum RTO does (the fig10 presets' 10 ms against
     # the kernel's 200 ms), paired by seed at the top load.
+    # Issue 36: does the factorial's finding survive the regime? fig10-factorial and
+    # fig10-paper again, each run under three regimes interleaved (seed, load, then every
+    # regime and arm back to back): deep (the committed runs' regime, re-run here at the
+    # same commit), time-scaled shallow buffers with loss only, and the same buffers with
+    # ECN marking and DCTCP. Designed before any run (docs/experiments.md, "Regime").
+    "fig10-factorial-regime": dict(
+        _FIG10, schemes=_PAPER4, loads=[0.2, TOP_LOAD], queueing=["bands", "fifo"],
+        regimes=list(_REGIMES), seeds=10, seed_rule=None,
+        description="routing x queueing in three regimes: fig10-factorial's TaLB, ECMP, RPS "
+                    "and CONGA, each with the priority bands and with one FIFO per switch port, "
+                    f"loads 0.2 and {TOP_LOAD}, 10 seeds, each under deep buffers (fig10's), "
+                    "time-scaled shallow buffers with loss, and the same buffers with ECN and "
+                    "DCTCP; per regime TaLB's gain decomposed into queueing, routing and "
+                    "their interaction (paired by seed, Holm), and how the routing effect "
+                    "moves from deep to shallow to ECN",
+        keeps=_SIM_KEEPS + _REGIME_KEEPS,
+        changes=_REGIME_CHANGES + [
+            "every scheme under both queueings (fig10-factorial's arms): in the scaled "
+            "regimes a FIFO port holds what its bands hold together, as in the deep one",
+            f"schemes: TaLB and the paper's baselines; loads 0.2 and {TOP_LOAD}; 10 seeds "
+            "everywhere (no seed rule: the issue's 10 paired seeds per cell)"]),
+    "fig10-paper-regime": dict(
+        _FIG10, schemes=_PAPER4, queueing={"talb": ["bands"], "*": ["fifo"]},
+        regimes=list(_REGIMES), seeds=10, seed_rule=None,
+        description="Fig. 10 in the paper's configuration as we read it (TaLB with its WFQ "
+                    "bands, ECMP, RPS and CONGA on one FIFO per switch port), loads 0.1-0.4, "
+                    "10 seeds, under deep buffers (fig10's), time-scaled shallow buffers with "
+                    "loss, and the same buffers with ECN and DCTCP (the paper's transport, "
+                    "sec. V-A)",
+        keeps=_SIM_KEEPS + ["WFQ by tensor priority in TaLB's switches (sec. III)"]
+        + _REGIME_KEEPS,
+        changes=_REGIME_CHANGES + [
+            "the baselines' switch ports: one FIFO holding the bands' bytes (our reading: the "
+            "paper does not say how its baselines queue); TaLB's: the bands. This comparison "
+            "mixes routing and queueing (fig10-factorial-regime separates them)",
+            "schemes: TaLB and the paper's baselines; 10 seeds everywhere (no seed rule)"]),
     "fig10-rto": dict(
         # None: the topology's 10 ms, so those runs are fig10's (the same keys)
         _FIG10, schemes=_PAPER4, loads=[TOP_LOAD], rto_min=[None, "kernel"], seed_rule=None,
@@ -537,7 +602,7 @@ PRESETS["lb-classic-quick"] = dict(
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
                 "background_size_scale", "queueing", "connections", "placement", "rto_min",
-                "cdfs", "clients")
+                "cdfs", "clients", "regimes")
 
 
 def topology_path(t: str) -> str:
@@ -675,6 +740,7 @@ def training_plan(req: Request) -> Plan:
     placements = _placements(base.get("placement"), base, topologies)
     rtos = _rto_mins(base.get("rto_min"))
     clients = _clients(base.get("clients"), base, conns)
+    regimes = _regimes(base.get("regimes"), clients)
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
     # setting innermost: what a sweep compares runs back to back, so a slow drift of
@@ -683,10 +749,10 @@ def training_plan(req: Request) -> Plan:
     for topo, seed, load, rate, model, arch in itertools.product(
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
-        for pl, rto, client in itertools.product(placements, rtos, clients):
+        for pl, rto, client, regime in itertools.product(placements, rtos, clients, regimes):
             if client in REAL_JOBS and arch != base["archs"][0]:
                 continue            # an MPI job is an all-reduce whatever --archs: once a point
-            axes = dict(placement=pl, rto_min=rto, client=client)
+            axes = dict(placement=pl, rto_min=rto, client=client, regime=regime)
             for agent in base["agents"]:
                 for c in conns:
                     for q in _QUEUEING_ORDER:
@@ -807,6 +873,28 @@ def _rto_mins(value) -> list:
     return out
 
 
+def _regimes(value, clients: list[str]) -> list:
+    """The regimes of a preset's or --regime's value (None: the topology's,
+    deep without ECN), each once, in the order given; ``deep`` is None (the
+    runs before issue 36 are its runs: the same keys)."""
+    from testbed.regime import NAMED
+
+    values = _values(value, None)
+    if not values:
+        raise PlanError(f"--regime: at least one of {', '.join(NAMED)}")
+    out = []
+    for v in values:
+        if v is not None and v not in NAMED:
+            raise PlanError(f"--regime: one of {', '.join(NAMED)}, got {v!r}")
+        c = None if v == "deep" else v
+        if c not in out:
+            out.append(c)
+    if out != [None] and any(c in REAL_JOBS for c in clients):
+        raise PlanError("--regime: training runs with our own nodes only (--clients talb); "
+                        "an MPI or PyTorch job runs deep without ECN")
+    return out
+
+
 CLIENTS = ("talb", "mpi", "torch")
 #: clients that are a real job's all-reduce (one rank per host, their own connections)
 REAL_JOBS = ("mpi", "torch")
@@ -877,7 +965,8 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
 
 
 def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
-          connections="pair", placement="spread", rto_min=None, client="talb") -> RunSpec:
+          connections="pair", placement="spread", rto_min=None, client="talb",
+          regime=None) -> RunSpec:
     if client in REAL_JOBS:             # a real job's all-reduce: no servers
         arch = "allreduce"
     servers = base["servers"] if arch == "ps" else 1
@@ -887,4 +976,5 @@ def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="ba
                    warmup=base["warmup"], agent=agent,
                    background_size_scale=base.get("background_size_scale"), queueing=queueing,
                    connections=connections, placement=placement, rto_min=rto_min,
-                   client=client, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))
+                   client=client, regime=regime,
+                   agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))

@@ -58,7 +58,7 @@ SENDBUF = ("short_sendbuf_wait_mean_s", "long_sendbuf_wait_mean_s", "all_sendbuf
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
                "background_size_scale", "agent", "queueing", "connections", "placement",
-               "rto_min", "client")
+               "rto_min", "client", "regime")
 POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
 #: a cell: the runs that share a seed's background plan, and are paired by seed
 #: (schemes, agent settings, queueing and connection-model arms, minimum RTOs;
@@ -207,6 +207,11 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     # ... and were placed spread (their placement record had no mode)
     row["placement_in_effect"] = (res.get("placement") or {}).get("spec", "spread")
     row["rto_min_ms_in_effect"] = (res.get("fabric") or {}).get("rto_min_ms")
+    # the regime in force (testbed/regime.py; runs before issue 36: deep, no ECN, the topology's cc)
+    reg = (res.get("fabric") or {}).get("regime") or {}
+    row["buffer_in_effect"] = reg.get("buffer", "deep")
+    row["ecn_in_effect"] = bool(reg.get("ecn", False))
+    row["tcp_cc_in_effect"] = reg.get("tcp_cc")
     row["bg_senders"] = (res.get("load") or {}).get("senders_rule") or \
         ("workers" if (res.get("load") or {}).get("background") else None)
     row["commit"] = (res.get("software") or {}).get("commit")
@@ -310,7 +315,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 #: a row's value of a field it may lack (rows made before the field existed)
 FIELD_DEFAULTS = {"connections": "pair", "placement": "spread", "rto_min": None,
-                  "client": "talb"}
+                  "client": "talb", "regime": None}
 
 
 def field(row: dict, name: str):

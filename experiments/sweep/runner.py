@@ -72,6 +72,11 @@ class Fabric:
 
         stop_background(self.prefix)          # its PCM history belongs to the last run
         lifecycle.set_queueing(self.prefix, spec.queueing)   # switch ports idle: nothing queued
+        from netns_topology.state import read_state
+        from testbed.regime import set_regime
+
+        if read_state(self.prefix).get("regime"):   # a killed run's: the runs start deep
+            set_regime(self.prefix)
         topo = load_topology_of(self.prefix)
         # the run's minimum RTO, or the topology's (None: the kernel's)
         lifecycle.set_rto_min(self.prefix, topo.rto_min if spec.rto_min is None else spec.rto_min)
@@ -96,6 +101,8 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
         from workload import experiment, mpi_run
         from workload.experiment import RunConfig
 
+        from testbed.regime import NAMED
+
         # a real MPI job (--clients mpi), a PyTorch DDP job (--clients torch) or our own
         # nodes as the training traffic
         if spec.client == "torch":
@@ -103,6 +110,8 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
             run = torch_run.run
         else:
             run = mpi_run.run if spec.client == "mpi" else experiment.run
+        # the regime's buffers, ECN and congestion control (None: as the fabric is)
+        buffer, ecn, tcp_cc = NAMED[spec.regime] if spec.regime else (None, None, None)
         run(RunConfig(model=spec.model, arch=spec.arch, workers=spec.workers,
                       servers=spec.servers, scheme=spec.scheme, load=spec.load, seed=spec.seed,
                       iterations=spec.iterations, warmup=spec.warmup,
@@ -111,6 +120,7 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       background_size_scale=spec.background_size_scale, queueing=spec.queueing,
                       connections=spec.connections, placement=spec.placement,
                       rto_min=spec.rto_min, client=spec.client,
+                      buffer=buffer, ecn=ecn, tcp_cc=tcp_cc,
                       prefix=prefix, out=str(path),
                       timeout_s=timeout_s, background_s=spec.background_s))
     return run_one

@@ -50,7 +50,8 @@ def _fmt(e, scale=1e3, digits=1) -> str:
 #: what the comparisons of TaLB and a baseline hold fixed: TaLB on pool
 #: connections is compared with a baseline on pool connections, under the
 #: same placement and minimum RTO
-_GROUP = ("topology", "model", "arch", "target_link_bps", "connections", "placement", "rto_min")
+_GROUP = ("topology", "model", "arch", "target_link_bps", "connections", "placement", "rto_min",
+          "regime")
 #: paired.csv's cells: every arm of a point, connection models and minimum
 #: RTOs included (runs of a seed share its background plan whatever they are;
 #: a placement other than spread changes the background's senders)
@@ -69,9 +70,11 @@ def _axes(g) -> str:
     topology's RTO). ``g``: a tuple in _GROUP's order, or a row or point."""
     d = dict(zip(_GROUP, g)) if isinstance(g, tuple) else g
     c, pl, rto = d.get("connections"), d.get("placement"), d.get("rto_min")
+    reg = d.get("regime")
     return ("" if c in (None, "pair") else f", {c} connections") + \
         ("" if pl in (None, "spread") else f", placement {pl}") + \
-        ("" if rto is None else f", rto_min {rto}")
+        ("" if rto is None else f", rto_min {rto}") + \
+        ("" if reg is None else f", regime {reg}")
 #: the headline numbers TaLB is compared on, lower is better but for the speed
 COMPARED = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
             "samples_per_s")

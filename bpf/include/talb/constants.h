@@ -75,6 +75,15 @@
  * rate, and dt * bytes_per_s stays below 2^64 up to 4.6 GB/s. */
 #define TALB_QUEUE_DT_MAX_NS    4000000000ULL
 
+/* ECN (talb/ecn.h): the IPv4 TOS byte's two ECN bits (RFC 3168), and
+ * how many times a phantom queue's drain passes over its bands (what a
+ * band leaves unused goes to the others: two passes are exact unless
+ * bands empty one after another within one inter-packet gap). */
+#define TALB_ECN_MASK           0x03
+#define TALB_ECN_NOT_ECT        0x00
+#define TALB_ECN_CE             0x03
+#define TALB_ECN_DRAIN_ROUNDS   2
+
 /* ---- port flags (struct port_info.flags, struct port_slot.flags) ----- */
 #define PORT_HOST               (1U << 0)  /* faces a host (last hop)        */
 #define PORT_UP                 (1U << 1)  /* may be used as an egress port  */
@@ -84,6 +93,9 @@
  * an unowned clone and drop the original (DESIGN section 3). The loader
  * sets it by default. */
 #define CFG_RELEASE_SK          (1U << 0)
+/* Mark CE at the egress ports (talb/ecn.h): set by datapath/control.py
+ * set_ecn with the ports' phantom-queue setup (ecn_port). */
+#define CFG_ECN                 (1U << 1)
 
 /* ---- TaLB defaults (struct talb_config; 0 in a field = this default) --- */
 /* A tensor entry idle this long is stale: a hit on it re-decides (the
@@ -173,6 +185,10 @@
 /* Tensor integrity as the switch saw it (talb/tensor_egress.h) */
 #define CNT_TENSOR_SPLIT        57  /* a tagged tensor left by a port new to
                                        it (tensor_egress): split here      */
+/* ECN (talb/ecn.h): packets that found their band above K */
+#define CNT_ECN_MARKED          58  /* ECT packet left with CE (or was CE)   */
+#define CNT_ECN_NOT_ECT         59  /* Not-ECT: never marked (RFC 3168)      */
+#define CNT_ECN_MARK_FAIL       60  /* load/store/checksum helper failed     */
 #define TALB_NR_COUNTERS        64
 
 /* ---- wire format (DESIGN section 4, bpf/include/talb/talb_option.h) --- */

@@ -92,6 +92,12 @@ TALB_MAP("array", __u32, __u32, conga_fb_cursor, TALB_CONGA_MAX_LEAVES);
 /* host IPv4 address (network byte order) -> its leaf id (user space) */
 TALB_MAP("hash", __be32, __u32, conga_leaf_of, TALB_MAX_ROUTES);
 
+/* ---- ECN, every scheme (talb/ecn.h) ---- */
+/* port_id -> marking setup: rate, K, limit, burst, band weights (user space) */
+TALB_MAP("array", __u32, struct ecn_port, ecn_port, TALB_MAX_PORTS);
+/* port_id -> phantom queue per band (data path only) */
+TALB_MAP("array", __u32, struct ecn_queue, ecn_queue, TALB_MAX_PORTS);
+
 #ifdef TALB_TEST_INTERLEAVE
 /* Tests only (tests/test_talb_races.py compiles with -DTALB_TEST_INTERLEAVE):
  * what another CPU writes between this CPU's tensor lookup and its insert

@@ -184,6 +184,27 @@ struct port_queue {
 	__u64 credit;
 };
 
+/* ecn_port[port_id]: a port's ECN marking setup (talb/ecn.h), written by
+ * user space (datapath/control.py set_ecn). weight[b]: band b's WFQ
+ * weight as the port's qdisc is installed now (0: no such band -- a FIFO
+ * port has band 0 only). */
+struct ecn_port {
+	__u64 bytes_per_s;      /* link rate; 0: never marks */
+	__u32 k_bytes;          /* mark when a band holds more than this */
+	__u32 limit_bytes;      /* one band's bfifo limit (0: none) */
+	__u32 burst_bytes;      /* the shaper's bucket (HTB burst) */
+	__u8 weight[TALB_MAX_BANDS];
+	__u32 pad;
+};
+
+/* ecn_queue[port_id]: the port's phantom queue (data path only): each
+ * band's bytes and the bucket's credit at last_ns. */
+struct ecn_queue {
+	__u64 last_ns;
+	__u64 credit;
+	__u32 bytes[TALB_MAX_BANDS];
+};
+
 /* drill_mem[group_id], per CPU: one DRILL engine's remembered ports
  * (ifindex, best first; 0: none). */
 struct drill_mem {
