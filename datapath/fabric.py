@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable
 
@@ -133,7 +134,12 @@ class FabricLoad:
                                         initializer=_block_signals)
         self._dps = {name: cls(paths.netns_name(prefix, name), paths.pin_dir(prefix, name))
                      for cls, name in nodes}
-        self._futures = {self._pool.submit(dp.load): name for name, dp in self._dps.items()}
+        #: node -> (wall s, CPU s of its loading thread: mostly the kernel's verifier)
+        self.load_seconds: dict[str, tuple[float, float]] = {}
+        #: attach(): seconds waiting for loads, and attaching/pinning/programming
+        self.attach_seconds = {"wait_s": 0.0, "attach_s": 0.0}
+        self._futures = {self._pool.submit(self._timed_load, name, dp): name
+                         for name, dp in self._dps.items()}
         self._host_xdp = None
         if self.xdp:
             from datapath.xdp import HostXdpPass
@@ -141,6 +147,26 @@ class FabricLoad:
             # one XDP_PASS program for every host's interface (no maps)
             self._host_xdp = HostXdpPass(None, paths.pin_dir(prefix))   # pins nothing
             self._futures[self._pool.submit(self._host_xdp.load)] = None
+
+    def _timed_load(self, name: str, dp):
+        wall, cpu = time.monotonic(), time.thread_time()
+        dp.load()
+        self.load_seconds[name] = (time.monotonic() - wall, time.thread_time() - cpu)
+        return dp
+
+    def timings(self) -> dict:
+        """Where loading and attaching went: per kind of node (switch, host)
+        the summed wall and thread-CPU seconds of the loads (the kernel's
+        verifier, BPF_PROG_LOAD, runs in the loading thread), and the
+        attach step's waiting and working seconds."""
+        hosts = {h.name for h in self.topo.hosts}
+        out = {}
+        for kind in ("switch", "host"):
+            rows = [v for n, v in self.load_seconds.items() if (n in hosts) == (kind == "host")]
+            out[f"{kind}_loads"] = len(rows)
+            out[f"{kind}_load_wall_s"] = round(sum(r[0] for r in rows), 4)
+            out[f"{kind}_load_cpu_s"] = round(sum(r[1] for r in rows), 4)
+        return {**out, **{k: round(v, 4) for k, v in self.attach_seconds.items()}}
 
     def attach(self, progress: Callable[[str], None] = lambda _m: None) -> None:
         """Attach, pin and program every node as its load completes (the
@@ -150,7 +176,10 @@ class FabricLoad:
         hosts = {h.name: h for h in self.topo.hosts}
         total = sum(1 for name in self._futures.values() if name is not None)
         done = 0
+        waited = time.monotonic()
         for future in as_completed(self._futures):
+            started = time.monotonic()
+            self.attach_seconds["wait_s"] += started - waited
             name = self._futures[future]
             dp = future.result()
             if name is None:        # the hosts' XDP_PASS: attached with each host
@@ -175,6 +204,8 @@ class FabricLoad:
                 what = f"data path on {name}: {len(ports)} ports, scheme {self.topo.scheme}"
             dp.close()
             progress(f"{what} ({done}/{total})")
+            waited = time.monotonic()
+            self.attach_seconds["attach_s"] += waited - started
 
     def _attach_host_xdp(self, host) -> None:
         """XDP_PASS on the host's interface, so that the leaf's
