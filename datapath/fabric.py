@@ -11,11 +11,15 @@ maps, and later commands (status, the agent) work from the pins alone.
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable
+
+from pyroute2 import netns as nsctl
 
 from common import paths
 from datapath import timers
@@ -24,15 +28,19 @@ from datapath.control import (program_switch, read_config, set_conga_leaves, set
 from datapath.host_loader import HostDatapath
 from datapath.loader import SwitchDatapath
 from datapath.maps import SwitchMaps
-from datapath.program import ensure_bpffs, link_ifindexes
+from datapath.program import (FILTER_HANDLE, FILTER_PRIO, TC_PARENTS, ensure_bpffs,
+                              link_ifindexes)
+from netns_topology.netlink_batch import NetlinkBatch, NetlinkError, open_rtnl_socket
 
 
 def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
-                   scheme: str | None = None) -> None:
-    """(Re)install one switch's ports and forwarding groups from the topology."""
+                   scheme: str | None = None, ifindex: dict[str, int] | None = None) -> None:
+    """(Re)install one switch's ports and forwarding groups from the topology
+    (``ifindex``: its ports' indexes when known, else looked up)."""
     netns = paths.netns_name(prefix, switch)
     ports = topo.ports(switch)
-    ifindex = link_ifindexes(netns, [p.name for p in ports])
+    if ifindex is None:
+        ifindex = link_ifindexes(netns, [p.name for p in ports])
     port_rows = [(p.name, ifindex[p.name], p.kind == "host", p.up) for p in ports]
     groups = {ip: [ifindex[name] for name in names]
               for ip, names in topo.forwarding_groups(switch).items()}
@@ -190,7 +198,7 @@ class FabricLoad:
                 reported.add(cls)
                 progress(f"{cls.SOURCE.name}: {_origin(cls.compiled())}")
             if name in hosts:
-                dp.attach([hosts[name].iface])
+                self._attach(dp, [hosts[name].iface])
                 dp.pin()
                 what = f"tagging program on {name}"
                 if self.xdp:
@@ -198,14 +206,54 @@ class FabricLoad:
                     what += " and XDP_PASS"
             else:
                 ports = self.topo.ports(name)
-                dp.attach([p.name for p in ports])
+                ifindex = self._attach(dp, [p.name for p in ports])
                 dp.pin()
-                program_fabric(self.topo, self.prefix, name, dp.maps)
+                program_fabric(self.topo, self.prefix, name, dp.maps, ifindex=ifindex)
                 what = f"data path on {name}: {len(ports)} ports, scheme {self.topo.scheme}"
             dp.close()
             progress(f"{what} ({done}/{total})")
             waited = time.monotonic()
             self.attach_seconds["attach_s"] += waited - started
+
+    def _attach(self, dp, ifnames: list[str]) -> dict[str, int] | None:
+        """``dp.attach(ifnames)``; for TC programs the same requests (clsact,
+        then our filter, direct-action) in one batch on a netlink socket of
+        the node's namespace, the ports found by name there (no IPRoute per
+        node, no lookup per port: netns_topology/netlink_batch.py). The
+        ports' indexes (None for XDP, attached by its own class)."""
+        if self.xdp:
+            dp.attach(ifnames)
+            return None
+        nsctl.pushns(dp.netns)      # this thread only; sockets stay where they are made
+        try:
+            sock = open_rtnl_socket()
+            try:
+                index = {}
+                for ifname in ifnames:
+                    try:
+                        index[ifname] = socket.if_nametoindex(ifname)
+                    except OSError:
+                        raise OSError(errno.ENODEV, f"no device {ifname!r} in netns "
+                                                    f"{dp.netns}") from None
+            except BaseException:
+                sock.close()
+                raise
+        finally:
+            nsctl.popns()
+        try:
+            batch = NetlinkBatch(sock)
+            batch.tc_on(index.values(), "add", "clsact")
+            batch.tc_on(index.values(), "replace-filter", "bpf", FILTER_HANDLE, fd=dp.prog_fd,
+                        name=dp.PROG_NAME, parent=TC_PARENTS[dp.TC_DIRECTION],
+                        prio=FILTER_PRIO, classid=1, direct_action=True)
+            try:
+                batch.flush()
+            except NetlinkError as exc:
+                raise OSError(exc.errno, f"attaching {dp.PROG_NAME} at {dp.TC_DIRECTION} of "
+                                         f"{', '.join(ifnames)} ({dp.netns}): {exc}") from exc
+        finally:
+            sock.close()
+        return index
 
     def _attach_host_xdp(self, host) -> None:
         """XDP_PASS on the host's interface, so that the leaf's

@@ -29,6 +29,7 @@ __all__ = ["NetlinkBatch", "NetlinkError", "open_rtnl_socket", "compiled"]
 
 _HEADER = struct.Struct("=IHHII")   # struct nlmsghdr: len, type, flags, seq, pid
 _SEQ_OFFSET = 8
+_TCM_IFINDEX = _HEADER.size + 4   # struct tcmsg: family, pad1, pad2, then ifindex
 SOL_NETLINK = 270
 NETLINK_EXT_ACK = 11
 #: requests per send: their acks must fit the socket's receive buffer (an
@@ -110,6 +111,22 @@ class NetlinkBatch:
 
     def tc(self, *args, **kwargs) -> None:
         self._add("tc", args, kwargs)
+
+    def tc_on(self, indexes, command: str, kind: str, handle: int = 0, **kwargs) -> None:
+        """``tc(command, kind, index, handle, **kwargs)`` for each of
+        ``indexes``: compiled once, the interface index set in each copy
+        (struct tcmsg's tcm_ifindex; the requests differ in nothing else)."""
+        indexes = list(indexes)
+        if not indexes:
+            return
+        data = compiled("tc", command, kind, indexes[0], handle, **kwargs)
+        if len(data) != _HEADER.unpack_from(data, 0)[0]:
+            raise ValueError(f"tc {command} {kind}: more than one message compiled")
+        for index in indexes:
+            msg = bytearray(data)
+            struct.pack_into("=i", msg, _TCM_IFINDEX, index)
+            self._queue.append((bytes(msg), f"tc {command} {kind} dev #{index} "
+                                             + " ".join(f"{k}={v}" for k, v in kwargs.items())))
 
     def flush(self) -> int:
         """Send every queued request; the number sent."""
