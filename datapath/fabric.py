@@ -171,10 +171,10 @@ class FabricLoad:
         out = {}
         for kind in ("switch", "host"):
             rows = [v for n, v in self.load_seconds.items() if (n in hosts) == (kind == "host")]
-            out[f"{kind}_loads"] = len(rows)
-            out[f"{kind}_load_wall_s"] = round(sum(r[0] for r in rows), 4)
-            out[f"{kind}_load_cpu_s"] = round(sum(r[1] for r in rows), 4)
-        return {**out, **{k: round(v, 4) for k, v in self.attach_seconds.items()}}
+            out[f"{kind}_nodes"] = len(rows)
+            out[f"{kind}_wall_s"] = round(sum(r[0] for r in rows), 4)
+            out[f"{kind}_cpu_s"] = round(sum(r[1] for r in rows), 4)
+        return {**out, **{f"attach_{k}": round(v, 4) for k, v in self.attach_seconds.items()}}
 
     def attach(self, progress: Callable[[str], None] = lambda _m: None) -> None:
         """Attach, pin and program every node as its load completes (the
