@@ -28,7 +28,9 @@ from pyroute2.netlink import NLMSG_ERROR, nlmsgerr
 __all__ = ["NetlinkBatch", "NetlinkError", "open_rtnl_socket", "compiled"]
 
 _HEADER = struct.Struct("=IHHII")   # struct nlmsghdr: len, type, flags, seq, pid
-_SEQ_OFFSET = 8
+_FLAGS_OFFSET = 6                 # flags (u16), then seq (u32)
+NLM_F_ACK = 0x4
+NLM_F_DUMP = 0x300
 _TCM_IFINDEX = _HEADER.size + 4   # struct tcmsg: family, pad1, pad2, then ifindex
 SOL_NETLINK = 270
 NETLINK_EXT_ACK = 11
@@ -143,10 +145,13 @@ class NetlinkBatch:
             # does that for these requests, but every one is acked)
             offset = 0
             while offset < len(data):
-                length = _HEADER.unpack_from(data, offset)[0]
+                length, _type, flags = _HEADER.unpack_from(data, offset)[:3]
+                if flags & NLM_F_DUMP == NLM_F_DUMP:
+                    raise ValueError(f"{what}: a dump request has no place in a batch")
                 self._seq += 1
                 msg = bytearray(data[offset:offset + length])
-                struct.pack_into("=I", msg, _SEQ_OFFSET, self._seq)
+                # every request acked, so that reading the acks knows when it is done
+                struct.pack_into("=HI", msg, _FLAGS_OFFSET, flags | NLM_F_ACK, self._seq)
                 pending[self._seq] = what
                 buf += msg
                 offset += (length + 3) & ~3
