@@ -196,10 +196,11 @@ class SwitchWindowC:
     def __call__(self, t: float):
         """Read at monotonic time ``t``: ``(totals, window)``. ``totals``:
         [bytes list, packets list]; ``window``: None (the first reading, or a
-        clock that did not move), or ``(dt, deltas, utils, delays, pcms)``
-        where utils/delays/pcms are None when the maths must go the Python
-        way (a huge counter; packets of no byte) and pcms is None without
-        ``groups``. OSError if the read fails."""
+        clock that did not move), or ``(dt, deltas, utils, delays, pcms)``:
+        either the maths done (deltas None: not needed) or, where it must go
+        the Python way (a huge counter; packets of no byte), the deltas
+        ([bytes list, packets list]) with utils/delays/pcms None; pcms is
+        None without ``groups``. OSError if the read fails."""
         last, self._t = self._t, t
         dt = 0.0 if last is None else t - last
         rc = self._call(last is not None, dt)
@@ -210,14 +211,13 @@ class SwitchWindowC:
         totals = [tb.tolist(), tk.tolist()]
         if rc == 1:
             return totals, None
-        deltas = [db.tolist(), dk.tolist()]
         if rc == 2:
-            return totals, (dt, deltas, None, None, None)
+            return totals, (dt, [db.tolist(), dk.tolist()], None, None, None)
         pcms = None
         if self._with_groups:
             flat = pcm.tolist()
             pcms = [flat[s:e] for s, e in self._spans]
-        return totals, (dt, deltas, u.tolist(), d.tolist(), pcms)
+        return totals, (dt, None, u.tolist(), d.tolist(), pcms)
 
 
 def switch_window(map_fd: int, n_entries: int, ncpu: int, fields: int, pids, fb: int,
