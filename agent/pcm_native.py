@@ -1,11 +1,14 @@
 """agent/pcm.py's per-window maths in C (agent/pcm_window.c), for
 :class:`agent.pcm.PortModel` and :class:`agent.pcm.GroupPcm`: the same
 floats, bit for bit (tests/test_pcm.py compares the two), ~5x cheaper for
-64 ports. Built by common.native; None where it cannot be (the callers then
-compute in Python)."""
+64 ports; and :class:`SwitchWindowC`, a whole switch window -- the counter
+read (one BPF_MAP_LOOKUP_BATCH), the sums over CPUs, the deltas, the model
+and the groups' PCMs -- in one call. Built by common.native; None where it
+cannot be (the callers then compute in Python)."""
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -17,7 +20,7 @@ SOURCE = Path(__file__).resolve().parent / "pcm_window.c"
 #: code's reading of Python's int arithmetic needs
 EXACT = 2 ** 50
 
-_D, _Q, _I = ctypes.c_double, ctypes.c_int64, ctypes.c_int32
+_D, _Q, _I, _U = ctypes.c_double, ctypes.c_int64, ctypes.c_int32, ctypes.c_uint64
 _P = ctypes.POINTER
 
 
@@ -27,6 +30,8 @@ def _lib():
         lib.talb_port_model.restype = ctypes.c_int
         lib.talb_port_model.argtypes = [ctypes.c_int, _P(_Q), _P(_Q), _D, _P(_D), _P(_D),
                                         _P(_D), _D, _P(_D), _P(_D)]
+        lib.talb_window.restype = ctypes.c_int
+        lib.talb_window.argtypes = [ctypes.c_void_p]
         lib.talb_group_pcm.restype = None
         lib.talb_group_pcm.argtypes = [ctypes.c_int, _P(_I), _P(_I), _P(_D), _P(_D), _D, _D,
                                        _P(_D), _P(_D)]
@@ -100,3 +105,130 @@ def group_pcm(groups, n_ports: int, w1: float, w2: float) -> GroupPcmC | None:
     if lib is None or n_ports <= 0 or any(not 0 <= i < n_ports for g in groups for i in g):
         return None
     return GroupPcmC(lib, groups, n_ports, w1, w2)
+
+
+_V = ctypes.c_void_p
+
+
+class _WindowArgs(ctypes.Structure):
+    """struct talb_window_args (agent/pcm_window.c), field for field."""
+
+    _fields_ = [("fd", _I), ("n_entries", _I), ("ncpu", _I), ("fields", _I),
+                ("keys", _V), ("values", _V),
+                ("n", _I), ("fb", _I), ("fk", _I), ("have_prev", _I),
+                ("pid", _V), ("tot_b", _V), ("tot_k", _V), ("prev_b", _V), ("prev_k", _V),
+                ("d_b", _V), ("d_k", _V),
+                ("dt", _D), ("full", _D), ("w1", _D), ("w2", _D),
+                ("cap", _V), ("max_wait", _V), ("idle", _V), ("util", _V), ("delay", _V),
+                ("groups", _I), ("pad", _I), ("start", _V), ("idx", _V),
+                ("pcm", _V), ("scratch", _V)]
+
+
+class SwitchWindowC:
+    """One switch's window in one C call (``talb_window``): what
+    statsread.PerCpuArrayReader.columns, window.ColumnWindow.advance,
+    PortModel.window and (``groups`` given) GroupPcm.window do in Python,
+    the same numbers (tests/test_agent_window_native.py compares them).
+
+    ``map_fd``: the per-CPU ``port_stats`` array, ``n_entries`` of it read,
+    ``fields`` u64 per value per CPU; port i is entry ``pids[i]``, its
+    bytes field ``fb`` and packets field ``fk``. ``groups``: each group's
+    ports as positions (None: no group maths, the caller's). The fd must
+    stay open while this is used."""
+
+    def __init__(self, lib, map_fd: int, n_entries: int, ncpu: int, fields: int,
+                 pids: Sequence[int], fb: int, fk: int, capacities: Sequence[float],
+                 max_waits: Sequence[float], idle_delays: Sequence[float], full_frame: int,
+                 groups: Sequence[Sequence[int]] | None, w1: float, w2: float):
+        n = self.n = len(pids)
+        self._keys = (ctypes.c_uint32 * n_entries)()
+        self._values = (_U * (n_entries * ncpu * fields))()
+        self._tot_b, self._tot_k = (_U * n)(), (_U * n)()
+        self._prev_b, self._prev_k = (_U * n)(), (_U * n)()
+        self._d_b, self._d_k = (_U * n)(), (_U * n)()
+        self._u, self._d = (_D * n)(), (_D * n)()
+        self._with_groups = groups is not None
+        groups = list(groups or ())
+        flat = [i for g in groups for i in g]
+        starts = [0]
+        for g in groups:
+            starts.append(starts[-1] + len(g))
+        m = max(1, len(flat))
+        self._pcm, scratch = (_D * m)(), (_D * m)()
+        self._spans = list(zip(starts, starts[1:]))
+        self._m = len(flat)
+        self._keep = [(_I * n)(*pids), (_D * n)(*capacities), (_D * n)(*max_waits),
+                      (_D * n)(*idle_delays), (_I * len(starts))(*starts),
+                      (_I * m)(*(flat or [0])), scratch]
+        pid_arr, caps, waits, idles, start_arr, idx_arr, _ = self._keep
+        addr = ctypes.addressof
+        args = self._args = _WindowArgs(
+            fd=map_fd, n_entries=n_entries, ncpu=ncpu, fields=fields, keys=addr(self._keys),
+            values=addr(self._values), n=n, fb=fb, fk=fk, pid=addr(pid_arr),
+            tot_b=addr(self._tot_b), tot_k=addr(self._tot_k), prev_b=addr(self._prev_b),
+            prev_k=addr(self._prev_k), d_b=addr(self._d_b), d_k=addr(self._d_k),
+            full=float(full_frame), w1=float(w1), w2=float(w2), cap=addr(caps),
+            max_wait=addr(waits), idle=addr(idles), util=addr(self._u), delay=addr(self._d),
+            groups=len(groups), start=addr(start_arr), idx=addr(idx_arr),
+            pcm=addr(self._pcm), scratch=addr(scratch))
+        fn, ref = lib.talb_window, ctypes.byref(args)
+
+        def view(arr, fmt):   # a copy as a list is one tolist() of a cast view
+            return memoryview(arr).cast("B").cast(fmt)
+        self._views = [view(a, "Q") for a in (self._tot_b, self._tot_k, self._d_b, self._d_k)]
+        self._views += [view(self._u, "d"), view(self._d, "d"), view(self._pcm, "d")]
+
+        def call(have_prev: bool, dt: float) -> int:
+            args.have_prev, args.dt = have_prev, dt
+            return fn(ref)
+        self._call = call
+        self._t: float | None = None
+
+    def carry_over(self, other: "SwitchWindowC") -> None:
+        """Take ``other``'s last reading (same ports; other groups): the
+        next window is measured from it."""
+        if other.n != self.n:
+            raise ValueError(f"carry_over: {other.n} ports, this window has {self.n}")
+        for name in ("_prev_b", "_prev_k"):
+            ctypes.memmove(getattr(self, name), getattr(other, name), ctypes.sizeof(_U) * self.n)
+        self._t = other._t
+
+    def __call__(self, t: float):
+        """Read at monotonic time ``t``: ``(totals, window)``. ``totals``:
+        [bytes list, packets list]; ``window``: None (the first reading, or a
+        clock that did not move), or ``(dt, deltas, utils, delays, pcms)``:
+        either the maths done (deltas None: not needed) or, where it must go
+        the Python way (a huge counter; packets of no byte), the deltas
+        ([bytes list, packets list]) with utils/delays/pcms None; pcms is
+        None without ``groups``. OSError if the read fails."""
+        last, self._t = self._t, t
+        dt = 0.0 if last is None else t - last
+        rc = self._call(last is not None, dt)
+        if rc < 0:
+            self._t = last
+            raise OSError(-rc, f"BPF_MAP_LOOKUP_BATCH port_stats: {os.strerror(-rc)}")
+        tb, tk, db, dk, u, d, pcm = self._views
+        totals = [tb.tolist(), tk.tolist()]
+        if rc == 1:
+            return totals, None
+        if rc == 2:
+            return totals, (dt, [db.tolist(), dk.tolist()], None, None, None)
+        pcms = None
+        if self._with_groups:
+            flat = pcm.tolist()
+            pcms = [flat[s:e] for s, e in self._spans]
+        return totals, (dt, None, u.tolist(), d.tolist(), pcms)
+
+
+def switch_window(map_fd: int, n_entries: int, ncpu: int, fields: int, pids, fb: int,
+                  fk: int, capacities, max_waits, idle_delays, full_frame, groups,
+                  w1: float, w2: float) -> SwitchWindowC | None:
+    """None without the C code or for inputs the C code does not take
+    (no port; a group position outside the ports)."""
+    lib = _lib()
+    n = len(pids)
+    if lib is None or n == 0 or any(not 0 <= p < n_entries for p in pids) or (
+            groups and any(not 0 <= i < n for g in groups for i in g)):
+        return None
+    return SwitchWindowC(lib, map_fd, n_entries, ncpu, fields, pids, fb, fk, capacities,
+                         max_waits, idle_delays, full_frame, groups, w1, w2)

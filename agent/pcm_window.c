@@ -7,7 +7,16 @@
  * int-to-float conversions and int / int divisions are exact conversions
  * followed by one correctly rounded IEEE division, as here.
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/bpf.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* counters at or above this go the Python way (agent/pcm_native.py EXACT) */
+#define EXACT ((uint64_t)1 << 50)
 
 /* PortModel.window: for port i, tx_bytes b[i] and tx_packets k[i] over dt
  * seconds, capacity cap[i] bit/s, queueing cap max_wait[i] s, idle delay
@@ -89,4 +98,108 @@ void talb_group_pcm(int groups, const int32_t *start, const int32_t *idx,
 			a[j] = x < 1.0 ? x : 1.0;       /* min(1.0, x) */
 		}
 	}
+}
+
+/* Entries 0..n_entries-1 of a per-CPU array in one BPF_MAP_LOOKUP_BATCH
+ * (keys: n_entries u32, values: n_entries * ncpu * fields u64). 0 or -errno. */
+static int lookup_batch(int fd, uint32_t n_entries, uint32_t *keys, uint64_t *values)
+{
+	union bpf_attr attr;
+	uint64_t out_batch = 0;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.batch.out_batch = (uint64_t)(uintptr_t)&out_batch;
+	attr.batch.keys = (uint64_t)(uintptr_t)keys;
+	attr.batch.values = (uint64_t)(uintptr_t)values;
+	attr.batch.count = n_entries;
+	attr.batch.map_fd = (uint32_t)fd;
+	/* ENOENT: the batch reached the array's end; the entries read are valid */
+	if (syscall(__NR_bpf, BPF_MAP_LOOKUP_BATCH, &attr, sizeof(attr)) < 0 && errno != ENOENT)
+		return -errno;
+	if (attr.batch.count < n_entries)
+		return -EIO;
+	return 0;
+}
+
+/* talb_window's arguments, one struct (agent/pcm_native.py _WindowArgs
+ * lays it out the same): ctypes converts one pointer, not 30 arguments. */
+struct talb_window_args {
+	int32_t fd, n_entries, ncpu, fields;
+	uint32_t *keys;
+	uint64_t *values;
+	int32_t n, fb, fk, have_prev;
+	const int32_t *pid;
+	uint64_t *tot_b, *tot_k, *prev_b, *prev_k, *d_b, *d_k;
+	double dt, full, w1, w2;
+	const double *cap, *max_wait, *idle;
+	double *util, *delay;
+	int32_t groups, pad;
+	const int32_t *start, *idx;
+	double *pcm, *scratch;
+};
+
+/* One switch's window in one call (agent/switch.py, SwitchMonitor.window;
+ * agent/window.py ColumnWindow and statsread.PerCpuArrayReader are the
+ * reference): read the port counters, sum them over CPUs, take the deltas
+ * since the last reading, then PortModel and (groups > 0) GroupPcm.
+ *
+ * Port i is entry pid[i]; its totals are fields fb (bytes) and fk (packets)
+ * summed over ncpu CPUs, written to tot_b/tot_k. With a previous reading
+ * (have_prev) and dt > 0 the window's deltas go to d_b/d_k: total - previous,
+ * or the total itself where a counter went backwards (the map was made
+ * anew). prev_b/prev_k then hold this reading.
+ *
+ * Totals are kept as u64, as each per-CPU counter is (their sum wraps past
+ * 2^64 bytes). Returns -errno (the read failed; nothing changed), 1 (no
+ * window: the reading recorded), 2 (the deltas are in d_b/d_k but the maths
+ * must go the Python way: a delta at or above EXACT, or packets of no
+ * byte), or 0 with
+ * util/delay per port and pcm per group member computed. */
+int talb_window(const struct talb_window_args *a)
+{
+	int n = a->n, ncpu = a->ncpu, fields = a->fields, fb = a->fb, fk = a->fk;
+	uint64_t *tot_b = a->tot_b, *tot_k = a->tot_k, *prev_b = a->prev_b, *prev_k = a->prev_k;
+	uint64_t *d_b = a->d_b, *d_k = a->d_k;
+	int rc = lookup_batch(a->fd, (uint32_t)a->n_entries, a->keys, a->values);
+	int exact = 1;
+
+	if (rc)
+		return rc;
+	for (int i = 0; i < n; i++) {
+		const uint64_t *v = a->values + (size_t)a->pid[i] * ncpu * fields;
+		uint64_t b = 0, k = 0;
+
+		for (int c = 0; c < ncpu; c++) {
+			b += v[c * fields + fb];
+			k += v[c * fields + fk];
+		}
+		tot_b[i] = b;
+		tot_k[i] = k;
+	}
+	if (!a->have_prev || a->dt <= 0.0) {
+		memcpy(prev_b, tot_b, n * sizeof(*tot_b));
+		memcpy(prev_k, tot_k, n * sizeof(*tot_k));
+		return 1;
+	}
+	for (int i = 0; i < n; i++) {
+		uint64_t b = tot_b[i] >= prev_b[i] ? tot_b[i] - prev_b[i] : tot_b[i];
+		uint64_t k = tot_k[i] >= prev_k[i] ? tot_k[i] - prev_k[i] : tot_k[i];
+
+		if (b >= EXACT || k >= EXACT)
+			exact = 0;
+		d_b[i] = b;
+		d_k[i] = k;
+		prev_b[i] = tot_b[i];
+		prev_k[i] = tot_k[i];
+	}
+	if (!exact)
+		return 2;
+	/* below EXACT: the same numbers as int64 */
+	if (talb_port_model(n, (const int64_t *)d_b, (const int64_t *)d_k, a->dt, a->cap,
+			    a->max_wait, a->idle, a->full, a->util, a->delay))
+		return 2;
+	if (a->groups > 0)
+		talb_group_pcm(a->groups, a->start, a->idx, a->util, a->delay, a->w1, a->w2, a->pcm,
+			       a->scratch);
+	return 0;
 }

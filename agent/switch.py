@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 
 from agent import pcm as pcm_math
+from agent import pcm_native
 from agent.config import AgentConfig
 from agent.linkstate import LinkWatcher
 from agent.routing import PortSpec
@@ -142,6 +143,7 @@ class SwitchMonitor:
         self._reader = PerCpuArrayReader(self.maps.port_stats,
                                          max(p.port_id for p in ports) + 1,
                                          self.config.read_strategy)
+        self._native = None   # a window read by this binding's ports (refresh_groups makes it)
         self.refresh_groups()
 
     @property
@@ -170,6 +172,27 @@ class SwitchMonitor:
         self._pcm = pcm_math.GroupPcm([g.at for g in groups], self.config.w1, self.config.w2,
                                       n_ports=len(self._ports))
         self._groups = groups
+        self._native = self._native_window(self._native)
+
+    def _native_window(self, before):
+        """The whole window (read, deltas, model; the groups' PCMs with the
+        model's delay) in one C call (agent/pcm_native.py), where it can be:
+        the batch read strategy and the C code built; else None (the Python
+        path: reader, ColumnWindow, PortModel, GroupPcm). ``before``: the
+        window it replaces (its last reading carried over)."""
+        if self._reader.strategy != "batch":
+            return None
+        reader, ports = self._reader, self._ports
+        model = self._model
+        native = pcm_native.switch_window(
+            self.maps.port_stats.fd, reader.n, reader.ncpu, reader.fields,
+            [p.port_id for p in ports], _TX_BYTES, _TX_PACKETS, model.capacities,
+            model.max_waits, model.idle_delays, pcm_math.FULL_FRAME_BYTES,
+            None if self.config.pcm_delay == "measured" else [g.at for g in self._groups],
+            self.config.w1, self.config.w2)
+        if native is not None and before is not None:
+            native.carry_over(before)
+        return native
 
     def down_ports(self) -> list[str]:
         return [p.spec.name for p in self._ports if not self.links.up(p.spec.name)]
@@ -181,27 +204,40 @@ class SwitchMonitor:
     def window(self, now: float, read_qdiscs: bool) -> None:
         """Read, compute and publish one window ending at monotonic ``now``
         (its reading: :attr:`latest`)."""
-        totals = self._reader.columns((_TX_BYTES, _TX_PACKETS))
-        if self._pids is not None:
-            totals = [[col[i] for i in self._pids] for col in totals]
-        win = self._window.advance(now, self._ifindexes, totals)
+        pcms = None
+        if self._native is not None:
+            totals, win = self._native(now)
+            if win is not None:
+                dt, deltas, util, d_model, pcms = win
+                win = (dt, deltas) if util is None else win
+        else:
+            totals = self._reader.columns((_TX_BYTES, _TX_PACKETS))
+            if self._pids is not None:
+                totals = [[col[i] for i in self._pids] for col in totals]
+            win = self._window.advance(now, self._ifindexes, totals)
         if read_qdiscs:
             self._qdiscs = self.rtnl.root_qdiscs()
         qdiscs = self._qdiscs
         dt = util = d_model = None
         groups: tuple = ()
         if win is not None:
-            dt, (tx_bytes, tx_packets) = win
-            util, d_model = self._model.window(tx_bytes, tx_packets, dt)
+            if len(win) == 5:          # the C window computed the model (and the PCMs)
+                dt, _deltas, util, d_model, pcms = win
+            else:
+                dt, (tx_bytes, tx_packets) = win
+                util, d_model = self._model.window(tx_bytes, tx_packets, dt)
+                pcms = None
             if self.config.pcm_delay == "measured":
                 delay = [q.backlog_bytes * 8 / c if (q := qdiscs.get(x)) else 0.0
                          for x, c in zip(self._ifindexes, self._model.capacities)]
             else:
                 delay = d_model
             plan, pcm = self._groups, self._pcm  # a failed publication re-reads the groups
-            pcms = pcm.window(util, delay)
+            if pcms is None:
+                pcms = pcm.window(util, delay)
             failed = self._publish(plan, pcms) if self.publishes else ()
-            groups = tuple((g, p) for k, (g, p) in enumerate(zip(plan, pcms)) if k not in failed)
+            groups = tuple(zip(plan, pcms)) if not failed else tuple(
+                (g, p) for k, (g, p) in enumerate(zip(plan, pcms)) if k not in failed)
         self._raw = (now, dt, self._ports, totals, util, d_model, qdiscs, self._up_states(),
                      groups, self._slow)
 

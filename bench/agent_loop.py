@@ -40,6 +40,7 @@ import platform
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import threading
 import time
@@ -285,55 +286,109 @@ def _control_read_cost_us(fabric: BenchFabric, repeat: int = 200) -> float:
             m.close()
 
 
+def python_window(agent: Agent) -> None:
+    """Switch ``agent``'s monitors to the Python window: counters read and
+    summed in Python (statsread), deltas in window.ColumnWindow, the model
+    and PCMs through pcm.PortModel/GroupPcm, publication through
+    GroupPublisher's Python glue (its C parts kept) -- the agent as it was
+    before the window became two C calls, for comparisons in one run."""
+    for m in agent.monitors.values():
+        m._native = None
+        m._publisher._c_publish = None
+
+
+def _one_run(fabric: BenchFabric, pcm_delay: str, window_ms: float, seconds: float,
+             traffic: SyntheticTraffic | None, native: bool = True) -> dict:
+    """The real loop for ``seconds`` at ``window_ms``: windows, slow ones,
+    missed slots and the loop thread's CPU time per wall second (less the
+    synthetic traffic's, when ``traffic`` moves the counters after every
+    window)."""
+    config = AgentConfig(window_s=window_ms / 1e3, pcm_delay=pcm_delay,
+                         stats_interval_s=max(0.1, window_ms / 1e3))
+    agent = fabric.agent(config)
+    if not native:
+        python_window(agent)
+    counts = {"windows": 0, "slow": 0, "missed": 0}
+    extra = [0.0]  # CPU seconds spent moving the synthetic counters
+
+    class Obs:
+        def window_done(self, duration_s, lag_s, slow, missed):
+            counts["windows"] += 1
+            counts["slow"] += slow
+            counts["missed"] += missed
+            if traffic is not None:
+                c = time.thread_time()
+                traffic.step()
+                extra[0] += time.thread_time() - c
+
+        def window_failed(self, exc):
+            raise exc
+
+    agent.observer = Obs()
+    stop = threading.Event()
+    threading.Timer(seconds, stop.set).start()
+    wall, cpu = time.monotonic(), time.thread_time()
+    try:
+        agent.run(stop)
+    finally:
+        cpu = time.thread_time() - cpu - extra[0]
+        wall = time.monotonic() - wall
+        agent.close()
+    slots = counts["windows"] + counts["missed"]
+    share = counts["missed"] / slots if slots else 1.0
+    return {"window_ms": window_ms, **counts, "missed_share": round(share, 4),
+            "ok": share <= 0.01, "cpu_share": round(cpu / wall, 4)}
+
+
 def _sustained(fabric: BenchFabric, pcm_delay: str, seconds: float = 1.0,
                traffic: SyntheticTraffic | None = None) -> dict:
     """Run the real loop at shrinking windows; per window size the share of
     slow windows and of missed slots, and the loop's CPU time per wall
-    second (its thread's, less the synthetic traffic's when ``traffic``
-    moves the counters after every window)."""
-    rows = []
-    for window_ms in WINDOWS_MS:
-        config = AgentConfig(window_s=window_ms / 1e3, pcm_delay=pcm_delay,
-                             stats_interval_s=max(0.1, window_ms / 1e3))
-        agent = fabric.agent(config)
-        counts = {"windows": 0, "slow": 0, "missed": 0}
-        extra = [0.0]  # CPU seconds spent moving the synthetic counters
-
-        class Obs:
-            def window_done(self, duration_s, lag_s, slow, missed):
-                counts["windows"] += 1
-                counts["slow"] += slow
-                counts["missed"] += missed
-                if traffic is not None:
-                    c = time.thread_time()
-                    traffic.step()
-                    extra[0] += time.thread_time() - c
-
-            def window_failed(self, exc):
-                raise exc
-
-        agent.observer = Obs()
-        stop = threading.Event()
-        threading.Timer(seconds, stop.set).start()
-        wall, cpu = time.monotonic(), time.thread_time()
-        try:
-            agent.run(stop)
-        finally:
-            cpu = time.thread_time() - cpu - extra[0]
-            wall = time.monotonic() - wall
-            agent.close()
-        slots = counts["windows"] + counts["missed"]
-        share = counts["missed"] / slots if slots else 1.0
-        rows.append({"window_ms": window_ms, **counts, "missed_share": round(share, 4),
-                     "ok": share <= 0.01, "cpu_share": round(cpu / wall, 4)})
+    second. ``cpu_share_at_1000_per_s``: at 1 ms when sustained (else None);
+    ``cpu_share_1ms``: at 1 ms all the same."""
+    rows = [_one_run(fabric, pcm_delay, window_ms, seconds, traffic) for window_ms in WINDOWS_MS]
     best = min((r["window_ms"] for r in rows if r["ok"]), default=None)
     at_1ms = next((r for r in rows if r["window_ms"] == 1.0), None)
     return {"runs": rows, "shortest_window_ms": best,
             "max_rate_per_s": round(1e3 / best) if best else None,
-            "cpu_share_at_1000_per_s": at_1ms["cpu_share"] if at_1ms and at_1ms["ok"] else None}
+            "cpu_share_at_1000_per_s": at_1ms["cpu_share"] if at_1ms and at_1ms["ok"] else None,
+            "cpu_share_1ms": at_1ms["cpu_share"] if at_1ms else None}
 
 
-def run_all(port_counts=(16, 64, 256), *, windows: int = 1000, say=print) -> dict:
+#: the 1 ms runs of :func:`shares_at_1ms`: (name, PCM delay, counters moving, C window)
+SHARE_CASES = (("loaded", "model", True, True), ("loaded/python", "model", True, False),
+               ("idle", "model", False, True), ("idle/python", "model", False, False),
+               ("measured", "measured", True, True),
+               ("measured/python", "measured", True, False))
+
+
+def shares_at_1ms(fabric: BenchFabric, traffic: SyntheticTraffic, runs: int,
+                  seconds: float = 1.0) -> dict:
+    """The loop's CPU share at 1,000 windows/s, ``runs`` rounds of every case
+    of :data:`SHARE_CASES` in turn (the C window and the Python window
+    interleaved, so a machine's drift hits both): per case the runs, their
+    median, min and max, and whether every run kept its slots; per C case
+    the median ratio to its Python twin, round by round."""
+    per = {name: [] for name, *_ in SHARE_CASES}
+    for _ in range(runs):
+        for name, mode, moving, native in SHARE_CASES:
+            per[name].append(_one_run(fabric, mode, 1.0, seconds,
+                                      traffic if moving else None, native))
+    out = {}
+    for name, rows in per.items():
+        shares = [r["cpu_share"] for r in rows]
+        out[name] = {"runs": rows, "median": round(statistics.median(shares), 4),
+                     "min": min(shares), "max": max(shares),
+                     "sustained": all(r["ok"] for r in rows)}
+    for name in [n for n, *_ in SHARE_CASES if not n.endswith("/python")]:
+        pairs = [a["cpu_share"] / b["cpu_share"]
+                 for a, b in zip(per[name], per[f"{name}/python"]) if b["cpu_share"] > 0]
+        out[name]["ratio_to_python"] = round(statistics.median(pairs), 3) if pairs else None
+    return out
+
+
+def run_all(port_counts=(16, 64, 256), *, windows: int = 1000, runs: int = 1,
+            say=print) -> dict:
     ensure_bpffs()
     machine = {"kernel": platform.release(), "cpus": os.cpu_count()}
     say(f"machine: kernel {machine['kernel']}, {machine['cpus']} CPUs")
@@ -365,6 +420,7 @@ def run_all(port_counts=(16, 64, 256), *, windows: int = 1000, say=print) -> dic
                         agent.close()
                 r["sustained"] = {mode: _sustained(fabric, mode) for mode in ("model", "measured")}
                 r["sustained"]["model/loaded"] = _sustained(fabric, "model", traffic=traffic)
+                r["share_at_1ms"] = shares_at_1ms(fabric, traffic, runs)
             finally:
                 traffic.close()
         finally:
@@ -373,8 +429,9 @@ def run_all(port_counts=(16, 64, 256), *, windows: int = 1000, say=print) -> dic
         w, sus = r["ms_per_window"], r["sustained"]
 
         def share(mode):
-            s = sus[mode]["cpu_share_at_1000_per_s"]
-            return "not sustained" if s is None else f"{s:.1%} of a core"
+            s = sus[mode]["cpu_share_1ms"]
+            ok = sus[mode]["cpu_share_at_1000_per_s"] is not None
+            return f"{s:.1%} of a core" + ("" if ok else " (slots missed)")
 
         say(f"{n:4d} ports ({r['switches']} switches): window {w['batch/model']:.3f} ms "
             f"(measured delay {w['batch/measured']:.3f} ms; per-key reads "
@@ -390,4 +447,15 @@ def run_all(port_counts=(16, 64, 256), *, windows: int = 1000, say=print) -> dic
             f"{sus['model/loaded']['max_rate_per_s']} (model, loaded); CPU at 1000 windows/s: "
             f"{share('model')} (model), {share('measured')} (measured), "
             f"{share('model/loaded')} (model, loaded)")
+        at = r["share_at_1ms"]
+
+        def med(name):
+            c = at[name]
+            return f"{c['median']:.1%}" + ("" if c["sustained"] else " (slots missed)")
+        say(f"{n:4d} ports, loop CPU share at 1000 windows/s, median of {runs} run(s) of 1 s "
+            f"(C window / Python window, median ratio): loaded {med('loaded')} / "
+            f"{med('loaded/python')} ({at['loaded']['ratio_to_python']}x), idle {med('idle')} / "
+            f"{med('idle/python')} ({at['idle']['ratio_to_python']}x), measured delay "
+            f"{med('measured')} / {med('measured/python')} "
+            f"({at['measured']['ratio_to_python']}x)")
     return results

@@ -34,7 +34,8 @@ from typing import Callable
 
 from common import paths
 
-__all__ = ["SHAPES", "parse_shape", "run", "write", "mininet_available", "summarise"]
+__all__ = ["SHAPES", "parse_shape", "run", "write", "mininet_available", "summarise", "ratios",
+           "flat_breakdown"]
 
 #: the shapes `talb bench build` measures by default (spines, leaves, hosts per leaf)
 SHAPES = ("4x4x4", "4x8x4", "8x8x8")
@@ -43,6 +44,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 #: the links of every variant (talb's default rate; Mininet's TCLink bw)
 RATE_MBIT = 100
 VARIANTS = ("talb cold", "talb warm", "talb bridge", "mininet")
+#: the paired ratios the bench reports (up seconds, round by round)
+RATIOS = (("talb warm", "mininet"), ("talb warm", "talb bridge"), ("talb bridge", "mininet"))
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -97,10 +100,33 @@ def _talb_round(shape, prefix: str, *, datapath: str, cache: Path | None) -> dic
     up = _talb("testbed", "up", "--spines", str(s), "--leaves", str(lv), "--hosts-per-leaf",
                str(h), "--datapath", datapath, "--no-agent", "--prefix", prefix, env=env)
     try:
-        build = read_state(prefix).get("build_seconds")
+        state = read_state(prefix)
     finally:
         down = _talb("testbed", "down", "--prefix", prefix)
-    return {"up_s": round(up, 3), "build_s": build, "down_s": round(down, 3)}
+    build = state.get("build_seconds")
+    return {"up_s": round(up, 3), "build_s": build, "down_s": round(down, 3),
+            "breakdown": flat_breakdown(state.get("breakdown"), up, build)}
+
+
+def flat_breakdown(recorded: dict | None, up_s: float, build_s: float | None) -> dict:
+    """Where one `talb testbed up` process went, flat (seconds): ``before``
+    (interpreter start, imports, checks), each build step (``build.<step>``),
+    ``attach`` (the wait for the kernel's verifier and the attaching), and
+    ``after`` (printing the status table and exiting: the process's time
+    less the rest); ``load.*``: the loading threads' wall and CPU seconds
+    summed over nodes (they overlap the build: not parts of the sum)."""
+    if not recorded:
+        return {}
+    out = {"before": recorded.get("before_build_s")}
+    for step, secs in recorded.get("build", {}).items():
+        out[f"build.{step}"] = secs
+    if "attach_total_s" in recorded:
+        out["attach"] = recorded["attach_total_s"]
+    for key, value in recorded.get("load", {}).items():
+        out[f"load.{key}"] = value
+    if build_s is not None and out["before"] is not None:
+        out["after"] = round(up_s - out["before"] - build_s, 3)
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _mininet_round(shape) -> dict:
@@ -168,10 +194,27 @@ def summarise(rows: list[dict]) -> list[dict]:
     for nodes, shape, variant in keys:
         rs = [r for r in rows if (r["shape"], r["variant"]) == (shape, variant)]
         ups, downs = [r["up_s"] for r in rs], [r["down_s"] for r in rs]
+        parts = {}
+        for key in dict.fromkeys(k for r in rs for k in r.get("breakdown", {})):
+            values = [r["breakdown"][key] for r in rs if key in r.get("breakdown", {})]
+            parts[key] = round(statistics.median(values), 4)
         out.append({"shape": shape, "nodes": nodes, "variant": variant, "n": len(rs),
                     "up_median_s": round(statistics.median(ups), 3),
                     "up_min_s": min(ups), "up_max_s": max(ups),
-                    "down_median_s": round(statistics.median(downs), 3)})
+                    "down_median_s": round(statistics.median(downs), 3),
+                    "breakdown_median_s": parts})
+    return out
+
+
+def ratios(rows: list[dict], a: str, b: str) -> dict[str, float]:
+    """{shape: median over rounds of up(a) / up(b)}, round by round (the
+    variants of a round run back to back, so a machine's drift hits both)."""
+    out = {}
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        by = {(r["variant"], r["round"]): r["up_s"] for r in rows if r["shape"] == shape}
+        pairs = [by[(a, k)] / by[(b, k)] for (v, k) in by if v == a and (b, k) in by]
+        if pairs:
+            out[shape] = round(statistics.median(pairs), 3)
     return out
 
 
@@ -186,11 +229,13 @@ def write(results: dict, out_dir: str | os.PathLike) -> dict[str, Path]:
     files = {"csv": out / "runs.csv", "json": out / "summary.json", "png": out / "build_time.png"}
     with open(files["csv"], "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["shape", "nodes", "variant", "round", "up_s",
-                                          "build_s", "down_s"])
+                                          "build_s", "down_s"], extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     summary = summarise(rows)
-    files["json"].write_text(json.dumps({**results, "summary": summary}, indent=2))
+    paired = {f"{a} / {b}": ratios(rows, a, b) for a, b in RATIOS}
+    files["json"].write_text(json.dumps({**results, "summary": summary, "ratios": paired},
+                                        indent=2))
     _plot(summary, files["png"], results)
     return files
 

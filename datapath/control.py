@@ -680,6 +680,11 @@ class GroupPublisher:
         self.batched = True
         # fixed point and TaLB parts in C when it can be built (None: in Python)
         self._native = talb_native.parts(len(self._groups)) if native else None
+        # the whole batched publication in one C call (talb_publish) where it can be
+        self._sizes = [len(g[2]) for g in self._groups]
+        self._c_publish = self._native.publication(
+            m.fd, self._read, self._write, [(g[0], g[2]) for g in self._groups]) \
+            if self._native is not None else None
         self._fixed_s: dict = {}
         #: groups written and left alone (already holding the value) so far
         self.written = self.unchanged = 0
@@ -725,6 +730,10 @@ class GroupPublisher:
         if len(pcms) != len(self._groups) or len(thresholds) != len(self._groups):
             raise ValueError(f"publish: {len(self._groups)} groups, got {len(pcms)} PCM lists "
                              f"and {len(thresholds)} thresholds")
+        if self._c_publish is not None and self.batched:
+            done = self._publish_c(pcms, thresholds)
+            if done is not None:
+                return done
         to_fixed = talb_scheme.pcm_to_fixed
         one = talb_scheme.PCM_ONE
         # The last call wrote nothing and found every group in place: if the
@@ -790,6 +799,57 @@ class GroupPublisher:
             self._store(changed)
         if not changed and not moved:
             self._quiet = ([list(p) for p in pcms], list(thresholds))
+        return errors
+
+    def _publish_c(self, pcms, thresholds) -> list[ValueError | None] | None:
+        """:meth:`publish` in one C call (talb_publish: read, parts, write);
+        groups not where expected the slow way, as the Python path does.
+        None: the kernel has no batch operations (the Python path takes over)."""
+        one, to_fixed = talb_scheme.PCM_ONE, talb_scheme.pcm_to_fixed
+        fixed_s = self._fixed_s
+        if len(fixed_s) > 64:
+            fixed_s.clear()
+        if list(map(len, pcms)) != self._sizes:
+            for g, pcm in zip(self._groups, pcms):
+                if len(pcm) != len(g[2]):
+                    raise ValueError(f"publish: group {g[0]} has {len(g[2])} ports, "
+                                     f"got {len(pcm)} PCMs")
+        for s in set(thresholds):
+            if s not in fixed_s:
+                fixed_s[s] = one if s is None else to_fixed(s)
+        rc, status = self._c_publish(pcms, [fixed_s[s] for s in thresholds])
+        if rc == talb_native.PUBLISH_NAN:  # pcm_to_fixed raises as publish_pcm would
+            for pcm in pcms:
+                for p in pcm:
+                    to_fixed(p)
+            raise AssertionError("talb_publish saw a NaN that pcm_to_fixed did not")
+        if rc <= talb_native.PUBLISH_BAD_GROUP:
+            k = talb_native.PUBLISH_BAD_GROUP - rc
+            raise ValueError(f"talb_publish: group {self._groups[k][0]} cannot be encoded: "
+                             f"{pcms[k]}")
+        if rc < 0:
+            if -rc in (errno.EINVAL, errno.EOPNOTSUPP, _ENOTSUPP):
+                self.batched = False
+                self._native.forget()   # the Python path remakes every part
+                return None
+            raise OSError(-rc, f"publishing groups (BPF_MAP_*_BATCH groups): {os.strerror(-rc)}")
+        self.written += rc
+        if talb_native.PUB_MOVED not in status:
+            self.unchanged += len(status) - rc
+            return [None] * len(status)
+        errors: list[ValueError | None] = []
+        for g, pcm, s, st in zip(self._groups, pcms, thresholds, status):
+            if st == talb_native.PUB_MOVED:   # publish_pcm searches it by its ports
+                members = g[2]
+                try:
+                    publish_pcm(self.maps, members, dict(zip(members, pcm)), s, group_id=g[0])
+                except ValueError as exc:
+                    errors.append(exc)
+                    continue
+                self.written += 1
+            elif st == talb_native.PUB_UNCHANGED:
+                self.unchanged += 1
+            errors.append(None)
         return errors
 
     def _refresh(self, todo: list[tuple[list, Sequence[float], float | None]]) -> None:

@@ -11,10 +11,15 @@ maps, and later commands (status, the agent) work from the pins alone.
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable
+
+from pyroute2 import netns as nsctl
 
 from common import paths
 from datapath import timers
@@ -23,15 +28,19 @@ from datapath.control import (program_switch, read_config, set_conga_leaves, set
 from datapath.host_loader import HostDatapath
 from datapath.loader import SwitchDatapath
 from datapath.maps import SwitchMaps
-from datapath.program import ensure_bpffs, link_ifindexes
+from datapath.program import (FILTER_HANDLE, FILTER_PRIO, TC_PARENTS, ensure_bpffs,
+                              link_ifindexes)
+from netns_topology.netlink_batch import NetlinkBatch, NetlinkError, open_rtnl_socket
 
 
 def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
-                   scheme: str | None = None) -> None:
-    """(Re)install one switch's ports and forwarding groups from the topology."""
+                   scheme: str | None = None, ifindex: dict[str, int] | None = None) -> None:
+    """(Re)install one switch's ports and forwarding groups from the topology
+    (``ifindex``: its ports' indexes when known, else looked up)."""
     netns = paths.netns_name(prefix, switch)
     ports = topo.ports(switch)
-    ifindex = link_ifindexes(netns, [p.name for p in ports])
+    if ifindex is None:
+        ifindex = link_ifindexes(netns, [p.name for p in ports])
     port_rows = [(p.name, ifindex[p.name], p.kind == "host", p.up) for p in ports]
     groups = {ip: [ifindex[name] for name in names]
               for ip, names in topo.forwarding_groups(switch).items()}
@@ -133,7 +142,12 @@ class FabricLoad:
                                         initializer=_block_signals)
         self._dps = {name: cls(paths.netns_name(prefix, name), paths.pin_dir(prefix, name))
                      for cls, name in nodes}
-        self._futures = {self._pool.submit(dp.load): name for name, dp in self._dps.items()}
+        #: node -> (wall s, CPU s of its loading thread: mostly the kernel's verifier)
+        self.load_seconds: dict[str, tuple[float, float]] = {}
+        #: attach(): seconds waiting for loads, and attaching/pinning/programming
+        self.attach_seconds = {"wait_s": 0.0, "attach_s": 0.0}
+        self._futures = {self._pool.submit(self._timed_load, name, dp): name
+                         for name, dp in self._dps.items()}
         self._host_xdp = None
         if self.xdp:
             from datapath.xdp import HostXdpPass
@@ -141,6 +155,26 @@ class FabricLoad:
             # one XDP_PASS program for every host's interface (no maps)
             self._host_xdp = HostXdpPass(None, paths.pin_dir(prefix))   # pins nothing
             self._futures[self._pool.submit(self._host_xdp.load)] = None
+
+    def _timed_load(self, name: str, dp):
+        wall, cpu = time.monotonic(), time.thread_time()
+        dp.load()
+        self.load_seconds[name] = (time.monotonic() - wall, time.thread_time() - cpu)
+        return dp
+
+    def timings(self) -> dict:
+        """Where loading and attaching went: per kind of node (switch, host)
+        the summed wall and thread-CPU seconds of the loads (the kernel's
+        verifier, BPF_PROG_LOAD, runs in the loading thread), and the
+        attach step's waiting and working seconds."""
+        hosts = {h.name for h in self.topo.hosts}
+        out = {}
+        for kind in ("switch", "host"):
+            rows = [v for n, v in self.load_seconds.items() if (n in hosts) == (kind == "host")]
+            out[f"{kind}_nodes"] = len(rows)
+            out[f"{kind}_wall_s"] = round(sum(r[0] for r in rows), 4)
+            out[f"{kind}_cpu_s"] = round(sum(r[1] for r in rows), 4)
+        return {**out, **{f"attach_{k}": round(v, 4) for k, v in self.attach_seconds.items()}}
 
     def attach(self, progress: Callable[[str], None] = lambda _m: None) -> None:
         """Attach, pin and program every node as its load completes (the
@@ -150,7 +184,10 @@ class FabricLoad:
         hosts = {h.name: h for h in self.topo.hosts}
         total = sum(1 for name in self._futures.values() if name is not None)
         done = 0
+        waited = time.monotonic()
         for future in as_completed(self._futures):
+            started = time.monotonic()
+            self.attach_seconds["wait_s"] += started - waited
             name = self._futures[future]
             dp = future.result()
             if name is None:        # the hosts' XDP_PASS: attached with each host
@@ -161,7 +198,7 @@ class FabricLoad:
                 reported.add(cls)
                 progress(f"{cls.SOURCE.name}: {_origin(cls.compiled())}")
             if name in hosts:
-                dp.attach([hosts[name].iface])
+                self._attach(dp, [hosts[name].iface])
                 dp.pin()
                 what = f"tagging program on {name}"
                 if self.xdp:
@@ -169,12 +206,54 @@ class FabricLoad:
                     what += " and XDP_PASS"
             else:
                 ports = self.topo.ports(name)
-                dp.attach([p.name for p in ports])
+                ifindex = self._attach(dp, [p.name for p in ports])
                 dp.pin()
-                program_fabric(self.topo, self.prefix, name, dp.maps)
+                program_fabric(self.topo, self.prefix, name, dp.maps, ifindex=ifindex)
                 what = f"data path on {name}: {len(ports)} ports, scheme {self.topo.scheme}"
             dp.close()
             progress(f"{what} ({done}/{total})")
+            waited = time.monotonic()
+            self.attach_seconds["attach_s"] += waited - started
+
+    def _attach(self, dp, ifnames: list[str]) -> dict[str, int] | None:
+        """``dp.attach(ifnames)``; for TC programs the same requests (clsact,
+        then our filter, direct-action) in one batch on a netlink socket of
+        the node's namespace, the ports found by name there (no IPRoute per
+        node, no lookup per port: netns_topology/netlink_batch.py). The
+        ports' indexes (None for XDP, attached by its own class)."""
+        if self.xdp:
+            dp.attach(ifnames)
+            return None
+        nsctl.pushns(dp.netns)      # this thread only; sockets stay where they are made
+        try:
+            sock = open_rtnl_socket()
+            try:
+                index = {}
+                for ifname in ifnames:
+                    try:
+                        index[ifname] = socket.if_nametoindex(ifname)
+                    except OSError:
+                        raise OSError(errno.ENODEV, f"no device {ifname!r} in netns "
+                                                    f"{dp.netns}") from None
+            except BaseException:
+                sock.close()
+                raise
+        finally:
+            nsctl.popns()
+        try:
+            batch = NetlinkBatch(sock)
+            batch.tc_on(index.values(), "add", "clsact")
+            batch.tc_on(index.values(), "replace-filter", "bpf", FILTER_HANDLE, fd=dp.prog_fd,
+                        name=dp.PROG_NAME, parent=TC_PARENTS[dp.TC_DIRECTION],
+                        prio=FILTER_PRIO, classid=1, direct_action=True)
+            try:
+                batch.flush()
+            except NetlinkError as exc:
+                raise OSError(exc.errno, f"attaching {dp.PROG_NAME} at {dp.TC_DIRECTION} of "
+                                         f"{', '.join(ifnames)} ({dp.netns}): {exc}") from exc
+        finally:
+            sock.close()
+        return index
 
     def _attach_host_xdp(self, host) -> None:
         """XDP_PASS on the host's interface, so that the leaf's

@@ -19,8 +19,72 @@ from common.c_constants import TALB_MAX_GROUP_PORTS, TALB_PCM_ONE, TALB_SCHED_MA
 SOURCE = Path(__file__).resolve().parent / "talb_parts.c"
 #: bytes of one group's TaLB part (threshold .. sched[])
 PART_SIZE = 8 + 3 * TALB_MAX_GROUP_PORTS + TALB_SCHED_MAX
+#: bytes of one struct fwd_group (n_ports, flags, ifindex[], the TaLB part)
+GROUP_SIZE = 8 + 4 * TALB_MAX_GROUP_PORTS + PART_SIZE
 _DEFINES = (f"-DMAXP={TALB_MAX_GROUP_PORTS}", f"-DSCHED={TALB_SCHED_MAX}",
             f"-DONE={TALB_PCM_ONE}")
+
+
+_V = ctypes.c_void_p
+#: talb_publish's result for a NaN P_i, and the base of "group k cannot be encoded"
+PUBLISH_NAN, PUBLISH_BAD_GROUP = -1000000, -2000000
+#: talb_publish's status per group
+PUB_UNCHANGED, PUB_WRITTEN, PUB_MOVED = 0, 1, 2
+
+
+class _PublishArgs(ctypes.Structure):
+    """struct talb_publish_args (datapath/talb_parts.c), field for field."""
+
+    _fields_ = [("fd", ctypes.c_int32), ("capacity", ctypes.c_int32),
+                ("rkeys", _V), ("rvalues", _V), ("wkeys", _V), ("wvalues", _V),
+                ("count", ctypes.c_int32), ("pad", ctypes.c_int32),
+                ("gid", _V), ("n_ports", _V), ("ifx", _V), ("pcm", _V), ("thr", _V),
+                ("slot", _V), ("last_pcm", _V), ("last_thr", _V), ("have", _V),
+                ("parts", _V), ("changed", _V), ("status", _V)]
+
+
+class Publication:
+    """GroupPublisher's batched publication in one C call (``talb_publish``):
+    read the groups map, make the TaLB parts, write the changed groups. Uses
+    ``parts``'s per-slot state (slot k: group k); ``read`` and ``write``:
+    the publisher's datapath.bpf_syscall.MapBatch buffers."""
+
+    def __init__(self, lib, parts: "TalbParts", fd: int, read, write,
+                 groups: list[tuple[int, list[int]]]):
+        m, count = TALB_MAX_GROUP_PORTS, len(groups)
+        cap = max(1, count)
+        self.count = count
+        # inputs of its own; the per-slot state (last fixed PCMs, parts) shared
+        # with ``parts.refresh``, which numbers slots the same way
+        self._pcm, self._thr = (ctypes.c_double * (cap * m))(), (ctypes.c_uint32 * cap)()
+        self._status = (ctypes.c_uint8 * cap)()
+        gid = (ctypes.c_uint32 * cap)(*(g for g, _ in groups))
+        n_ports = (ctypes.c_uint8 * cap)(*(len(p) for _g, p in groups))
+        ifx = (ctypes.c_uint32 * (cap * m))()
+        for k, (_g, members) in enumerate(groups):
+            ifx[k * m:k * m + len(members)] = members
+        slot, changed = (ctypes.c_int32 * cap)(), (ctypes.c_uint8 * cap)()
+        self._keep = (gid, n_ports, ifx, slot, changed)
+        addr = ctypes.addressof
+        self._args = _PublishArgs(
+            fd=fd, capacity=read.capacity, rkeys=addr(read.keys), rvalues=addr(read.values),
+            wkeys=addr(write.keys), wvalues=addr(write.values), count=count, gid=addr(gid),
+            n_ports=addr(n_ports), ifx=addr(ifx), pcm=addr(self._pcm), thr=addr(self._thr),
+            slot=addr(slot), last_pcm=addr(parts._last_pcm), last_thr=addr(parts._last_thr),
+            have=addr(parts._have), parts=addr(parts._parts), changed=addr(changed),
+            status=addr(self._status))
+        self._fn, self._ref = lib.talb_publish, ctypes.byref(self._args)
+
+    def __call__(self, pcms, thresholds) -> tuple[int, list[int]]:
+        """``pcms[k]``: group k's P_i in group order (its port count, checked
+        by the caller); ``thresholds[k]``: its fixed-point S. (talb_publish's
+        result, each group's status)."""
+        dbl, thr, m = self._pcm, self._thr, TALB_MAX_GROUP_PORTS
+        for k, (pcm, s) in enumerate(zip(pcms, thresholds)):
+            dbl[k * m:k * m + len(pcm)] = pcm
+            thr[k] = s
+        rc = self._fn(self._ref)
+        return rc, self._status[:self.count]
 
 
 class TalbParts:
@@ -51,6 +115,19 @@ class TalbParts:
         args = (self._slot, self._n, self._dbl, self._s, self._last_pcm, self._last_thr,
                 self._have, self._parts, self._changed)
         self._refresh = lambda count: refresh(count, *args)
+        self._lib = lib
+
+    def forget(self) -> None:
+        """Forget every slot's last fixed PCMs: the next refresh remakes each part."""
+        ctypes.memset(self._have, 0, ctypes.sizeof(self._have))
+
+    def publication(self, fd: int, read, write, groups) -> Publication | None:
+        """talb_publish for ``groups`` ([(group id, ports)], at most
+        ``capacity``), None if they do not fit these buffers."""
+        if len(groups) > self.capacity or any(not 0 < len(p) <= TALB_MAX_GROUP_PORTS
+                                              for _g, p in groups):
+            return None
+        return Publication(self._lib, self, fd, read, write, groups)
 
     def compute(self, groups: list[tuple[list[int], int]]) -> list[bytes]:
         """``groups``: (fixed PCMs in group order, fixed threshold) each; their
@@ -110,6 +187,11 @@ def parts(capacity: int) -> TalbParts | None:
         lib.talb_parts.restype = ctypes.c_int
         lib.talb_parts.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                    ctypes.c_void_p, ctypes.c_void_p]
+        lib.talb_publish.restype = ctypes.c_int
+        lib.talb_publish.argtypes = [ctypes.c_void_p]
+        if lib.talb_group_size() != GROUP_SIZE:
+            raise RuntimeError(f"talb_parts.c: group of {lib.talb_group_size()} bytes, "
+                               f"expected {GROUP_SIZE}")
         lib.talb_refresh.restype = ctypes.c_int
         lib.talb_refresh.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 9
         if lib.talb_part_size() != PART_SIZE:

@@ -12,9 +12,14 @@
  *
  * MAXP, SCHED, ONE come from bpf/include/talb/constants.h (-D at build time).
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/bpf.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #if !defined(MAXP) || !defined(SCHED) || !defined(ONE)
 #error "build with -DMAXP=TALB_MAX_GROUP_PORTS -DSCHED=TALB_SCHED_MAX -DONE=TALB_PCM_ONE"
@@ -160,6 +165,110 @@ int talb_refresh(int count, const int32_t *slot, const uint8_t *n_ports, const d
 		changed[k] = 1;
 	}
 	return 0;
+}
+
+/* struct fwd_group: n_ports, flags, ifindex[MAXP], then the TaLB part */
+#define HEAD 8
+#define GROUP (HEAD + 4 * MAXP + PART)
+
+int talb_group_size(void) { return GROUP; }
+
+/* talb_publish's arguments (datapath/talb_native.py _PublishArgs lays it
+ * out the same). */
+struct talb_publish_args {
+	int32_t fd, capacity;           /* the groups map; entries the read buffers hold */
+	uint32_t *rkeys;                /* BPF_MAP_LOOKUP_BATCH buffers: capacity entries */
+	uint8_t *rvalues;
+	uint32_t *wkeys;                /* BPF_MAP_UPDATE_BATCH buffers: count entries */
+	uint8_t *wvalues;
+	int32_t count, pad;             /* the publisher's groups, slots 0..count-1 */
+	const uint32_t *gid;            /* group k's id, */
+	const uint8_t *n_ports;         /* its number of ports, */
+	const uint32_t *ifx;            /* its ports (ifx[k * MAXP ...], zero padded), */
+	const double *pcm;              /* its P_i in group order (pcm[k * MAXP ...]) */
+	const uint32_t *thr;            /* and its fixed-point threshold */
+	int32_t *slot;                  /* scratch for talb_refresh: count entries */
+	uint16_t *last_pcm;             /* talb_refresh's state per slot */
+	uint32_t *last_thr;
+	uint8_t *have;
+	uint8_t *parts;                 /* the TaLB part per slot */
+	uint8_t *changed;               /* scratch: count entries */
+	uint8_t *status;                /* out per group: PUB_* */
+};
+
+enum { PUB_UNCHANGED = 0, PUB_WRITTEN = 1, PUB_MOVED = 2 };
+
+/* GroupPublisher.publish (datapath/control.py) for the batched path, in one
+ * call: read the groups map (one BPF_MAP_LOOKUP_BATCH), make every group's
+ * TaLB part from its PCMs (talb_refresh), and write the groups whose value
+ * changed (one BPF_MAP_UPDATE_BATCH); the flags stay as installed. A group
+ * not where expected (absent, or another size or other ports under its id)
+ * is left alone, status PUB_MOVED: the caller publishes it the slow way
+ * (publish_pcm, which searches it by its ports). Returns the number
+ * written; -errno when a syscall fails, -1000000 for a NaN P_i (nothing
+ * touched), -2000000 - k for a group k talb_refresh cannot encode. */
+int talb_publish(struct talb_publish_args *a)
+{
+	union bpf_attr attr;
+	uint64_t out_batch = 0;
+	int k, rc, written = 0;
+	uint32_t found;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.batch.out_batch = (uint64_t)(uintptr_t)&out_batch;
+	attr.batch.keys = (uint64_t)(uintptr_t)a->rkeys;
+	attr.batch.values = (uint64_t)(uintptr_t)a->rvalues;
+	attr.batch.count = (uint32_t)a->capacity;
+	attr.batch.map_fd = (uint32_t)a->fd;
+	if (syscall(__NR_bpf, BPF_MAP_LOOKUP_BATCH, &attr, sizeof(attr)) < 0 && errno != ENOENT)
+		return -errno;
+	found = attr.batch.count;
+	for (k = 0; k < a->count; k++)
+		a->slot[k] = k;
+	rc = talb_refresh(a->count, a->slot, a->n_ports, a->pcm, a->thr, a->last_pcm,
+			  a->last_thr, a->have, a->parts, a->changed);
+	if (rc == -1000000)
+		return rc;
+	if (rc)
+		return -2000000 - (-1 - rc);
+	for (k = 0; k < a->count; k++) {
+		int n = a->n_ports[k];
+		const uint8_t *cur = NULL;
+		uint8_t *out = a->wvalues + (size_t)written * GROUP;
+		uint32_t have_n;
+
+		for (uint32_t i = 0; i < found; i++)
+			if (a->rkeys[i] == a->gid[k]) {
+				cur = a->rvalues + (size_t)i * GROUP;
+				break;
+			}
+		if (cur)
+			memcpy(&have_n, cur, 4);
+		if (!cur || have_n != (uint32_t)n ||
+		    memcmp(cur + HEAD, a->ifx + (size_t)k * MAXP, 4 * (size_t)n)) {
+			a->status[k] = PUB_MOVED;
+			continue;
+		}
+		memcpy(out, cur, HEAD);                          /* flags as installed */
+		memcpy(out + HEAD, a->ifx + (size_t)k * MAXP, 4 * MAXP);
+		memcpy(out + HEAD + 4 * MAXP, a->parts + (size_t)k * PART, PART);
+		if (!memcmp(out, cur, GROUP)) {
+			a->status[k] = PUB_UNCHANGED;
+			continue;
+		}
+		a->wkeys[written++] = a->gid[k];
+		a->status[k] = PUB_WRITTEN;
+	}
+	if (!written)
+		return 0;
+	memset(&attr, 0, sizeof(attr));
+	attr.batch.keys = (uint64_t)(uintptr_t)a->wkeys;
+	attr.batch.values = (uint64_t)(uintptr_t)a->wvalues;
+	attr.batch.count = (uint32_t)written;
+	attr.batch.map_fd = (uint32_t)a->fd;
+	if (syscall(__NR_bpf, BPF_MAP_UPDATE_BATCH, &attr, sizeof(attr)) < 0)
+		return -errno;
+	return written;
 }
 
 /* groups k = 0 .. count-1: n_ports[k] ports (1..MAXP), fixed PCMs

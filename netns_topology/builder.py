@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import subprocess
+import os
+import socket
+import time
 from pathlib import Path
 
-from pyroute2 import IPRoute, netns
+from pyroute2 import IPRoute
 
 from common.paths import check_prefix, netns_name
 
-from . import qdisc
+from . import offloads, qdisc
 from .errors import BuildError, TopologyError
 from .params import BATCHED
 from .namespace import create_namespace
+from .netlink_batch import NetlinkBatch, open_rtnl_socket
 from .teardown import namespaces, teardown
 from .topo import Topo
 
@@ -28,7 +31,8 @@ RTAX_RTO_MIN = 13  # route metric (linux/rtnetlink.h); its bit in RTAX_LOCK lock
 # Kernel STP minimums (centiseconds): ports forward after 2 x forward_delay.
 STP = {"br_stp_state": 1, "br_forward_delay": 200, "br_hello_time": 100, "br_max_age": 600}
 _IPV4_SYSCTL = Path("/proc/sys/net/ipv4")
-_ETHTOOL_BATCH = 32
+LO_IFINDEX = 1       # a new namespace's loopback
+FIRST_IFINDEX = 2    # the builder numbers a node's ports from here, in link order; br0 last
 
 log = logging.getLogger("talb.topology")
 
@@ -51,14 +55,39 @@ def _prepare_tcp_cc(name: str) -> None:
         allowed_file.write_text(" ".join([*allowed, name]))
 
 
-def _write_sysctls(ns: str, values: dict[str, str]) -> None:
-    # /proc/sys/net shows the namespace of the thread that opens it.
-    netns.pushns(ns)
-    try:
-        for key, value in values.items():
-            Path("/proc/sys", key.replace(".", "/")).write_text(value)
-    finally:
-        netns.popns()
+def _write_sysctls(values: dict[str, str]) -> None:
+    # /proc/sys/net shows the namespace of the thread that opens it: called
+    # on the thread that made the namespace (create_namespace's ``inside``).
+    for key, value in values.items():
+        Path("/proc/sys", key.replace(".", "/")).write_text(value)
+
+
+class _Node:
+    """What the build keeps open in one node's namespace, all made from
+    inside it: an rtnetlink socket with its batch of requests, a socket
+    for ethtool's ioctls and the namespace's fd (a veth's peer is born in
+    it). Interfaces get their indexes from the builder (lo is 1), so no
+    request needs a lookup."""
+
+    def __init__(self, sysctls: dict[str, str]):
+        self.rtnl = self.ethtool = None
+        self.nsfd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self.rtnl = open_rtnl_socket()
+            self.ethtool = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.batch = NetlinkBatch(self.rtnl)
+            _write_sysctls(sysctls)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for sock in (self.rtnl, self.ethtool):
+            if sock is not None:
+                sock.close()
+        if self.nsfd is not None:
+            os.close(self.nsfd)
+        self.rtnl = self.ethtool = self.nsfd = None
 
 
 class _Build:
@@ -66,8 +95,17 @@ class _Build:
         self.topo, self.prefix, self.progress = topo, prefix, progress
         self.hosts = {h.name: h for h in topo.hosts}
         self.nodes = [s.name for s in topo.switches] + list(self.hosts)
-        self.ipr: dict[str, IPRoute] = {}
+        self.io: dict[str, _Node] = {}
+        #: node -> {interface: its index}: ports in link order from 2, then br0
+        self.ifindex: dict[str, dict[str, int]] = {}
+        for node in self.nodes:
+            names = [port.name for port in topo.ports(node)]
+            if node not in self.hosts:
+                names.append("br0")
+            self.ifindex[node] = {name: FIRST_IFINDEX + i for i, name in enumerate(names)}
         self.step, self.node = "namespaces", None
+        #: seconds per step (recorded in the state file: `talb bench build --breakdown`)
+        self.seconds: dict[str, float] = {}
 
     def ns(self, node: str) -> str:
         return netns_name(self.prefix, node)
@@ -82,16 +120,18 @@ class _Build:
     def run(self) -> None:
         for step in (self.namespaces, self.links, self.switches, self.addresses,
                      self.offloads, self.queues, self.bring_up, self.routes):
+            started = time.monotonic()
             step()
+            self.seconds[step.__name__] = round(time.monotonic() - started, 4)
 
     def close(self) -> None:
-        # Open sockets pin their namespace: close them before any teardown.
-        for ipr in self.ipr.values():
-            ipr.close()
-        self.ipr.clear()
+        # Open sockets and fds pin their namespace: close them before any teardown.
+        for io in self.io.values():
+            io.close()
+        self.io.clear()
 
-    def _index(self, node: str, ifname: str) -> int:
-        return self.ipr[node].link_lookup(ifname=ifname)[0]
+    def _flush(self, node: str) -> None:
+        self.io[node].batch.flush()
 
     def _port_mtu(self, node: str) -> int:
         return self.topo.mtu if node in self.hosts else self.topo.switch_mtu
@@ -99,10 +139,6 @@ class _Build:
     def namespaces(self) -> None:
         for i, node in enumerate(self.nodes, 1):
             self._at("namespaces", node)
-            create_namespace(self.ns(node))
-            # flags=0: never (re)create a namespace implicitly
-            self.ipr[node] = IPRoute(netns=self.ns(node), flags=0)
-            self.ipr[node].link("set", ifname="lo", state="up")
             # No IPv6 on the fabric: no RS/ND/MLD chatter in the queues.
             sysctls = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
             if node in self.hosts:
@@ -112,48 +148,65 @@ class _Build:
                 # left behind (measured: the same run's short-tensor AFCT drifted
                 # from 34 to ~80 ms over 45 repeats; flushing the cache undid it).
                 sysctls["net.ipv4.tcp_no_metrics_save"] = "1"
-            _write_sysctls(self.ns(node), sysctls)
+            self.io[node] = create_namespace(self.ns(node), lambda s=sysctls: _Node(s))
+            self.io[node].batch.link("set", index=LO_IFINDEX, state="up")
+            self._flush(node)
             self._done(i, len(self.nodes))
 
-    def _end(self, node: str) -> dict:
-        attrs = {"mtu": self._port_mtu(node)}
+    def _end(self, node: str, ifname: str) -> dict:
+        attrs = {"index": self.ifindex[node][ifname], "mtu": self._port_mtu(node)}
         if node in self.hosts:
             # One MTU-sized packet per skb, as on a real switch (offloads off too).
             attrs.update(address=self.hosts[node].mac, gso_max_segs=1)
         return attrs
 
+    def _per_node(self, items, queue) -> None:
+        """``queue(item)`` for each (node, ...) item, each node's requests
+        sent when its last item is queued; progress per item."""
+        last = {item[0]: i for i, item in enumerate(items)}
+        for i, item in enumerate(items):
+            self._at(self.step, item[0])
+            queue(item)
+            if last[item[0]] == i:
+                self._flush(item[0])
+            self._done(i + 1, len(items))
+
     def links(self) -> None:
-        links = self.topo.links
-        for i, link in enumerate(links, 1):
-            self._at("links", link.a)
-            # Both ends are born in their namespaces with their final names:
-            # nothing ever appears in the root namespace.
-            self.ipr[link.a].link("add", ifname=link.a_port, kind="veth", **self._end(link.a),
-                                  peer={"ifname": link.b_port, "net_ns_fd": self.ns(link.b), **self._end(link.b)})
-            self._done(i, len(links))
+        self.step = "links"
+        # Both ends are born in their namespaces with their final names and
+        # indexes: nothing ever appears in the root namespace.
+        links = sorted(self.topo.links, key=lambda link: self.nodes.index(link.a))
+        self._per_node([(link.a, link) for link in links], lambda item: self.io[item[0]].batch.link(
+            "add", ifname=item[1].a_port, kind="veth", **self._end(item[1].a, item[1].a_port),
+            peer={"ifname": item[1].b_port, "net_ns_fd": self.io[item[1].b].nsfd,
+                  **self._end(item[1].b, item[1].b_port)}))
 
     def switches(self) -> None:
-        switches = self.topo.switches
-        for i, switch in enumerate(switches, 1):
-            self._at("switches", switch.name)
-            ipr = self.ipr[switch.name]
-            ipr.link("add", ifname="br0", kind="bridge", mtu=self.topo.switch_mtu, **STP)
-            bridge = self._index(switch.name, "br0")
-            for port in self.topo.ports(switch.name):
-                ipr.link("set", index=self._index(switch.name, port.name), master=bridge)
-            self._done(i, len(switches))
+        self.step = "switches"
+
+        def queue(item):
+            switch = item[0]
+            batch, index = self.io[switch].batch, self.ifindex[switch]
+            batch.link("add", index=index["br0"], ifname="br0", kind="bridge",
+                       mtu=self.topo.switch_mtu, **STP)
+            for port in self.topo.ports(switch):
+                batch.link("set", index=index[port.name], master=index["br0"])
+        self._per_node([(switch.name,) for switch in self.topo.switches], queue)
 
     def addresses(self) -> None:
+        self.step = "hosts"
         hosts = list(self.hosts.values())
-        for i, host in enumerate(hosts, 1):
-            self._at("hosts", host.name)
-            ipr, index = self.ipr[host.name], self._index(host.name, host.iface)
-            ipr.addr("add", index=index, address=host.ip, prefixlen=host.prefixlen)
+
+        def queue(item):
+            host = self.hosts[item[0]]
+            batch, index = self.io[host.name].batch, self.ifindex[host.name][host.iface]
+            batch.addr("add", index=index, address=host.ip, prefixlen=host.prefixlen)
             # Static ARP: no broadcast resolution through the fabric, no timing noise.
             for other in hosts:
                 if other is not host:
-                    ipr.neigh("add", dst=other.ip, lladdr=other.mac, ifindex=index, state=NUD_PERMANENT)
-            self._done(i, len(hosts))
+                    batch.neigh("add", dst=other.ip, lladdr=other.mac, ifindex=index,
+                                state=NUD_PERMANENT)
+        self._per_node([(host.name,) for host in hosts], queue)
 
     def _interfaces(self):
         for link in self.topo.links:
@@ -161,42 +214,34 @@ class _Build:
             yield link.b, link.b_port, link
 
     def offloads(self) -> None:
-        # ethtool's "tso/gso/gro off" each stand for several feature bits: let
-        # ethtool map them, a batch of interfaces at a time.
+        # ethtool's "tso/gso/gro off": the feature bits ethtool maps them to,
+        # one ETHTOOL_SFEATURES ioctl per interface (netns_topology/offloads.py)
         interfaces = list(self._interfaces())
-        for start in range(0, len(interfaces), _ETHTOOL_BATCH):
-            batch = [(node, subprocess.Popen(["ip", "netns", "exec", self.ns(node), "ethtool", "-K", ifname,
-                                              "tso", "off", "gso", "off", "gro", "off"],
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-                     for node, ifname, _ in interfaces[start:start + _ETHTOOL_BATCH]]
-            errors = [proc.communicate()[1] for _, proc in batch]  # the whole batch ends first
-            for i, ((node, proc), err) in enumerate(zip(batch, errors), start + 1):
-                self._at("offloads", node)
-                if proc.returncode:
-                    raise RuntimeError(f"ethtool -K failed: {err.strip()}")
-                self._done(i, len(interfaces))
+        for i, (node, ifname, _) in enumerate(interfaces, 1):
+            self._at("offloads", node)
+            offloads.disable(self.io[node].ethtool, ifname)
+            self._done(i, len(interfaces))
 
     def queues(self) -> None:
         if not self.topo.shaping:
             return
         if self.topo.shaping == BATCHED:  # machine-wide (netns_topology/qdisc.py)
             qdisc.set_hysteresis(True)
-        interfaces = list(self._interfaces())
-        for i, (node, ifname, link) in enumerate(interfaces, 1):
-            self._at("queues", node)
-            qdisc.apply(self.ipr[node], self._index(node, ifname), link.rate_bps,
-                        self._port_mtu(node), self.topo.queue, self.topo.shaping)
-            self._done(i, len(interfaces))
+        self.step = "queues"
+        self._per_node(list(self._interfaces()), lambda item: qdisc.apply(
+            self.io[item[0]].batch, self.ifindex[item[0]][item[1]], item[2].rate_bps,
+            self._port_mtu(item[0]), self.topo.queue, self.topo.shaping))
 
     def bring_up(self) -> None:
-        for i, node in enumerate(self.nodes, 1):
-            self._at("up", node)
+        self.step = "up"
+
+        def queue(item):
+            node = item[0]
             # A link that is down stays down at both ends.
             names = [port.name for port in self.topo.ports(node) if port.up]
             for ifname in names + (["br0"] if node not in self.hosts else []):
-                self.ipr[node].link("set", index=self._index(node, ifname), state="up")
-            self._done(i, len(self.nodes))
-
+                self.io[node].batch.link("set", index=self.ifindex[node][ifname], state="up")
+        self._per_node([(node,) for node in self.nodes], queue)
 
     def routes(self) -> None:
         """``rto_min``: the hosts' minimum TCP RTO, as a locked RTAX_RTO_MIN
@@ -204,11 +249,20 @@ class _Build:
         routes stay as the kernel made them."""
         if self.topo.rto_min is None:
             return
-        hosts = list(self.hosts.values())
-        for i, host in enumerate(hosts, 1):
-            self._at("routes", host.name)
-            set_host_route(self.ipr[host.name], host, self.topo.rto_min)
-            self._done(i, len(hosts))
+        self.step = "routes"
+        self._per_node([(host.name,) for host in self.hosts.values()], lambda item: self.io[item[0]].batch.route(
+            "replace", **host_route(self.hosts[item[0]], self.topo.rto_min,
+                                    self.ifindex[item[0]][self.hosts[item[0]].iface])))
+
+
+def host_route(host, rto_min: int | None, oif: int) -> dict:
+    """The arguments of ``IPRoute.route("replace", ...)`` for ``host``'s
+    route to the fabric through interface ``oif`` (:func:`set_host_route`)."""
+    net = ipaddress.IPv4Interface(f"{host.ip}/{host.prefixlen}").network
+    metrics = {} if rto_min is None else {
+        "metrics": {"rto_min": rto_min, "lock": 1 << RTAX_RTO_MIN}}
+    return dict(dst=str(net.network_address), dst_len=net.prefixlen, oif=oif,
+                table=RT_TABLE_MAIN, proto="kernel", scope="link", prefsrc=host.ip, **metrics)
 
 
 def set_host_route(ipr: IPRoute, host, rto_min: int | None) -> None:
@@ -220,12 +274,7 @@ def set_host_route(ipr: IPRoute, host, rto_min: int | None) -> None:
     ``rto_min`` sets it. ``ipr``: an IPRoute in the host's namespace. The
     builder's step and testbed.lifecycle.set_rto_min (a live testbed) both
     call this."""
-    net = ipaddress.IPv4Interface(f"{host.ip}/{host.prefixlen}").network
-    metrics = {} if rto_min is None else {
-        "metrics": {"rto_min": rto_min, "lock": 1 << RTAX_RTO_MIN}}
-    ipr.route("replace", dst=str(net.network_address), dst_len=net.prefixlen,
-              oif=ipr.link_lookup(ifname=host.iface)[0], table=RT_TABLE_MAIN, proto="kernel",
-              scope="link", prefsrc=host.ip, **metrics)
+    ipr.route("replace", **host_route(host, rto_min, ipr.link_lookup(ifname=host.iface)[0]))
 
 
 def _check_pacing(topo: Topo, prefix: str) -> None:
@@ -249,8 +298,9 @@ def _check_pacing(topo: Topo, prefix: str) -> None:
                                    "with shaping: batched too")
 
 
-def build(topo: Topo, prefix: str, progress=None) -> None:
-    """Build `topo` as namespaces `<prefix>-<node>`; all or nothing."""
+def build(topo: Topo, prefix: str, progress=None) -> dict[str, float]:
+    """Build `topo` as namespaces `<prefix>-<node>`; all or nothing.
+    Returns the seconds each step took."""
     check_prefix(prefix)
     topo.validate()
     existing = namespaces(prefix)
@@ -274,3 +324,4 @@ def build(topo: Topo, prefix: str, progress=None) -> None:
             raise
         raise BuildError(work.step, work.node, f"{type(exc).__name__}: {exc}{cleanup}") from exc
     work.close()
+    return work.seconds

@@ -12,14 +12,16 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from typing import Callable, TypeVar
 
 from pyroute2 import netns
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
-def _unshare_and_attach(name: str, failure: list[BaseException]) -> None:
+def _unshare_and_attach(name: str, failure: list[BaseException], inside, result: list) -> None:
     try:
         # A network namespace belongs to a thread: only this one moves into it.
         if _libc.unshare(CLONE_NEWNET) != 0:
@@ -27,6 +29,8 @@ def _unshare_and_attach(name: str, failure: list[BaseException]) -> None:
             raise OSError(err, f"unshare(CLONE_NEWNET) for namespace {name!r}: {os.strerror(err)}")
         # The same mount steps as `ip netns add`, binding this thread's namespace.
         netns.attach(name, "thread-self")
+        if inside is not None:
+            result.append(inside())
     except BaseException as exc:  # handed to the caller's thread
         failure.append(exc)
         if not isinstance(exc, FileExistsError):
@@ -40,11 +44,19 @@ def _remove_quietly(name: str) -> None:
         pass
 
 
-def create_namespace(name: str) -> None:
-    """Create /run/netns/<name>; raises OSError (FileExistsError if it exists)."""
+def create_namespace(name: str, inside: Callable[[], T] | None = None) -> T | None:
+    """Create /run/netns/<name>; raises OSError (FileExistsError if it exists).
+
+    ``inside``: called in the new namespace (on the thread that made it)
+    once it is mounted; its result is returned. What it opens there --
+    sockets -- stays in the namespace (the builder's netlink sockets,
+    /proc/sys/net writes). If it fails, the namespace is removed again."""
     failure: list[BaseException] = []
-    worker = threading.Thread(target=_unshare_and_attach, args=(name, failure), name=f"netns-{name}")
+    result: list = []
+    worker = threading.Thread(target=_unshare_and_attach, args=(name, failure, inside, result),
+                              name=f"netns-{name}")
     worker.start()
     worker.join()
     if failure:
         raise failure[0]
+    return result[0] if result else None

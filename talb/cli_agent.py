@@ -128,8 +128,12 @@ def top_cmd(prefix, once, interval):
               help="Port counts to measure (comma-separated).")
 @click.option("--windows", type=click.IntRange(10, 10**6), default=1000, show_default=True,
               help="Windows timed per configuration.")
+@click.option("--runs", type=click.IntRange(1, 100), default=6, show_default=True,
+              help="1-second runs at 1 ms windows per case for the CPU share's median "
+                   "(loaded, idle, measured delay; the C window and the Python window "
+                   "interleaved).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the results here.")
-def bench_agent_cmd(ports, windows, json_out):
+def bench_agent_cmd(ports, windows, runs, json_out):
     """Cost of one agent window for N ports (per-key vs batched counter
     reads, model vs measured delay, with and without publishing, ports idle
     and with every port's counters moving), the highest window rate the
@@ -142,7 +146,7 @@ def bench_agent_cmd(ports, windows, json_out):
         counts = [int(x) for x in ports.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"--ports: comma-separated integers, got {ports!r}") from None
-    results = run_all(counts, windows=windows, say=click.echo)
+    results = run_all(counts, windows=windows, runs=runs, say=click.echo)
     if json_out:
         Path(json_out).write_text(json.dumps(results, indent=2))
         click.echo(f"results written to {json_out}")

@@ -36,7 +36,12 @@ def _shapes(ctx, param, value):
 @click.option("--out", "out_dir", default="bench-build", show_default=True,
               type=click.Path(file_okay=False),
               help="Where runs.csv, summary.json and build_time.png go.")
-def bench_build(shapes, repeats, mininet, prefix, out_dir):
+@click.option("--breakdown/--no-breakdown", default=True, show_default=True,
+              help="Also print where each talb variant's `up` went: before the build "
+                   "(interpreter, imports), each build step, the attach step (waiting for the "
+                   "kernel's verifier, attaching), after (status, exit); and the loading "
+                   "threads' seconds, which overlap the build (medians; also in summary.json).")
+def bench_build(shapes, repeats, mininet, prefix, out_dir, breakdown):
     """Seconds until a fabric is up, against its number of nodes.
 
     Each shape is built and torn down --repeats times as whole `talb testbed
@@ -46,7 +51,7 @@ def bench_build(shapes, repeats, mininet, prefix, out_dir):
     Mininet beside them. Needs root and a machine otherwise idle: the
     numbers are wall-clock seconds.
     """
-    from bench.build_time import run, summarise, write
+    from bench.build_time import RATIOS, ratios, run, summarise, write
     from netns_topology.state import exists, require_root
     from talb.unwind import sigterm_unwinds
 
@@ -71,10 +76,33 @@ def bench_build(shapes, repeats, mininet, prefix, out_dir):
         table.add_row(s["shape"], str(s["nodes"]), s["variant"], f"{s['up_median_s']:.2f}",
                       f"{s['up_min_s']:.2f}-{s['up_max_s']:.2f}", f"{s['down_median_s']:.2f}")
     console.print(table)
+    for a, b in RATIOS:
+        paired = ratios(results["rows"], a, b)
+        if paired:
+            console.print(f"{a} / {b} (median of the rounds' ratios): "
+                          + ", ".join(f"{shape} {r:.2f}x" for shape, r in paired.items()))
+    if breakdown:
+        _print_breakdown(summarise(results["rows"]))
     if results["mininet"]:
         console.print(f"Mininet not measured: {results['mininet']}")
     files = write(results, out_dir)
     console.print("written: " + ", ".join(str(p) for p in files.values()))
+
+
+def _print_breakdown(summary: list[dict]) -> None:
+    rows = [s for s in summary if s.get("breakdown_median_s")]
+    if not rows:
+        return
+    keys = list(dict.fromkeys(k for s in rows for k in s["breakdown_median_s"]))
+    table = Table(title="where `talb testbed up` went (median seconds; load.*: the loading "
+                        "threads, overlapping the build)")
+    table.add_column("part")
+    for s in rows:
+        table.add_column(f"{s['shape']} {s['variant']}", justify="right")
+    for key in keys:
+        table.add_row(key, *(f"{s['breakdown_median_s'][key]:.3f}"
+                             if key in s["breakdown_median_s"] else "-" for s in rows))
+    console.print(table)
 
 
 def register(bench: click.Group) -> None:

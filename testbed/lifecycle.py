@@ -182,13 +182,19 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
 
             # the kernel verifies every node's programs while the fabric is built
             load = FabricLoad(topo, prefix, datapath=datapath)
-        build(topo, prefix, progress=progress)
+        breakdown = {"before_build_s": _since_process_start(started),
+                     "build": build(topo, prefix, progress=progress)}
         if datapath in PROGRAM_DATAPATHS:
             from datapath.fabric import attach_fabric
 
+            attached = time.monotonic()
             attach_fabric(topo, prefix, progress=progress, load=load)
             load.close()
-        state.update(status="up", build_seconds=round(time.monotonic() - started, 2))
+            breakdown["attach_total_s"] = round(time.monotonic() - attached, 4)
+            breakdown["load"] = load.timings()
+        # where `up` went (`talb bench build --breakdown`)
+        state.update(status="up", build_seconds=round(time.monotonic() - started, 2),
+                     breakdown=breakdown)
         state.pop("pid")
         write_state(prefix, state)  # the agent reads the topology from it
         if agent is not None:
@@ -211,6 +217,18 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
         down(prefix)
         raise
     return state
+
+
+def _since_process_start(now: float) -> float | None:
+    """Seconds from this process's start to monotonic ``now`` (interpreter
+    start, imports, checks): /proc's start time, in clock ticks since boot."""
+    try:
+        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        boot_now = time.clock_gettime(time.CLOCK_BOOTTIME) - (time.monotonic() - now)
+        return round(boot_now - started, 3)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _was_batched(prefix: str) -> bool:

@@ -50,3 +50,26 @@ def test_without_mininet_the_bench_says_why(monkeypatch):
     assert "not found" in build_time.mininet_available()
     monkeypatch.setattr(build_time, "SYSTEM_PYTHON", "/bin/false")
     assert "Mininet is not installed" in build_time.mininet_available()
+
+
+def test_breakdown_is_flat_and_after_is_what_is_left():
+    from bench.build_time import flat_breakdown
+
+    recorded = {"before_build_s": 0.3, "build": {"namespaces": 0.05, "links": 0.02},
+                "attach_total_s": 0.4, "load": {"switch_cpu_s": 1.5}}
+    flat = flat_breakdown(recorded, up_s=1.0, build_s=0.5)
+    assert flat == {"before": 0.3, "build.namespaces": 0.05, "build.links": 0.02,
+                    "attach": 0.4, "load.switch_cpu_s": 1.5, "after": 0.2}
+    assert flat_breakdown(None, 1.0, 0.5) == {}
+
+
+def test_ratios_pair_the_variants_round_by_round():
+    from bench.build_time import ratios, summarise
+
+    rows = [{"shape": "4x4x4", "nodes": 24, "variant": v, "round": r, "up_s": up * r,
+             "down_s": 0.1, "breakdown": {"before": 0.1 * r}}
+            for v, up in (("talb warm", 1.0), ("mininet", 2.0)) for r in (1, 2, 3)]
+    assert ratios(rows, "talb warm", "mininet") == {"4x4x4": 0.5}
+    assert ratios(rows, "talb warm", "talb bridge") == {}
+    warm = next(s for s in summarise(rows) if s["variant"] == "talb warm")
+    assert warm["breakdown_median_s"] == {"before": 0.2}
