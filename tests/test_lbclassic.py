@@ -473,3 +473,23 @@ def test_fifth_test_says_when_the_published_factor_is_missed():
     assert p < 0.05 and p_eq > 0.5
     assert _outcome("fifth", pr, p, p_eq) == "does not hold"
     assert _outcome("better", pr, pr.p, pr.p_equiv) == "holds"
+
+
+def test_failed_link_preset_dry_run_from_the_command_line(tmp_path):
+    """`talb bench --preset lb-classic-fail --dry-run`, as a user runs it: the
+    plan (180 runs on the failed fabric), its wall-time estimate and the
+    seed rule at 0.8, nothing built and nothing written."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "talb.cli", "bench", "--preset", "lb-classic-fail",
+                        "--out", str(out), "--dry-run"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "180 runs" in r.stdout and "estimated wall time here: " in r.stdout, r.stdout[:600]
+    assert "headline points (load 0.8)" in r.stdout
+    runs = [line for line in r.stdout.splitlines() if " lb-classic-fail " in line]
+    assert len(runs) == 180 and all("load 0.3" in x or "load 0.5" in x or "load 0.8" in x
+                                    for x in runs)
+    assert not out.exists()
