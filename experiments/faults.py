@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from workload.faults import KINDS, parse_fault
+from workload.measure import rejudge
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def row_of(fault: Fault, arch: str, scheme: str | None, seed: int, spec: str, r:
     f = r["fault"]
     rec = f["recovery"] or {}
     drops = (r["summary"].get("port_drops") or {}).get("by_kind") or {}
-    guard = r["summary"].get("cpu_guard") or {}
+    guard = rejudge(r)        # older results files: judged again by the current rule
     return {"fault": fault.label, "kind": fault.kind, "spec": spec, "pattern": arch,
             "scheme": r["config"].get("scheme") or scheme, "seed": seed,
             "recovery_s": rec.get("recovery_s"), "after_restore_s": rec.get("after_restore_s"),
@@ -157,7 +158,7 @@ def row_of(fault: Fault, arch: str, scheme: str | None, seed: int, spec: str, r:
             "counters": f.get("counters") or {}, "injected": f["injected"],
             "restored": f["restored"], "error": f["error"], "training_s": r["training_s"],
             "iteration_s": r["summary"]["speed"]["iteration_time_s"],
-            "cpu_bound": r["flags"]["cpu_bound"], "cpu_busy_mean": guard.get("cpu_busy_mean"),
+            "cpu_bound": bool(guard.get("flagged")), "cpu_busy_mean": guard.get("cpu_busy_mean"),
             "cpu_guard": guard.get("reason"), "results": r.get("path"), "command": cmd}
 
 

@@ -80,8 +80,10 @@ def load_results(path: Path) -> dict:
     if not isinstance(background, list):  # a runner may nest the flows under load.background
         nested = (data.get("load") or {}).get("background")
         background = nested.get("flows", []) if isinstance(nested, dict) else []
-    guard = (data.get("summary") or {}).get("cpu_guard") or {}
-    cpu_bound = bool((data.get("flags") or {}).get("cpu_bound", guard.get("flagged", False)))
+    from workload.measure import rejudge
+
+    guard = rejudge(data)       # an older file: judged again by the current rule
+    cpu_bound = bool(guard.get("flagged", False))
     return {"path": str(path), "run": run, "iterations": iters, "tensors": tensors,
             "background": background,
             # a CPU-bound run measured the machine, not the scheme: say so on the page

@@ -8,13 +8,17 @@ import json
 import math
 import random
 import zlib
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from experiments.sweep.kinds import build_plan
+from experiments.sweep.labels import DRILL_ASYMMETRIC
 from experiments.sweep.plan import PRESETS, PlanError
 from workload import background_only as bo
 
+REPO = Path(__file__).resolve().parents[1]
 IMPL = frozenset(("ecmp", "rps", "letflow", "drill", "conga", "talb"))
 MS = 1e-3
 
@@ -284,7 +288,10 @@ def test_training_sweeps_refuse_background_options():
 FACTOR = {"symmetric": {"ecmp": 1.6, "rps": 1.3, "letflow": 1.25, "drill": 1.0, "conga": 1.2,
                         "talb": 1.6},
           "asymmetric": {"ecmp": 4.0, "rps": 3.0, "letflow": 1.3, "drill": 1.4, "conga": 1.2,
-                         "talb": 4.0}}
+                         "talb": 4.0},
+          # the failed link: CONGA 6x below ECMP, LetFlow 10% above CONGA, RPS like ECMP
+          "failed": {"ecmp": 6.0, "rps": 5.8, "letflow": 1.1, "drill": 3.0, "conga": 1.0,
+                     "talb": 6.0}}
 
 
 def _fake(spec, path):
@@ -340,7 +347,8 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
     p, res = _report(tmp_path)
     dirs = res["directions"]
     # each direction on each fabric of its kind, for both CDFs
-    assert len(dirs) == 2 * sum(2 if d.fabric == "both" else 1 for d in DIRECTIONS)
+    assert len(dirs) == 2 * sum(2 if d.fabric == "both" else 1 for d in DIRECTIONS
+                                if d.fabric != "failed")       # no failed link in lb-classic
     by = {(r["direction"].id, r["kind"], r["cdf"]): r for r in dirs}
     for r in dirs:
         assert r["verdict"] in ("holds here", "does not hold", "inconclusive"), r
@@ -357,8 +365,8 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
     assert by[("sym-rps", "symmetric", "websearch")]["verdict"] == "holds here"
     md = (tmp_path / "summary.md").read_text()
     assert "## Published directions" in md and md.count("**holds here**") >= 5
-    for d in DIRECTIONS:
-        assert d.claim in md
+    for d in DIRECTIONS:       # the failed link's are lb-classic-fail's (no such fabric here)
+        assert (d.claim in md) == (d.fabric != "failed"), d.id
     # the normalisation divides every run of a fabric by one pooled B
     rows = res["rows"]
     assert {r["base_latency_s"] for r in rows if "lb-classic-sym" in r["topology"]} == \
@@ -366,10 +374,19 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
     # pairing: the same flows for every scheme at a seed
     for seed in (1, 2, 3):
         assert len({r["offered_realised"] for r in rows if r["seed"] == seed}) == 1
-    # figures: one per fabric and CDF, six panels, a line per scheme
+    # figures: one per fabric and CDF, six panels, a line per scheme; on the
+    # asymmetric fabric DRILL's line says what it lacks (issue 36, item 6)
     assert len(res["plots"]) == 4
-    for panels in res["plots"].values():
-        assert len(panels) == 6 and all(sorted(v) == sorted(IMPL) for v in panels.values())
+    drill_asym = f"drill ({DRILL_ASYMMETRIC})"
+    for name, panels in res["plots"].items():
+        want = [drill_asym if s == "drill" and "asym" in name else s for s in IMPL]
+        assert len(panels) == 6 and all(sorted(v) == sorted(want) for v in panels.values()), name
+    # ... and so do the summary's tables: every DRILL row on that fabric, none on the other
+    drill_rows = [line for line in md.splitlines() if line.startswith("| lb-classic-")
+                  and "| drill" in line]
+    assert drill_rows and all((drill_asym in line) == line.startswith("| lb-classic-asym")
+                              for line in drill_rows)
+    assert f"**{DRILL_ASYMMETRIC}** on lb-classic-asym" in md
     assert (tmp_path / "paired.csv").read_text().count("\n") > 100
 
 
@@ -401,3 +418,78 @@ def test_within_margin_test_both_ways():
     assert verdict([1.05, 1.06, 1.04, 1.05, 1.07]) == "holds"
     assert verdict([1.5, 1.52, 1.49, 1.51, 1.5]) == "does not hold"
     assert verdict([1.0, 1.6, 0.9, 1.5, 1.2]) == "inconclusive"
+
+
+def test_failed_link_preset_tests_congas_and_letflows_failure_claims(tmp_path):
+    """lb-classic-fail (issue 36, item 3): one fabric, a link built down
+    (kind "failed"), every scheme; its directions are the failure claims,
+    paired by seed, and DRILL there is labelled as lacking its asymmetry
+    handling."""
+    from experiments.sweep.kinds import finish
+    from experiments.sweep.lbclassic import DIRECTIONS, fabric_kind
+    from experiments.sweep.runner import run_plan
+    from netns_topology import load_topology
+
+    topo = load_topology(REPO / "topologies/lb-classic-fail.yaml")
+    pairs = Counter((link.a, link.b) for link in topo.links if link.kind == "fabric")
+    assert pairs == {("leaf0", "spine0"): 2, ("leaf0", "spine1"): 1, ("leaf1", "spine0"): 2,
+                     ("leaf1", "spine1"): 2} and all(link.up for link in topo.links)
+    # leaf1 still reaches leaf0 over all 4 uplinks; spine1 then over its one link left
+    assert len(topo.forwarding_groups("leaf1")["198.18.0.1"]) == 4
+    assert topo.forwarding_groups("spine1")["198.18.0.1"] == ["leaf0"]
+    topo_path = "topologies/lb-classic-fail.yaml"
+    assert bo.even_capacity_bps(topo) == 150e6 and fabric_kind(topo_path) == "failed"
+    p = build_plan("lb-classic-fail", implemented=IMPL, seeds=3, fixed_seeds=True)
+    assert {r.topology for r in p.runs} == {topo_path} and {r.load for r in p.runs} == {0.3, 0.5, 0.8}
+    assert len(p.runs) == 6 * 2 * 3 * 3 and {r.scheme for r in p.runs} == set(IMPL)
+    full = build_plan("lb-classic-fail", implemented=IMPL)
+    assert len(full.runs) == 180 and full.seed_rule.where == ((0.8, topo_path),)
+    run_plan(p, tmp_path, run_fn=_fake, progress=False)
+    res = finish(p, tmp_path)
+    by = {(r["direction"].id, r["cdf"]): r for r in res["directions"]}
+    failed = {d.id for d in DIRECTIONS if d.fabric == "failed"}
+    assert {i for i, _ in by} == failed | {"talb-fallback"}
+    for cdf in ("websearch", "datamining"):
+        assert all(by[(i, cdf)]["load"] == 0.8 for i in failed)
+        assert by[("fail-conga", cdf)]["verdict"] == "holds here"
+        assert by[("fail-conga-5x", cdf)]["verdict"] == "holds here"       # 1/6 < 1/5
+        assert by[("fail-letflow-conga", cdf)]["verdict"] == "holds here"  # 1.1 < 1.2
+        assert by[("fail-letflow", cdf)]["verdict"] == "holds here"
+        assert by[("fail-rps", cdf)]["verdict"] == "holds here"
+    md = (tmp_path / "summary.md").read_text()
+    assert "conga at most 0.2× (5× better than) ecmp" in md and "p(ratio > 0.2)" in md
+    assert f"drill ({DRILL_ASYMMETRIC})" in md
+
+
+def test_fifth_test_says_when_the_published_factor_is_missed():
+    """CONGA 2x below ECMP at every seed: better, but not 5x: does not hold."""
+    from experiments.sweep.lbclassic import _outcome, _test_pvalues
+    from experiments.sweep.stats import paired
+
+    a, b = [1.0, 1.1, 0.9, 1.05, 0.95], [2.0, 2.3, 1.7, 2.1, 1.9]
+    pr = paired(a, b)
+    logs = [math.log(x / y) for x, y in zip(a, b)]
+    p, p_eq = _test_pvalues(pr, logs, "fifth")
+    assert p < 0.05 and p_eq > 0.5
+    assert _outcome("fifth", pr, p, p_eq) == "does not hold"
+    assert _outcome("better", pr, pr.p, pr.p_equiv) == "holds"
+
+
+def test_failed_link_preset_dry_run_from_the_command_line(tmp_path):
+    """`talb bench --preset lb-classic-fail --dry-run`, as a user runs it: the
+    plan (180 runs on the failed fabric), its wall-time estimate and the
+    seed rule at 0.8, nothing built and nothing written."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "talb.cli", "bench", "--preset", "lb-classic-fail",
+                        "--out", str(out), "--dry-run"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "180 runs" in r.stdout and "estimated wall time here: " in r.stdout, r.stdout[:600]
+    assert "headline points (load 0.8)" in r.stdout
+    runs = [line for line in r.stdout.splitlines() if " lb-classic-fail " in line]
+    assert len(runs) == 180 and all("load 0.3" in x or "load 0.5" in x or "load 0.8" in x
+                                    for x in runs)
+    assert not out.exists()

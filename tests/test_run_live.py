@@ -60,6 +60,13 @@ def _check_results_file(r, arch, workers):
     assert {c["scheme"] for c in on_disk["fabric"]["switch_config"].values()} == {"talb"}
     assert isinstance(on_disk["flags"]["cpu_bound"], bool)
     assert on_disk["cpu_samples"], "no CPU sample taken during the run"
+    # the CPU guard measures the forwarding directly: softirq per CPU (issue 36)
+    ncpu = os.cpu_count()
+    assert all(len(x["softirq_per_cpu"]) == len(x["busy_per_cpu"]) == ncpu
+               and 0 <= x["softirq"] <= x["cpu_busy"] <= 1 for x in on_disk["cpu_samples"])
+    guard = on_disk["summary"]["cpu_guard"]
+    assert guard["version"] == 2 and guard["flagged"] == on_disk["flags"]["cpu_bound"]
+    assert guard["windows"] == 0 or guard["softirq_measured"]
     assert len(on_disk["tensors"]) == len(r["tensors"])
     assert [i["iteration"] for i in on_disk["iterations"]] == list(range(ITERATIONS))
     assert all(i["complete"] and i["time_s"] > 0 for i in on_disk["iterations"])

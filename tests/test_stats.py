@@ -4,6 +4,7 @@ or published with the data."""
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
@@ -247,3 +248,67 @@ def test_committed_fig10_paired_numbers():
                 (pytest.approx(math.exp(llo)), pytest.approx(math.exp(lhi)))
             checked += 1
     assert checked == 9
+
+
+# --- a p99's distribution-free interval (issue 36, item 7) -------------------------------
+def _binom_cdf(k: int, n: int, q: float) -> float:
+    """P(K <= k), K ~ binomial(n, q), summed by hand (no scipy)."""
+    return sum(math.comb(n, i) * q ** i * (1 - q) ** (n - i) for i in range(k + 1))
+
+
+def test_quantile_ci_median_of_ten_is_the_textbook_interval():
+    """n = 10, the median: [X_(2), X_(9)], coverage 1 − 2·11/1024 = 0.978515625
+    (P(K <= 1) = (1 + 10)/1024); the next narrower, [X_(3), X_(8)], covers
+    only 1 − 2·56/1024 = 0.89."""
+    from experiments.sweep.stats import quantile_ci
+
+    ci = quantile_ci([7, 3, 9, 1, 10, 2, 8, 6, 4, 5], 0.5)
+    assert (ci["low_rank"], ci["high_rank"], ci["low"], ci["high"]) == (2, 9, 2, 9)
+    assert ci["coverage"] == pytest.approx(1 - 2 * 11 / 1024, abs=1e-12)
+    assert ci["estimate"] == 5 and ci["rank"] == 5 and ci["n"] == 10
+    # n = 5: even [X_(1), X_(5)] covers only 1 − 2/32 = 0.9375: no bound either side
+    ci = quantile_ci(range(5), 0.5)
+    assert ci["low"] is None and ci["high"] is None
+
+
+def test_quantile_ci_p99_needs_368_values_for_an_upper_bound():
+    """The upper bound X_(n) of a p99 covers only if P(all n below) = 0.99^n
+    <= 2.5%: 0.99^367 = 0.02502 > 0.025, 0.99^368 = 0.02477."""
+    from experiments.sweep.stats import quantile_ci
+
+    assert 0.99 ** 367 > 0.025 >= 0.99 ** 368
+    assert quantile_ci(range(367), 0.99)["high"] is None
+    ci = quantile_ci(range(368), 0.99)
+    assert ci["high_rank"] == 368 and ci["high"] == 367
+    # the lower rank l: P(K <= l - 1) <= 2.5% < P(K <= l), by hand
+    l = ci["low_rank"]
+    assert _binom_cdf(l - 1, 368, 0.99) <= 0.025 < _binom_cdf(l, 368, 0.99)
+    assert ci["coverage"] == pytest.approx(1 - 0.99 ** 368 - _binom_cdf(l - 1, 368, 0.99))
+
+
+def test_quantile_ci_of_a_runs_480_short_tensors():
+    """A run's ~480 short tensors: the p99 is the 476th value (5th largest),
+    its interval the 471st to the 480th (10th largest to the largest)."""
+    from experiments.sweep.stats import quantile_ci
+
+    values = [float(i) for i in range(1, 481)]
+    random.Random(4).shuffle(values)
+    ci = quantile_ci(values, 0.99)
+    assert (ci["rank"], ci["estimate"]) == (476, 476.0)
+    assert (ci["low_rank"], ci["high_rank"], ci["low"], ci["high"]) == (471, 480, 471.0, 480.0)
+    assert _binom_cdf(470, 480, 0.99) <= 0.025 < _binom_cdf(471, 480, 0.99)
+    assert ci["coverage"] >= 0.95
+    assert quantile_ci([], 0.99)["estimate"] is None
+
+
+def test_quantile_ci_covers_as_it_says():
+    """Simulated: the interval holds the true p99 of an exponential in at
+    least 95% of 2000 runs of 480 values (its exact coverage is 96.7%)."""
+    from experiments.sweep.stats import quantile_ci
+
+    rng = random.Random(11)
+    true = -math.log(0.01)
+    hits = sum(ci["low"] <= true <= ci["high"] for ci in
+               (quantile_ci([rng.expovariate(1.0) for _ in range(480)], 0.99)
+                for _ in range(2000)))
+    assert hits / 2000 >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / 2000)

@@ -67,8 +67,8 @@ REORDER_COUNTERS = ("sack_reorder", "ts_reorder", "reno_reorder")
 
 # CPU guard (docs/workload.md, "CPU guard").
 CPU_BUSY_SATURATED = 0.90      # all CPUs together at least this busy: saturated window
-CPU_SATURATED_SHARE = 0.20     # flag when at least this share of windows is saturated ...
-LINK_SHORTFALL = 0.80          # ... and no host link reached this share of its rate in them
+CPU_SATURATED_SHARE = 0.20     # flag when at least this share of windows is saturated
+FORWARDING_PINNED = 0.50       # one CPU saturated with at least this share in softirq: saturated
 SAMPLE_INTERVAL_S = 0.5
 
 
@@ -410,18 +410,48 @@ def port_drops(topo, before: dict, after: dict) -> dict:
 
 
 # --- CPU guard -------------------------------------------------------------------------
-def read_cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies over all CPUs from /proc/stat (not namespaced)."""
+#: /proc/stat's per-CPU columns (proc(5)): user nice system idle iowait irq softirq steal
+_IDLE, _IOWAIT, _SOFTIRQ, _USED_COLUMNS = 3, 4, 6, 8
+
+
+def read_cpu_stat() -> dict[str, tuple[int, int, int]]:
+    """{"all" | "cpu0" | "cpu1" ...: (busy, total, softirq) jiffies} from
+    /proc/stat. Softirq is where the fabric is forwarded: a veth's receive,
+    the bridges, the tc/BPF programs and the qdiscs run in NET_RX/NET_TX
+    softirq (in ksoftirqd too, which the kernel counts as softirq time)."""
+    out = {}
     with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)   # idle + iowait
-    total = sum(fields[:8])   # guest time is already inside user/nice
-    return total - idle, total
+        for line in f:
+            if not line.startswith("cpu"):
+                break
+            name, *rest = line.split()
+            fields = [int(x) for x in rest]
+            idle = fields[_IDLE] + (fields[_IOWAIT] if len(fields) > _IOWAIT else 0)
+            total = sum(fields[:_USED_COLUMNS])   # guest time is already inside user/nice
+            softirq = fields[_SOFTIRQ] if len(fields) > _SOFTIRQ else 0
+            out["all" if name == "cpu" else name] = (total - idle, total, softirq)
+    return out
+
+
+def cpu_window(prev: dict, cur: dict) -> dict:
+    """One sampling window's CPU shares from two read_cpu_stat() readings:
+    ``cpu_busy`` (all CPUs together), ``softirq`` (all CPUs' softirq share of
+    their time: the forwarding CPU), and per CPU ``busy_per_cpu`` and
+    ``softirq_per_cpu`` (a share of that CPU's time)."""
+    def shares(name):
+        db, dt, ds = (c - p for c, p in zip(cur[name], prev[name]))
+        return (db / dt, ds / dt) if dt > 0 else (0.0, 0.0)
+    cpus = sorted((n for n in cur if n != "all" and n in prev), key=lambda n: int(n[3:]))
+    busy, soft = shares("all")
+    per = [shares(n) for n in cpus]
+    return {"cpu_busy": busy, "softirq": soft, "busy_per_cpu": [round(b, 4) for b, _ in per],
+            "softirq_per_cpu": [round(s, 4) for _, s in per]}
 
 
 class Sampler:
-    """Samples CPU busy share and host-link byte counters every
-    ``interval_s`` in a thread, for the CPU guard."""
+    """Samples CPU busy and softirq shares (all CPUs and each one) and
+    host-link byte counters every ``interval_s`` in a thread, for the CPU
+    guard."""
 
     def __init__(self, ports: PortCounters | None, host_ports: dict, interval_s=SAMPLE_INTERVAL_S):
         self.ports, self.host_ports, self.interval_s = ports, host_ports, interval_s
@@ -431,21 +461,20 @@ class Sampler:
 
     def _read(self):
         links = self.ports.read() if self.ports is not None else {}
-        return time.monotonic(), read_cpu_times(), links
+        return time.monotonic(), read_cpu_stat(), links
 
     def _run(self) -> None:
         prev = self._read()
         while not self._stop.wait(self.interval_s):
             cur = self._read()
             dt = cur[0] - prev[0]
-            dbusy, dtotal = cur[1][0] - prev[1][0], cur[1][1] - prev[1][1]
             util = {}
             for key, rate in self.host_ports.items():
                 if key in cur[2] and key in prev[2]:
                     rx = cur[2][key][0] - prev[2][key][0]
                     tx = cur[2][key][1] - prev[2][key][1]
                     util["/".join(key)] = max(rx, tx) * 8 / (dt * rate)
-            self.samples.append({"t_s": cur[0], "cpu_busy": dbusy / dtotal if dtotal else 0.0,
+            self.samples.append({"t_s": cur[0], **cpu_window(prev[1], cur[1]),
                                  "host_link_util": util})
             prev = cur
 
@@ -471,43 +500,95 @@ def training_span_s(events: list[dict]) -> tuple[float, float] | None:
     return (span[0] / 1e9, span[1] / 1e9) if span else None
 
 
-def cpu_guard(samples: list[dict], have_links: bool,
+#: the rule's text, recorded with every verdict (and the version: results
+#: files of the old rule are re-judged by :func:`rejudge`)
+GUARD_RULE = (f"flag when >= {CPU_SATURATED_SHARE:.0%} of the {SAMPLE_INTERVAL_S:g} s windows "
+              f"while traffic flows are saturated: the CPUs together >= {CPU_BUSY_SATURATED:.0%} "
+              f"busy, or one CPU >= {CPU_BUSY_SATURATED:.0%} busy with at least "
+              f"{FORWARDING_PINNED:.0%} of its time in softirq (the forwarding pinned it); "
+              f"whatever the links carried")
+GUARD_VERSION = 2
+
+
+def _forwarding_pinned(s: dict) -> bool:
+    return any(b >= CPU_BUSY_SATURATED and f >= FORWARDING_PINNED
+               for b, f in zip(s.get("busy_per_cpu") or (), s.get("softirq_per_cpu") or ()))
+
+
+def cpu_guard(samples: list[dict], have_links: bool = True,
               span_s: tuple[float, float] | None = None) -> dict:
-    """Flag a run whose link rates the CPU held back: in at least
-    CPU_SATURATED_SHARE of the sampling windows the CPUs were at least
-    CPU_BUSY_SATURATED busy and, in that same window, no host link carried
-    LINK_SHORTFALL of its rate (a link at line rate is the network's limit,
-    not the CPU's). Without switch counters (kernel-bridge data path) the
-    CPU condition alone flags. ``span_s``: only windows that end inside it
-    count (the training's traffic: the nodes' start-up, Python importing,
-    is busy CPU with no traffic and says nothing about link rates)."""
-    rule = (f"flag when >= {CPU_SATURATED_SHARE:.0%} of the {SAMPLE_INTERVAL_S:g} s windows while "
-            f"tensors flow have "
-            f"CPUs >= {CPU_BUSY_SATURATED:.0%} busy and, in the same window, no host link reached "
-            f"{LINK_SHORTFALL:.0%} of its rate")
+    """Flag a run whose windows the CPUs saturated (GUARD_RULE), whatever
+    the links did: a link at line rate in a saturated window does not
+    excuse it (a parameter-server incast puts one there in almost every
+    window, and the forwarding still waited for a CPU). ``span_s``: only
+    windows that end inside it count (the traffic: the nodes' start-up,
+    Python importing, is busy CPU with no traffic). ``have_links`` is kept
+    for the callers; it no longer changes the verdict. Samples without the
+    per-CPU softirq fields (results files from before them) are judged on
+    the all-CPU condition alone."""
     if span_s is not None:
         samples = [x for x in samples if span_s[0] < x["t_s"] <= span_s[1] + SAMPLE_INTERVAL_S]
     if not samples:
-        return {"rule": rule, "flagged": False, "windows": 0, "reason": "run shorter than one window",
-                "cpu_busy_mean": None}
+        return {"rule": GUARD_RULE, "version": GUARD_VERSION, "flagged": False, "windows": 0,
+                "reason": "run shorter than one window", "cpu_busy_mean": None}
+    measured = all("softirq" in s for s in samples)
     busy = [s for s in samples if s["cpu_busy"] >= CPU_BUSY_SATURATED]
-    # Each saturated window is judged on its own: one burst at line rate in one
-    # window must not clear a run whose other saturated windows were CPU-bound.
-    # (A switch port's tx counts what the program queued, so a window can read
-    # above 100% while a queue fills; that still means the link kept up.)
-    bound = [s for s in busy
-             if not have_links or max(s["host_link_util"].values(), default=0.0) < LINK_SHORTFALL]
-    flagged = len(bound) / len(samples) >= CPU_SATURATED_SHARE
-    peak = max((max(s["host_link_util"].values(), default=0.0) for s in busy), default=None)
-    reason = (f"CPUs saturated in {len(busy)}/{len(samples)} windows" +
-              (f", {len(bound)} of them with no host link at {LINK_SHORTFALL:.0%} of its rate"
-               if have_links and busy else "")
-              + ("; the CPU, not the network, set the link rates" if flagged else ""))
-    return {"rule": rule, "flagged": flagged, "windows": len(samples), "saturated_windows": len(busy),
-            "cpu_bound_windows": len(bound),
+    pinned = [s for s in samples if _forwarding_pinned(s)]
+    saturated = [s for s in samples if s["cpu_busy"] >= CPU_BUSY_SATURATED or _forwarding_pinned(s)]
+    share = len(saturated) / len(samples)
+    flagged = share >= CPU_SATURATED_SHARE
+    peak = max((max(s["host_link_util"].values(), default=0.0) for s in saturated
+                if s.get("host_link_util")), default=None)
+    soft = [s["softirq"] for s in samples if "softirq" in s]
+    reason = (f"CPUs saturated in {len(saturated)}/{len(samples)} windows ({share:.0%})"
+              + (f", {len(pinned)} with one CPU pinned by forwarding" if measured else
+                 " (softirq not recorded: all-CPU busy share only)")
+              + ("; the CPU, not the network, may have set the rates" if flagged else ""))
+    return {"rule": GUARD_RULE, "version": GUARD_VERSION, "flagged": flagged,
+            "windows": len(samples), "saturated_windows": len(saturated),
+            "saturated_share": share, "cpu_busy_windows": len(busy),
+            "forwarding_pinned_windows": len(pinned) if measured else None,
+            "softirq_measured": measured,
             "cpu_busy_mean": statistics.fmean(s["cpu_busy"] for s in samples),
             "cpu_busy_max": max(s["cpu_busy"] for s in samples),
+            "softirq_mean": statistics.fmean(soft) if measured else None,
+            "softirq_max_cpu": max((max(s["softirq_per_cpu"], default=0.0) for s in samples),
+                                   default=None) if measured else None,
             "peak_host_link_util_when_saturated": peak, "reason": reason}
+
+
+def rejudge(res: dict) -> dict:
+    """A results file's CPU guard under the current rule. Files judged by
+    it already keep their verdict; older ones (the rule that excused a
+    window with a host link at 80% of its rate, and no softirq samples) are
+    judged again from what they recorded: the windows while traffic flowed
+    and how many of them had the CPUs >= CPU_BUSY_SATURATED busy, i.e. the
+    saturated share without the link excuse. The old verdict is kept under
+    ``old``."""
+    g = dict((res.get("summary") or {}).get("cpu_guard") or {})
+    if g.get("version") == GUARD_VERSION:
+        return g
+    old = {"flagged": bool((res.get("flags") or {}).get("cpu_bound", g.get("flagged", False))),
+           "reason": g.get("reason")}
+    windows, busy = g.get("windows"), g.get("saturated_windows")
+    if busy is None and windows and res.get("cpu_samples"):
+        # a guard from before the count was recorded: the windows it used are
+        # not known, so every sample counts (start-up included: conservative)
+        samples = res["cpu_samples"]
+        windows, busy = len(samples), sum(s["cpu_busy"] >= CPU_BUSY_SATURATED for s in samples)
+    if not windows or busy is None:
+        return {**g, "version": GUARD_VERSION, "rule": GUARD_RULE, "flagged": old["flagged"],
+                "old": old, "rejudged": False,
+                "reason": (g.get("reason") or "") + " (not re-judged: no window counts recorded)"}
+    share = busy / windows
+    flagged = share >= CPU_SATURATED_SHARE
+    return {**g, "version": GUARD_VERSION, "rule": GUARD_RULE, "flagged": flagged, "old": old,
+            "rejudged": True, "windows": windows, "saturated_windows": busy,
+            "saturated_share": share, "softirq_measured": False,
+            "reason": f"CPUs saturated in {busy}/{windows} windows ({share:.0%}; re-judged from the "
+                      f"recorded counts, softirq not recorded: all-CPU busy share only, no link "
+                      f"excuse)" + ("; the CPU, not the network, may have set the rates"
+                                    if flagged else "")}
 
 
 # --- offered load ----------------------------------------------------------------------

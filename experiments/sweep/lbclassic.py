@@ -30,7 +30,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.sweep import plots, results
+from experiments.sweep import labels, plots, results
 from experiments.sweep.plan import Plan, PlanError, RunSpec, SeedRule, topology_path
 from experiments.sweep.results import find, read_rows
 from experiments.sweep.stats import ALPHA, EQUIV_MARGIN, Estimate, Paired, holm, tost
@@ -58,6 +58,10 @@ VS_ECMP = (("short_nfct_mean", "short mean"), ("short_nfct_p99", "short p99"),
            ("long_nfct_mean", "long mean"), ("all_nfct_mean", "all mean"))
 #: LetFlow's testbed claim: mean FCT within 10-20% of CONGA's
 WITHIN = 0.20
+#: CONGA's failed-link claim: 5x better FCT than ECMP, a ratio of at most 1/5
+FIFTH = 0.20
+#: the tests on a ratio against a bound: expect -> the bound a/b stays below
+RATIO_BOUNDS = {"within": 1 + WITHIN, "fifth": FIFTH}
 
 
 # --- the plan -------------------------------------------------------------------------------
@@ -176,14 +180,14 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[d
 
     def fill(row, res, rel):
         head = res["headline"]
-        row.update(status="cpu_bound" if res["flags"]["cpu_bound"] else "ok",
+        guard = results.cpu_guard_of(res)
+        row.update(status="cpu_bound" if guard["flagged"] else "ok",
                    scheme_in_effect=head["scheme"], commit=(res.get("software") or {}).get("commit"),
                    base_latency_run_s=head["base_latency_s"], results=rel,
                    **{k: head.get(k) for k in ("reorder_per_kseg", "retrans_pct", "timeouts",
                                                "offered_realised", "delivered_load")},
                    flows_per_s=res["load"].get("flows_per_s"),
-                   cpu_busy_mean=res["summary"]["cpu_guard"].get("cpu_busy_mean"),
-                   cpu_guard=res["summary"]["cpu_guard"].get("reason"),
+                   **results.guard_fields(guard),
                    **results.machine_fields(res))
         flows[row["key"]] = _window_flows(res)
 
@@ -216,14 +220,9 @@ def points(rows: list[dict]) -> list[dict]:
 
 # --- topologies: which is which --------------------------------------------------------------
 def fabric_kind(topology: str) -> str:
-    """'asymmetric' when the leaf-spine links differ in rate or one is down."""
-    from common import paths
-    from netns_topology import load_topology
-
-    path = Path(topology) if Path(topology).is_absolute() else paths.REPO_ROOT / topology
-    links = [link for link in load_topology(path).links if link.kind == "fabric"]
-    return "asymmetric" if len({link.rate_bps for link in links}) > 1 or \
-        not all(link.up for link in links) else "symmetric"
+    """'failed' (a leaf-spine link down), 'asymmetric' (links of different
+    rates) or 'symmetric': which directions a fabric tests."""
+    return labels.fabric_kind(topology)
 
 
 # --- published directions --------------------------------------------------------------------
@@ -232,10 +231,11 @@ class Direction:
     id: str
     claim: str                 # the direction, in this testbed's terms
     source: str                # where it is stated (only what we could find)
-    fabric: str                # symmetric | asymmetric | both
+    fabric: str                # symmetric | asymmetric | failed | both
     at: str                    # high (0.8, else the highest load) | low (the lowest)
     metric: str
-    tests: tuple               # (a, b, expect): expect better | worse | not_worse | equivalent | within
+    tests: tuple               # (a, b, expect): expect better | worse | not_worse | equivalent |
+    #                            within (a/b below 1 + WITHIN) | fifth (a/b below FIFTH)
 
 
 DIRECTIONS = (
@@ -286,6 +286,31 @@ DIRECTIONS = (
               "is disturbed, e.g. link failures); Hu et al., TaLB, sec. V-B (RPS worse in "
               "asymmetric topologies)", "asymmetric", "high", "all_nfct_mean",
               (("rps", "conga", "worse"),)),
+    # a failed link (issue 36, item 3): lb-classic-fail.yaml, CONGA's testbed
+    # shape with one of leaf0's four uplinks down; decided before any run
+    Direction("fail-conga", "Failed link: CONGA's FCT below ECMP's",
+              "Alizadeh et al., CONGA, SIGCOMM 2014, abstract (5x better FCT than ECMP in its "
+              "testbed even with a single link failure)", "failed", "high", "all_nfct_mean",
+              (("conga", "ecmp", "better"),)),
+    Direction("fail-conga-5x", "Failed link: CONGA's mean FCT at most a fifth of ECMP's "
+              "(the published factor)",
+              "Alizadeh et al., CONGA, SIGCOMM 2014, abstract (5x better FCT than ECMP even "
+              "with a single link failure)", "failed", "high", "all_nfct_mean",
+              (("conga", "ecmp", "fifth"),)),
+    Direction("fail-letflow-conga", f"Failed link: LetFlow's mean FCT within {WITHIN:.0%} of "
+              f"CONGA's",
+              "Vanini et al., LetFlow, NSDI 2017, abstract (average FCT within 10-20% of CONGA's "
+              "in testbed experiments; asymmetry from failures is what it is built for)",
+              "failed", "high", "all_nfct_mean", (("letflow", "conga", "within"),)),
+    Direction("fail-letflow", "Failed link: LetFlow better than the traffic-oblivious schemes "
+              "(ECMP, RPS)",
+              "Vanini et al., LetFlow, NSDI 2017, abstract (significantly better than "
+              "traffic-oblivious schemes under asymmetry)", "failed", "high", "all_nfct_mean",
+              (("letflow", "ecmp", "better"), ("letflow", "rps", "better"))),
+    Direction("fail-rps", "Failed link: RPS worse than CONGA, which adapts",
+              "Dixit et al., INFOCOM 2013, abstract (RPS's performance suffers when symmetry "
+              "is disturbed, e.g. link failures)", "failed", "high", "all_nfct_mean",
+              (("rps", "conga", "worse"),)),
     Direction("talb-fallback", "Check, not a published direction: with no tensors TaLB forwards "
               "every packet by its fallback (ECMP), so TaLB equals ECMP",
               "docs/schemes.md (TaLB's fallback for untagged packets)", "both", "high",
@@ -330,19 +355,21 @@ def _compare(rows, metric, a: dict, b: dict) -> Paired:
 
 
 def _test_pvalues(pr: Paired, logs: list[float], expect: str) -> tuple[float | None, float | None]:
-    """(p of the difference -- or, for *within*, of the ratio above 1 + WITHIN;
-    p of the equivalence -- or of the ratio below 1 + WITHIN) the test decides on."""
-    if expect == "within":
+    """(p of the difference -- or, for a bound of RATIO_BOUNDS (within,
+    fifth), of the ratio above the bound; p of the equivalence -- or of the
+    ratio below the bound) the test decides on."""
+    if expect in RATIO_BOUNDS:
         if len(logs) < 2:
             return None, None
-        return tost(logs, math.log(1 + WITHIN), 1e9), tost(logs, -1e9, math.log(1 + WITHIN))
+        bound = math.log(RATIO_BOUNDS[expect])
+        return tost(logs, bound, 1e9), tost(logs, -1e9, bound)
     return pr.p, pr.p_equiv
 
 
 def _outcome(expect: str, pr: Paired, p, p_eq) -> str:
     if pr.n < 2 or p is None:
         return "no test"
-    if expect == "within":          # p: ratio above 1 + WITHIN; p_eq: below it
+    if expect in RATIO_BOUNDS:      # p: ratio above the bound; p_eq: below it
         if p_eq is not None and p_eq < ALPHA:
             return "holds"
         return "does not hold" if p < ALPHA else "inconclusive"
@@ -445,7 +472,8 @@ def _ratio(pr: Paired) -> str:
 
 
 _EXPECT = {"better": "better than", "worse": "worse than", "not_worse": "not worse than",
-           "equivalent": "equivalent (±10%) to", "within": f"within +{WITHIN:.0%} of"}
+           "equivalent": "equivalent (±10%) to", "within": f"within +{WITHIN:.0%} of",
+           "fifth": f"at most {FIFTH:g}× (5× better than)"}
 
 
 def _directions_md(dirs: list[dict]) -> list[str]:
@@ -458,7 +486,10 @@ def _directions_md(dirs: list[dict]) -> list[str]:
          f"interval is its interval), and TOST within ±{EQUIV_MARGIN:.0%} (p equiv; "
          "experiments/sweep/stats.py), both "
          "Holm-corrected across every p-value of this table. *within +20%*: holds when the one-sided t on the "
-         "log-ratios puts a/b below 1.2, does not when it puts it above. A direction **holds "
+         "log-ratios puts a/b below 1.2, does not when it puts it above."
+         + (f" *at most {FIFTH:g}×*: the same against {FIFTH:g} (CONGA's published 5×)."
+            if any(t["expect"] == "fifth" for r in dirs for t in r["tests"]) else "")
+         + " A direction **holds "
          "here** when each of its tests that ran does, **does not hold** when any test "
          "contradicts it (for *better* and *worse*, equivalence contradicts too), else "
          "**inconclusive**; *partly not run* when some of its schemes or loads are not in the "
@@ -482,9 +513,10 @@ def _directions_md(dirs: list[dict]) -> list[str]:
 
 def _ps(t: dict) -> str:
     """The Holm-corrected p-values a test decided on."""
-    if t["expect"] == "within":
-        return (f"p(ratio > {1 + WITHIN:g}) {_p(t.get('p_holm'))}, "
-                f"p(ratio < {1 + WITHIN:g}) {_p(t.get('p_eq_holm'))}")
+    if t["expect"] in RATIO_BOUNDS:
+        b = RATIO_BOUNDS[t["expect"]]
+        return (f"p(ratio > {b:g}) {_p(t.get('p_holm'))}, "
+                f"p(ratio < {b:g}) {_p(t.get('p_eq_holm'))}")
     return f"p {_p(t.get('p_holm'))}, p equiv {_p(t.get('p_eq_holm'))}"
 
 
@@ -513,7 +545,8 @@ def vs_ecmp_md(rows, pts) -> list[str]:
     ph, peh = holm([pr.p for pr in flat]), holm([pr.p_equiv for pr in flat])
     body, i = [], 0
     for topo, cdf, load, s, prs in cells:
-        line = [Path(topo).stem, cdf, f"{load:g}", s, str(min(pr.n for pr in prs))]
+        line = [Path(topo).stem, cdf, f"{load:g}", labels.scheme_label(s, topo),
+                str(min(pr.n for pr in prs))]
         for pr in prs:
             v = pr.verdict()
             mark = "†" if v not in ("inconclusive",) and pr.n >= 2 and pr.verdict(ph[i], peh[i]) == v \
@@ -546,7 +579,8 @@ def _points_md(pts) -> str:
     for p in sorted(pts, key=lambda p: (p["topology"], p["background_cdf"], p["load"],
                                         plots.series_order([p["scheme"]])[0])):
         e = p["est"]
-        body.append([Path(p["topology"]).stem, p["background_cdf"], f"{p['load']:g}", p["scheme"],
+        body.append([Path(p["topology"]).stem, p["background_cdf"], f"{p['load']:g}",
+                     labels.scheme_label(p["scheme"], p["topology"]),
                      p["counted"], p["cpu_bound"] + p["failed"], p["flows"], p["censored"],
                      *(_fmt(e[m]) for m, _ in PANELS),
                      _fmt(e["all_fct_mean_s"], 1e3, 1), _fmt(e["delivered_load"]),
@@ -567,7 +601,8 @@ def render(pts: list[dict], out: Path, title: str) -> dict:
         for ax, (metric, ptitle) in zip([axes[0][0], axes[1][0], axes[0][1], axes[1][1],
                                          axes[0][2], axes[1][2]], PANELS):
             plots.draw_panel(ax, gpts, x="load", series=lambda p: p["scheme"], metric=metric,
-                         scale=1.0, title=ptitle, ylabel="FCT / ideal", xlabel="load")
+                             scale=1.0, title=ptitle, ylabel="FCT / ideal", xlabel="load",
+                             label=lambda name, topo=topo: labels.scheme_label(name, topo))
             if ax.containers:
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -672,6 +707,24 @@ def seeds_md(plan: Plan, rows: list[dict]) -> list[str]:
     return L
 
 
+def tails_md(rows: list[dict]) -> list[str]:
+    """What each run's p99 rests on (issue 36, item 7): the finished flows
+    per class and run, and which value the nearest-rank p99 is."""
+    parts = []
+    for cls in CLASSES:
+        ns = sorted(r[f"{cls}_n"] for r in rows if r["status"] == "ok" and r.get(f"{cls}_n"))
+        if ns:
+            top = sorted({n - math.ceil(0.99 * n - 1e-9) + 1 for n in (ns[0], ns[-1])})
+            parts.append(f"{cls} {ns[0]}-{ns[-1]} flows a run (median {statistics.median(ns):g}; "
+                         f"the p99 the k-th largest, k = {'-'.join(map(str, top))})")
+    if not parts:
+        return []
+    return ["**What each p99 rests on**: " + "; ".join(parts) + ". A p99 over fewer than 368 "
+            "values has no distribution-free 95% upper bound (0.99^n > 2.5%; "
+            "experiments/sweep/stats.py quantile_ci); runs.csv has each run's count "
+            "(`short_n`, `long_n`, `all_n`).", ""]
+
+
 def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s, boot: str = "") -> str:
     L = report_head(plan, rows, wall_s)
     L += ["## What runs", "",
@@ -686,6 +739,7 @@ def summary_md(plan, out, rows, pts, dirs, bases, manifest, wall_s, boot: str = 
           "(every scheme divided by the same ideal). **Classes** by the unscaled size: short "
           "≤ 100 KB, long ≥ 1 MB, all = every flow. Mean and p99 (nearest rank) over the "
           "finished flows of a run; a point is the mean over its seeds.", ""]
+    L += tails_md(rows)
     kinds = {t: fabric_kind(t) for t in sorted({r.topology for r in plan.runs})}
     L += [md_table(["fabric", "kind", "base latency B (runs, min-max)"],
                     [[Path(t).stem, k, (f"{bases[t]['base_s'] * 1e3:.3f} ms ({bases[t]['runs']}, "

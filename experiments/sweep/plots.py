@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from common.c_constants import SCHEMES  # noqa: E402
+from experiments.sweep.labels import scheme_label  # noqa: E402
 from experiments.sweep.plan import arm  # noqa: E402
 from experiments.sweep.results import est  # noqa: E402
 
@@ -53,9 +54,10 @@ def series_order(names):
 
 
 def draw_panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xscale=1.0,
-               legend=True):
+               legend=True, label=str):
     """One panel: a line per ``series(p)`` of ``metric`` over ``x``, mean
-    with its 95% error bar, the lines dodged side by side."""
+    with its 95% error bar, the lines dodged side by side; ``label(name)``
+    the line's legend (labels.scheme_label: DRILL on an asymmetric fabric)."""
     names = series_order({series(p) for p in pts})
     xvals = sorted({p[x] * xscale for p in pts})
     span = (xvals[-1] - xvals[0]) or abs(xvals[0]) or 1.0
@@ -72,7 +74,7 @@ def draw_panel(ax, pts, *, x, series, metric, scale, title, ylabel, xlabel, xsca
             ys.append(e.mean * scale)
             errs.append((e.half_width or 0.0) * scale)
         if xs:
-            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=str(name))
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label(name))
     ax.set_title(title, fontsize=10)
     if len(xvals) == 1:          # one point per series, dodged: label only the true x
         ax.set_xticks(xvals)
@@ -172,10 +174,12 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
             series = lambda p: arm(p["scheme"], p["queueing"], p.get("connections", "pair")) + suffix(p)  # noqa: E731
         for gkey, gpts in group_by(pts, keys).items():
             fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+            def label(name, topo=gkey[0]):
+                return scheme_label(name, topo)
             for i, (ax, (metric, ptitle, scale, unit)) in enumerate(zip(axes[0], panels)):
                 draw_panel(ax, gpts, x="load", series=series, metric=metric, scale=scale,
-                       title=ptitle, ylabel=unit, xlabel="load",
-                       legend=kind != "ablation" or i == len(panels) - 1)
+                           title=ptitle, ylabel=unit, xlabel="load",
+                           legend=kind != "ablation" or i == len(panels) - 1, label=label)
             if kind == "motivation":
                 _bounds(axes[0][-1], gpts, "load")
             fig.suptitle(f"{title} — {figure_name(gkey)}", fontsize=10)
@@ -190,6 +194,7 @@ def render(kind: str, pts: list[dict], out: Path, title: str) -> dict:
                        series=lambda p: arm(p["scheme"], p["queueing"],
                                             p.get("connections", "pair")) + suffix(p),
                        metric="samples_per_s", scale=1,
+                       label=lambda name, topo=gkey[0]: scheme_label(name, topo),
                        title=model, ylabel="samples/s (target scale)",
                        xlabel="target link rate (Gbit/s)", xscale=1e-9)
                 _bounds(ax, [p for p in gpts if p["model"] == model], "target_link_bps", 1e-9)

@@ -197,8 +197,9 @@ def archived_results(out: Path, keys: set[str]):
 
 def _fill(row: dict, res: dict, rel: str) -> None:
     head = res["headline"]
+    guard = cpu_guard_of(res)
     # a real MPI job whose all-reduce gave a wrong sum (--clients mpi) is left out as CPU-bound runs are
-    row["status"] = "cpu_bound" if res["flags"]["cpu_bound"] else \
+    row["status"] = "cpu_bound" if guard["flagged"] else \
         "incorrect" if res["flags"].get("mpi_incorrect") else "ok"
     row["scheme_in_effect"] = head["scheme"]
     row["queueing_in_effect"] = ((res.get("fabric") or {}).get("queueing") or {}).get("mode", "bands")
@@ -231,13 +232,56 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     for cls, block in [*(summ.get("by_class") or {}).items(), ("trailing", summ.get("trailing"))]:
         if block:
             row[f"{cls}_count"] = block.get("n")
+    row.update(tail_fields(res))
     row["training_s"] = res.get("training_s")
-    row["cpu_busy_mean"] = res["summary"]["cpu_guard"].get("cpu_busy_mean")
-    row["cpu_guard"] = res["summary"]["cpu_guard"].get("reason")
+    row.update(guard_fields(guard))
     # testbed seconds per second of the target (FCTs are testbed wall-clock)
     row["time_scale"] = (res.get("scaling") or {}).get("time_scale")
     row.update(pairing.fields(res))      # what the run saw of its seed's background
     row["results"] = rel
+
+
+#: the p99s whose interval and count runs.csv carries: (column prefix, tensor field)
+TAILS = (("short_netfct_p99", "netfct_s"), ("short_fct_p99", "fct_s"))
+
+
+def tail_fields(res: dict) -> dict:
+    """Per run, for each TAILS p99 of the short tensors: ``_n`` the
+    measured tensors it is over, ``_low_s``/``_high_s`` its distribution-free
+    95% interval (stats.quantile_ci: order statistics, None where the
+    count cannot bound it) and ``_low_rank``/``_high_rank`` which values
+    bound it (1 = the smallest). Empty for results without tensors (MPI)."""
+    from experiments.sweep.stats import quantile_ci
+
+    short = [t for t in res.get("tensors") or ()
+             if t.get("class") == "short" and not t.get("warmup") and not t.get("censored")]
+    if not short:
+        return {}
+    out = {}
+    for col, field in TAILS:
+        ci = quantile_ci([t[field] for t in short if t.get(field) is not None], 0.99)
+        out.update({f"{col}_n": ci["n"], f"{col}_low_s": ci["low"], f"{col}_high_s": ci["high"],
+                    f"{col}_low_rank": ci["low_rank"], f"{col}_high_rank": ci["high_rank"]})
+    return out
+
+
+def cpu_guard_of(res: dict) -> dict:
+    """The run's CPU guard under the current rule (workload/measure.py
+    rejudge: results files of the old, link-excused rule judged again)."""
+    from workload.measure import rejudge
+
+    return rejudge(res)
+
+
+def guard_fields(guard: dict) -> dict:
+    """runs.csv's CPU guard columns: mean busy share, the saturated share of
+    the windows (the rule's number), whether softirq was measured, the old
+    rule's verdict where the run was re-judged, and the reason."""
+    return {"cpu_busy_mean": guard.get("cpu_busy_mean"),
+            "cpu_saturated_share": guard.get("saturated_share"),
+            "cpu_softirq_mean": guard.get("softirq_mean"),
+            "cpu_guard_old_flag": (guard.get("old") or {}).get("flagged"),
+            "cpu_guard": guard.get("reason")}
 
 
 def machine_fields(res: dict) -> dict:

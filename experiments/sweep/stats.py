@@ -270,3 +270,41 @@ def bootstrap_agreement(pairs) -> tuple[int, int]:
     t interval does) over ``pairs`` (Paired)."""
     checked = [p.bootstrap_agrees for p in pairs if p.bootstrap_agrees is not None]
     return len(checked), sum(checked)
+
+
+# --- a quantile's interval from one run's values ----------------------------------------
+def quantile_ci(values, q: float = 0.99, confidence: float = CONFIDENCE) -> dict:
+    """The ``q``-quantile of one run's values (nearest rank, as the runs
+    report their p99: the ceil(q n)-th smallest) with its distribution-free
+    interval from order statistics: [X_(l), X_(u)], l and u the ranks for
+    which K, the count of values below the true quantile (binomial, n and
+    q), satisfies P(K <= l - 1) <= a and P(K >= u) <= a, a = (1 -
+    confidence) / 2 on each side. Coverage P(l <= K <= u - 1) >= confidence
+    whatever the distribution (continuous). A bound that would need a rank
+    beyond the values is None: a p99's upper bound needs q^n <= a, n >= 368
+    at 95%. Returns n, the estimate and its rank, the bounds, their ranks
+    and the exact coverage."""
+    xs = sorted(float(v) for v in values)
+    n = len(xs)
+    if n == 0:
+        return {"n": 0, "q": q, "estimate": None, "rank": None, "low": None, "high": None,
+                "low_rank": None, "high_rank": None, "coverage": None}
+    a = (1 - confidence) / 2
+    rank = max(1, math.ceil(q * n - 1e-9))
+    dist = _st.binom(n, q)
+    # l - 1: the largest k with P(K <= k) <= a (none when P(K = 0) > a)
+    k = int(dist.ppf(a))
+    while k >= 0 and dist.cdf(k) > a:
+        k -= 1
+    low_rank = k + 1 if k >= 0 else None
+    # u - 1: the smallest k with P(K <= k) >= 1 - a; u = n + 1 has no value
+    k = int(dist.ppf(1 - a))
+    while k > 0 and dist.cdf(k - 1) >= 1 - a:
+        k -= 1
+    high_rank = k + 1 if k + 1 <= n else None
+    coverage = (dist.cdf(high_rank - 1) if high_rank else 1.0) - \
+        (dist.cdf(low_rank - 1) if low_rank else 0.0)
+    return {"n": n, "q": q, "estimate": xs[rank - 1], "rank": rank,
+            "low": xs[low_rank - 1] if low_rank else None,
+            "high": xs[high_rank - 1] if high_rank else None,
+            "low_rank": low_rank, "high_rank": high_rank, "coverage": float(coverage)}

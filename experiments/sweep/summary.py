@@ -7,13 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 
 from experiments.sweep import pairing, plots
+from experiments.sweep.labels import caveat_md, scheme_label
 from experiments.sweep.plan import PAPER_BASELINES, Plan, arm
 from experiments.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_METRICS,
-                                       SPEC_FIELDS, est, find, load_rows, points, seed_values,
+                                       POINT_FIELDS, SPEC_FIELDS, est, field, find, load_rows,
+                                       points, seed_values,
                                        write_csv)
 from workload.measure import OFFERED_SATURATION
 from experiments.sweep.stats import ALPHA, BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
@@ -582,7 +585,7 @@ def _talb_pairs_md(rows, pts) -> list[str]:
     for g, load, qt, base, prs in cells:
         line = ([f"{Path(g[0]).stem}, {g[1]}, {g[3] / 1e9:g}G{_axes(g)}"] if many else []) + \
             [f"{load:g}"] + ([arm("talb", qt)] if queueings else []) + \
-            [base, str(min(pr.n for pr in prs))]
+            [scheme_label(base, g[0]), str(min(pr.n for pr in prs))]
         for m, pr in zip(COMPARED, prs):
             line.append(f"{_tested(pr, m) if pr.n else '-'}; "
                         f"{_marked(pr, ph[i], peh[i]) if pr.n >= 2 else '-'}")
@@ -668,7 +671,8 @@ def _points_table(pts, metrics, offered: bool = False) -> str:
             scale = 1e3 if "fct" in m or m.endswith("_mean_s") else (100 if m.endswith("_gap") else 1)
             vals.append(_fmt(p["est"][m], scale, 2 if m == "uplink_spread" else 1))
         prow.append([Path(p["topology"]).stem, p["model"],
-                     arm(p["scheme"], p["queueing"], p["connections"]),
+                     scheme_label(arm(p["scheme"], p["queueing"], p["connections"]),
+                                  p["topology"]),
                      p["agent"], *(p[f] if p[f] is not None else "topology's" for f, _ in axes),
                      f"{p['load']:g}", f"{p['target_link_bps'] / 1e9:g}G", p["counted"],
                      p["cpu_bound"] + p["failed"], *([offered_cell(p)] if offered else []),
@@ -873,6 +877,7 @@ def report_head(plan: Plan, rows: list[dict], wall_s: float | None) -> list[str]
          + (f" Wall time of this invocation: {wall_s / 60:.1f} min." if wall_s else ""), "",
          f"Runs: {len(rows)} planned, {st['ok']} counted, {st['cpu_bound']} CPU-bound (excluded), "
          f"{st['failed']} failed, {st['missing']} not run yet.", ""]
+    L += caveat_md(plan.runs)
     if plan.skipped_schemes:
         L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
               f"{', '.join(plan.skipped_schemes)}.", ""]
@@ -908,6 +913,64 @@ def machines_md(plan: Plan, rows: list[dict]) -> list[str]:
         L += [f"- {spec.label().replace(f'seed {spec.seed}', '').strip()}: "
               + " / ".join(kinds) for spec, kinds in mixed] + [""]
     return L
+
+
+def _span(values) -> str:
+    values = sorted(values)
+    return "-" if not values else (f"{values[0]:g}" if values[0] == values[-1]
+                                   else f"{values[0]:g}–{values[-1]:g}")
+
+
+def tails_md(rows, pts) -> list[str]:
+    """## Tails: per point, how many short tensors each run's p99 (network
+    FCT) is over, which value it is, and its distribution-free 95% interval
+    per run (runs.csv ``short_netfct_p99_*``: stats.quantile_ci)."""
+    col = "short_netfct_p99"
+    body = []
+    for p in sorted(pts, key=lambda p: (p["topology"], p["model"], p["agent"], p["target_link_bps"],
+                                        p["load"], p["placement"], str(p["rto_min"]),
+                                        p["connections"],
+                                        plots.series_order([p["scheme"]])[0], p["queueing"])):
+        mine = [r for r in rows if r["status"] == "ok" and r.get(f"{col}_n")
+                and all(field(r, f) == p[f] for f in POINT_FIELDS)]
+        if not mine:
+            continue
+        ns = [r[f"{col}_n"] for r in mine]
+        from_top = [n - math.ceil(0.99 * n - 1e-9) + 1 for n in ns]
+        low = [r[f"{col}_low_s"] / r["short_netfct_p99_s"] - 1 for r in mine
+               if r.get(f"{col}_low_s") is not None and r.get("short_netfct_p99_s")]
+        high = [r[f"{col}_high_s"] / r["short_netfct_p99_s"] - 1 for r in mine
+                if r.get(f"{col}_high_s") is not None and r.get("short_netfct_p99_s")]
+        ranks = sorted({(r[f"{col}_n"] - (r[f"{col}_low_rank"] or 0) + 1,
+                         r[f"{col}_n"] - r[f"{col}_high_rank"] + 1 if r[f"{col}_high_rank"] else None)
+                        for r in mine})
+        rk = "; ".join(f"{a}th–{'1st' if b == 1 else (f'{b}th' if b else 'none')}"
+                       for a, b in ranks[:3]) + (" …" if len(ranks) > 3 else "")
+        body.append([Path(p["topology"]).stem, p["model"],
+                     scheme_label(arm(p["scheme"], p["queueing"], p["connections"]), p["topology"]),
+                     p["agent"], f"{p['load']:g}", f"{p['target_link_bps'] / 1e9:g}G", len(mine),
+                     _span(ns), _span(from_top), rk,
+                     f"{statistics.median(low):+.0%}" if low else "-",
+                     f"{statistics.median(high):+.0%}" if len(high) == len(mine) else
+                     (f"{statistics.median(high):+.0%} ({len(mine) - len(high)} unbounded)"
+                      if high else "unbounded")])
+    if not body:
+        return []
+    return ["## Tails: what each p99 rests on", "",
+            "A run's short-tensor p99 (network FCT) is the nearest-rank 99th percentile of its "
+            "measured short tensors (warm-up and censored ones left out): with n of them, the "
+            "⌈0.99 n⌉-th smallest, i.e. about the 5th largest of 480. Its 95% interval per run "
+            "is distribution-free, from order statistics (experiments/sweep/stats.py "
+            "quantile_ci: the count of values below the true p99 is binomial(n, 0.99)); an "
+            "upper bound needs 0.99^n ≤ 2.5%, n ≥ 368, and is then the largest value or near "
+            "it. Per point over its counted runs: `short n` the tensors per run, `p99 = k-th "
+            "largest`, `interval (from the top)` the ranks that bound it, and the median of "
+            "the per-run bounds relative to the run's p99. The points' p99 means and their "
+            "seed intervals (*Points*) average these per-run values; runs.csv has each run's "
+            "(`short_netfct_p99_n`, `_low_s`, `_high_s`, `_low_rank`, `_high_rank`).", "",
+            md_table(["topology", "model", "scheme", "agent", "load", "rate", "runs", "short n",
+                      "p99 = k-th largest", "interval (from the top)", "low vs p99",
+                      "high vs p99"], body), ""]
 
 
 def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str = "") -> str:
@@ -994,6 +1057,7 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
           "by where the port leads: to a host (the incast), leaf up to a spine (the "
           "balancer's choice), spine down to a leaf ('-': runs from before drops were read).", "",
           _points_table(pts, MECHANISM_METRICS), ""]
+    L += tails_md(rows, pts)
     flagged = [r for r in rows if r["status"] == "cpu_bound"]
     L += ["## Runs excluded", ""]
     if flagged:
