@@ -131,6 +131,13 @@ def sweep_options(f):
                           "route metric: the kernel's 200 ms); a list runs every scheme under "
                           "each, paired by seed (10ms,kernel) [the topology's] "
                           "(docs/experiments.md, Placement and minimum RTO)."),
+        click.option("--schedulers", callback=_list(str), metavar="LIST",
+                     help="How our nodes cut and order gradients, per run: bytescheduler, "
+                          "usbyte (US-Byte's unequal blocks), wfbp (each layer whole as its "
+                          "backward ends), fifo (ByteScheduler's partitions, no priority); a "
+                          "list runs every scheme under each, paired by seed "
+                          "(bytescheduler,usbyte,wfbp) [bytescheduler] (docs/workload.md, "
+                          "Schedulers)."),
         click.option("--clients", callback=_list(str), metavar="LIST",
                      help="What makes the training traffic, per run: talb (our nodes, tagged "
                           "tensors), mpi (a real Open MPI all-reduce job over the model's "
@@ -173,7 +180,7 @@ def sweep_options(f):
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
           out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None,
-          placement=None, rto_min=None, cluster=None, clients=None) -> None:
+          placement=None, rto_min=None, cluster=None, clients=None, schedulers=None) -> None:
     from common import paths
     from experiments.sweep import seeds as seedrule
     from experiments.sweep.kinds import build_plan, finish
@@ -185,6 +192,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
                           target_rates=target_rates, queueing=queueing, connections=connections,
                           placement=placement, rto_min=rto_min, clients=clients,
+                          schedulers=schedulers,
                           agents=agents, workers=workers,
                           servers=servers, iterations=iterations, seed_cap=seed_cap,
                           seed_width=seed_width, fixed_seeds=fixed_seeds, cdfs=cdfs)
@@ -200,6 +208,8 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                   + (f"; queueing {queueings}" if set(queueings) != {"bands"} else "")
                   + (f"; connections {conns}" if set(conns) != {"pair"} else "")
                   + (f"; placement {places}" if set(places) != {"spread"} else "")
+                  + (f"; schedulers {plan.counts('scheduler')}"
+                     if set(plan.counts("scheduler")) != {"bytescheduler"} else "")
                   + (f"; rto_min {rtos}" if set(rtos) != {None} else "")
                   + f"; results in {out}")
     rule = plan.seed_rule

@@ -121,6 +121,15 @@ def _models() -> list[str]:
               help="ByteScheduler partition size (target scale).")
 @click.option("--credit", "credit_bytes", default="16mb", show_default=True, callback=_size,
               help="ByteScheduler credit: bytes in flight per worker (target scale).")
+@click.option("--scheduler", type=click.Choice(["bytescheduler", "usbyte", "wfbp", "fifo"]),
+              default="bytescheduler", show_default=True,
+              help="How gradients are cut and ordered: bytescheduler (equal --partition-size "
+                   "partitions, front layer first, --credit in flight); usbyte (US-Byte, TPDS "
+                   "2023: unequal blocks of --partition-size units and their order from the "
+                   "model profile and --target-link-rate); wfbp (wait-free back-propagation: "
+                   "each layer whole as its backward step ends, no priority, no credit); fifo "
+                   "(ByteScheduler's partitions and credit, first come first served) "
+                   "(docs/workload.md, Schedulers).")
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Results file [runs/<time>-<model>-<arch>-<scheme>-load<L>-seed<K>.json].")
 @click.option("--port", "base_port", type=int, default=7100, show_default=True,
@@ -207,6 +216,9 @@ def run_cmd(**opts):
                      "mpi_pattern"):
             opts.pop(name)
         return _run_background_only(opts)
+    if opts["client"] != "talb" and opts["scheduler"] != "bytescheduler":
+        raise ValueError(f"--scheduler: our own nodes' option (--client talb); a {opts['client']} "
+                         f"job sends as its library does, got {opts['scheduler']!r}")
     if opts["client"] == "mpi":
         return _run_mpi(opts)
     if opts["client"] == "torch":
@@ -360,7 +372,8 @@ TRAINING_ONLY = {"arch": "--arch", "workers": "--workers", "servers": "--servers
                  "gpu": "--gpu", "gpu_speed": "--gpu-speed", "batch_size": "--batch-size",
                  "partition_bytes": "--partition-size", "credit_bytes": "--credit",
                  "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault",
-                 "connections": "--connections", "placement": "--placement"}
+                 "connections": "--connections", "placement": "--placement",
+                 "scheduler": "--scheduler"}
 
 
 def _run_background_only(opts: dict) -> None:
@@ -498,7 +511,15 @@ def print_summary(r: dict) -> None:
                   + (f":{cfg['servers']}" if cfg["arch"] == "ps" else "")
                   + f", scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}"
                   + f", queueing {(r['fabric'].get('queueing') or {}).get('mode', 'bands')}"
-                  + f", connections {cfg.get('connections', 'pair')}")
+                  + f", connections {cfg.get('connections', 'pair')}"
+                  + f", scheduler {cfg.get('scheduler', 'bytescheduler')}")
+    sch = r.get("scheduler") or {}
+    if sch.get("blocks"):
+        sizes = [b[1] for b in sch["blocks"]]
+        console.print(f"  {sch['name']}: {len(sizes)} blocks of {min(sizes):,}-{max(sizes):,} B at "
+                      f"target, first layers in order {[b[0] for b in sch['blocks'][:8]]}"
+                      + (f"; model iteration {sch['model']['iteration_s'] * 1e3:.1f} ms"
+                         if sch.get("model") else ""))
     pl, ld = r["placement"], r["load"]
     rto = r["fabric"].get("rto_min_ms")
     console.print(f"  placement {pl.get('mode', 'spread')}: workers {', '.join(pl['workers'])}"

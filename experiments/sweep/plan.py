@@ -109,6 +109,8 @@ class RunSpec:
     # what makes the training traffic: "talb" (our nodes) or "mpi" (a real Open MPI job,
     # workload/mpi_run.py)
     client: str = "talb"
+    # how gradients are cut and ordered: bytescheduler, usbyte, wfbp, fifo (workload/schedules.py)
+    scheduler: str = "bytescheduler"
 
     def params(self) -> dict:
         d = asdict(self)
@@ -128,6 +130,8 @@ class RunSpec:
             del d["rto_min"]
         if d["client"] == "talb":         # and trained with our own nodes
             del d["client"]
+        if d["scheduler"] == "bytescheduler":   # and scheduled as ByteScheduler (issue 42)
+            del d["scheduler"]
         return d
 
     def key(self) -> str:
@@ -144,7 +148,8 @@ class RunSpec:
                 f"{arm(self.scheme, self.queueing, self.connections)} load "
                 f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}"
                 f"{axes_label(self.placement, self.rto_min)}"
-                f"{'' if self.client == 'talb' else f' client={self.client}'}")
+                f"{'' if self.client == 'talb' else f' client={self.client}'}"
+                f"{'' if self.scheduler == 'bytescheduler' else f' scheduler={self.scheduler}'}")
 
 
 def axes_label(placement: str = "spread", rto_min: str | None = None) -> str:
@@ -537,7 +542,7 @@ PRESETS["lb-classic-quick"] = dict(
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
                 "background_size_scale", "queueing", "connections", "placement", "rto_min",
-                "cdfs", "clients")
+                "cdfs", "clients", "schedulers")
 
 
 def topology_path(t: str) -> str:
@@ -675,6 +680,7 @@ def training_plan(req: Request) -> Plan:
     placements = _placements(base.get("placement"), base, topologies)
     rtos = _rto_mins(base.get("rto_min"))
     clients = _clients(base.get("clients"), base, conns)
+    scheds = _schedulers(base.get("schedulers"), clients)
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
     # setting innermost: what a sweep compares runs back to back, so a slow drift of
@@ -683,10 +689,12 @@ def training_plan(req: Request) -> Plan:
     for topo, seed, load, rate, model, arch in itertools.product(
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
-        for pl, rto, client in itertools.product(placements, rtos, clients):
+        for pl, rto, client, sch in itertools.product(placements, rtos, clients, scheds):
             if client in REAL_JOBS and arch != base["archs"][0]:
                 continue            # an MPI job is an all-reduce whatever --archs: once a point
-            axes = dict(placement=pl, rto_min=rto, client=client)
+            if client in REAL_JOBS and sch != "bytescheduler":
+                continue            # a real job sends as its library does
+            axes = dict(placement=pl, rto_min=rto, client=client, scheduler=sch)
             for agent in base["agents"]:
                 for c in conns:
                     for q in _QUEUEING_ORDER:
@@ -837,6 +845,26 @@ def _clients(value, base: dict, conns: list[str]) -> list[str]:
     return out
 
 
+def _schedulers(value, clients: list[str]) -> list[str]:
+    """The schedulers of a preset's or --schedulers's value (None:
+    bytescheduler), each once, in the order given (workload/schedules.py)."""
+    from workload import schedules
+
+    values = _values(value, "bytescheduler")
+    if not values:
+        raise PlanError(f"--schedulers: at least one of {', '.join(schedules.SCHEDULERS)}")
+    out = []
+    for v in values:
+        if v not in schedules.SCHEDULERS:
+            raise PlanError(f"--schedulers: one of {', '.join(schedules.SCHEDULERS)}, got {v!r}")
+        if v not in out:
+            out.append(v)
+    if "talb" not in clients and out != ["bytescheduler"]:
+        raise PlanError(f"--schedulers: our own nodes' axis (--clients talb); got "
+                        f"{','.join(out)!r} with --clients {','.join(clients)}")
+    return out
+
+
 def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float | None,
                fixed: bool, conns: list[str] = ("pair",)) -> SeedRule | None:
     """The preset's SeedRule with the command line's changes, or None.
@@ -877,7 +905,8 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
 
 
 def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
-          connections="pair", placement="spread", rto_min=None, client="talb") -> RunSpec:
+          connections="pair", placement="spread", rto_min=None, client="talb",
+          scheduler="bytescheduler") -> RunSpec:
     if client in REAL_JOBS:             # a real job's all-reduce: no servers
         arch = "allreduce"
     servers = base["servers"] if arch == "ps" else 1
@@ -887,4 +916,5 @@ def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="ba
                    warmup=base["warmup"], agent=agent,
                    background_size_scale=base.get("background_size_scale"), queueing=queueing,
                    connections=connections, placement=placement, rto_min=rto_min,
-                   client=client, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))
+                   client=client, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())),
+                   scheduler=scheduler)

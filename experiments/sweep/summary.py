@@ -50,11 +50,12 @@ def _fmt(e, scale=1e3, digits=1) -> str:
 #: what the comparisons of TaLB and a baseline hold fixed: TaLB on pool
 #: connections is compared with a baseline on pool connections, under the
 #: same placement and minimum RTO
-_GROUP = ("topology", "model", "arch", "target_link_bps", "connections", "placement", "rto_min")
+_GROUP = ("topology", "model", "arch", "target_link_bps", "connections", "placement", "rto_min",
+          "scheduler")
 #: paired.csv's cells: every arm of a point, connection models and minimum
 #: RTOs included (runs of a seed share its background plan whatever they are;
 #: a placement other than spread changes the background's senders)
-_CELL = tuple(f for f in _GROUP if f not in ("connections", "rto_min"))
+_CELL = tuple(f for f in _GROUP if f not in ("connections", "rto_min", "scheduler"))
 
 
 def _groups(pts) -> list[tuple]:
@@ -71,7 +72,8 @@ def _axes(g) -> str:
     c, pl, rto = d.get("connections"), d.get("placement"), d.get("rto_min")
     return ("" if c in (None, "pair") else f", {c} connections") + \
         ("" if pl in (None, "spread") else f", placement {pl}") + \
-        ("" if rto is None else f", rto_min {rto}")
+        ("" if rto is None else f", rto_min {rto}") + \
+        ("" if d.get("scheduler") in (None, "bytescheduler") else f", scheduler {d['scheduler']}")
 #: the headline numbers TaLB is compared on, lower is better but for the speed
 COMPARED = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
             "samples_per_s")

@@ -1,0 +1,49 @@
+"""--scheduler as a `talb bench` axis (--schedulers): run keys at the
+default stay as they were, each scheduler's runs pair by seed, bad values
+are named, and `talb bench --dry-run` shows the axis (its own process)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from experiments.sweep.kinds import build_plan
+from experiments.sweep.plan import PlanError
+
+
+def test_default_scheduler_leaves_the_keys_alone():
+    plain = build_plan("quick", skip_missing=True)
+    same = build_plan("quick", skip_missing=True, schedulers=["bytescheduler"])
+    assert [r.key() for r in plain.runs] == [r.key() for r in same.runs]
+    assert all("scheduler" not in r.params() for r in plain.runs)
+
+
+def test_each_scheduler_runs_every_scheme_at_every_point():
+    plain = build_plan("quick", skip_missing=True)
+    both = build_plan("quick", skip_missing=True, schedulers=["bytescheduler", "usbyte"])
+    assert len(both.runs) == 2 * len(plain.runs)
+    assert {r.key() for r in plain.runs} <= {r.key() for r in both.runs}
+    us = [r for r in both.runs if r.scheduler == "usbyte"]
+    assert len(us) == len(plain.runs)
+    assert all(r.params()["scheduler"] == "usbyte" and "scheduler=usbyte" in r.label() for r in us)
+    assert {r.scheme for r in us} == {r.scheme for r in plain.runs}
+
+
+def test_bad_scheduler_is_named():
+    with pytest.raises(PlanError, match="--schedulers: one of bytescheduler, usbyte, wfbp, fifo, "
+                                        "got 'pfabric'"):
+        build_plan("quick", skip_missing=True, schedulers=["pfabric"])
+
+
+def test_real_jobs_take_no_scheduler():
+    with pytest.raises(PlanError, match="--schedulers: our own nodes' axis"):
+        build_plan("mpi-quick", skip_missing=True, schedulers=["wfbp"])
+
+
+def test_bench_dry_run_shows_the_axis(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "talb.cli", "bench", "--preset", "quick",
+                          "--skip-missing", "--schedulers", "bytescheduler,wfbp", "--dry-run",
+                          "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "schedulers" in out.stdout and "wfbp" in out.stdout

@@ -1,0 +1,107 @@
+"""Communication schedulers (``--scheduler``): how a model's gradients are cut
+into the units the nodes send, and in what order.
+
+Every scheduler produces :class:`~workload.scheduler.Partition` s with a
+priority (lower first) and a credit of bytes in flight; the nodes run them
+with the same :class:`~workload.scheduler.ByteScheduler` queue (a layer's
+partitions join it when its backward step ends), so the schedulers differ
+only in these three things:
+
+``bytescheduler`` (the default; Peng et al., SOSP 2019)
+    equal partitions of ``--partition-size``, priority = layer (front
+    first), ``--credit`` bytes in flight.
+``usbyte`` (Gao et al., TPDS 2023; workload/usbyte.py)
+    unequal blocks (whole numbers of ``--partition-size`` units) and their
+    order from the model profile and the target link rate (the paper's
+    two-phase model); priority = the block's place in that order; credit as
+    ByteScheduler's (US-Byte runs on ByteScheduler's core).
+``wfbp`` (wait-free back-propagation, Poseidon, Zhang et al., ATC 2017)
+    each layer's whole gradients in one message as its backward step ends,
+    in that order: no partitioning, no priority, no credit.
+``fifo``
+    ByteScheduler's partitions and credit, served first come first served
+    (the order the gradients become ready): ByteScheduler without its
+    priority, the ablation that isolates what the priority does.
+"""
+from __future__ import annotations
+
+import math
+
+from workload.scheduler import Partition, partition_model
+
+SCHEDULERS = ("bytescheduler", "usbyte", "wfbp", "fifo")
+DEFAULT_SCHEDULER = "bytescheduler"
+
+
+def check(name: str) -> str:
+    if name not in SCHEDULERS:
+        raise ValueError(f"--scheduler: one of {', '.join(SCHEDULERS)}, got {name!r}")
+    return name
+
+
+def seconds_per_byte(arch: str, workers: int, servers: int, link_bps: float) -> float:
+    """``b`` of US-Byte's block cost ``a + b * bytes`` for one worker's block on
+    the target link: ring all-reduce moves 2 (n-1)/n of the block over each
+    worker's link; a parameter server's link carries every worker's share of
+    its shard, workers/servers of the block (at least the block itself)."""
+    per_byte = 8.0 / link_bps
+    if arch == "allreduce":
+        return per_byte * 2 * (workers - 1) / workers
+    return per_byte * max(1.0, workers / servers)
+
+
+def _whole_layers(profile, tensor_bytes) -> list[Partition]:
+    parts = []
+    for layer in reversed(profile.layers):              # the order backward ends them
+        parts.append(Partition(len(parts), layer.index, layer.name, 0, layer.nbytes,
+                               int(tensor_bytes(layer.nbytes)), len(parts)))
+    return parts
+
+
+def _blocks(profile, sched, tensor_bytes) -> list[Partition]:
+    parts, seen = [], {}
+    for blk in sched.blocks:
+        i = seen[blk.layer] = seen.get(blk.layer, -1) + 1
+        parts.append(Partition(len(parts), blk.layer, profile.layers[blk.layer].name, i,
+                               blk.nbytes, int(tensor_bytes(blk.nbytes)), len(parts)))
+    return parts
+
+
+def plan(profile, name: str, *, partition_bytes: int, credit_bytes: int, arch: str, workers: int,
+         servers: int, target_link_bps: float, tensor_bytes=None) -> tuple[list[Partition], int, dict]:
+    """(partitions, credit in target bytes, the results' "scheduler" record)."""
+    check(name)
+    scale = tensor_bytes or (lambda b: b)
+    if name == "bytescheduler":      # the record every earlier run has, unchanged
+        return (partition_model(profile, partition_bytes, tensor_bytes), credit_bytes,
+                {"name": name, "partition_bytes": partition_bytes, "credit_bytes": credit_bytes,
+                 "priority": "layer index, front first"})
+    if name == "fifo":
+        parts = [Partition(p.pid, p.layer, p.tensor, p.index, p.target_bytes, p.nbytes, p.pid)
+                 for p in partition_model(profile, partition_bytes, tensor_bytes)]
+        return parts, credit_bytes, {"name": name, "partition_bytes": partition_bytes,
+                                     "credit_bytes": credit_bytes,
+                                     "priority": "first come first served (the order the "
+                                                 "gradients are ready)"}
+    if name == "wfbp":
+        parts = _whole_layers(profile, scale)
+        return parts, max(1, profile.total_bytes), {
+            "name": name, "partition_bytes": None, "credit_bytes": None,
+            "priority": "none: each layer whole as its backward step ends",
+            "blocks": [[p.layer, p.target_bytes] for p in parts]}
+    from workload import usbyte
+
+    b = seconds_per_byte(arch, workers, servers, target_link_bps)
+    sched = usbyte.schedule([l.nbytes for l in profile.layers], [l.bwd_s for l in profile.layers],
+                            [l.fwd_s for l in profile.layers], a=usbyte.DEFAULT_STARTUP_S, b=b,
+                            unit=partition_bytes)
+    parts = _blocks(profile, sched, scale)
+    return parts, credit_bytes, {
+        "name": name, "partition_bytes": partition_bytes, "credit_bytes": credit_bytes,
+        "priority": "the block's place in US-Byte's order",
+        "model": {"startup_s": usbyte.DEFAULT_STARTUP_S, "seconds_per_byte": b,
+                  "unit_bytes": partition_bytes, "iteration_s": sched.iteration_s,
+                  "phase1_priorities": list(sched.priorities)},
+        # [layer, target bytes, phase] in sending order
+        "blocks": [[blk.layer, blk.nbytes, blk.phase] for blk in sched.blocks],
+        "units_per_block": [math.ceil(blk.nbytes / partition_bytes) for blk in sched.blocks]}
