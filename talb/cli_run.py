@@ -130,6 +130,12 @@ def _models() -> list[str]:
                    "each layer whole as its backward step ends, no priority, no credit); fifo "
                    "(ByteScheduler's partitions and credit, first come first served) "
                    "(docs/workload.md, Schedulers).")
+@click.option("--fusion", metavar="adaptive|constant:SIZE",
+              help="Tensor fusion for --arch allreduce: the scheduler's messages, in the order "
+                   "they are ready, fill a buffer that goes out once it holds SIZE bytes at "
+                   "target scale (constant:64mb, Horovod's default), or the size OSF's model "
+                   "(WWW 2022) finds fastest (adaptive) [no fusion] (docs/workload.md, Tensor "
+                   "fusion).")
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Results file [runs/<time>-<model>-<arch>-<scheme>-load<L>-seed<K>.json].")
 @click.option("--port", "base_port", type=int, default=7100, show_default=True,
@@ -216,6 +222,8 @@ def run_cmd(**opts):
                      "mpi_pattern"):
             opts.pop(name)
         return _run_background_only(opts)
+    if opts["client"] != "talb" and opts["fusion"] is not None:
+        raise ValueError(f"--fusion: our own nodes' option (--client talb), got {opts['fusion']!r}")
     if opts["client"] != "talb" and opts["scheduler"] != "bytescheduler":
         raise ValueError(f"--scheduler: our own nodes' option (--client talb); a {opts['client']} "
                          f"job sends as its library does, got {opts['scheduler']!r}")
@@ -373,7 +381,7 @@ TRAINING_ONLY = {"arch": "--arch", "workers": "--workers", "servers": "--servers
                  "partition_bytes": "--partition-size", "credit_bytes": "--credit",
                  "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault",
                  "connections": "--connections", "placement": "--placement",
-                 "scheduler": "--scheduler"}
+                 "scheduler": "--scheduler", "fusion": "--fusion"}
 
 
 def _run_background_only(opts: dict) -> None:
@@ -502,6 +510,17 @@ def _print_cpu_guard(s: dict) -> None:
         console.print(f"  {cpu}; not CPU-bound ({g['reason']})")
 
 
+def _print_osf(s: dict) -> None:
+    """OSF's modelled iteration beside the measured one (workload/osf.py)."""
+    o = s.get("osf")
+    if not o:
+        return
+    meas = o["measured_iteration_s"]
+    console.print(f"  OSF model: iteration {o['predicted_iteration_s'] * 1e3:.1f} ms at target scale, "
+                  + (f"measured {meas * 1e3:.1f} ms: error {o['error']:+.1%}" if meas
+                     else "nothing measured"))
+
+
 def print_summary(r: dict) -> None:
     s = r["summary"]
     sc = r["scaling"]
@@ -520,6 +539,12 @@ def print_summary(r: dict) -> None:
                       f"target, first layers in order {[b[0] for b in sch['blocks'][:8]]}"
                       + (f"; model iteration {sch['model']['iteration_s'] * 1e3:.1f} ms"
                          if sch.get("model") else ""))
+    fu = sch.get("fusion")
+    if fu:
+        size = fu["buffer_bytes"]
+        console.print(f"  fusion {fu['mode']}: buffer "
+                      + (f"{size:,} B" if size else "none (OSF's model: no fusion is fastest)")
+                      + f" at target, {fu['buffers']} buffers an iteration")
     pl, ld = r["placement"], r["load"]
     rto = r["fabric"].get("rto_min_ms")
     console.print(f"  placement {pl.get('mode', 'spread')}: workers {', '.join(pl['workers'])}"
@@ -568,6 +593,7 @@ def print_summary(r: dict) -> None:
                       f"censored, {bg['failed']} failed, {bg['not_started']} not started; FCT mean "
                       f"{_ms(bg.get('all_fct_mean_s'))} ms, p99 {_ms(bg.get('all_fct_p99_s'))} ms{cover}")
     _print_cpu_guard(s)
+    _print_osf(s)
     cn = r.get("connections")
     if cn and cn.get("cpu_s_total") is not None:
         flows = list(cn["flows_carrying_tensors"].values())

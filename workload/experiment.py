@@ -123,6 +123,9 @@ class RunConfig:
     mpi_port_range: int = 64
     # How gradients are cut and ordered: bytescheduler, usbyte, wfbp, fifo (workload/schedules.py)
     scheduler: str = "bytescheduler"
+    # Tensor fusion of all-reduce messages: "adaptive" (OSF's model) or "constant:SIZE"
+    # (target bytes); None: none (workload/schedules.py fuse)
+    fusion: str | None = None
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -152,6 +155,9 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
     from workload import schedules
 
     schedules.check(cfg.scheduler)                     # ValueError names --scheduler
+    schedules.parse_fusion(cfg.fusion)                 # ValueError names --fusion
+    _need(cfg.fusion is None or cfg.arch == "allreduce", "--fusion", cfg.fusion,
+          "tensor fusion batches all-reduce messages (--arch allreduce)")
     _need(1024 <= cfg.base_port <= 65000, "--port", cfg.base_port, "a port in 1024..65000")
     if profile_needed:   # unknown model, batch size, GPU: an error before any fabric is touched
         try:
@@ -637,10 +643,13 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
                        trained.samples, c.have_links, trained.background,
                        queues=(c.queues_before, c.queues_after), pairing=trained.pairing,
                        wire=trained.wire)
+    _add_osf(cfg, run, results)
     if run.schedule is not None:
         results["scheduler"] = run.schedule             # workload/schedules.py
         if cfg.scheduler != "bytescheduler":            # earlier runs' rows stay as they were
             results["headline"]["scheduler"] = cfg.scheduler
+        if cfg.fusion is not None:
+            results["headline"]["fusion"] = cfg.fusion
     if fault is not None:
         from workload import faults
 
@@ -747,20 +756,39 @@ def _setup(cfg: RunConfig, profile, scaling, built: bool) -> _Setup:
                          f"16-bit tensor length ({MAX_TENSOR_PKTS} packets); choose a smaller size, "
                          f"got {cfg.partition_bytes}")
     plan = make_plan(cfg, profile, scaling, parts, hosts, credit)
+    if sched.get("fusion"):          # the layers each fused buffer carries (WorkerLoop)
+        plan["carries"] = sched["fusion"]["layers_of_buffer"]
     plan["connections"] = connections_plan(cfg, parts, topo)
     pattern = get_pattern(cfg.arch)
     return _Setup(topo, fabric, profile, hosts, link_bps, scaling, parts, plan, pattern,
                   pattern.nodes(plan), sched)
 
 
+def _add_osf(cfg: RunConfig, run: _Setup, results: dict) -> None:
+    """OSF's modelled iteration beside the measured one (workload/osf.py), at target scale."""
+    from workload import osf, schedules
+
+    b = schedules.seconds_per_byte(cfg.arch, cfg.workers, cfg.servers, cfg.target_link_bps)
+    pred = osf.prediction(run.profile, run.parts, b=b, workers=cfg.workers,
+                          measured_s=results["summary"]["speed"]["target_iteration_time_s"])
+    results["osf"] = pred
+    results["summary"]["osf"] = {k: pred[k] for k in ("predicted_iteration_s",
+                                                      "measured_iteration_s", "error")}
+
+
 def _schedule(cfg: RunConfig, profile, tensor_bytes=None):
     """(partitions, credit, record) of the run's --scheduler (workload/schedules.py)."""
     from workload import schedules
 
-    return schedules.plan(profile, cfg.scheduler, partition_bytes=cfg.partition_bytes,
-                          credit_bytes=cfg.credit_bytes, arch=cfg.arch, workers=cfg.workers,
-                          servers=cfg.servers, target_link_bps=cfg.target_link_bps,
-                          tensor_bytes=tensor_bytes)
+    parts, credit, record = schedules.plan(
+        profile, cfg.scheduler, partition_bytes=cfg.partition_bytes,
+        credit_bytes=cfg.credit_bytes, arch=cfg.arch, workers=cfg.workers, servers=cfg.servers,
+        target_link_bps=cfg.target_link_bps, tensor_bytes=tensor_bytes)
+    if cfg.fusion is not None:
+        b = schedules.seconds_per_byte(cfg.arch, cfg.workers, cfg.servers, cfg.target_link_bps)
+        parts, fusion = schedules.fuse(profile, parts, cfg.fusion, b=b, tensor_bytes=tensor_bytes)
+        record = {**record, "fusion": fusion}
+    return parts, credit, record
 
 
 def _write_plan(plan: dict) -> Path:

@@ -105,3 +105,75 @@ def plan(profile, name: str, *, partition_bytes: int, credit_bytes: int, arch: s
         # [layer, target bytes, phase] in sending order
         "blocks": [[blk.layer, blk.nbytes, blk.phase] for blk in sched.blocks],
         "units_per_block": [math.ceil(blk.nbytes / partition_bytes) for blk in sched.blocks]}
+
+
+# --- tensor fusion (--fusion, all-reduce) --------------------------------------------------
+def parse_fusion(spec: str | None) -> tuple[str, int | None] | None:
+    """``adaptive`` -> ("adaptive", None); ``constant:SIZE`` (bytes at target
+    scale, 64mb, 25MB, 4000000) -> ("constant", bytes); None -> None."""
+    if spec is None:
+        return None
+    if spec == "adaptive":
+        return "adaptive", None
+    kind, _, size = spec.partition(":")
+    n = _size(size) if kind == "constant" else None
+    if n is None or n < 1:
+        raise ValueError(f"--fusion: adaptive or constant:SIZE (e.g. constant:64mb), got {spec!r}")
+    return "constant", n
+
+
+def _size(text: str) -> int | None:
+    t = text.strip().lower()
+    for suffix, mult in (("gb", 10**9), ("mb", 10**6), ("kb", 10**3), ("b", 1)):
+        if t.endswith(suffix):
+            t, m = t[: -len(suffix)], mult
+            break
+    else:
+        m = 1
+    try:
+        v = float(t) * m
+    except ValueError:
+        return None
+    return int(v) if v >= 1 else None
+
+
+def fuse(profile, parts: list[Partition], spec: str, *, b: float, tensor_bytes=None
+         ) -> tuple[list[Partition], dict]:
+    """The scheduler's messages fused as Horovod's buffer does (OSF's system):
+    in the order they are ready, a buffer goes out once it holds at least the
+    buffer size (the last one with what is left). ``adaptive``: the size
+    OSF's model finds fastest (workload/osf.py). A buffer belongs to the
+    layer whose gradients complete it (the front-most in it) and goes in
+    the order the buffers fill; the record says which layers each carries."""
+    from workload import osf
+
+    kind, size = parse_fusion(spec)
+    scale = tensor_bytes or (lambda x: x)
+    t_f = [l.fwd_s for l in profile.layers]
+    t_b = [l.bwd_s for l in profile.layers]
+    ready = sorted(parts, key=lambda p: (-p.layer, p.pid))     # the order they are ready
+    msgs = [(p.layer, p.target_bytes) for p in ready]
+    modelled = None
+    if kind == "adaptive":
+        modelled = {str(c): osf.iteration_time(t_f, t_b, msgs, b=b, buffer_bytes=c)["iteration_s"]
+                    for c in osf.candidates(sum(n for _, n in msgs))}
+        size = osf.adaptive_buffer(t_f, t_b, msgs, b=b)
+    groups, cur, held = [], [], 0
+    for p in ready:
+        cur.append(p)
+        held += p.target_bytes
+        if size is None or held >= size:
+            groups.append(cur)
+            cur, held = [], 0
+    if cur:
+        groups.append(cur)
+    out, carries = [], []
+    for g in groups:
+        layer = min(p.layer for p in g)
+        target = sum(p.target_bytes for p in g)
+        out.append(Partition(len(out), layer, f"fused:{g[0].tensor}..{g[-1].tensor}", 0, target,
+                             sum(int(scale(p.target_bytes)) for p in g), len(out)))
+        carries.append(sorted({p.layer for p in g}))
+    return out, {"mode": kind, "buffer_bytes": size, "buffers": len(out),
+                 "buffer_target_bytes": [p.target_bytes for p in out],
+                 "layers_of_buffer": carries, "modelled_iteration_s": modelled}
