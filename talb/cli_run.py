@@ -136,6 +136,13 @@ def _models() -> list[str]:
                    "target scale (constant:64mb, Horovod's default), or the size OSF's model "
                    "(WWW 2022) finds fastest (adaptive) [no fusion] (docs/workload.md, Tensor "
                    "fusion).")
+@click.option("--comm", type=click.Choice(["ps", "sfb", "hybrid"]), default="ps",
+              show_default=True,
+              help="How --arch ps synchronises each layer: ps (every layer through the "
+                   "servers); sfb (every fully connected layer by sufficient factor "
+                   "broadcasting: each worker sends its batch's factors, K(M+N) values, to every "
+                   "other worker); hybrid (per layer the cheaper by Poseidon's cost model, ATC "
+                   "2017) (docs/workload.md, Hybrid communication).")
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Results file [runs/<time>-<model>-<arch>-<scheme>-load<L>-seed<K>.json].")
 @click.option("--port", "base_port", type=int, default=7100, show_default=True,
@@ -222,6 +229,8 @@ def run_cmd(**opts):
                      "mpi_pattern"):
             opts.pop(name)
         return _run_background_only(opts)
+    if opts["client"] != "talb" and opts["comm"] != "ps":
+        raise ValueError(f"--comm: our own nodes' option (--client talb), got {opts['comm']!r}")
     if opts["client"] != "talb" and opts["fusion"] is not None:
         raise ValueError(f"--fusion: our own nodes' option (--client talb), got {opts['fusion']!r}")
     if opts["client"] != "talb" and opts["scheduler"] != "bytescheduler":
@@ -381,7 +390,7 @@ TRAINING_ONLY = {"arch": "--arch", "workers": "--workers", "servers": "--servers
                  "partition_bytes": "--partition-size", "credit_bytes": "--credit",
                  "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault",
                  "connections": "--connections", "placement": "--placement",
-                 "scheduler": "--scheduler", "fusion": "--fusion"}
+                 "scheduler": "--scheduler", "fusion": "--fusion", "comm": "--comm"}
 
 
 def _run_background_only(opts: dict) -> None:
@@ -539,6 +548,10 @@ def print_summary(r: dict) -> None:
                       f"target, first layers in order {[b[0] for b in sch['blocks'][:8]]}"
                       + (f"; model iteration {sch['model']['iteration_s'] * 1e3:.1f} ms"
                          if sch.get("model") else ""))
+    cm = sch.get("comm")
+    if cm:
+        console.print(f"  comm {cm['mode']}: by SFB " + (", ".join(cm["sfb_layers"]) or "no layer")
+                      + "; the rest through the servers")
     fu = sch.get("fusion")
     if fu:
         size = fu["buffer_bytes"]

@@ -28,6 +28,9 @@ def _run(args):
     (["--background-size-scale", "2"], "--background-size-scale", "2"),
     (["--scaling", "packets"], "--scaling", "packets"),
     (["--scheduler", "pfabric"], "--scheduler", "pfabric"),
+    (["--fusion", "constant:1mb"], "--fusion", "constant:1mb"),       # a PS run: no fusion
+    (["--fusion", "sometimes"], "--fusion", "sometimes"),
+    (["--comm", "mesh"], "--comm", "mesh"),
 ])
 def test_bad_flag_is_named_with_its_value(args, flag, value):
     r = _run(BASE + args)
@@ -126,6 +129,14 @@ def test_run_api_dispatches_model_none_before_anything():
 
     with pytest.raises(ValueError, match="--load: --model none"):
         run(RunConfig(model="none", arch="none", workers=0, load=0.0, prefix="t0clirun"))
+
+
+def test_comm_only_for_a_parameter_server():
+    r = _run(["run", "--model", "vgg19", "--arch", "allreduce", "--workers", "2",
+              "--comm", "hybrid", "--prefix", "t0clirun"])
+    assert r.exit_code == 1
+    assert "--comm: sufficient factor broadcasting replaces a parameter server's layers " \
+           "(--arch ps), got 'hybrid'" in r.output
 
 
 def test_scheduler_of_our_nodes_only():

@@ -104,3 +104,38 @@ def test_talb_run_prints_scheduler_and_osf(fabric, tmp_path):
     assert "OSF model: iteration" in p.stdout and "error" in p.stdout
     r = json.loads(out.read_text())
     assert r["config"]["scheduler"] == "wfbp" and r["config"]["fusion"] == "constant:4mb"
+
+
+def _fc_profile():
+    """Two layers: 50,000 values, then a fully connected 200 -> 100 (weight
+    100 x 200 + bias), batch 4: its factors are 4 x 300 values (4,800 B)
+    against 80,400 B of gradients."""
+    from workload.models.base import Layer, ModelProfile, ParamTensor
+
+    conv = Layer(0, "conv", (ParamTensor("conv.weight", 0, 50_000),), 0.002, 0.004)
+    fc = Layer(1, "fc", (ParamTensor("fc.weight", 1, 20_000, (100, 200)),
+                         ParamTensor("fc.bias", 1, 100, (100,))), 0.001, 0.002,
+               fully_connected=True)
+    return ModelProfile("tinyfc", 4, "V100", (conv, fc), notes="test model with an fc layer")
+
+
+@pytest.mark.parametrize("comm", ["sfb", "hybrid"])
+def test_sfb_factors_go_worker_to_worker(fabric, tmp_path, comm):
+    prof = _fc_profile()
+    cfg = RunConfig(model="tiny", arch="ps", workers=3, iterations=ITERATIONS, warmup=1,
+                    partition_bytes=100_000, credit_bytes=200_000, target_link_bps=100e6,
+                    prefix=fabric, out=str(tmp_path / f"{comm}.json"), timeout_s=240, comm=comm)
+    r = run(cfg, profile=prof, scaling=scaling_for(100e6, 100e6))
+    _complete(r)
+    cm = r["scheduler"]["comm"]
+    assert cm["sfb_layers"] == ["fc"] and r["headline"]["comm"] == comm
+    sfb = [t for t in r["tensors"] if t["kind"] == "sfb"]
+    # every worker to each of the two others, every iteration, the factors' size
+    assert {(t["src"], t["dst"]) for t in sfb} == {(a, b) for a in range(3) for b in range(3) if a != b}
+    assert len(sfb) == 3 * 2 * ITERATIONS
+    assert {t["target_bytes"] for t in sfb} == {4 * 4 * 300}
+    assert all(t["ok"] for t in sfb)
+    pushes = [t for t in r["tensors"] if t["kind"] == "push"]
+    assert {t["layer"] for t in pushes} == {0}             # only the conv layer via the server
+    exp = r["summary"]["bytes"]["expected_per_iteration"]
+    assert exp["sfb_per_worker"] == 2 * 4 * 4 * 300

@@ -126,6 +126,10 @@ class RunConfig:
     # Tensor fusion of all-reduce messages: "adaptive" (OSF's model) or "constant:SIZE"
     # (target bytes); None: none (workload/schedules.py fuse)
     fusion: str | None = None
+    # How PS runs synchronise each layer: "ps" (every layer by the servers), "sfb" (fully
+    # connected layers by sufficient factor broadcasting between workers), "hybrid"
+    # (Poseidon's cost model picks per layer); workload/hybrid.py
+    comm: str = "ps"
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -158,6 +162,13 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
     schedules.parse_fusion(cfg.fusion)                 # ValueError names --fusion
     _need(cfg.fusion is None or cfg.arch == "allreduce", "--fusion", cfg.fusion,
           "tensor fusion batches all-reduce messages (--arch allreduce)")
+    from workload import hybrid
+
+    hybrid.check(cfg.comm)                             # ValueError names --comm
+    _need(cfg.comm == "ps" or cfg.arch == "ps", "--comm", cfg.comm,
+          "sufficient factor broadcasting replaces a parameter server's layers (--arch ps)")
+    _need(cfg.comm == "ps" or cfg.workers >= 2, "--comm", cfg.comm,
+          "sufficient factors go between workers: at least 2 (--workers)")
     _need(1024 <= cfg.base_port <= 65000, "--port", cfg.base_port, "a port in 1024..65000")
     if profile_needed:   # unknown model, batch size, GPU: an error before any fabric is touched
         try:
@@ -650,6 +661,8 @@ def _run_on_fabric(cfg, profile, scaling, on_event, on_nodes, say, built) -> dic
             results["headline"]["scheduler"] = cfg.scheduler
         if cfg.fusion is not None:
             results["headline"]["fusion"] = cfg.fusion
+        if cfg.comm != "ps":
+            results["headline"]["comm"] = cfg.comm
     if fault is not None:
         from workload import faults
 
@@ -758,6 +771,8 @@ def _setup(cfg: RunConfig, profile, scaling, built: bool) -> _Setup:
     plan = make_plan(cfg, profile, scaling, parts, hosts, credit)
     if sched.get("fusion"):          # the layers each fused buffer carries (WorkerLoop)
         plan["carries"] = sched["fusion"]["layers_of_buffer"]
+    if sched.get("comm"):            # partitions that go worker to worker (patterns/ps.py)
+        plan["sfb"] = sched["comm"]["sfb_partitions"]
     plan["connections"] = connections_plan(cfg, parts, topo)
     pattern = get_pattern(cfg.arch)
     return _Setup(topo, fabric, profile, hosts, link_bps, scaling, parts, plan, pattern,
@@ -788,6 +803,14 @@ def _schedule(cfg: RunConfig, profile, tensor_bytes=None):
         b = schedules.seconds_per_byte(cfg.arch, cfg.workers, cfg.servers, cfg.target_link_bps)
         parts, fusion = schedules.fuse(profile, parts, cfg.fusion, b=b, tensor_bytes=tensor_bytes)
         record = {**record, "fusion": fusion}
+    if cfg.comm != "ps":
+        from workload import hybrid
+
+        rows = hybrid.choose(profile, cfg.comm, cfg.workers, cfg.servers)
+        parts, sfb = schedules.with_sfb(profile, parts, rows, tensor_bytes)
+        record = {**record, "comm": {"mode": cfg.comm, "sfb_partitions": sfb,
+                                     "sfb_layers": [r["name"] for r in rows if r["scheme"] == "sfb"],
+                                     "layers": [r for r in rows if "shape" in r]}}
     return parts, credit, record
 
 
@@ -1049,7 +1072,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
     tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup, wire[0])
     iterations = measure.iteration_records(events, n, cfg.warmup)
     if cfg.arch == "ps":
-        expected = pattern.bytes_per_iteration(parts, n, cfg.servers)
+        expected = pattern.bytes_per_iteration(parts, n, cfg.servers, plan.get("sfb", ()))
     else:
         expected = pattern.bytes_per_iteration(parts, n, scaling.min_tensor_bytes)
     payload_sent = sum(t["bytes"] - HEADER.size for t in tensors)

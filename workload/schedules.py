@@ -177,3 +177,26 @@ def fuse(profile, parts: list[Partition], spec: str, *, b: float, tensor_bytes=N
     return out, {"mode": kind, "buffer_bytes": size, "buffers": len(out),
                  "buffer_target_bytes": [p.target_bytes for p in out],
                  "layers_of_buffer": carries, "modelled_iteration_s": modelled}
+
+
+# --- sufficient factor broadcasting (--comm, PS runs) ------------------------------------
+def with_sfb(profile, parts: list[Partition], rows: list[dict], tensor_bytes=None
+             ) -> tuple[list[Partition], list[int]]:
+    """The scheduler's partitions with every SFB layer's (workload/hybrid.py
+    choose) replaced by one message of its factors, K (M + N) values, that
+    each worker sends every other worker; it takes the place and priority
+    of the layer's first partition. (partitions renumbered, SFB pids)."""
+    scale = tensor_bytes or (lambda x: x)
+    sfb = {r["layer"]: r for r in rows if r["scheme"] == "sfb"}
+    out, sfb_pids, done = [], [], set()
+    for p in parts:
+        if p.layer not in sfb:
+            out.append(Partition(len(out), p.layer, p.tensor, p.index, p.target_bytes, p.nbytes,
+                                 p.priority))
+        elif p.layer not in done:
+            done.add(p.layer)
+            n = sfb[p.layer]["factor_bytes"]
+            sfb_pids.append(len(out))
+            out.append(Partition(len(out), p.layer, f"sfb:{profile.layers[p.layer].name}", 0, n,
+                                 int(scale(n)), p.priority))
+    return out, sfb_pids

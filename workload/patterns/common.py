@@ -53,7 +53,8 @@ from workload.scheduler import ByteScheduler, Partition
 # magic, kind, layer, src node, dst node, step, iteration, partition, length, sha256
 HEADER = struct.Struct("!4sBBHHHIIQ32s")
 MAGIC = b"TLBw"
-KINDS = {1: "push", 2: "pull", 3: "reduce", 4: "gather", 5: "ack"}
+KINDS = {1: "push", 2: "pull", 3: "reduce", 4: "gather", 5: "ack",
+         6: "sfb"}      # a worker's sufficient factors to another worker (patterns/ps.py)
 KIND_IDS = {v: k for k, v in KINDS.items()}
 # a connection's first bytes: magic, the connecting node, the connection's index
 # among its pair's (workload/patterns/connections.py; 0 with one connection a pair)
