@@ -47,3 +47,28 @@ def test_bench_dry_run_shows_the_axis(tmp_path):
                           "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "schedulers" in out.stdout and "wfbp" in out.stdout
+
+
+def test_comms_apply_to_ps_runs_and_fusions_to_allreduce_runs():
+    plain = build_plan("quick", skip_missing=True, archs=["ps", "allreduce"])
+    both = build_plan("quick", skip_missing=True, archs=["ps", "allreduce"],
+                      comms=["ps", "hybrid"], fusions=["none", "adaptive"])
+    ps_runs = [r for r in plain.runs if r.arch == "ps"]
+    ar_runs = [r for r in plain.runs if r.arch == "allreduce"]
+    assert len(both.runs) == 2 * len(ps_runs) + 2 * len(ar_runs)
+    assert {r.key() for r in plain.runs} <= {r.key() for r in both.runs}
+    assert {(r.arch, r.comm) for r in both.runs} == {("ps", "ps"), ("ps", "hybrid"),
+                                                      ("allreduce", "ps")}
+    assert {(r.arch, r.fusion) for r in both.runs} == {("ps", None), ("allreduce", None),
+                                                        ("allreduce", "adaptive")}
+    hy = next(r for r in both.runs if r.comm == "hybrid")
+    assert hy.params()["comm"] == "hybrid" and "comm=hybrid" in hy.label()
+
+
+@pytest.mark.parametrize("field,value,msg", [
+    ("comms", ["mesh"], "--comms: one of ps, sfb, hybrid, got 'mesh'"),
+    ("fusions", ["constant:big"], "--fusions: adaptive or constant:SIZE"),
+])
+def test_bad_comm_and_fusion_named(field, value, msg):
+    with pytest.raises(PlanError, match=msg):
+        build_plan("quick", skip_missing=True, **{field: value})

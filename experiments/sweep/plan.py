@@ -111,6 +111,10 @@ class RunSpec:
     client: str = "talb"
     # how gradients are cut and ordered: bytescheduler, usbyte, wfbp, fifo (workload/schedules.py)
     scheduler: str = "bytescheduler"
+    # PS runs: how each layer is synchronised: ps, sfb, hybrid (workload/hybrid.py)
+    comm: str = "ps"
+    # all-reduce runs: tensor fusion, "adaptive" or "constant:SIZE"; None: none
+    fusion: str | None = None
 
     def params(self) -> dict:
         d = asdict(self)
@@ -132,6 +136,10 @@ class RunSpec:
             del d["client"]
         if d["scheduler"] == "bytescheduler":   # and scheduled as ByteScheduler (issue 42)
             del d["scheduler"]
+        if d["comm"] == "ps":                   # with every layer through the servers
+            del d["comm"]
+        if d["fusion"] is None:                 # and no tensor fusion
+            del d["fusion"]
         return d
 
     def key(self) -> str:
@@ -149,7 +157,9 @@ class RunSpec:
                 f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}"
                 f"{axes_label(self.placement, self.rto_min)}"
                 f"{'' if self.client == 'talb' else f' client={self.client}'}"
-                f"{'' if self.scheduler == 'bytescheduler' else f' scheduler={self.scheduler}'}")
+                f"{'' if self.scheduler == 'bytescheduler' else f' scheduler={self.scheduler}'}"
+                f"{'' if self.comm == 'ps' else f' comm={self.comm}'}"
+                f"{'' if self.fusion is None else f' fusion={self.fusion}'}")
 
 
 def axes_label(placement: str = "spread", rto_min: str | None = None) -> str:
@@ -542,7 +552,7 @@ PRESETS["lb-classic-quick"] = dict(
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
                 "background_size_scale", "queueing", "connections", "placement", "rto_min",
-                "cdfs", "clients", "schedulers")
+                "cdfs", "clients", "schedulers", "comms", "fusions")
 
 
 def topology_path(t: str) -> str:
@@ -681,6 +691,7 @@ def training_plan(req: Request) -> Plan:
     rtos = _rto_mins(base.get("rto_min"))
     clients = _clients(base.get("clients"), base, conns)
     scheds = _schedulers(base.get("schedulers"), clients)
+    comms, fusions = _comms(base.get("comms"), clients), _fusions(base.get("fusions"), clients)
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
     # setting innermost: what a sweep compares runs back to back, so a slow drift of
@@ -689,12 +700,17 @@ def training_plan(req: Request) -> Plan:
     for topo, seed, load, rate, model, arch in itertools.product(
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
-        for pl, rto, client, sch in itertools.product(placements, rtos, clients, scheds):
+        # --comms apply to PS runs, --fusions to all-reduce runs: each other's single default
+        arch_comms = comms if arch == "ps" else ["ps"]
+        arch_fusions = fusions if arch == "allreduce" else [None]
+        for pl, rto, client, sch, cm, fu in itertools.product(placements, rtos, clients, scheds,
+                                                              arch_comms, arch_fusions):
             if client in REAL_JOBS and arch != base["archs"][0]:
                 continue            # an MPI job is an all-reduce whatever --archs: once a point
-            if client in REAL_JOBS and sch != "bytescheduler":
+            if client in REAL_JOBS and (sch, cm, fu) != ("bytescheduler", "ps", None):
                 continue            # a real job sends as its library does
-            axes = dict(placement=pl, rto_min=rto, client=client, scheduler=sch)
+            axes = dict(placement=pl, rto_min=rto, client=client, scheduler=sch, comm=cm,
+                        fusion=fu)
             for agent in base["agents"]:
                 for c in conns:
                     for q in _QUEUEING_ORDER:
@@ -865,6 +881,44 @@ def _schedulers(value, clients: list[str]) -> list[str]:
     return out
 
 
+def _comms(value, clients: list[str]) -> list[str]:
+    """The PS communication schemes of a preset's or --comms's value (None: ps)."""
+    from workload import hybrid
+
+    values = _values(value, "ps")
+    if not values:
+        raise PlanError(f"--comms: at least one of {', '.join(hybrid.COMMS)}")
+    for v in values:
+        if v not in hybrid.COMMS:
+            raise PlanError(f"--comms: one of {', '.join(hybrid.COMMS)}, got {v!r}")
+    out = list(dict.fromkeys(values))
+    if "talb" not in clients and out != ["ps"]:
+        raise PlanError(f"--comms: our own nodes' axis (--clients talb), got {','.join(out)!r}")
+    return out
+
+
+def _fusions(value, clients: list[str]) -> list[str | None]:
+    """The all-reduce fusion settings of a preset's or --fusions's value
+    (None or "none": no fusion; adaptive; constant:SIZE)."""
+    from workload import schedules
+
+    values = _values(value, None)
+    if not values:
+        raise PlanError("--fusions: at least one of none, adaptive, constant:SIZE")
+    out = []
+    for v in values:
+        v = None if v in (None, "none") else v
+        try:
+            schedules.parse_fusion(v)
+        except ValueError as exc:
+            raise PlanError(str(exc).replace("--fusion:", "--fusions:")) from None
+        if v not in out:
+            out.append(v)
+    if "talb" not in clients and out != [None]:
+        raise PlanError("--fusions: our own nodes' axis (--clients talb)")
+    return out
+
+
 def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float | None,
                fixed: bool, conns: list[str] = ("pair",)) -> SeedRule | None:
     """The preset's SeedRule with the command line's changes, or None.
@@ -906,7 +960,7 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
 
 def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
           connections="pair", placement="spread", rto_min=None, client="talb",
-          scheduler="bytescheduler") -> RunSpec:
+          scheduler="bytescheduler", comm="ps", fusion=None) -> RunSpec:
     if client in REAL_JOBS:             # a real job's all-reduce: no servers
         arch = "allreduce"
     servers = base["servers"] if arch == "ps" else 1
@@ -917,4 +971,4 @@ def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="ba
                    background_size_scale=base.get("background_size_scale"), queueing=queueing,
                    connections=connections, placement=placement, rto_min=rto_min,
                    client=client, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())),
-                   scheduler=scheduler)
+                   scheduler=scheduler, comm=comm, fusion=fusion)

@@ -111,6 +111,7 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       background_size_scale=spec.background_size_scale, queueing=spec.queueing,
                       connections=spec.connections, placement=spec.placement,
                       rto_min=spec.rto_min, client=spec.client, scheduler=spec.scheduler,
+                      comm=spec.comm, fusion=spec.fusion,
                       prefix=prefix, out=str(path),
                       timeout_s=timeout_s, background_s=spec.background_s))
     return run_one
