@@ -72,3 +72,25 @@ def test_comms_apply_to_ps_runs_and_fusions_to_allreduce_runs():
 def test_bad_comm_and_fusion_named(field, value, msg):
     with pytest.raises(PlanError, match=msg):
         build_plan("quick", skip_missing=True, **{field: value})
+
+
+@pytest.mark.parametrize("preset,runs,axis,values", [
+    ("papers-schedulers", 120, "scheduler", {"bytescheduler", "usbyte", "wfbp"}),
+    ("papers-hybrid", 40, "comm", {"ps", "hybrid"}),
+    ("papers-fusion", 60, "fusion", {None, "adaptive", "constant:64mb"}),
+    ("papers-quick", 8, "comm", {"ps", "hybrid"}),
+])
+def test_issue42_presets(preset, runs, axis, values):
+    """The presets' sizes as docs/experiments.md states them; their
+    ByteScheduler PS and WFBP all-reduce runs are shared (same keys)."""
+    plan = build_plan(preset)
+    assert len(plan.runs) == runs
+    assert set(plan.counts(axis)) == values
+    assert set(plan.counts("scheme")) == {"ecmp", "talb"}
+
+
+def test_issue42_presets_share_runs():
+    sched = {r.key() for r in build_plan("papers-schedulers").runs}
+    hyb = {r.key() for r in build_plan("papers-hybrid").runs}
+    fus = {r.key() for r in build_plan("papers-fusion").runs}
+    assert len(hyb & sched) == 20 and len(fus & sched) == 20

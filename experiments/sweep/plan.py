@@ -508,6 +508,52 @@ PRESETS["torch-quick"] = dict(
     changes=[c for c in _TORCH["changes"] if not c.startswith("10 iterations")]
     + ["two schemes, one model, 2 seeds, 3 iterations: not a result"])
 
+# Issue 42: the training systems the project was founded on, paired by seed. The
+# design, decided before any run: the default fabric, 4 workers (PS: 1 server) on
+# both leaves, 10G target scaled by bytes, background load 0.3 (sizes x 0.1, as the
+# torch preset: the CPUs out of the result), ECMP and TaLB under every setting
+# (does TaLB's effect depend on the scheduler, the comm scheme, the fusion?), 5
+# fixed seeds, 6 iterations (1 warm-up); compared on iteration time and samples/s,
+# paired by seed across the setting (Holm over the comparisons), with OSF's error
+# in every results file. docs/experiments.md, "Issue 42's presets".
+_PAPERS = dict(
+    topologies=["topologies/talb.yaml"], schemes=["ecmp", "talb"], loads=[0.3],
+    models=["resnet50", "vgg19"], archs=["ps", "allreduce"], seeds=5, target_rates=[10e9],
+    agents=["default"], workers=4, servers=1, scaling="bytes", iterations=6, warmup=1,
+    background_size_scale=0.1, figure="fct_vs_load", seed_rule=None,
+    keeps=["the schedulers, comm schemes and fusion as the papers define them "
+           "(docs/workload.md: Schedulers, Hybrid communication, Tensor fusion)",
+           "the papers' batch sizes from the model profiles (VGG19 32, ResNet-50 128)"],
+    changes=["the default fabric (topologies/talb.yaml: 2 spines, 2 leaves x 3 hosts, 100 "
+             "Mbit/s); tensors x 0.01 (10G target -> 100 Mbit/s, scaling bytes)",
+             "compute emulated by sleeps (the V100 profile)",
+             "US-Byte's block cost a + b x bytes with a = 0.5 ms and b from the target link, "
+             "not fitted to a cluster as its authors do",
+             "background sizes x 0.1 (fewer, larger flows: the CPUs stay out of the result)",
+             "5 fixed seeds (no seed rule: the directions compare settings, not only schemes)"])
+PRESETS["papers-schedulers"] = dict(
+    _PAPERS, schedulers=["bytescheduler", "usbyte", "wfbp"],
+    description="US-Byte vs ByteScheduler and WFBP (TPDS 2023's direction), ResNet-50 and "
+                "VGG19, PS 4:1 and ring all-reduce x4, ECMP and TaLB under each scheduler, "
+                "load 0.3, 5 seeds")
+PRESETS["papers-hybrid"] = dict(
+    _PAPERS, archs=["ps"], comms=["ps", "hybrid"],
+    description="Poseidon's hybrid communication vs a parameter server (ATC 2017's "
+                "direction): VGG19 (its three fc layers by SFB) and ResNet-50 (its fc), PS "
+                "4:1, ECMP and TaLB under each, load 0.3, 5 seeds")
+PRESETS["papers-fusion"] = dict(
+    _PAPERS, archs=["allreduce"], schedulers=["wfbp"], fusions=["none", "adaptive",
+                                                               "constant:64mb"],
+    description="OSF's adaptive tensor fusion vs a constant 64 MB buffer and none (WWW "
+                "2022's direction): ResNet-50 and VGG19, ring all-reduce x4 with WFBP "
+                "(Horovod's), ECMP and TaLB under each, load 0.3, 5 seeds")
+PRESETS["papers-quick"] = dict(
+    _PAPERS, models=["resnet50"], archs=["ps"], schedulers=["bytescheduler", "usbyte"],
+    comms=["ps", "hybrid"], seeds=1, iterations=3,
+    description="issue 42's machinery for a check that it runs: ResNet-50, PS 4:1, "
+                "ByteScheduler and US-Byte x PS and hybrid, ECMP and TaLB, 1 seed, 3 iterations",
+    changes=_PAPERS["changes"] + ["one model, one seed, 3 iterations: not a result"])
+
 _LB_CLASSIC = dict(
     kind="background", topologies=["topologies/lb-classic-sym.yaml",
                                    "topologies/lb-classic-asym.yaml"],
