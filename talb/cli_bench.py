@@ -131,6 +131,22 @@ def sweep_options(f):
                           "route metric: the kernel's 200 ms); a list runs every scheme under "
                           "each, paired by seed (10ms,kernel) [the topology's] "
                           "(docs/experiments.md, Placement and minimum RTO)."),
+        click.option("--schedulers", callback=_list(str), metavar="LIST",
+                     help="How our nodes cut and order gradients, per run: bytescheduler, "
+                          "usbyte (US-Byte's unequal blocks), wfbp (each layer whole as its "
+                          "backward ends), fifo (ByteScheduler's partitions, no priority); a "
+                          "list runs every scheme under each, paired by seed "
+                          "(bytescheduler,usbyte,wfbp) [bytescheduler] (docs/workload.md, "
+                          "Schedulers)."),
+        click.option("--comms", callback=_list(str), metavar="LIST",
+                     help="PS runs: how each layer is synchronised, per run: ps, sfb (fully "
+                          "connected layers by sufficient factor broadcasting), hybrid "
+                          "(Poseidon's cost model per layer); a list runs every scheme under "
+                          "each (ps,hybrid) [ps] (docs/workload.md, Hybrid communication)."),
+        click.option("--fusions", callback=_list(str), metavar="LIST",
+                     help="All-reduce runs: tensor fusion, per run: none, adaptive (OSF's "
+                          "model), constant:SIZE; a list runs every scheme under each "
+                          "(adaptive,constant:64mb) [none] (docs/workload.md, Tensor fusion)."),
         click.option("--clients", callback=_list(str), metavar="LIST",
                      help="What makes the training traffic, per run: talb (our nodes, tagged "
                           "tensors), mpi (a real Open MPI all-reduce job over the model's "
@@ -180,7 +196,8 @@ def sweep_options(f):
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
           fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
           out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None,
-          placement=None, rto_min=None, cluster=None, clients=None, regimes=None) -> None:
+          placement=None, rto_min=None, cluster=None, clients=None, regimes=None, schedulers=None,
+          comms=None, fusions=None) -> None:
     from common import paths
     from experiments.sweep import seeds as seedrule
     from experiments.sweep.kinds import build_plan, finish
@@ -193,6 +210,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                           target_rates=target_rates, queueing=queueing, connections=connections,
                           placement=placement, rto_min=rto_min, clients=clients,
                           regimes=regimes,
+                          schedulers=schedulers, comms=comms, fusions=fusions,
                           agents=agents, workers=workers,
                           servers=servers, iterations=iterations, seed_cap=seed_cap,
                           seed_width=seed_width, fixed_seeds=fixed_seeds, cdfs=cdfs)
@@ -208,6 +226,11 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                   + (f"; queueing {queueings}" if set(queueings) != {"bands"} else "")
                   + (f"; connections {conns}" if set(conns) != {"pair"} else "")
                   + (f"; placement {places}" if set(places) != {"spread"} else "")
+                  + (f"; schedulers {plan.counts('scheduler')}"
+                     if set(plan.counts("scheduler")) != {"bytescheduler"} else "")
+                  + (f"; comms {plan.counts('comm')}" if set(plan.counts("comm")) != {"ps"} else "")
+                  + (f"; fusions {plan.counts('fusion')}"
+                     if set(plan.counts("fusion")) != {None} else "")
                   + (f"; rto_min {rtos}" if set(rtos) != {None} else "")
                   + (f"; regime {plan.counts('regime')}"
                      if set(plan.counts("regime")) != {None} else "")

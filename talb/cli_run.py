@@ -136,6 +136,28 @@ def _models() -> list[str]:
               help="ByteScheduler partition size (target scale).")
 @click.option("--credit", "credit_bytes", default="16mb", show_default=True, callback=_size,
               help="ByteScheduler credit: bytes in flight per worker (target scale).")
+@click.option("--scheduler", type=click.Choice(["bytescheduler", "usbyte", "wfbp", "fifo"]),
+              default="bytescheduler", show_default=True,
+              help="How gradients are cut and ordered: bytescheduler (equal --partition-size "
+                   "partitions, front layer first, --credit in flight); usbyte (US-Byte, TPDS "
+                   "2023: unequal blocks of --partition-size units and their order from the "
+                   "model profile and --target-link-rate); wfbp (wait-free back-propagation: "
+                   "each layer whole as its backward step ends, no priority, no credit); fifo "
+                   "(ByteScheduler's partitions and credit, first come first served) "
+                   "(docs/workload.md, Schedulers).")
+@click.option("--fusion", metavar="adaptive|constant:SIZE",
+              help="Tensor fusion for --arch allreduce: the scheduler's messages, in the order "
+                   "they are ready, fill a buffer that goes out once it holds SIZE bytes at "
+                   "target scale (constant:64mb, Horovod's default), or the size OSF's model "
+                   "(WWW 2022) finds fastest (adaptive) [no fusion] (docs/workload.md, Tensor "
+                   "fusion).")
+@click.option("--comm", type=click.Choice(["ps", "sfb", "hybrid"]), default="ps",
+              show_default=True,
+              help="How --arch ps synchronises each layer: ps (every layer through the "
+                   "servers); sfb (every fully connected layer by sufficient factor "
+                   "broadcasting: each worker sends its batch's factors, K(M+N) values, to every "
+                   "other worker); hybrid (per layer the cheaper by Poseidon's cost model, ATC "
+                   "2017) (docs/workload.md, Hybrid communication).")
 @click.option("--out", type=click.Path(dir_okay=False),
               help="Results file [runs/<time>-<model>-<arch>-<scheme>-load<L>-seed<K>.json].")
 @click.option("--port", "base_port", type=int, default=7100, show_default=True,
@@ -222,6 +244,13 @@ def run_cmd(**opts):
                      "mpi_pattern"):
             opts.pop(name)
         return _run_background_only(opts)
+    if opts["client"] != "talb" and opts["comm"] != "ps":
+        raise ValueError(f"--comm: our own nodes' option (--client talb), got {opts['comm']!r}")
+    if opts["client"] != "talb" and opts["fusion"] is not None:
+        raise ValueError(f"--fusion: our own nodes' option (--client talb), got {opts['fusion']!r}")
+    if opts["client"] != "talb" and opts["scheduler"] != "bytescheduler":
+        raise ValueError(f"--scheduler: our own nodes' option (--client talb); a {opts['client']} "
+                         f"job sends as its library does, got {opts['scheduler']!r}")
     if opts["client"] == "mpi":
         return _run_mpi(opts)
     if opts["client"] == "torch":
@@ -376,7 +405,8 @@ TRAINING_ONLY = {"arch": "--arch", "workers": "--workers", "servers": "--servers
                  "partition_bytes": "--partition-size", "credit_bytes": "--credit",
                  "base_port": "--port", "timeout_s": "--timeout", "fault": "--fault",
                  "connections": "--connections", "placement": "--placement",
-                 "buffer": "--buffer", "ecn": "--ecn", "tcp_cc": "--tcp-cc"}
+                 "buffer": "--buffer", "ecn": "--ecn", "tcp_cc": "--tcp-cc",
+                 "scheduler": "--scheduler", "fusion": "--fusion", "comm": "--comm"}
 
 
 def _run_background_only(opts: dict) -> None:
@@ -505,6 +535,17 @@ def _print_cpu_guard(s: dict) -> None:
         console.print(f"  {cpu}; not CPU-bound ({g['reason']})")
 
 
+def _print_osf(s: dict) -> None:
+    """OSF's modelled iteration beside the measured one (workload/osf.py)."""
+    o = s.get("osf")
+    if not o:
+        return
+    meas = o["measured_iteration_s"]
+    console.print(f"  OSF model: iteration {o['predicted_iteration_s'] * 1e3:.1f} ms at target scale, "
+                  + (f"measured {meas * 1e3:.1f} ms: error {o['error']:+.1%}" if meas
+                     else "nothing measured"))
+
+
 def print_summary(r: dict) -> None:
     s = r["summary"]
     sc = r["scaling"]
@@ -514,13 +555,31 @@ def print_summary(r: dict) -> None:
                   + (f":{cfg['servers']}" if cfg["arch"] == "ps" else "")
                   + f", scheme {', '.join(sorted(schemes))}, load {cfg['load']:g}, seed {cfg['seed']}"
                   + f", queueing {(r['fabric'].get('queueing') or {}).get('mode', 'bands')}"
-                  + f", connections {cfg.get('connections', 'pair')}")
+                  + f", connections {cfg.get('connections', 'pair')}"
+                  + f", scheduler {cfg.get('scheduler', 'bytescheduler')}")
     reg = r["fabric"].get("regime") or {}
     if reg.get("buffer", "deep") != "deep" or reg.get("ecn") or cfg.get("tcp_cc"):
         ks = sorted({p["k"] for ps in reg["ports"].values() for p in ps.values() if p.get("k")})
         console.print(f"  regime: buffers {reg['buffer']}, ECN "
                       f"{'on (K ' + ', '.join(map(str, ks)) + ' B)' if reg.get('ecn') else 'off'}, "
                       f"tcp_cc {reg.get('tcp_cc')}")
+    sch = r.get("scheduler") or {}
+    if sch.get("blocks"):
+        sizes = [b[1] for b in sch["blocks"]]
+        console.print(f"  {sch['name']}: {len(sizes)} blocks of {min(sizes):,}-{max(sizes):,} B at "
+                      f"target, first layers in order {[b[0] for b in sch['blocks'][:8]]}"
+                      + (f"; model iteration {sch['model']['iteration_s'] * 1e3:.1f} ms"
+                         if sch.get("model") else ""))
+    cm = sch.get("comm")
+    if cm:
+        console.print(f"  comm {cm['mode']}: by SFB " + (", ".join(cm["sfb_layers"]) or "no layer")
+                      + "; the rest through the servers")
+    fu = sch.get("fusion")
+    if fu:
+        size = fu["buffer_bytes"]
+        console.print(f"  fusion {fu['mode']}: buffer "
+                      + (f"{size:,} B" if size else "none (OSF's model: no fusion is fastest)")
+                      + f" at target, {fu['buffers']} buffers an iteration")
     pl, ld = r["placement"], r["load"]
     rto = r["fabric"].get("rto_min_ms")
     console.print(f"  placement {pl.get('mode', 'spread')}: workers {', '.join(pl['workers'])}"
@@ -569,6 +628,7 @@ def print_summary(r: dict) -> None:
                       f"censored, {bg['failed']} failed, {bg['not_started']} not started; FCT mean "
                       f"{_ms(bg.get('all_fct_mean_s'))} ms, p99 {_ms(bg.get('all_fct_p99_s'))} ms{cover}")
     _print_cpu_guard(s)
+    _print_osf(s)
     cn = r.get("connections")
     if cn and cn.get("cpu_s_total") is not None:
         flows = list(cn["flows_carrying_tensors"].values())

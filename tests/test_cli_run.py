@@ -27,6 +27,10 @@ def _run(args):
     (["--background-cdf", "video"], "--background-cdf", "video"),
     (["--background-size-scale", "2"], "--background-size-scale", "2"),
     (["--scaling", "packets"], "--scaling", "packets"),
+    (["--scheduler", "pfabric"], "--scheduler", "pfabric"),
+    (["--fusion", "constant:1mb"], "--fusion", "constant:1mb"),       # a PS run: no fusion
+    (["--fusion", "sometimes"], "--fusion", "sometimes"),
+    (["--comm", "mesh"], "--comm", "mesh"),
 ])
 def test_bad_flag_is_named_with_its_value(args, flag, value):
     r = _run(BASE + args)
@@ -125,3 +129,29 @@ def test_run_api_dispatches_model_none_before_anything():
 
     with pytest.raises(ValueError, match="--load: --model none"):
         run(RunConfig(model="none", arch="none", workers=0, load=0.0, prefix="t0clirun"))
+
+
+def test_comm_only_for_a_parameter_server():
+    r = _run(["run", "--model", "vgg19", "--arch", "allreduce", "--workers", "2",
+              "--comm", "hybrid", "--prefix", "t0clirun"])
+    assert r.exit_code == 1
+    assert "--comm: sufficient factor broadcasting replaces a parameter server's layers " \
+           "(--arch ps), got 'hybrid'" in r.output
+
+
+def test_scheduler_of_our_nodes_only():
+    """A real MPI or DDP job sends as its library does: --scheduler is refused there."""
+    r = _run(["run", "--model", "alexnet", "--client", "mpi", "--workers", "2",
+              "--scheduler", "usbyte", "--prefix", "t0clirun"])
+    assert r.exit_code == 1
+    assert "--scheduler: our own nodes' option (--client talb)" in r.output and "usbyte" in r.output
+
+
+def test_help_explains_the_schedulers():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "talb.cli", "run", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for word in ("--scheduler", "usbyte", "wfbp", "fifo", "US-Byte"):
+        assert word in out

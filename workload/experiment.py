@@ -42,7 +42,7 @@ from workload.patterns.common import HEADER
 from workload.placement import mode_of
 from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
 from workload.scaling import MSS_BYTES
-from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES, partition_model
+from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES
 from workload.tensor_sender import MAX_TENSOR_PKTS
 from workload.testbed_use import (queueing_for_run, rto_min_for_run, rto_min_setting,
                                   testbed_for)
@@ -130,6 +130,15 @@ class RunConfig:
     mpi_priority: str | None = None
     mpi_port_min: int = 7600
     mpi_port_range: int = 64
+    # How gradients are cut and ordered: bytescheduler, usbyte, wfbp, fifo (workload/schedules.py)
+    scheduler: str = "bytescheduler"
+    # Tensor fusion of all-reduce messages: "adaptive" (OSF's model) or "constant:SIZE"
+    # (target bytes); None: none (workload/schedules.py fuse)
+    fusion: str | None = None
+    # How PS runs synchronise each layer: "ps" (every layer by the servers), "sfb" (fully
+    # connected layers by sufficient factor broadcasting between workers), "hybrid"
+    # (Poseidon's cost model picks per layer); workload/hybrid.py
+    comm: str = "ps"
 
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
@@ -156,6 +165,19 @@ def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
     _need(cfg.scaling_mode in SCALING_MODES, "--scaling", cfg.scaling_mode,
           f"one of {', '.join(SCALING_MODES)}")
     _need(cfg.gpu_speed > 0, "--gpu-speed", cfg.gpu_speed, "a positive factor")
+    from workload import schedules
+
+    schedules.check(cfg.scheduler)                     # ValueError names --scheduler
+    schedules.parse_fusion(cfg.fusion)                 # ValueError names --fusion
+    _need(cfg.fusion is None or cfg.arch == "allreduce", "--fusion", cfg.fusion,
+          "tensor fusion batches all-reduce messages (--arch allreduce)")
+    from workload import hybrid
+
+    hybrid.check(cfg.comm)                             # ValueError names --comm
+    _need(cfg.comm == "ps" or cfg.arch == "ps", "--comm", cfg.comm,
+          "sufficient factor broadcasting replaces a parameter server's layers (--arch ps)")
+    _need(cfg.comm == "ps" or cfg.workers >= 2, "--comm", cfg.comm,
+          "sufficient factors go between workers: at least 2 (--workers)")
     _need(1024 <= cfg.base_port <= 65000, "--port", cfg.base_port, "a port in 1024..65000")
     if profile_needed:   # unknown model, batch size, GPU: an error before any fabric is touched
         try:
@@ -261,11 +283,14 @@ def fabric_settings(prefix: str, topo, scheme: str | None) -> dict:
     return out
 
 
-def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict) -> dict:
+def make_plan(cfg: RunConfig, profile, scaling, parts, hosts: dict,
+              credit_bytes: int | None = None) -> dict:
+    """``credit_bytes``: the scheduler's credit (None: --credit)."""
     layers = [{"fwd_s": scaling.compute_s(layer.fwd_s), "bwd_s": scaling.compute_s(layer.bwd_s)}
               for layer in profile.layers]
     return {
-        "arch": cfg.arch, "iterations": cfg.iterations, "credit_bytes": cfg.credit_bytes,
+        "arch": cfg.arch, "iterations": cfg.iterations,
+        "credit_bytes": cfg.credit_bytes if credit_bytes is None else credit_bytes,
         "min_tensor_bytes": scaling.min_tensor_bytes, "layers": layers,
         "partitions": [[p.pid, p.layer, p.tensor, p.index, p.target_bytes, p.nbytes, p.priority]
                        for p in parts],
@@ -657,6 +682,15 @@ def _train_and_report(cfg, run, on_event, on_nodes, say) -> dict:
                        trained.samples, c.have_links, trained.background,
                        queues=(c.queues_before, c.queues_after), pairing=trained.pairing,
                        wire=trained.wire)
+    _add_osf(cfg, run, results)
+    if run.schedule is not None:
+        results["scheduler"] = run.schedule             # workload/schedules.py
+        if cfg.scheduler != "bytescheduler":            # earlier runs' rows stay as they were
+            results["headline"]["scheduler"] = cfg.scheduler
+        if cfg.fusion is not None:
+            results["headline"]["fusion"] = cfg.fusion
+        if cfg.comm != "ps":
+            results["headline"]["comm"] = cfg.comm
     if fault is not None:
         from workload import faults
 
@@ -736,6 +770,7 @@ class _Setup:
     plan: dict
     pattern: object
     node_roles: list            # (role, rank) per node id
+    schedule: dict | None = None    # the results' "scheduler" record (workload/schedules.py)
 
     @property
     def node_hosts(self) -> list:
@@ -752,20 +787,59 @@ def _setup(cfg: RunConfig, profile, scaling, built: bool) -> _Setup:
     profile = profile or _profile(cfg)
     hosts = place(topo, cfg.arch, cfg.workers, cfg.servers, cfg.placement)
     link_bps = min(topo.ports(h.name)[0].rate_bps for h in hosts["workers"] + hosts["servers"])
-    target_sizes = [p.target_bytes for p in partition_model(profile, cfg.partition_bytes)]
+    target_sizes = [p.target_bytes for p in _schedule(cfg, profile)[0]]
     scaling = scaling or _scaling(cfg, link_bps, target_sizes)
-    parts = partition_model(profile, cfg.partition_bytes, scaling.tensor_bytes)
+    parts, credit, sched = _schedule(cfg, profile, scaling.tensor_bytes)
     biggest = max(parts, key=lambda p: p.nbytes)
     if biggest.nbytes + HEADER.size > MAX_TENSOR_PKTS * MSS_BYTES:
         raise ValueError(f"--partition-size: partitions of {cfg.partition_bytes} target bytes are "
                          f"{biggest.nbytes} bytes on the testbed (scaling {scaling.mode}), over the "
                          f"16-bit tensor length ({MAX_TENSOR_PKTS} packets); choose a smaller size, "
                          f"got {cfg.partition_bytes}")
-    plan = make_plan(cfg, profile, scaling, parts, hosts)
+    plan = make_plan(cfg, profile, scaling, parts, hosts, credit)
+    if sched.get("fusion"):          # the layers each fused buffer carries (WorkerLoop)
+        plan["carries"] = sched["fusion"]["layers_of_buffer"]
+    if sched.get("comm"):            # partitions that go worker to worker (patterns/ps.py)
+        plan["sfb"] = sched["comm"]["sfb_partitions"]
     plan["connections"] = connections_plan(cfg, parts, topo)
     pattern = get_pattern(cfg.arch)
     return _Setup(topo, fabric, profile, hosts, link_bps, scaling, parts, plan, pattern,
-                  pattern.nodes(plan))
+                  pattern.nodes(plan), sched)
+
+
+def _add_osf(cfg: RunConfig, run: _Setup, results: dict) -> None:
+    """OSF's modelled iteration beside the measured one (workload/osf.py), at target scale."""
+    from workload import osf, schedules
+
+    b = schedules.seconds_per_byte(cfg.arch, cfg.workers, cfg.servers, cfg.target_link_bps)
+    pred = osf.prediction(run.profile, run.parts, b=b, workers=cfg.workers,
+                          measured_s=results["summary"]["speed"]["target_iteration_time_s"])
+    results["osf"] = pred
+    results["summary"]["osf"] = {k: pred[k] for k in ("predicted_iteration_s",
+                                                      "measured_iteration_s", "error")}
+
+
+def _schedule(cfg: RunConfig, profile, tensor_bytes=None):
+    """(partitions, credit, record) of the run's --scheduler (workload/schedules.py)."""
+    from workload import schedules
+
+    parts, credit, record = schedules.plan(
+        profile, cfg.scheduler, partition_bytes=cfg.partition_bytes,
+        credit_bytes=cfg.credit_bytes, arch=cfg.arch, workers=cfg.workers, servers=cfg.servers,
+        target_link_bps=cfg.target_link_bps, tensor_bytes=tensor_bytes)
+    if cfg.fusion is not None:
+        b = schedules.seconds_per_byte(cfg.arch, cfg.workers, cfg.servers, cfg.target_link_bps)
+        parts, fusion = schedules.fuse(profile, parts, cfg.fusion, b=b, tensor_bytes=tensor_bytes)
+        record = {**record, "fusion": fusion}
+    if cfg.comm != "ps":
+        from workload import hybrid
+
+        rows = hybrid.choose(profile, cfg.comm, cfg.workers, cfg.servers)
+        parts, sfb = schedules.with_sfb(profile, parts, rows, tensor_bytes)
+        record = {**record, "comm": {"mode": cfg.comm, "sfb_partitions": sfb,
+                                     "sfb_layers": [r["name"] for r in rows if r["scheme"] == "sfb"],
+                                     "layers": [r for r in rows if "shape" in r]}}
+    return parts, credit, record
 
 
 def _write_plan(plan: dict) -> Path:
@@ -1026,7 +1100,7 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
     tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup, wire[0])
     iterations = measure.iteration_records(events, n, cfg.warmup)
     if cfg.arch == "ps":
-        expected = pattern.bytes_per_iteration(parts, n, cfg.servers)
+        expected = pattern.bytes_per_iteration(parts, n, cfg.servers, plan.get("sfb", ()))
     else:
         expected = pattern.bytes_per_iteration(parts, n, scaling.min_tensor_bytes)
     payload_sent = sum(t["bytes"] - HEADER.size for t in tensors)

@@ -112,6 +112,12 @@ class RunSpec:
     # the regime: switch buffers, ECN, congestion control, by name (testbed/regime.py
     # NAMED: scaled, scaled-ecn, ...); None: the topology's deep buffers, no ECN, its tcp_cc
     regime: str | None = None
+    # how gradients are cut and ordered: bytescheduler, usbyte, wfbp, fifo (workload/schedules.py)
+    scheduler: str = "bytescheduler"
+    # PS runs: how each layer is synchronised: ps, sfb, hybrid (workload/hybrid.py)
+    comm: str = "ps"
+    # all-reduce runs: tensor fusion, "adaptive" or "constant:SIZE"; None: none
+    fusion: str | None = None
 
     def params(self) -> dict:
         d = asdict(self)
@@ -133,6 +139,12 @@ class RunSpec:
             del d["client"]
         if d["regime"] is None:           # and ran deep, without ECN (issue 36)
             del d["regime"]
+        if d["scheduler"] == "bytescheduler":   # and scheduled as ByteScheduler (issue 42)
+            del d["scheduler"]
+        if d["comm"] == "ps":                   # with every layer through the servers
+            del d["comm"]
+        if d["fusion"] is None:                 # and no tensor fusion
+            del d["fusion"]
         return d
 
     def key(self) -> str:
@@ -150,7 +162,10 @@ class RunSpec:
                 f"{self.load:g} {self.target_link_bps / 1e9:g}G seed {self.seed}{agent}"
                 f"{axes_label(self.placement, self.rto_min)}"
                 f"{'' if self.client == 'talb' else f' client={self.client}'}"
-                f"{'' if self.regime is None else f' regime={self.regime}'}")
+                f"{'' if self.regime is None else f' regime={self.regime}'}"
+                f"{'' if self.scheduler == 'bytescheduler' else f' scheduler={self.scheduler}'}"
+                f"{'' if self.comm == 'ps' else f' comm={self.comm}'}"
+                f"{'' if self.fusion is None else f' fusion={self.fusion}'}")
 
 
 def axes_label(placement: str = "spread", rto_min: str | None = None) -> str:
@@ -558,6 +573,52 @@ PRESETS["torch-quick"] = dict(
     changes=[c for c in _TORCH["changes"] if not c.startswith("10 iterations")]
     + ["two schemes, one model, 2 seeds, 3 iterations: not a result"])
 
+# Issue 42: the training systems the project was founded on, paired by seed. The
+# design, decided before any run: the default fabric, 4 workers (PS: 1 server) on
+# both leaves, 10G target scaled by bytes, background load 0.3 (sizes x 0.1, as the
+# torch preset: the CPUs out of the result), ECMP and TaLB under every setting
+# (does TaLB's effect depend on the scheduler, the comm scheme, the fusion?), 5
+# fixed seeds, 6 iterations (1 warm-up); compared on iteration time and samples/s,
+# paired by seed across the setting (Holm over the comparisons), with OSF's error
+# in every results file. docs/experiments.md, "Issue 42's presets".
+_PAPERS = dict(
+    topologies=["topologies/talb.yaml"], schemes=["ecmp", "talb"], loads=[0.3],
+    models=["resnet50", "vgg19"], archs=["ps", "allreduce"], seeds=5, target_rates=[10e9],
+    agents=["default"], workers=4, servers=1, scaling="bytes", iterations=6, warmup=1,
+    background_size_scale=0.1, figure="fct_vs_load", seed_rule=None,
+    keeps=["the schedulers, comm schemes and fusion as the papers define them "
+           "(docs/workload.md: Schedulers, Hybrid communication, Tensor fusion)",
+           "the papers' batch sizes from the model profiles (VGG19 32, ResNet-50 128)"],
+    changes=["the default fabric (topologies/talb.yaml: 2 spines, 2 leaves x 3 hosts, 100 "
+             "Mbit/s); tensors x 0.01 (10G target -> 100 Mbit/s, scaling bytes)",
+             "compute emulated by sleeps (the V100 profile)",
+             "US-Byte's block cost a + b x bytes with a = 0.5 ms and b from the target link, "
+             "not fitted to a cluster as its authors do",
+             "background sizes x 0.1 (fewer, larger flows: the CPUs stay out of the result)",
+             "5 fixed seeds (no seed rule: the directions compare settings, not only schemes)"])
+PRESETS["papers-schedulers"] = dict(
+    _PAPERS, schedulers=["bytescheduler", "usbyte", "wfbp"],
+    description="US-Byte vs ByteScheduler and WFBP (TPDS 2023's direction), ResNet-50 and "
+                "VGG19, PS 4:1 and ring all-reduce x4, ECMP and TaLB under each scheduler, "
+                "load 0.3, 5 seeds")
+PRESETS["papers-hybrid"] = dict(
+    _PAPERS, archs=["ps"], comms=["ps", "hybrid"],
+    description="Poseidon's hybrid communication vs a parameter server (ATC 2017's "
+                "direction): VGG19 (its three fc layers by SFB) and ResNet-50 (its fc), PS "
+                "4:1, ECMP and TaLB under each, load 0.3, 5 seeds")
+PRESETS["papers-fusion"] = dict(
+    _PAPERS, archs=["allreduce"], schedulers=["wfbp"], fusions=["none", "adaptive",
+                                                               "constant:64mb"],
+    description="OSF's adaptive tensor fusion vs a constant 64 MB buffer and none (WWW "
+                "2022's direction): ResNet-50 and VGG19, ring all-reduce x4 with WFBP "
+                "(Horovod's), ECMP and TaLB under each, load 0.3, 5 seeds")
+PRESETS["papers-quick"] = dict(
+    _PAPERS, models=["resnet50"], archs=["ps"], schedulers=["bytescheduler", "usbyte"],
+    comms=["ps", "hybrid"], seeds=1, iterations=3,
+    description="issue 42's machinery for a check that it runs: ResNet-50, PS 4:1, "
+                "ByteScheduler and US-Byte x PS and hybrid, ECMP and TaLB, 1 seed, 3 iterations",
+    changes=_PAPERS["changes"] + ["one model, one seed, 3 iterations: not a result"])
+
 _LB_CLASSIC = dict(
     kind="background", topologies=["topologies/lb-classic-sym.yaml",
                                    "topologies/lb-classic-asym.yaml"],
@@ -640,7 +701,7 @@ PRESETS["lb-classic-quick"] = dict(
 SWEEP_FIELDS = ("topologies", "schemes", "loads", "models", "archs", "seeds", "target_rates",
                 "agents", "workers", "servers", "scaling", "iterations", "warmup",
                 "background_size_scale", "queueing", "connections", "placement", "rto_min",
-                "cdfs", "clients", "regimes")
+                "cdfs", "clients", "regimes", "schedulers", "comms", "fusions")
 
 
 def topology_path(t: str) -> str:
@@ -779,6 +840,8 @@ def training_plan(req: Request) -> Plan:
     rtos = _rto_mins(base.get("rto_min"))
     clients = _clients(base.get("clients"), base, conns)
     regimes = _regimes(base.get("regimes"), clients)
+    scheds = _schedulers(base.get("schedulers"), clients)
+    comms, fusions = _comms(base.get("comms"), clients), _fusions(base.get("fusions"), clients)
     runs: list[RunSpec] = []
     # Order: topology (one fabric each), then seed, load, ..., with scheme and agent
     # setting innermost: what a sweep compares runs back to back, so a slow drift of
@@ -787,10 +850,17 @@ def training_plan(req: Request) -> Plan:
     for topo, seed, load, rate, model, arch in itertools.product(
             topologies, seed_list, base["loads"], base["target_rates"], base["models"],
             base["archs"]):
-        for pl, rto, client, regime in itertools.product(placements, rtos, clients, regimes):
+        # --comms apply to PS runs, --fusions to all-reduce runs: each other's single default
+        arch_comms = comms if arch == "ps" else ["ps"]
+        arch_fusions = fusions if arch == "allreduce" else [None]
+        for pl, rto, client, regime, sch, cm, fu in itertools.product(
+                placements, rtos, clients, regimes, scheds, arch_comms, arch_fusions):
             if client in REAL_JOBS and arch != base["archs"][0]:
                 continue            # an MPI job is an all-reduce whatever --archs: once a point
-            axes = dict(placement=pl, rto_min=rto, client=client, regime=regime)
+            if client in REAL_JOBS and (sch, cm, fu) != ("bytescheduler", "ps", None):
+                continue            # a real job sends as its library does
+            axes = dict(placement=pl, rto_min=rto, client=client, regime=regime, scheduler=sch,
+                        comm=cm, fusion=fu)
             for agent in base["agents"]:
                 for c in conns:
                     for q in _QUEUEING_ORDER:
@@ -963,6 +1033,64 @@ def _clients(value, base: dict, conns: list[str]) -> list[str]:
     return out
 
 
+def _schedulers(value, clients: list[str]) -> list[str]:
+    """The schedulers of a preset's or --schedulers's value (None:
+    bytescheduler), each once, in the order given (workload/schedules.py)."""
+    from workload import schedules
+
+    values = _values(value, "bytescheduler")
+    if not values:
+        raise PlanError(f"--schedulers: at least one of {', '.join(schedules.SCHEDULERS)}")
+    out = []
+    for v in values:
+        if v not in schedules.SCHEDULERS:
+            raise PlanError(f"--schedulers: one of {', '.join(schedules.SCHEDULERS)}, got {v!r}")
+        if v not in out:
+            out.append(v)
+    if "talb" not in clients and out != ["bytescheduler"]:
+        raise PlanError(f"--schedulers: our own nodes' axis (--clients talb); got "
+                        f"{','.join(out)!r} with --clients {','.join(clients)}")
+    return out
+
+
+def _comms(value, clients: list[str]) -> list[str]:
+    """The PS communication schemes of a preset's or --comms's value (None: ps)."""
+    from workload import hybrid
+
+    values = _values(value, "ps")
+    if not values:
+        raise PlanError(f"--comms: at least one of {', '.join(hybrid.COMMS)}")
+    for v in values:
+        if v not in hybrid.COMMS:
+            raise PlanError(f"--comms: one of {', '.join(hybrid.COMMS)}, got {v!r}")
+    out = list(dict.fromkeys(values))
+    if "talb" not in clients and out != ["ps"]:
+        raise PlanError(f"--comms: our own nodes' axis (--clients talb), got {','.join(out)!r}")
+    return out
+
+
+def _fusions(value, clients: list[str]) -> list[str | None]:
+    """The all-reduce fusion settings of a preset's or --fusions's value
+    (None or "none": no fusion; adaptive; constant:SIZE)."""
+    from workload import schedules
+
+    values = _values(value, None)
+    if not values:
+        raise PlanError("--fusions: at least one of none, adaptive, constant:SIZE")
+    out = []
+    for v in values:
+        v = None if v in (None, "none") else v
+        try:
+            schedules.parse_fusion(v)
+        except ValueError as exc:
+            raise PlanError(str(exc).replace("--fusion:", "--fusions:")) from None
+        if v not in out:
+            out.append(v)
+    if "talb" not in clients and out != [None]:
+        raise PlanError("--fusions: our own nodes' axis (--clients talb)")
+    return out
+
+
 def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float | None,
                fixed: bool, conns: list[str] = ("pair",)) -> SeedRule | None:
     """The preset's SeedRule with the command line's changes, or None.
@@ -1004,7 +1132,7 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
 
 def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="bands",
           connections="pair", placement="spread", rto_min=None, client="talb",
-          regime=None) -> RunSpec:
+          regime=None, scheduler="bytescheduler", comm="ps", fusion=None) -> RunSpec:
     if client in REAL_JOBS:             # a real job's all-reduce: no servers
         arch = "allreduce"
     servers = base["servers"] if arch == "ps" else 1
@@ -1014,5 +1142,5 @@ def _spec(base, topo, scheme, model, arch, load, seed, rate, agent, queueing="ba
                    warmup=base["warmup"], agent=agent,
                    background_size_scale=base.get("background_size_scale"), queueing=queueing,
                    connections=connections, placement=placement, rto_min=rto_min,
-                   client=client, regime=regime,
-                   agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())))
+                   client=client, regime=regime, agent_opts=tuple(sorted(AGENT_SETTINGS[agent].items())),
+                   scheduler=scheduler, comm=comm, fusion=fusion)

@@ -58,13 +58,14 @@ SENDBUF = ("short_sendbuf_wait_mean_s", "long_sendbuf_wait_mean_s", "all_sendbuf
 SPEC_FIELDS = ("topology", "scheme", "model", "arch", "workers", "servers", "load", "seed",
                "target_link_bps", "scaling_mode", "iterations", "warmup", "background_cdf",
                "background_size_scale", "agent", "queueing", "connections", "placement",
-               "rto_min", "client", "regime")
+               "rto_min", "client", "regime", "scheduler", "comm", "fusion")
 POINT_FIELDS = tuple(f for f in SPEC_FIELDS if f != "seed")
 #: a cell: the runs that share a seed's background plan, and are paired by seed
 #: (schemes, agent settings, queueing and connection-model arms, minimum RTOs;
 #: not placements: a placement other than spread changes the background's senders)
 CELL_FIELDS = tuple(f for f in SPEC_FIELDS
-                    if f not in ("scheme", "agent", "queueing", "connections", "rto_min", "seed"))
+                    if f not in ("scheme", "agent", "queueing", "connections", "rto_min", "seed",
+                                 "scheduler", "comm", "fusion"))
 
 
 def _compute_s(model: dict) -> float:
@@ -359,7 +360,8 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 #: a row's value of a field it may lack (rows made before the field existed)
 FIELD_DEFAULTS = {"connections": "pair", "placement": "spread", "rto_min": None,
-                  "client": "talb", "regime": None}
+                  "client": "talb", "regime": None, "scheduler": "bytescheduler", "comm": "ps",
+                  "fusion": None}
 
 
 def field(row: dict, name: str):

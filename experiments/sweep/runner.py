@@ -119,7 +119,8 @@ def real_run(prefix: str, timeout_s: float = 600.0) -> RunFn:
                       background_cdf=spec.background_cdf,
                       background_size_scale=spec.background_size_scale, queueing=spec.queueing,
                       connections=spec.connections, placement=spec.placement,
-                      rto_min=spec.rto_min, client=spec.client,
+                      rto_min=spec.rto_min, client=spec.client, scheduler=spec.scheduler,
+                      comm=spec.comm, fusion=spec.fusion,
                       buffer=buffer, ecn=ecn, tcp_cc=tcp_cc,
                       prefix=prefix, out=str(path),
                       timeout_s=timeout_s, background_s=spec.background_s))

@@ -54,11 +54,12 @@ def _fmt(e, scale=1e3, digits=1) -> str:
 #: connections is compared with a baseline on pool connections, under the
 #: same placement and minimum RTO
 _GROUP = ("topology", "model", "arch", "target_link_bps", "connections", "placement", "rto_min",
-          "regime")
+          "regime", "scheduler", "comm", "fusion")
 #: paired.csv's cells: every arm of a point, connection models and minimum
 #: RTOs included (runs of a seed share its background plan whatever they are;
 #: a placement other than spread changes the background's senders)
-_CELL = tuple(f for f in _GROUP if f not in ("connections", "rto_min"))
+_CELL = tuple(f for f in _GROUP if f not in ("connections", "rto_min", "scheduler", "comm",
+                                             "fusion"))
 
 
 def _groups(pts) -> list[tuple]:
@@ -77,7 +78,10 @@ def _axes(g) -> str:
     return ("" if c in (None, "pair") else f", {c} connections") + \
         ("" if pl in (None, "spread") else f", placement {pl}") + \
         ("" if rto is None else f", rto_min {rto}") + \
-        ("" if reg is None else f", regime {reg}")
+        ("" if reg is None else f", regime {reg}") + \
+        ("" if d.get("scheduler") in (None, "bytescheduler") else f", scheduler {d['scheduler']}") + \
+        ("" if d.get("comm") in (None, "ps") else f", comm {d['comm']}") + \
+        ("" if d.get("fusion") is None else f", fusion {d['fusion']}")
 #: the headline numbers TaLB is compared on, lower is better but for the speed
 COMPARED = ("short_fct_mean_s", "short_fct_p99_s", "long_fct_mean_s", "all_fct_mean_s",
             "samples_per_s")

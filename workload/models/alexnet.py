@@ -17,7 +17,7 @@ def _conv(name: str, c_in: int, c_out: int, k: int, out_hw: int) -> LayerSpec:
 
 
 def _linear(name: str, n_in: int, n_out: int) -> LayerSpec:
-    return (LayerSpec(name, fwd_flops=linear_flops(n_in, n_out))
+    return (LayerSpec(name, fwd_flops=linear_flops(n_in, n_out), fully_connected=True)
             .add(f"{name}.weight", n_out, n_in).add(f"{name}.bias", n_out))
 
 

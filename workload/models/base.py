@@ -45,6 +45,17 @@ class Layer:
     tensors: tuple[ParamTensor, ...]
     fwd_s: float                    # forward compute time per iteration (whole batch)
     bwd_s: float                    # backward compute time per iteration
+    # a fully connected layer (its weight an outputs x inputs matrix): what sufficient
+    # factor broadcasting can send as factors (Poseidon, ATC 2017; workload/hybrid.py)
+    fully_connected: bool = False
+
+    @property
+    def fc_shape(self) -> tuple[int, int] | None:
+        """(M inputs, N outputs) of a fully connected layer's weight, else None."""
+        if not self.fully_connected:
+            return None
+        w = next(t for t in self.tensors if len(t.shape) == 2)
+        return w.shape[1], w.shape[0]
 
     @property
     def numel(self) -> int:
@@ -138,6 +149,7 @@ class LayerSpec:
     name: str
     params: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
     fwd_flops: float = 0.0          # per sample; a multiply-add counts 2
+    fully_connected: bool = False   # a Linear layer: weight (outputs, inputs) first
 
     def add(self, name: str, *shape: int) -> "LayerSpec":
         self.params.append((name, tuple(shape)))
@@ -153,6 +165,6 @@ def build_profile(name: str, specs: list[LayerSpec], *, batch_size: int, gpu: st
     for i, spec in enumerate(specs):
         tensors = tuple(ParamTensor(pname, i, math.prod(shape), shape) for pname, shape in spec.params)
         fwd_s, bwd_s = layer_times(spec.fwd_flops, batch_size=batch_size, gpu=gpu, gpu_speed=gpu_speed)
-        layers.append(Layer(i, spec.name, tensors, fwd_s, bwd_s))
+        layers.append(Layer(i, spec.name, tensors, fwd_s, bwd_s, spec.fully_connected))
     return ModelProfile(name, batch_size, gpu, tuple(layers), gpu_speed=gpu_speed, notes=notes,
                         sample_unit=sample_unit, send_order=send_order)

@@ -40,7 +40,7 @@ def specs() -> list[LayerSpec]:
                 out.append(_conv_bn(f"{p}.downsample.0", f"{p}.downsample.1",
                                     c_in, width * EXPANSION, 1, out_hw))
             c_in, hw = width * EXPANSION, out_hw
-    out.append(LayerSpec("fc", fwd_flops=linear_flops(c_in, 1000))
+    out.append(LayerSpec("fc", fwd_flops=linear_flops(c_in, 1000), fully_connected=True)
                .add("fc.weight", 1000, c_in).add("fc.bias", 1000))
     return out
 

@@ -31,7 +31,7 @@ def specs() -> list[LayerSpec]:
     for name, n_in, n_out in (("classifier.0", 512 * 7 * 7, 4096),
                               ("classifier.3", 4096, 4096),
                               ("classifier.6", 4096, 1000)):
-        out.append(LayerSpec(name, fwd_flops=linear_flops(n_in, n_out))
+        out.append(LayerSpec(name, fwd_flops=linear_flops(n_in, n_out), fully_connected=True)
                    .add(f"{name}.weight", n_out, n_in).add(f"{name}.bias", n_out))
     return out
 

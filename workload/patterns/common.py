@@ -53,7 +53,8 @@ from workload.scheduler import ByteScheduler, Partition
 # magic, kind, layer, src node, dst node, step, iteration, partition, length, sha256
 HEADER = struct.Struct("!4sBBHHHIIQ32s")
 MAGIC = b"TLBw"
-KINDS = {1: "push", 2: "pull", 3: "reduce", 4: "gather", 5: "ack"}
+KINDS = {1: "push", 2: "pull", 3: "reduce", 4: "gather", 5: "ack",
+         6: "sfb"}      # a worker's sufficient factors to another worker (patterns/ps.py)
 KIND_IDS = {v: k for k, v in KINDS.items()}
 # a connection's first bytes: magic, the connecting node, the connection's index
 # among its pair's (workload/patterns/connections.py; 0 with one connection a pair)
@@ -269,6 +270,13 @@ class WorkerLoop:
         self.by_layer: dict[int, list[Partition]] = defaultdict(list)
         for p in self.parts:
             self.by_layer[p.layer].append(p)
+        # the layers whose gradients each partition carries: its own, or with tensor
+        # fusion (plan "carries", workload/schedules.py fuse) every layer of its buffer
+        self.carries = plan.get("carries") or [[p.layer] for p in self.parts]
+        self.need = defaultdict(int)
+        for layers in self.carries:
+            for k in layers:
+                self.need[k] += 1
         self.iterations = plan["iterations"]
         self.sched = ByteScheduler(plan["credit_bytes"])
         self.cv = threading.Condition()
@@ -290,7 +298,7 @@ class WorkerLoop:
                 time.sleep(self.layers[k]["bwd_s"])
                 with self.cv:
                     parts = self.by_layer[k]
-                    self._left[(it, k)] = len(parts)
+                    self._left[(it, k)] = self.need[k]
                     self._ready_ns[(it, k)] = time.monotonic_ns()
                     self.sched.enqueue(parts, it)
                     if self.on_ready:
@@ -312,12 +320,13 @@ class WorkerLoop:
         ``release``, its credit too). Call with ``cv`` held."""
         if release:
             self.sched.finish(it, p)
-        key = (it, p.layer)
-        self._left[key] -= 1
-        if self._left[key] == 0:
-            self.params_of[p.layer] = it + 1
-            emit({"ev": "layer", "node": self.node, "it": it, "layer": p.layer,
-                  "t_ready_ns": self._ready_ns[key], "t_done_ns": time.monotonic_ns()})
+        for layer in self.carries[p.pid]:
+            key = (it, layer)
+            self._left[key] -= 1
+            if self._left[key] == 0:
+                self.params_of[layer] = it + 1
+                emit({"ev": "layer", "node": self.node, "it": it, "layer": layer,
+                      "t_ready_ns": self._ready_ns[key], "t_done_ns": time.monotonic_ns()})
         self.cv.notify_all()
 
     def admissions(self):

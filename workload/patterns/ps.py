@@ -16,6 +16,14 @@ deadlocks: a worker whose credit is full of partitions waiting for another
 worker's PUSH, while that worker's credit is full of partitions waiting for
 this one's, waits forever (priority arrival times differ between workers).
 
+Sufficient factor broadcasting (``plan["sfb"]``, --comm sfb|hybrid,
+workload/hybrid.py): those partitions skip the servers. A worker sends an
+SFB partition's factors to every other worker (one connection per ordered
+pair, opened before training); the receiver acknowledges each on the
+connection it came in on. The partition's credit comes back once every
+peer acknowledged; it is synchronised at a worker once that worker's own
+factors are acknowledged and every peer's have arrived.
+
 Sharding: partitions go to servers largest first, each to the server with
 the fewest bytes so far (ties: lowest rank), so that servers carry equal
 loads (ByteScheduler's partitions make this even; MXNet's kvstore does the
@@ -50,12 +58,19 @@ def shard(parts: list[Partition], servers: int) -> dict[int, int]:
     return out
 
 
-def bytes_per_iteration(parts: list[Partition], workers: int, servers: int) -> dict:
+def bytes_per_iteration(parts: list[Partition], workers: int, servers: int,
+                        sfb=()) -> dict:
     """Payload bytes one iteration moves (message headers not counted):
-    every worker pushes and pulls every partition once."""
-    model = sum(p.nbytes for p in parts)
-    return {"push_per_worker": model, "pull_per_worker": model,
-            "total": 2 * workers * model}
+    every worker pushes and pulls every partition once; an SFB partition
+    (``sfb``: pids) goes from every worker to each other one instead."""
+    sfb = set(sfb)
+    model = sum(p.nbytes for p in parts if p.pid not in sfb)
+    factors = sum(p.nbytes for p in parts if p.pid in sfb)
+    out = {"push_per_worker": model, "pull_per_worker": model,
+           "total": 2 * workers * model + workers * (workers - 1) * factors}
+    if sfb:
+        out["sfb_per_worker"] = (workers - 1) * factors
+    return out
 
 
 def nodes(plan: dict) -> list[tuple[str, int]]:
@@ -78,7 +93,8 @@ def _server(plan: dict, rank: int) -> None:
 
     n_workers = len(plan["workers"])
     me = n_workers + rank
-    parts = {p.pid: p for p in partitions_of(plan)}
+    sfb = set(plan.get("sfb", ()))
+    parts = {p.pid: p for p in partitions_of(plan) if p.pid not in sfb}
     owner = shard(list(parts.values()), len(plan["servers"]))
     mine = [pid for pid, s in owner.items() if s == rank]
     expected = plan["iterations"] * len(mine)
@@ -151,7 +167,9 @@ def _worker(plan: dict, rank: int) -> None:
 
     loop = WorkerLoop(plan, rank)
     n_workers = len(plan["workers"])
-    owner = shard(loop.parts, len(plan["servers"]))
+    sfb = set(plan.get("sfb", ()))
+    owner = shard([p for p in loop.parts if p.pid not in sfb], len(plan["servers"]))
+    mesh = _SfbMesh(plan, rank, loop) if sfb else None
     model = connections.of_plan(plan)["model"]
     lanes = []
     for s, server in enumerate(plan["servers"]):
@@ -177,6 +195,9 @@ def _worker(plan: dict, rank: int) -> None:
 
     def pusher() -> None:
         for n, (it, p, t_admit) in enumerate(loop.admissions()):
+            if p.pid in sfb:
+                mesh.send(it, p, t_admit)
+                continue
             s = owner[p.pid]
             lanes[s].send(n, lambda c, it=it, p=p, s=s, t_admit=t_admit: send_message(
                 c.sender, "push", rank, n_workers + s, it, p, 0, p.nbytes, t_admit, conn=c,
@@ -184,9 +205,13 @@ def _worker(plan: dict, rank: int) -> None:
                 connections.class_of(plan, p.pid))
 
     readers = [thread(reader, s, c.sock) for s, lane in enumerate(lanes) for c in lane.conns]
+    if mesh:
+        readers += mesh.start_readers()
     push = thread(pusher)
     loop.run()
     push.join()
+    if mesh:
+        mesh.close()
     for lane in lanes:
         lane.close()
         for c in lane.conns:
@@ -194,6 +219,10 @@ def _worker(plan: dict, rank: int) -> None:
             c.sock.shutdown(socket.SHUT_WR)
     for t in readers:
         t.join()                      # the servers close once they have written everything
+    if mesh:
+        mesh.check()
+        for s in (*mesh.out.values(), *mesh.inc.values()):
+            s.close()
     for s, lane in enumerate(lanes):
         want = 2 * plan["iterations"] * sum(1 for o in owner.values() if o == s)
         if received[s] != want:
@@ -201,3 +230,82 @@ def _worker(plan: dict, rank: int) -> None:
                                "messages (acks and PULLs)")
         for c in lane.conns:
             c.sock.close()
+
+
+class _SfbMesh:
+    """One worker's connections to every other worker for SFB partitions:
+    ``out[v]`` carries this worker's factors to v (and v's acks back),
+    ``inc[v]`` v's factors to this worker (and this worker's acks)."""
+
+    def __init__(self, plan: dict, rank: int, loop: WorkerLoop):
+        from workload.tensor_sender import TensorSender
+
+        self.rank, self.loop = rank, loop
+        workers = plan["workers"]
+        self.peers = [v for v in range(len(workers)) if v != rank]
+        self.acks: dict[tuple[int, int], int] = defaultdict(int)
+        self.got: dict[tuple[int, int], int] = defaultdict(int)
+        self.received = 0
+        self.expected = plan["iterations"] * len(plan.get("sfb", ())) * len(self.peers)
+        with socket.create_server(("0.0.0.0", workers[rank]["port"]),
+                                  backlog=len(self.peers)) as srv:
+            self.out = {v: connect(workers[v]["ip"], workers[v]["port"], rank)
+                        for v in self.peers}
+            self.inc = {}
+            for _ in self.peers:
+                conn, peer, _index = accept_indexed(srv)
+                self.inc[peer] = conn
+        if sorted(self.inc) != self.peers:
+            raise RuntimeError(f"worker {rank}: expected SFB connections from workers "
+                               f"{self.peers}, got {sorted(self.inc)}")
+        self.senders = {v: TensorSender(s) for v, s in self.out.items()}
+
+    def send(self, it: int, p: Partition, t_admit: int) -> None:
+        for v in self.peers:
+            send_message(self.senders[v], "sfb", self.rank, v, it, p, 0, p.nbytes, t_admit,
+                         t_queued_ns=t_admit)
+
+    def _maybe_done(self, it: int, p: Partition) -> None:
+        """Under loop.cv: synchronised once our factors are acknowledged and every peer's are in."""
+        key = (it, p.pid)
+        if self.acks[key] == len(self.peers) and self.got[key] == len(self.peers):
+            self.loop.partition_done(it, p, release=False)
+
+    def _acks(self, v: int, sock: socket.socket) -> None:
+        while (m := recv_message(sock)) is not None:
+            if m["kind"] != "ack":
+                raise RuntimeError(f"worker {self.rank}: unexpected {m['kind']} from worker {v}")
+            p = self.loop.parts[m["pid"]]
+            with self.loop.cv:
+                key = (m["it"], p.pid)
+                self.acks[key] += 1
+                if self.acks[key] == len(self.peers):
+                    self.loop.release(m["it"], p)      # the credit comes back
+                self._maybe_done(m["it"], p)
+
+    def _factors(self, v: int, sock: socket.socket) -> None:
+        while (m := recv_message(sock)) is not None:
+            if m["kind"] != "sfb":
+                raise RuntimeError(f"worker {self.rank}: unexpected {m['kind']} from worker {v}")
+            p = self.loop.parts[m["pid"]]
+            send_ack(sock, self.rank, v, m["it"], p)   # this thread is the socket's only writer
+            with self.loop.cv:
+                self.got[(m["it"], p.pid)] += 1
+                self.received += 1
+                self._maybe_done(m["it"], p)
+        sock.shutdown(socket.SHUT_WR)                  # the peer's ack reader ends
+
+    def start_readers(self) -> list[threading.Thread]:
+        return [thread(self._acks, v, s) for v, s in self.out.items()] + \
+               [thread(self._factors, v, s) for v, s in self.inc.items()]
+
+    def close(self) -> None:
+        """Every factor written and acknowledged; then our side of each pair closes."""
+        for v, sender in self.senders.items():
+            sender.close()
+            self.out[v].shutdown(socket.SHUT_WR)
+
+    def check(self) -> None:
+        if self.received != self.expected:
+            raise RuntimeError(f"worker {self.rank}: {self.received} of {self.expected} SFB "
+                               "factor messages arrived")

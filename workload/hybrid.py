@@ -1,0 +1,69 @@
+"""Poseidon's hybrid communication (Zhang et al., "Poseidon: An Efficient
+Communication Architecture for Distributed Deep Learning on GPU Clusters",
+USENIX ATC 2017): per layer, the cheaper of a sharded parameter server
+and sufficient factor broadcasting (SFB).
+
+SFB: a fully connected layer's gradient over a batch is a sum of K rank-1
+outer products u_k v_k^T (u: the M inputs, v: the N output errors), so a
+worker can broadcast its batch's factors, K (M + N) values, to every other
+worker, which rebuilds the M x N gradient (and the bias's, the sum of the
+v_k) itself, instead of pushing M N values to the servers and pulling them
+back.
+
+Poseidon's cost model (its Table 1: values one node sends and receives in
+one iteration for an M x N layer, batch K, P1 workers, P2 servers):
+
+    PS   worker 2 M N      server 2 P1 M N / P2      both on one machine 2 M N (P1 + P2 - 2) / P2
+    SFB  worker 2 K (P1 - 1) (M + N)
+
+and its rule (Algorithm 1): a fully connected layer goes by SFB when SFB's
+cost is below the parameter server's, every other layer by PS. Poseidon
+runs a server and a worker on every machine (the third column); our
+servers are hosts of their own, so the PS cost compared is the busiest
+node's, max(worker, server). Both are recorded.
+"""
+from __future__ import annotations
+
+from workload.models.base import GRAD_BYTES
+
+COMMS = ("ps", "sfb", "hybrid")
+
+
+def check(comm: str) -> str:
+    if comm not in COMMS:
+        raise ValueError(f"--comm: one of {', '.join(COMMS)}, got {comm!r}")
+    return comm
+
+
+def costs(M: int, N: int, K: int, P1: int, P2: int) -> dict:
+    """Poseidon's Table 1 for one M x N layer (values, not bytes)."""
+    return {"ps_worker": 2 * M * N, "ps_server": 2 * P1 * M * N / P2,
+            "ps_colocated": 2 * M * N * (P1 + P2 - 2) / P2,
+            "sfb_worker": 2 * K * (P1 - 1) * (M + N)}
+
+
+def factor_bytes(M: int, N: int, K: int) -> int:
+    """What one worker sends each other worker for one layer: K (M + N) values."""
+    return GRAD_BYTES * K * (M + N)
+
+
+def choose(profile, comm: str, workers: int, servers: int) -> list[dict]:
+    """Per layer: its scheme ("ps" or "sfb") and, for a fully connected
+    layer, its shape and Poseidon's costs. ``sfb``: every fully connected
+    layer by SFB; ``hybrid``: those where SFB is the cheaper (Algorithm 1);
+    ``ps``: none."""
+    check(comm)
+    out = []
+    for layer in profile.layers:
+        row = {"layer": layer.index, "name": layer.name, "scheme": "ps"}
+        shape = layer.fc_shape
+        if shape is not None:
+            M, N = shape
+            c = costs(M, N, profile.batch_size, workers, servers)
+            ps_cost = max(c["ps_worker"], c["ps_server"])
+            row.update(shape=[M, N], batch=profile.batch_size, costs=c, ps_cost=ps_cost,
+                       sfb_cost=c["sfb_worker"], factor_bytes=factor_bytes(M, N, profile.batch_size))
+            if comm == "sfb" or (comm == "hybrid" and c["sfb_worker"] < ps_cost):
+                row["scheme"] = "sfb"
+        out.append(row)
+    return out
