@@ -79,7 +79,10 @@ static __always_inline __u32 talb_order(const struct fwd_group *g, __u32 r,
  * live". The body is branch-free on purpose: with a branch per layer the
  * verifier follows every combination of (rank, other, layer) through 256
  * iterations and gives up; the empty asm statements keep clang from
- * turning the sign-bit arithmetic back into branches. */
+ * turning the sign-bit arithmetic back into branches. "Other" is the
+ * live layers counted minus the tensor's own (read once), not a test per
+ * layer: the verifier walks all 256 steps on each path that decides, so
+ * every instruction of the body counts 256 times. */
 struct talb_live {
 	__u32 rank;
 	__u32 other;
@@ -87,40 +90,50 @@ struct talb_live {
 
 #define TALB_LAYER_CHUNK 32
 
+/* 1 if layer l of the group has live tensors (see talb_live_layers). */
+static __always_inline __u64 talb_layer_live(const struct group_state *st,
+					     const struct group_state *sw, __u32 l)
+{
+	__s64 n = (__s32)(st->live[l & (TALB_NR_LAYERS - 1)] - sw->live[l & (TALB_NR_LAYERS - 1)]);
+	__s64 neg_n = -n;                   /* < 0 iff live */
+
+	TALB_OPAQUE(neg_n);
+	return (__u64)neg_n >> 63;
+}
+
 static __always_inline void talb_live_layers(const struct group_state *st,
 					     const struct group_state *sw,
 					     __u32 layer, struct talb_live *lv)
 {
-	__u64 rank = 0, other = 0;
+	__u64 rank = 0, total = 0, own = talb_layer_live(st, sw, layer);
 	__u32 c, l;
 
 	for (c = 0; c < TALB_NR_LAYERS; c += TALB_LAYER_CHUNK) {
-		__s64 past;
+		__s64 past, others;
 
 		for (l = c; l < c + TALB_LAYER_CHUNK; l++) {
-			__s64 n = (__s32)(st->live[l] - (sw ? sw->live[l] : 0));
+			__s64 n = (__s32)(st->live[l] - sw->live[l]);
 			__s64 neg_n = -n;                   /* < 0 iff live */
 			__s64 lt = (__s64)l - (__s64)layer; /* < 0 iff l < layer */
-			__s64 ne = -(__s64)(l ^ layer);     /* < 0 iff l != layer */
 			__u64 live;
 
 			TALB_OPAQUE(neg_n);
 			TALB_OPAQUE(lt);
-			TALB_OPAQUE(ne);
 			live = (__u64)neg_n >> 63;
 			rank += live & ((__u64)lt >> 63);
-			other |= live & ((__u64)ne >> 63);
+			total += live;
 		}
 		/* Stop after a chunk past the tensor's layer once another
-		 * live layer is known: a chunk at a time, so that the
-		 * verifier sees 8 exits, not 256. */
+		 * live layer is known (its own is counted by then): a chunk
+		 * at a time, so that the verifier sees 8 exits, not 256. */
 		past = (__s64)layer - (__s64)(c + TALB_LAYER_CHUNK - 1);
+		others = (__s64)(total - own);
 		TALB_OPAQUE(past);
-		if (other & ((__u64)past >> 63))
+		if (talb_nonzero(others) & ((__u64)past >> 63))
 			break;
 	}
 	lv->rank = rank;
-	lv->other = other;
+	lv->other = talb_nonzero(total - own);
 }
 
 /* A new tensor (or one whose port went away) of `layer` in group g of
@@ -364,6 +377,10 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 		return TALB_USE_FALLBACK;
 	}
 	sw = group_swept.lookup(&gid);
+	if (!sw) {              /* as group_state: the same size */
+		talb_count(CNT_TALB_FALLBACK);
+		return TALB_USE_FALLBACK;
+	}
 	idle_ns = (__u64)(cfg->tensor_idle_us ? cfg->tensor_idle_us :
 			  TALB_DEFAULT_IDLE_US) * 1000;
 
