@@ -562,7 +562,7 @@ def prog_load(insns: bytes, *, prog_type: int = BPF_PROG_TYPE_SCHED_CLS, license
             if exc.errno == _errno.EAGAIN and attempt + 1 < PROG_LOAD_EAGAIN_TRIES:
                 continue
             text = log.value.decode(errors="replace").rstrip()
-            tail = "\n".join(text.splitlines()[-int(os.environ.get("TALB_LOG_LINES", PROG_LOAD_LOG_LINES)):])
+            tail = "\n".join(text.splitlines()[-PROG_LOAD_LOG_LINES:])
             raise OSError(exc.errno, f"{exc.strerror}; verifier log (last lines):\n{tail}"
                           if tail else exc.strerror) from None
     raise AssertionError("unreachable")
@@ -623,7 +623,7 @@ def prog_verify(insns: bytes, *, prog_type: int = BPF_PROG_TYPE_SCHED_CLS,
         except OSError as exc:
             if exc.errno == _errno.EAGAIN and attempt + 1 < PROG_LOAD_EAGAIN_TRIES:
                 continue
-            tail = "\n".join(log.value.decode(errors="replace").splitlines()[-int(os.environ.get("TALB_LOG_LINES", PROG_LOAD_LOG_LINES)):])
+            tail = "\n".join(log.value.decode(errors="replace").splitlines()[-PROG_LOAD_LOG_LINES:])
             raise OSError(exc.errno, f"{exc.strerror}; verifier log (last lines):\n{tail}") from None
     return fd, VerifierStats(log.raw.split(b"\0", 1)[0].decode(errors="replace"))
 
