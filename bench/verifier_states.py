@@ -14,6 +14,8 @@ figures:
   total_states     states stored for pruning
   peak_states      the most states kept at once
   max/insn         the most states stored at one instruction
+  ms               the verification's time by the kernel's clock (the
+                   CPU a switch's build spends on it; noisy on a busy machine)
 
 A program whose paths multiply (a loop walked once per path, a branch on a
 value the verifier tracks exactly, a parse repeated per branch) shows here
@@ -120,11 +122,13 @@ def collect(sets=SETS, say=None) -> dict[str, dict[str, dict]]:
                 out[kind][name] = {"insns": st.insns, "total_states": st.total_states,
                                    "peak_states": st.peak_states,
                                    "max_states_per_insn": st.max_states_per_insn,
+                                   "verify_ms": (st.verify_us or 0) / 1000,
                                    "seconds": round(time.monotonic() - t, 3),
                                    "program_insns": len(insns) // 8}
                 if say:
                     say(f"  {kind:<13} {name:<36} {st.insns:>9,} {st.total_states:>8,} "
-                        f"{st.peak_states:>8,} {st.max_states_per_insn:>6}")
+                        f"{st.peak_states:>8,} {st.max_states_per_insn:>8} "
+                        f"{(st.verify_us or 0) / 1000:>7.1f}")
         finally:
             for fd in fds:
                 os.close(fd)
@@ -181,7 +185,8 @@ def main(argv=None) -> int:
         return 0
     print(f"verifier, kernel {os.uname().release}, {time.strftime('%Y-%m-%d')}, "
           "fresh load with BPF_LOG_STATS")
-    print(f"  {'set':<13} {'program':<36} {'insns':>9} {'states':>8} {'peak':>8} {'max/insn':>6}")
+    print(f"  {'set':<13} {'program':<36} {'insns':>9} {'states':>8} {'peak':>8} {'max/insn':>8} "
+          f"{'ms':>7}")
     out = collect(tuple(args.sets or SETS), say=print)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -582,7 +582,7 @@ class VerifierStats:
     states it kept at once, ``total_states`` all it stored for pruning."""
 
     __slots__ = ("insns", "max_states_per_insn", "total_states", "peak_states", "mark_read",
-                 "log")
+                 "verify_us", "log")
 
     def __init__(self, log: str):
         import re
@@ -593,6 +593,8 @@ class VerifierStats:
             raise ValueError(f"no statistics line in the verifier log: {log[-200:]!r}")
         (self.insns, self.max_states_per_insn, self.total_states, self.peak_states,
          self.mark_read) = (int(x) for x in m.groups())
+        t = re.search(r"verification time (\d+) usec", log)
+        self.verify_us = int(t.group(1)) if t else None     # the kernel's own clock
         self.log = log
 
     def __repr__(self) -> str:

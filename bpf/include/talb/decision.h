@@ -159,14 +159,24 @@ static __always_inline int talb_group_usable(const struct fwd_group *g)
 static __always_inline int talb_route(const struct talb_pkt *p, struct talb_verdict *v,
 				      struct fwd_group **g, __u32 *gid)
 {
-	__u32 *id = fwd.lookup((__be32 *)&p->daddr_be);
+	__be32 daddr = p->daddr_be;
+	__u32 slot = ((__u32)daddr * TALB_ROUTE_HASH_MUL) >> (32 - TALB_ROUTE_SLOT_BITS);
+	struct route_slot *rs = route_slots.lookup(&slot);
+	__u32 id;
 
-	if (!id) {
-		v->reason = CNT_PASS_NO_ROUTE;
-		return 0;
+	if (rs && (rs->flags & ROUTE_SLOT_USED) && rs->daddr == daddr) {
+		id = rs->group_id;
+	} else {        /* its slot holds another route, or none: the hash */
+		__u32 *hid = fwd.lookup(&daddr);
+
+		if (!hid) {
+			v->reason = CNT_PASS_NO_ROUTE;
+			return 0;
+		}
+		id = *hid;
 	}
-	*gid = *id;
-	*g = groups.lookup(id);
+	*gid = id;
+	*g = groups.lookup(&id);
 	if (!talb_group_usable(*g)) {
 		v->reason = CNT_PASS_GROUP_EMPTY;
 		return 0;
