@@ -22,6 +22,11 @@ ingress, p1..p4 the uplinks of a 4-port ECMP group):
         once, so a real receive's skb allocation is not in it.
     The peer's NAPI runs on the same CPU (the redirecting CPU schedules
     it), so the wall time holds the whole forwarding work of one core.
+    Beside them the floor (XDP_FLOORS): XDP programs doing one part of the
+    switch's work each (the parse; the parse and the route lookup; the
+    parse, route and group lookups and the 5-tuple hash), redirected the
+    same way. Every forwarding row runs once per round, the rounds
+    interleaved; the median is printed (the program cost: the best).
 
     sudo .venv/bin/python -m bench.datapath_xdp [--frames 2000000] [--rounds 3]
 """
