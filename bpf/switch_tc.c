@@ -229,7 +229,7 @@ int talb_switch_tc(struct __ctx_buff *skb)
 		talb_count(cfg ? v.reason : CNT_PASS_GROUP_EMPTY);
 		return CTX_ACT_OK;
 	}
-	if (talb_scheme_clock(cfg))
+	if (talb_scheme_clock(cfg, pkt))
 		now = bpf_ktime_get_ns();
 	if (cfg->scheme == TALB_SCHEME_CONGA ||   /* every hop: CE, options */
 	    (g->n_ports > 1 && cfg->scheme != TALB_SCHEME_ECMP &&

@@ -124,13 +124,22 @@ static __always_inline int talb_extract(void *data, void *data_end,
 	return 1;
 }
 
-/* Whether the configured decision reads the clock (TaLB: table ages;
- * LetFlow: flowlet gaps; DRILL: queue drain), and whether DRILL decides
- * (then every redirected packet feeds the queue estimates). */
-static __always_inline int talb_scheme_clock(const struct talb_config *cfg)
+/* Whether the decision for packet p reads the clock (TaLB: table ages, for
+ * a tagged packet, and its fallback's clock; LetFlow: flowlet gaps; DRILL:
+ * queue drain; CONGA: the DRE), and whether DRILL decides (then every
+ * redirected packet feeds the queue estimates). An untagged packet under
+ * TaLB with a fallback that reads no clock (ECMP, RPS) reads none:
+ * bpf_ktime_get_ns is ~32 ns, a third of its cost (docs/schemes.md "Cost
+ * per packet (issue 43)"). */
+static __always_inline int talb_scheme_clock(const struct talb_config *cfg,
+					     const struct talb_pkt *p)
 {
-	return cfg->scheme == TALB_SCHEME_TALB || cfg->scheme == TALB_SCHEME_LETFLOW ||
-	       cfg->scheme == TALB_SCHEME_DRILL || cfg->scheme == TALB_SCHEME_CONGA;
+	if (cfg->scheme == TALB_SCHEME_TALB)
+		return (p->flags & TALB_PKT_TAGGED) ||
+		       cfg->fallback_scheme == TALB_SCHEME_LETFLOW ||
+		       cfg->fallback_scheme == TALB_SCHEME_DRILL;
+	return cfg->scheme == TALB_SCHEME_LETFLOW || cfg->scheme == TALB_SCHEME_DRILL ||
+	       cfg->scheme == TALB_SCHEME_CONGA;
 }
 
 static __always_inline int talb_drill_in_use(const struct talb_config *cfg)
