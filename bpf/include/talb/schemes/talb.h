@@ -348,6 +348,13 @@ static __always_inline __u32 talb_remember_midstream(const struct talb_pkt *p,
 	return talb_join(&key, g, idx, n);
 }
 
+/* A new tensor that needs an entry: more than this packet (one that ends
+ * with its first packet is decided and forgotten). */
+static __always_inline int talb_needs_entry(const struct talb_pkt *p)
+{
+	return p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST);
+}
+
 /* The TaLB decision for a group of n >= 2 ports: an index < n (counted as
  * CNT_DECISION_TALB by the caller), or TALB_USE_FALLBACK*. */
 TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
@@ -363,7 +370,7 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 	struct group_state *st;
 	struct group_state *sw;
 	__u32 n = g->n_ports, idx = 0, limit, layer = p->layer;
-	__u32 decide = 1, insert = 0;
+	__u32 decide = 1;
 	__u64 idle_ns;
 	int i, ret;
 
@@ -411,7 +418,7 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 		 * remembered (talb_remember_midstream). */
 		talb_count(CNT_TALB_MIDSTREAM);
 		return TALB_USE_FALLBACK_REMEMBER;
-	} else if (p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST)) {
+	} else if (talb_needs_entry(p)) {
 		/* A new tensor that needs an entry (one that ends with
 		 * this packet is decided and forgotten). */
 		limit = cfg->tensor_limit;
@@ -423,7 +430,6 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 			talb_count(CNT_TALB_TABLE_FULL);
 			return TALB_USE_FALLBACK;
 		}
-		insert = 1;
 	}
 	if (decide)
 		idx = talb_new_tensor(g, st, sw, layer, n);
@@ -440,7 +446,11 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 		 * tensors, on other ports: seen on the live fabric). */
 		if ((p->flags & TALB_PKT_LAST) || p->pkt_idx + 1 >= e->tensor_len)
 			talb_complete(e);
-	} else if (insert) {
+	} else if (talb_needs_entry(p)) {
+		/* (read again from the packet, not kept from above: a flag
+		 * kept in a register was a verifier path of its own through
+		 * the layer scan, once with an entry to insert and once
+		 * without) */
 		talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
 		/* BPF_NOEXIST: another CPU inserting the same tensor
 		 * meanwhile (a later packet of it met midway, or its first
