@@ -22,6 +22,11 @@ ingress, p1..p4 the uplinks of a 4-port ECMP group):
         once, so a real receive's skb allocation is not in it.
     The peer's NAPI runs on the same CPU (the redirecting CPU schedules
     it), so the wall time holds the whole forwarding work of one core.
+    Beside them the floor (XDP_FLOORS): XDP programs doing one part of the
+    switch's work each (the parse; the parse and the route lookup; the
+    parse, route and group lookups and the 5-tuple hash), redirected the
+    same way. Every forwarding row runs once per round, the rounds
+    interleaved; the median is printed (the program cost: the best).
 
     sudo .venv/bin/python -m bench.datapath_xdp [--frames 2000000] [--rounds 3]
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,6 +50,87 @@ EMPTY_TC_REDIRECT = b"""
 #include <uapi/linux/pkt_cls.h>
 int empty_tc_redirect(struct __sk_buff *skb) { return bpf_redirect(IFINDEX, 0); }
 """
+#: XDP floors, redirect executed like the rows: what each step of the
+#: switch's XDP path costs alone -- the parse, then one hash lookup (the
+#: route), then two and the 5-tuple hash (an ECMP switch's skeleton: fwd,
+#: groups, the hash), each ending in the same bpf_redirect.
+XDP_FLOOR_SRC = b"""
+#include <uapi/linux/if_ether.h>
+#include <uapi/linux/ip.h>
+#include <uapi/linux/tcp.h>
+
+struct grp { u32 n; u32 ifindex[8]; };
+BPF_HASH(fwd, u32, u32, 4096);
+BPF_HASH(groups, u32, struct grp, 1024);
+
+static __always_inline int parse(struct xdp_md *ctx, u32 *sa, u32 *da, u32 *ports)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+	struct tcphdr *tcp;
+
+	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl < 5)
+		return 0;
+	tcp = (void *)ip + ip->ihl * 4;
+	if ((void *)(tcp + 1) > end)
+		return 0;
+	*sa = ip->saddr; *da = ip->daddr;
+	*ports = ((u32)tcp->source << 16) | tcp->dest;
+	return 1;
+}
+
+int xdp_floor_parse(struct xdp_md *ctx)
+{
+	u32 sa, da, ports;
+
+	if (!parse(ctx, &sa, &da, &ports))
+		return XDP_PASS;
+	return bpf_redirect(IFINDEX, 0);
+}
+
+int xdp_floor_route(struct xdp_md *ctx)
+{
+	u32 sa, da, ports, *gid;
+
+	if (!parse(ctx, &sa, &da, &ports))
+		return XDP_PASS;
+	gid = fwd.lookup(&da);
+	if (!gid)
+		return XDP_PASS;
+	return bpf_redirect(IFINDEX + (*gid & 0), 0);
+}
+
+static __always_inline u32 rotl(u32 x, int r) { return (x << r) | (x >> (32 - r)); }
+static __always_inline u32 mix(u32 h, u32 k)
+{
+	k *= 0xcc9e2d51U; k = rotl(k, 15); k *= 0x1b873593U;
+	h ^= k; h = rotl(h, 13); return h * 5 + 0xe6546b64U;
+}
+
+int xdp_floor_ecmp(struct xdp_md *ctx)
+{
+	u32 sa, da, ports, *gid, h = 1;
+	struct grp *g;
+
+	if (!parse(ctx, &sa, &da, &ports))
+		return XDP_PASS;
+	gid = fwd.lookup(&da);
+	if (!gid)
+		return XDP_PASS;
+	g = groups.lookup(gid);
+	if (!g || g->n == 0 || g->n > 8)
+		return XDP_PASS;
+	h = mix(mix(mix(mix(h, sa), da), ports), 6) ^ 16;
+	h ^= h >> 16; h *= 0x85ebca6bU; h ^= h >> 13; h *= 0xc2b2ae35U; h ^= h >> 16;
+	h %= g->n;
+	asm volatile("" : "+r"(h));     /* keep the mask for the verifier */
+	return bpf_redirect(g->ifindex[h & 7], 0);
+}
+"""
+XDP_FLOORS = {"xdp_floor_parse": "floor: parse Eth/IPv4/TCP + XDP_REDIRECT",
+              "xdp_floor_route": "floor: parse + route lookup + XDP_REDIRECT",
+              "xdp_floor_ecmp": "floor: parse + route + group + hash + XDP_REDIRECT"}
 ROWS = ("TC entry (ECMP, 4-port group)", "XDP entry (ECMP, 4-port group)",
         "empty XDP_REDIRECT", "empty TC redirect")
 
@@ -86,6 +173,18 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
         empty_xdp = b_x.load_func(b"empty_xdp_redirect", BPF.XDP).fd
         drop = b_x.load_func(b"xdp_drop", BPF.XDP).fd
         empty_tc = b_t.load_func(b"empty_tc_redirect", BPF.SCHED_CLS).fd
+        b_f = BPF(text=XDP_FLOOR_SRC, cflags=[f"-DIFINDEX={ifindex['p1']}"])
+        keep.append(b_f)
+        import ctypes
+
+        daddr = int.from_bytes(bytes([198, 18, 1, 4]), "little")    # as the program reads it
+        b_f[b"fwd"][ctypes.c_uint32(daddr)] = ctypes.c_uint32(1)
+        grp = b_f[b"groups"].Leaf()
+        grp.n = 4
+        for i in range(4):
+            grp.ifindex[i] = ifindex[f"p{i + 1}"]
+        b_f[b"groups"][ctypes.c_uint32(1)] = grp
+        floors = {row: b_f.load_func(fn.encode(), BPF.XDP).fd for fn, row in XDP_FLOORS.items()}
         tc = SwitchDatapath(ns, "/nonexistent").load(release_sk=False)
         xdp = XdpSwitchDatapath(ns, "/nonexistent").load()
         keep += [tc, xdp]
@@ -141,12 +240,19 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
                 finally:
                     control.set_release(tc.maps, False)
 
-            fwd, delivered = {}, {}
-            for name, fn in ((ROWS[0], live_tc), (ROWS[1], live_xdp(xdp.prog_fd)),
-                             (ROWS[2], live_xdp(empty_xdp))):
-                before = rx_dropped()
-                fwd[name] = _best(fn, rounds)
-                delivered[name] = (rx_dropped() - before) / (frames * rounds)
+            # rows interleaved, once per round; the median is kept
+            live = [(ROWS[0], live_tc), (ROWS[1], live_xdp(xdp.prog_fd)),
+                    (ROWS[2], live_xdp(empty_xdp)),
+                    *((row, live_xdp(fd)) for row, fd in floors.items())]
+            samples = {name: [] for name, _ in live}
+            got = {name: 0 for name, _ in live}
+            for _ in range(rounds):
+                for name, fn in live:
+                    before = rx_dropped()
+                    samples[name].append(fn())
+                    got[name] += rx_dropped() - before
+            fwd = {name: statistics.median(v) for name, v in samples.items()}
+            delivered = {name: got[name] / (frames * rounds) for name in got}
         finally:
             netns.popns()
             os.sched_setaffinity(0, affinity)
@@ -165,8 +271,10 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
     for name in ROWS:
         say(f"    {name:<{width}}  {cost[name]:>6.0f} ns  {1e3 / max(cost[name], 1e-9):>7.2f} "
             f"Mpps/core")
-    say(f"(b) forwarding, redirect executed, {frames:,} frames, wall clock on one CPU")
-    for name in ROWS[:3]:
+    say(f"(b) forwarding, redirect executed, {frames:,} frames, wall clock on one CPU, "
+        f"median of {rounds} interleaved rounds")
+    width = max(width, *(len(r) for r in XDP_FLOORS.values()))
+    for name in (*ROWS[:3], *XDP_FLOORS.values()):
         say(f"    {name:<{width}}  {fwd[name]:>6.0f} ns  {1e3 / fwd[name]:>7.2f} Mpps/core"
             f"  ({delivered[name]:.0%} reached the peer)")
     ratios = {
@@ -174,6 +282,8 @@ def measure(*, repeat: int = 1_000_000, frames: int = 2_000_000, rounds: int = 3
         "cost: xdp_entry/empty_xdp_redirect": cost[ROWS[1]] / cost[ROWS[2]],
         "fwd pps: xdp_entry/tc_entry": fwd[ROWS[0]] / fwd[ROWS[1]],
         "fwd pps: xdp_entry/empty_xdp_redirect": fwd[ROWS[2]] / fwd[ROWS[1]],
+        **{f"fwd pps: {fn}/empty_xdp_redirect": fwd[ROWS[2]] / fwd[row]
+           for fn, row in XDP_FLOORS.items()},
     }
     say("    ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     return {"size": size, "cpu": cpu, "repeat": repeat, "frames": frames,

@@ -116,17 +116,13 @@ static __always_inline int talb_finish(struct __ctx_buff *skb, struct talb_pkt *
 	return talb_act(skb, pkt, &v);
 }
 
-/* Hand the packet to scheme `scheme`'s program. Returns only when there is
- * none (the caller decides by ECMP and counts CNT_SCHEME_FALLBACK). */
-static __always_inline void talb_tail(struct __ctx_buff *skb, const struct talb_pkt *pkt,
+/* Hand the packet to scheme `scheme`'s program: the packet is in the
+ * per-CPU slot `s` already (talb_switch_tc parses into it). Returns only
+ * when there is none (the caller decides by ECMP and counts
+ * CNT_SCHEME_FALLBACK). */
+static __always_inline void talb_tail(struct __ctx_buff *skb, struct talb_scratch *s,
 				      __u32 gid, __u64 now, __u32 scheme, __u32 flags)
 {
-	__u32 zero = 0;
-	struct talb_scratch *s = scheme_scratch.lookup(&zero);
-
-	if (!s)
-		return;
-	s->pkt = *pkt;
 	s->now = now;
 	s->gid = gid;
 	s->flags = flags;
@@ -163,14 +159,14 @@ static __always_inline struct talb_scratch *talb_scratch_take(const struct talb_
  * unknown midway; `rem`: TaLB remembers the fallback's port): a tail call
  * to RPS's, LetFlow's or DRILL's program; returns only for ECMP -- the
  * caller's -- or when that program is missing (counted). */
-static __always_inline void talb_fallback(struct __ctx_buff *skb, const struct talb_pkt *pkt,
+static __always_inline void talb_fallback(struct __ctx_buff *skb, struct talb_scratch *s,
 					  const struct talb_config *cfg, __u32 gid, __u64 now,
 					  __u32 rem)
 {
 	__u32 fb = cfg->fallback_scheme;
 
 	if (fb == TALB_SCHEME_RPS || fb == TALB_SCHEME_LETFLOW || fb == TALB_SCHEME_DRILL)
-		talb_tail(skb, pkt, gid, now, fb, rem ? TALB_SCRATCH_REMEMBER : 0);
+		talb_tail(skb, s, gid, now, fb, rem ? TALB_SCRATCH_REMEMBER : 0);
 	if (fb != TALB_SCHEME_ECMP)
 		talb_count(CNT_SCHEME_FALLBACK);
 }
@@ -183,13 +179,14 @@ static __always_inline void talb_fallback(struct __ctx_buff *skb, const struct t
  * its whole table hit (docs/schemes.md "Cost per packet"). */
 int talb_switch_tc(struct __ctx_buff *skb)
 {
-	struct talb_pkt pkt = {};
 	struct talb_verdict v = {};
 	const struct talb_config *cfg;
+	struct talb_scratch *s;
+	struct talb_pkt *pkt;
 	struct fwd_group *g = 0;
 	struct port_info in = {};
 	__u32 ifindex = ctx_ingress_ifindex(skb);
-	__u32 gid = 0, idx = 0, dcnt = CNT_DECISION_SINGLE;
+	__u32 gid = 0, idx = 0, dcnt = CNT_DECISION_SINGLE, zero = 0;
 	__u64 now = 0;
 	void *data, *data_end;
 
@@ -197,56 +194,70 @@ int talb_switch_tc(struct __ctx_buff *skb)
 		talb_count(CNT_PASS_UNKNOWN_INGRESS);
 		return CTX_ACT_OK;
 	}
-	pkt.ingress_ifindex = ifindex;
-	pkt.len = ctx_len(skb);
-	talb_port_rx(in.port_id, pkt.len);
+	/* The packet as parsed lives in this CPU's scratch slot, not on the
+	 * stack: the verifier keeps no values of a map's contents, so the
+	 * parse's many outcomes (flags, option fields) meet again in one
+	 * state after it instead of each walking the rest of the program
+	 * (180k -> 59k instructions processed; docs/schemes.md "State
+	 * explosion removed"); a scheme's program finds it there too
+	 * (talb_tail). */
+	s = scheme_scratch.lookup(&zero);
+	if (!s) {
+		talb_count(CNT_PASS_GROUP_EMPTY);       /* cannot happen: an array */
+		return CTX_ACT_OK;
+	}
+	pkt = &s->pkt;
+	__builtin_memset(pkt, 0, sizeof(*pkt));
+	pkt->ingress_ifindex = ifindex;
+	pkt->len = ctx_len(skb);
+	talb_port_rx(in.port_id, pkt->len);
 
 	/* Headers in the linear area (a no-op for the fabric's packets). */
 	ctx_pull_headers(skb);
 	data = ctx_data(skb);
 	data_end = ctx_data_end(skb);
 
-	if (!talb_extract(data, data_end, &pkt, &v)) {
+	if (!talb_extract(data, data_end, pkt, &v)) {
 		talb_count(v.reason);
 		return CTX_ACT_OK;
 	}
-	if ((in.flags & PORT_HOST) && (pkt.flags & TALB_PKT_OPT_SEEN) &&
-	    !(pkt.flags & TALB_PKT_OPT_STRIP)) {
+	if ((in.flags & PORT_HOST) && (pkt->flags & TALB_PKT_OPT_SEEN) &&
+	    !(pkt->flags & TALB_PKT_OPT_STRIP)) {
 		talb_count(CNT_DROP_OPT_POSITION);
 		return CTX_ACT_DROP;
 	}
 	cfg = talb_config_get();
-	if (!cfg || !talb_route(&pkt, &v, &g, &gid)) {
+	if (!cfg || !talb_route(pkt, &v, &g, &gid)) {
 		talb_count(cfg ? v.reason : CNT_PASS_GROUP_EMPTY);
 		return CTX_ACT_OK;
 	}
-	if (talb_scheme_clock(cfg))
+	if (talb_scheme_clock(cfg, pkt))
 		now = bpf_ktime_get_ns();
 	if (cfg->scheme == TALB_SCHEME_CONGA ||   /* every hop: CE, options */
 	    (g->n_ports > 1 && cfg->scheme != TALB_SCHEME_ECMP &&
 	     cfg->scheme != TALB_SCHEME_TALB)) {
-		talb_tail(skb, &pkt, gid, now, cfg->scheme, 0);
+		talb_tail(skb, s, gid, now, cfg->scheme, 0);
 		talb_count(CNT_SCHEME_FALLBACK);        /* no such program */
 	}
 	if (g->n_ports > 1) {
 		idx = TALB_USE_FALLBACK;
 		if (cfg->scheme == TALB_SCHEME_TALB) {
-			idx = talb_scheme_select(&pkt, g, gid, cfg, now);
+			idx = talb_scheme_select(pkt, g, gid, cfg, now);
 			dcnt = CNT_DECISION_TALB;
 			if (idx >= TALB_USE_FALLBACK)
-				talb_fallback(skb, &pkt, cfg, gid, now,
+				talb_fallback(skb, s, cfg, gid, now,
 					      idx == TALB_USE_FALLBACK_REMEMBER);
 		}
 		/* ECMP: the scheme, or TaLB's fallback (one call site) */
 		if (idx >= TALB_USE_FALLBACK) {
 			__u32 rem = idx == TALB_USE_FALLBACK_REMEMBER;
 
-			idx = talb_scheme_pick(TALB_SCHEME_ECMP, &pkt, g, gid, cfg, now, &dcnt);
+			idx = talb_scheme_pick(TALB_SCHEME_ECMP, pkt, g, gid, cfg, now, &dcnt);
 			if (rem)
-				idx = talb_remember_midstream(&pkt, g, gid, idx, now);
+				idx = talb_remember_midstream(pkt, g, gid, idx, now);
 		}
 	}
-	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
+	return talb_finish(skb, pkt, g, cfg, idx, dcnt, now);
 }
 
 /* A scheme's program: the packet from scheme_scratch, the scheme's

@@ -27,7 +27,8 @@ __all__ = [
     "obj_get_info_by_fd", "map_info", "ProgInfo", "prog_info", "prog_test_run", "close",
     "prog_load", "BPF_PROG_TYPE_SCHED_CLS", "VERIFIER_INSN_LIMIT", "PreparedCall", "MapBatch",
     "BPF_PROG_TYPE_XDP", "XdpMd", "BPF_F_TEST_XDP_LIVE_FRAMES", "XDP_ABORTED", "XDP_DROP",
-    "XDP_PASS", "XDP_TX", "XDP_REDIRECT", "prog_get_fd_by_id",
+    "XDP_PASS", "XDP_TX", "XDP_REDIRECT", "prog_get_fd_by_id", "prog_verify", "VerifierStats",
+    "BPF_LOG_LEVEL2", "BPF_LOG_STATS", "BPF_PROG_TYPE_RAW_TRACEPOINT",
 ]
 
 # --- commands (enum bpf_cmd) ---------------------------------------------
@@ -73,6 +74,7 @@ PERCPU_MAP_TYPES = frozenset(
 # --- program types (enum bpf_prog_type) -------------------------------------
 BPF_PROG_TYPE_SCHED_CLS = 3
 BPF_PROG_TYPE_XDP = 6
+BPF_PROG_TYPE_RAW_TRACEPOINT = 17
 
 # --- XDP (enum xdp_action; BPF_PROG_TEST_RUN flags) ---------------------------
 XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = range(5)
@@ -564,6 +566,68 @@ def prog_load(insns: bytes, *, prog_type: int = BPF_PROG_TYPE_SCHED_CLS, license
             raise OSError(exc.errno, f"{exc.strerror}; verifier log (last lines):\n{tail}"
                           if tail else exc.strerror) from None
     raise AssertionError("unreachable")
+
+
+#: BPF_PROG_LOAD log levels (include/linux/bpf_verifier.h BPF_LOG_*): every
+#: instruction with its state (2), and the statistics line alone (4)
+BPF_LOG_LEVEL2 = 2
+BPF_LOG_STATS = 4
+
+
+class VerifierStats:
+    """The verifier's own account of one accepted program: the statistics
+    line of its log (``processed N insns (limit L) max_states_per_insn M
+    total_states T peak_states P mark_read R``). ``insns`` is what
+    ``bpf_prog_info.verified_insns`` reports too; ``peak_states`` the most
+    states it kept at once, ``total_states`` all it stored for pruning."""
+
+    __slots__ = ("insns", "max_states_per_insn", "total_states", "peak_states", "mark_read",
+                 "verify_us", "log")
+
+    def __init__(self, log: str):
+        import re
+
+        m = re.search(r"processed (\d+) insns \(limit \d+\) max_states_per_insn (\d+) "
+                      r"total_states (\d+) peak_states (\d+) mark_read (\d+)", log)
+        if not m:
+            raise ValueError(f"no statistics line in the verifier log: {log[-200:]!r}")
+        (self.insns, self.max_states_per_insn, self.total_states, self.peak_states,
+         self.mark_read) = (int(x) for x in m.groups())
+        t = re.search(r"verification time (\d+) usec", log)
+        self.verify_us = int(t.group(1)) if t else None     # the kernel's own clock
+        self.log = log
+
+    def __repr__(self) -> str:
+        return (f"VerifierStats(insns={self.insns}, total_states={self.total_states}, "
+                f"peak_states={self.peak_states}, max_states_per_insn={self.max_states_per_insn})")
+
+
+def prog_verify(insns: bytes, *, prog_type: int = BPF_PROG_TYPE_SCHED_CLS,
+                license: str = "GPL", name: str = "", log_level: int = BPF_LOG_STATS,
+                log_size: int = 1 << 16) -> tuple[int, VerifierStats]:
+    """Load a program as :func:`prog_load` does, with a verifier log of
+    ``log_level`` (statistics only by default): ``(fd, VerifierStats)``.
+    For tools (bench/verifier_states.py); the data path loads without a log
+    (faster). ``log_level`` BPF_LOG_LEVEL2 | BPF_LOG_STATS logs every
+    instruction processed: give it a ``log_size`` of tens of MiB."""
+    insns = bytes(insns)
+    code = ctypes.create_string_buffer(insns, len(insns))
+    lic = ctypes.create_string_buffer(license.encode())
+    log = ctypes.create_string_buffer(log_size)
+    what = f"BPF_PROG_LOAD {name or '(unnamed)'} ({len(insns) // 8} insns, log {log_level})"
+    attr = _ProgLoadAttr(prog_type=prog_type, insn_cnt=len(insns) // 8, insns=_ptr(code),
+                         license=_ptr(lic), log_level=log_level, log_size=log_size,
+                         log_buf=_ptr(log), prog_name=name.encode()[:BPF_OBJ_NAME_LEN - 1])
+    for attempt in range(PROG_LOAD_EAGAIN_TRIES):
+        try:
+            fd = _bpf(BPF_PROG_LOAD, attr, what)
+            break
+        except OSError as exc:
+            if exc.errno == _errno.EAGAIN and attempt + 1 < PROG_LOAD_EAGAIN_TRIES:
+                continue
+            tail = "\n".join(log.value.decode(errors="replace").splitlines()[-PROG_LOAD_LOG_LINES:])
+            raise OSError(exc.errno, f"{exc.strerror}; verifier log (last lines):\n{tail}") from None
+    return fd, VerifierStats(log.raw.split(b"\0", 1)[0].decode(errors="replace"))
 
 
 def obj_pin(fd: int, path: str | os.PathLike) -> None:

@@ -27,7 +27,7 @@ from datapath.maps import SwitchMaps
 from datapath.schemes import registry as scheme_registry
 from datapath.schemes import talb as talb_scheme
 from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
-from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo, PortSlot
+from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo, PortSlot, RouteSlot
 
 __all__ = [
     "SchemeError", "scheme_id_of", "port_flags", "program_switch", "read_port_stats", "read_ports",
@@ -238,13 +238,46 @@ def _install_groups(maps: SwitchMaps, wanted: set[tuple[int, ...]]
     return tuple_to_id, set(installed.values()) - set(tuple_to_id.values())
 
 
+_ROUTE_SLOT_BITS = CONST["TALB_ROUTE_SLOT_BITS"]
+_ROUTE_HASH_MUL = CONST["TALB_ROUTE_HASH_MUL"]
+_ROUTE_SLOT_USED = CONST["ROUTE_SLOT_USED"]
+
+
+def route_slot_of(addr: int) -> tuple[int, int]:
+    """(route_slots index, the address as the data path reads it) of the
+    IPv4 address ``addr`` (an int, host order): talb_route's arithmetic on
+    the wire's bytes loaded as a little-endian u32."""
+    wire = int.from_bytes(addr.to_bytes(4, "big"), "little")
+    return ((wire * _ROUTE_HASH_MUL) & 0xFFFFFFFF) >> (32 - _ROUTE_SLOT_BITS), wire
+
+
 def _install_routes(maps: SwitchMaps, routes: dict[int, tuple[int, ...]],
                     group_ids: dict[tuple[int, ...], int]) -> None:
-    """The fwd map: every destination to its group, then stale ones removed."""
+    """The fwd map: every destination to its group, then stale ones
+    removed; route_slots (what the data path reads first) with it: a
+    route takes its slot unless another route of this table holds it
+    (that one keeps it; the other is found in fwd). Slots are written after
+    fwd has the route and emptied before fwd loses it, so a packet finds
+    its route in one or the other all along."""
     for key, t in routes.items():
         maps.fwd[IPv4Key(key)] = group_ids[t]
+    taken: dict[int, int] = {}      # slot -> address it holds after this call
+    for key in sorted(routes):
+        slot, wire = route_slot_of(key)
+        cur = maps.route_slots[slot]
+        owner = cur.daddr if cur.flags & _ROUTE_SLOT_USED else None
+        if slot in taken or (owner is not None and owner != wire
+                             and int.from_bytes(owner.to_bytes(4, "little"), "big") in routes):
+            continue    # another route of the table holds it: this one is in fwd
+        taken[slot] = wire
+        gid = group_ids[routes[key]]
+        if owner != wire or cur.group_id != gid:
+            maps.route_slots[slot] = RouteSlot(wire, gid, _ROUTE_SLOT_USED)
     for k in list(maps.fwd.keys()):
         if k.addr not in routes:
+            slot, wire = route_slot_of(k.addr)
+            if taken.get(slot) is None and maps.route_slots[slot].daddr == wire:
+                maps.route_slots[slot] = RouteSlot(0, 0, 0)
             maps.fwd.delete(k)
 
 

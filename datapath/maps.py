@@ -22,6 +22,7 @@ from datapath import bpf_syscall as sc
 from datapath.structs import (CongaDre, CongaMetric, DrillMem, EcnPort, EcnQueue, Flowlet, FlowKey,
                               FwdGroup,
                               GroupState, IPv4Key, PortInfo, PortQueue, PortRate, PortSlot, PortStats,
+                              RouteSlot,
                               TalbConfig, TalbScratch, TensorEgress, TensorEntry,
                               TensorKey)
 
@@ -294,6 +295,7 @@ MAP_SPECS = MappingProxyType({
     "port_slots": (ctypes.c_uint32, PortSlot, sc.BPF_MAP_TYPE_ARRAY),
     "port_stats": (ctypes.c_uint32, PortStats, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
     "fwd": (IPv4Key, ctypes.c_uint32, sc.BPF_MAP_TYPE_HASH),
+    "route_slots": (ctypes.c_uint32, RouteSlot, sc.BPF_MAP_TYPE_ARRAY),
     "groups": (ctypes.c_uint32, FwdGroup, sc.BPF_MAP_TYPE_HASH),
     "config": (ctypes.c_uint32, TalbConfig, sc.BPF_MAP_TYPE_ARRAY),
     "counters": (ctypes.c_uint32, ctypes.c_uint64, sc.BPF_MAP_TYPE_PERCPU_ARRAY),
@@ -321,7 +323,7 @@ MAP_SPECS = MappingProxyType({
 
 class SwitchMaps(MapSet):
     """All maps of one switch's data path, as attributes named like the maps
-    (``.ports``, ``.port_slots``, ``.port_stats``, ``.fwd``, ``.groups``, ``.config``,
+    (``.ports``, ``.port_slots``, ``.port_stats``, ``.fwd``, ``.route_slots``, ``.groups``, ``.config``,
     ``.counters``, ``.tensors``, ``.group_state``, ``.group_swept``,
     ``.tensor_count``, ``.tensor_egress``, ``.scheme_progs``, ``.scheme_scratch``, ``.rng``, ``.flowlets``, ``.port_rate``, ``.port_queue``,
     ``.drill_mem``, ``.conga_dre``, ``.conga_to_leaf``, ``.conga_from_leaf``,

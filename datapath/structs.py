@@ -15,7 +15,7 @@ from common.c_constants import (MAX_BANDS, TALB_DRILL_MAX_M, TALB_MAX_GROUP_PORT
                                 TALB_NR_LAYERS, TALB_PCM_ONE, TALB_SCHED_MAX)
 
 __all__ = [
-    "PortInfo", "PortSlot", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry", "TensorEgress",
+    "PortInfo", "PortSlot", "RouteSlot", "PortStats", "FwdGroup", "TalbConfig", "IPv4Key", "TensorKey", "TensorEntry", "TensorEgress",
     "GroupState", "FlowKey", "Flowlet", "PortRate", "PortQueue", "DrillMem", "TalbScratch",
     "CongaDre", "CongaMetric",
 ]
@@ -33,6 +33,14 @@ class PortInfo(ctypes.Structure):
 
 class PortSlot(ctypes.Structure):
     _fields_ = [("ifindex", ctypes.c_uint32), ("port_id", ctypes.c_uint16),
+                ("flags", ctypes.c_uint16)]
+
+
+class RouteSlot(ctypes.Structure):
+    """route_slots value (talb/structs.h struct route_slot): ``daddr`` as on
+    the wire (the address's bytes read as a little-endian u32 here)."""
+
+    _fields_ = [("daddr", ctypes.c_uint32), ("group_id", ctypes.c_uint16),
                 ("flags", ctypes.c_uint16)]
 
 

@@ -783,7 +783,9 @@ def bench_archive(out_dir):
               help="BPF_PROG_TEST_RUN repetitions for the program cost.")
 @click.option("--frames", type=int, default=2_000_000, show_default=True,
               help="Frames forwarded (redirect executed) per measurement.")
-@click.option("--rounds", type=int, default=3, show_default=True, help="Best of this many.")
+@click.option("--rounds", type=int, default=3, show_default=True,
+              help="Rounds: the program cost is their best, forwarding their median "
+                   "(every row once per round).")
 @click.option("--size", type=int, default=64, show_default=True, help="Frame size, bytes.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Also write the results here.")
 def bench_xdp(repeat, frames, rounds, size, json_out):

@@ -280,6 +280,56 @@ def test_single_port_group(switch):
     assert c["decision_single"] == 20 and c["decision_ecmp"] == 0
 
 
+def _colliding_addresses(base: str = "198.18.2.0") -> tuple[str, str]:
+    """Two addresses whose route_slots index is the same (talb_route)."""
+    import ipaddress
+
+    from datapath.control import route_slot_of
+
+    start, seen = int(ipaddress.IPv4Address(base)), {}
+    for i in range(1 << 16):
+        slot = route_slot_of(start + i)[0]
+        if slot in seen:
+            return str(ipaddress.IPv4Address(seen[slot])), str(ipaddress.IPv4Address(start + i))
+        seen[slot] = start + i
+    raise AssertionError("no collision in 65536 addresses")
+
+
+def test_routes_found_in_their_slot_and_past_a_collision(switch):
+    """route_slots holds most routes (the data path's first lookup); two
+    destinations sharing a slot: the first keeps it, the other is found in
+    fwd -- each packet reaches its own group; the slot's owner removed, the
+    other takes the slot; a removed route's slot is emptied."""
+    import ipaddress
+
+    from datapath.control import route_slot_of
+
+    a, b = _colliding_addresses()
+    groups = {**switch.groups, a: [switch.ifindex["p5"]], b: [switch.ifindex["p1"]]}
+    switch.reset(groups=groups)
+    slot, wire_a = route_slot_of(int(ipaddress.IPv4Address(a)))
+    assert switch.maps.route_slots[slot].daddr == wire_a      # the first (sorted) holds it
+    for dst, port in ((a, "p5"), (b, "p1"), (DST1, "p5")):
+        before = switch.tx()[port]
+        assert switch.run(tcp(dst=dst))[0] == TC_ACT_REDIRECT, dst
+        assert switch.tx()[port] == before + 1, dst
+    # a's route goes: b takes the slot, a has no route
+    switch.reset(groups={**switch.groups, b: [switch.ifindex["p1"]]})
+    assert switch.maps.route_slots[slot].daddr == route_slot_of(int(ipaddress.IPv4Address(b)))[1]
+    # and when b goes too, the slot is emptied
+    switch.reset(groups={**switch.groups})
+    assert switch.maps.route_slots[slot].flags == 0
+    switch.reset(groups={**switch.groups, b: [switch.ifindex["p1"]]})
+    before = switch.tx()["p1"]
+    assert switch.run(tcp(dst=b))[0] == TC_ACT_REDIRECT
+    assert switch.tx()["p1"] == before + 1
+    assert switch.run(tcp(dst=a))[0] == TC_ACT_OK
+    assert switch.counters()["pass_no_route"] == 1
+    # every route of a table is in fwd; the slots hold exactly the ones they name
+    held = {rs.daddr for _, rs in switch.maps.route_slots.items() if rs.flags}
+    assert held <= {route_slot_of(k.addr)[1] for k in switch.maps.fwd.keys()}
+
+
 def test_icmp_and_fragments_hash_without_ports(switch):
     from scapy.layers.inet import ICMP, IP, UDP
     from scapy.layers.l2 import Ether

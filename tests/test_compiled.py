@@ -134,7 +134,9 @@ def test_two_switches_of_one_compile_keep_their_own_state_and_both_forward(two_s
     assert control.read_config(b.maps)["scheme"] == "rps"
     from datapath.structs import IPv4Key
 
-    a.maps.fwd.delete(IPv4Key.of(DST))
+    # the route removed from a as the control plane removes one (fwd and
+    # route_slots, the array the data path reads first)
+    control.program_switch(a.maps, ports, {}, scheme="ecmp")
     assert a.maps.fwd.get(IPv4Key.of(DST)) is None
     assert b.maps.fwd.get(IPv4Key.of(DST)) is not None
     assert a.run(_tcp(40000))[0] != 7 and b.run(_tcp(40000))[0] == 7

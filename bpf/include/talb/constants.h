@@ -18,6 +18,10 @@
 #define TALB_PORT_SLOT_MASK     (TALB_PORT_SLOTS - 1) /* a power of two */
 #define TALB_MAX_GROUP_PORTS    8       /* candidate egress ports per group  */
 #define TALB_MAX_ROUTES         4096    /* fwd: destination IPv4 addresses   */
+#define TALB_ROUTE_SLOT_BITS    12      /* route_slots: 2^this slots          */
+#define TALB_ROUTE_SLOTS        (1 << TALB_ROUTE_SLOT_BITS)
+#define TALB_ROUTE_HASH_MUL     0x9E3779B1U /* slot = (daddr * this) >> (32 - bits) */
+#define ROUTE_SLOT_USED         (1U << 0)   /* route_slot.flags: the slot holds a route */
 #define TALB_MAX_GROUPS         1024    /* groups: distinct port sets        */
 #define TALB_NR_LAYERS          256     /* tensor_layer is a u8 on the wire  */
 /* Tensor table (Table I of the paper). The occupancy limit (config

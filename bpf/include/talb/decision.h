@@ -124,13 +124,22 @@ static __always_inline int talb_extract(void *data, void *data_end,
 	return 1;
 }
 
-/* Whether the configured decision reads the clock (TaLB: table ages;
- * LetFlow: flowlet gaps; DRILL: queue drain), and whether DRILL decides
- * (then every redirected packet feeds the queue estimates). */
-static __always_inline int talb_scheme_clock(const struct talb_config *cfg)
+/* Whether the decision for packet p reads the clock (TaLB: table ages, for
+ * a tagged packet, and its fallback's clock; LetFlow: flowlet gaps; DRILL:
+ * queue drain; CONGA: the DRE), and whether DRILL decides (then every
+ * redirected packet feeds the queue estimates). An untagged packet under
+ * TaLB with a fallback that reads no clock (ECMP, RPS) reads none:
+ * bpf_ktime_get_ns is ~32 ns, a third of its cost (docs/schemes.md "Cost
+ * per packet (issue 43)"). */
+static __always_inline int talb_scheme_clock(const struct talb_config *cfg,
+					     const struct talb_pkt *p)
 {
-	return cfg->scheme == TALB_SCHEME_TALB || cfg->scheme == TALB_SCHEME_LETFLOW ||
-	       cfg->scheme == TALB_SCHEME_DRILL || cfg->scheme == TALB_SCHEME_CONGA;
+	if (cfg->scheme == TALB_SCHEME_TALB)
+		return (p->flags & TALB_PKT_TAGGED) ||
+		       cfg->fallback_scheme == TALB_SCHEME_LETFLOW ||
+		       cfg->fallback_scheme == TALB_SCHEME_DRILL;
+	return cfg->scheme == TALB_SCHEME_LETFLOW || cfg->scheme == TALB_SCHEME_DRILL ||
+	       cfg->scheme == TALB_SCHEME_CONGA;
 }
 
 static __always_inline int talb_drill_in_use(const struct talb_config *cfg)
@@ -159,14 +168,24 @@ static __always_inline int talb_group_usable(const struct fwd_group *g)
 static __always_inline int talb_route(const struct talb_pkt *p, struct talb_verdict *v,
 				      struct fwd_group **g, __u32 *gid)
 {
-	__u32 *id = fwd.lookup((__be32 *)&p->daddr_be);
+	__be32 daddr = p->daddr_be;
+	__u32 slot = ((__u32)daddr * TALB_ROUTE_HASH_MUL) >> (32 - TALB_ROUTE_SLOT_BITS);
+	struct route_slot *rs = route_slots.lookup(&slot);
+	__u32 id;
 
-	if (!id) {
-		v->reason = CNT_PASS_NO_ROUTE;
-		return 0;
+	if (rs && (rs->flags & ROUTE_SLOT_USED) && rs->daddr == daddr) {
+		id = rs->group_id;
+	} else {        /* its slot holds another route, or none: the hash */
+		__u32 *hid = fwd.lookup(&daddr);
+
+		if (!hid) {
+			v->reason = CNT_PASS_NO_ROUTE;
+			return 0;
+		}
+		id = *hid;
 	}
-	*gid = *id;
-	*g = groups.lookup(id);
+	*gid = id;
+	*g = groups.lookup(&id);
 	if (!talb_group_usable(*g)) {
 		v->reason = CNT_PASS_GROUP_EMPTY;
 		return 0;

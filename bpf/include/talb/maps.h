@@ -33,6 +33,14 @@ TALB_MAP("array", __u32, struct port_slot, port_slots, TALB_PORT_SLOTS);
 TALB_MAP("percpu_array", __u32, struct port_stats, port_stats, TALB_MAX_PORTS);
 /* destination IPv4 address (network byte order, as on the wire) -> group id */
 TALB_MAP("hash", __be32, __u32, fwd, TALB_MAX_ROUTES);
+/* the same routes, most of them, in an array (struct route_slot): what
+ * the data path reads first (talb_route). An array lookup is a few
+ * inlined instructions, a hash lookup a call of ~25 ns a packet
+ * (bench/datapath_bpf.py floor rows); `fwd` stays the routes' full list
+ * for user space and for the addresses whose slot another one took.
+ * Written with `fwd` by datapath/control.py (_install_routes), never by
+ * the agent's per-window publication. */
+TALB_MAP("array", __u32, struct route_slot, route_slots, TALB_ROUTE_SLOTS);
 /* group id -> candidate egress ports (replaced as a whole, atomically) */
 TALB_MAP("hash", __u32, struct fwd_group, groups, TALB_MAX_GROUPS);
 /* [0] -> runtime configuration */

@@ -56,6 +56,17 @@ struct fwd_group {
 	__u8 sched[TALB_SCHED_MAX];             /* CASE 2 schedule of indices */
 };
 
+/* route_slots: the route of destination `daddr` (network byte order, as
+ * on the wire) at slot (daddr * TALB_ROUTE_HASH_MUL) >> (32 - bits), when
+ * no other route of the switch took that slot first; every route is in
+ * `fwd` too (the data path looks there when the slot holds another
+ * address). One 8-byte value, written whole. */
+struct route_slot {
+	__be32 daddr;
+	__u16 group_id;         /* < TALB_MAX_GROUPS */
+	__u16 flags;            /* ROUTE_SLOT_USED */
+};
+
 /* tensors key: a tensor is (sender, tensor_id). Ids are unique per sending
  * host only (the 12-byte option has no room for the sender, and the IPv4
  * header already carries it), so two hosts' tensors of one id must not

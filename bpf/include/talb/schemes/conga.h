@@ -49,6 +49,17 @@ struct conga_params {
 	__u32 q_bits;
 };
 
+/* v if lo <= v <= hi, else def -- without a branch: with one, the
+ * default and the configured value were two verifier states through
+ * everything CONGA computes from them (shift amounts, tracked exactly). */
+static __always_inline __u32 talb_pick_valid(__u32 v, __u32 lo, __u32 hi, __u32 def)
+{
+	__u64 ok = talb_lt((__u64)v - lo, hi - lo + 1) & (talb_lt(v, lo) ^ 1), mask = -ok;
+
+	TALB_OPAQUE(mask);
+	return (v & mask) | (def & ~mask);
+}
+
 static __always_inline void conga_params_of(const struct talb_config *cfg,
 					    struct conga_params *pp)
 {
@@ -58,8 +69,8 @@ static __always_inline void conga_params_of(const struct talb_config *cfg,
 				TALB_DEFAULT_CONGA_DRE_US) * 1000;
 	pp->age_ns = (__u64)(cfg->conga_age_us ? cfg->conga_age_us :
 			     TALB_DEFAULT_CONGA_AGE_US) * 1000;
-	pp->shift = shift >= 1 && shift <= 4 ? shift : TALB_DEFAULT_CONGA_ALPHA_SHIFT;
-	pp->q_bits = q >= 1 && q <= 8 ? q : TALB_DEFAULT_CONGA_Q_BITS;
+	pp->shift = talb_pick_valid(shift, 1, 4, TALB_DEFAULT_CONGA_ALPHA_SHIFT);
+	pp->q_bits = talb_pick_valid(q, 1, 8, TALB_DEFAULT_CONGA_Q_BITS);
 }
 
 /* X * (1 - 2^-shift)^n for n < 64, in Q16 fixed point: the factors for
@@ -196,6 +207,11 @@ static __always_inline __u32 conga_best(const struct fwd_group *g, const struct 
 
 		TALB_OPAQUE(d);
 		lower = -((__u64)d >> 63);              /* all ones iff eff < best */
+		/* else clang makes the select a branch again, and with the
+		 * metrics of ports that have none yet (constants) the
+		 * verifier decides it, tracks them precisely and keeps a
+		 * state per port per outcome: 252k instructions */
+		TALB_OPAQUE(lower);
 		best = (best & ~lower) | (eff & lower);
 		costs |= c << (8 * i);
 	}

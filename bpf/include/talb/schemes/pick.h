@@ -50,15 +50,7 @@ static __always_inline __u32 talb_rand(void)
  * DRILL): the empty asm statements keep clang from turning the arithmetic
  * back into branches. */
 
-/* 1 if x != 0, else 0, without a branch. */
-static __always_inline __u32 talb_nonzero(__u32 x)
-{
-	__u64 v = x;
-	__u64 neg = -v;                 /* bit 63 set iff x != 0 */
-
-	TALB_OPAQUE(neg);
-	return neg >> 63;
-}
+/* talb_nonzero (1 if x != 0, without a branch): parsing_helpers.h */
 
 /* The usable ports of a group of n ports: those in `ports` with PORT_UP.
  * The agent removes ports that go down from the groups (agent/routing.py);

@@ -79,7 +79,10 @@ static __always_inline __u32 talb_order(const struct fwd_group *g, __u32 r,
  * live". The body is branch-free on purpose: with a branch per layer the
  * verifier follows every combination of (rank, other, layer) through 256
  * iterations and gives up; the empty asm statements keep clang from
- * turning the sign-bit arithmetic back into branches. */
+ * turning the sign-bit arithmetic back into branches. "Other" is the
+ * live layers counted minus the tensor's own (read once), not a test per
+ * layer: the verifier walks all 256 steps on each path that decides, so
+ * every instruction of the body counts 256 times. */
 struct talb_live {
 	__u32 rank;
 	__u32 other;
@@ -87,40 +90,50 @@ struct talb_live {
 
 #define TALB_LAYER_CHUNK 32
 
+/* 1 if layer l of the group has live tensors (see talb_live_layers). */
+static __always_inline __u64 talb_layer_live(const struct group_state *st,
+					     const struct group_state *sw, __u32 l)
+{
+	__s64 n = (__s32)(st->live[l & (TALB_NR_LAYERS - 1)] - sw->live[l & (TALB_NR_LAYERS - 1)]);
+	__s64 neg_n = -n;                   /* < 0 iff live */
+
+	TALB_OPAQUE(neg_n);
+	return (__u64)neg_n >> 63;
+}
+
 static __always_inline void talb_live_layers(const struct group_state *st,
 					     const struct group_state *sw,
 					     __u32 layer, struct talb_live *lv)
 {
-	__u64 rank = 0, other = 0;
+	__u64 rank = 0, total = 0, own = talb_layer_live(st, sw, layer);
 	__u32 c, l;
 
 	for (c = 0; c < TALB_NR_LAYERS; c += TALB_LAYER_CHUNK) {
-		__s64 past;
+		__s64 past, others;
 
 		for (l = c; l < c + TALB_LAYER_CHUNK; l++) {
-			__s64 n = (__s32)(st->live[l] - (sw ? sw->live[l] : 0));
+			__s64 n = (__s32)(st->live[l] - sw->live[l]);
 			__s64 neg_n = -n;                   /* < 0 iff live */
 			__s64 lt = (__s64)l - (__s64)layer; /* < 0 iff l < layer */
-			__s64 ne = -(__s64)(l ^ layer);     /* < 0 iff l != layer */
 			__u64 live;
 
 			TALB_OPAQUE(neg_n);
 			TALB_OPAQUE(lt);
-			TALB_OPAQUE(ne);
 			live = (__u64)neg_n >> 63;
 			rank += live & ((__u64)lt >> 63);
-			other |= live & ((__u64)ne >> 63);
+			total += live;
 		}
 		/* Stop after a chunk past the tensor's layer once another
-		 * live layer is known: a chunk at a time, so that the
-		 * verifier sees 8 exits, not 256. */
+		 * live layer is known (its own is counted by then): a chunk
+		 * at a time, so that the verifier sees 8 exits, not 256. */
 		past = (__s64)layer - (__s64)(c + TALB_LAYER_CHUNK - 1);
+		others = (__s64)(total - own);
 		TALB_OPAQUE(past);
-		if (other & ((__u64)past >> 63))
+		if (talb_nonzero(others) & ((__u64)past >> 63))
 			break;
 	}
 	lv->rank = rank;
-	lv->other = other;
+	lv->other = talb_nonzero(total - own);
 }
 
 /* A new tensor (or one whose port went away) of `layer` in group g of
@@ -335,6 +348,13 @@ static __always_inline __u32 talb_remember_midstream(const struct talb_pkt *p,
 	return talb_join(&key, g, idx, n);
 }
 
+/* A new tensor that needs an entry: more than this packet (one that ends
+ * with its first packet is decided and forgotten). */
+static __always_inline int talb_needs_entry(const struct talb_pkt *p)
+{
+	return p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST);
+}
+
 /* The TaLB decision for a group of n >= 2 ports: an index < n (counted as
  * CNT_DECISION_TALB by the caller), or TALB_USE_FALLBACK*. */
 TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
@@ -350,7 +370,7 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 	struct group_state *st;
 	struct group_state *sw;
 	__u32 n = g->n_ports, idx = 0, limit, layer = p->layer;
-	__u32 decide = 1, insert = 0;
+	__u32 decide = 1;
 	__u64 idle_ns;
 	int i, ret;
 
@@ -364,6 +384,10 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 		return TALB_USE_FALLBACK;
 	}
 	sw = group_swept.lookup(&gid);
+	if (!sw) {              /* as group_state: the same size */
+		talb_count(CNT_TALB_FALLBACK);
+		return TALB_USE_FALLBACK;
+	}
 	idle_ns = (__u64)(cfg->tensor_idle_us ? cfg->tensor_idle_us :
 			  TALB_DEFAULT_IDLE_US) * 1000;
 
@@ -394,7 +418,7 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 		 * remembered (talb_remember_midstream). */
 		talb_count(CNT_TALB_MIDSTREAM);
 		return TALB_USE_FALLBACK_REMEMBER;
-	} else if (p->tensor_len > 1 && !(p->flags & TALB_PKT_LAST)) {
+	} else if (talb_needs_entry(p)) {
 		/* A new tensor that needs an entry (one that ends with
 		 * this packet is decided and forgotten). */
 		limit = cfg->tensor_limit;
@@ -406,7 +430,6 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 			talb_count(CNT_TALB_TABLE_FULL);
 			return TALB_USE_FALLBACK;
 		}
-		insert = 1;
 	}
 	if (decide)
 		idx = talb_new_tensor(g, st, sw, layer, n);
@@ -423,7 +446,11 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 		 * tensors, on other ports: seen on the live fabric). */
 		if ((p->flags & TALB_PKT_LAST) || p->pkt_idx + 1 >= e->tensor_len)
 			talb_complete(e);
-	} else if (insert) {
+	} else if (talb_needs_entry(p)) {
+		/* (read again from the packet, not kept from above: a flag
+		 * kept in a register was a verifier path of its own through
+		 * the layer scan, once with an entry to insert and once
+		 * without) */
 		talb_entry_fill(&fresh, p, g->ifindex[idx], gid, now);
 		/* BPF_NOEXIST: another CPU inserting the same tensor
 		 * meanwhile (a later packet of it met midway, or its first
