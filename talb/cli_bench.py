@@ -159,7 +159,7 @@ def sweep_options(f):
                           "tcp_cc), scaled (the paper's 512 KB at 100 Gbit/s on the run's time "
                           "scale), deep-ecn and scaled-ecn (ECN marking at the switches, DCTCP "
                           "at the hosts: dctcp-bpf); a list runs every point under each [deep; "
-                          "the -regime presets: scaled,scaled-ecn] (docs/experiments.md, "
+                          "the -regime presets: deep,scaled,scaled-ecn] (docs/experiments.md, "
                           "Regime)."),
         click.option("--agents", callback=_list(str),
                      help="Named agent settings (experiments/sweep/plan.py AGENT_SETTINGS)."),
