@@ -47,6 +47,26 @@ int empty_redirect(struct __sk_buff *skb) { return bpf_redirect(IFINDEX, 0); }
 #: so "- empty redirect" is the step). The maps are sized and filled like
 #: the switch's (fwd 4096 routes, groups, the tensor table, tensor_egress's
 #: LRU), the lookups hit.
+#: Ethernet, IPv4 (IHL checked), TCP ports: the parse every floor row does,
+#: TC's and XDP's alike (CTX: the program's context, both have data/data_end)
+FLOOR_PARSE_C = b"""
+static __always_inline int parse(CTX *ctx, u32 *sa, u32 *da, u32 *ports)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+	struct tcphdr *tcp;
+
+	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl < 5)
+		return 0;
+	tcp = (void *)ip + ip->ihl * 4;
+	if ((void *)(tcp + 1) > end)
+		return 0;
+	*sa = ip->saddr; *da = ip->daddr;
+	*ports = ((u32)tcp->source << 16) | tcp->dest;
+	return 1;
+}
+"""
 FLOOR_SRC = b"""
 #include <uapi/linux/pkt_cls.h>
 #include <uapi/linux/if_ether.h>
@@ -68,23 +88,8 @@ static __always_inline u32 mix(u32 h, u32 k)
 	h ^= k; h = rotl(h, 13); return h * 5 + 0xe6546b64U;
 }
 
-/* Ethernet, IPv4 (IHL checked), TCP ports: the parse every row does */
-static __always_inline int parse(struct __sk_buff *skb, u32 *sa, u32 *da, u32 *ports)
-{
-	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = data + sizeof(*eth);
-	struct tcphdr *tcp;
-
-	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl < 5)
-		return 0;
-	tcp = (void *)ip + ip->ihl * 4;
-	if ((void *)(tcp + 1) > end)
-		return 0;
-	*sa = ip->saddr; *da = ip->daddr;
-	*ports = ((u32)tcp->source << 16) | tcp->dest;
-	return 1;
-}
+#define CTX struct __sk_buff
+""" + FLOOR_PARSE_C + b"""
 
 int floor_parse(struct __sk_buff *skb)
 {

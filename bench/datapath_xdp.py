@@ -42,6 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.datapath_bpf import FLOOR_PARSE_C  # noqa: E402
+
 EMPTY_XDP_REDIRECT = b"""
 int empty_xdp_redirect(struct xdp_md *ctx) { return bpf_redirect(IFINDEX, 0); }
 int xdp_drop(struct xdp_md *ctx) { return XDP_DROP; }
@@ -63,22 +65,8 @@ struct grp { u32 n; u32 ifindex[8]; };
 BPF_HASH(fwd, u32, u32, 4096);
 BPF_HASH(groups, u32, struct grp, 1024);
 
-static __always_inline int parse(struct xdp_md *ctx, u32 *sa, u32 *da, u32 *ports)
-{
-	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = data + sizeof(*eth);
-	struct tcphdr *tcp;
-
-	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl < 5)
-		return 0;
-	tcp = (void *)ip + ip->ihl * 4;
-	if ((void *)(tcp + 1) > end)
-		return 0;
-	*sa = ip->saddr; *da = ip->daddr;
-	*ports = ((u32)tcp->source << 16) | tcp->dest;
-	return 1;
-}
+#define CTX struct xdp_md
+""" + FLOOR_PARSE_C + b"""
 
 int xdp_floor_parse(struct xdp_md *ctx)
 {
