@@ -108,3 +108,25 @@ def test_adaptive_fusion_takes_osfs_choice():
 def test_bad_fusion_is_named(spec):
     with pytest.raises(ValueError, match=f"--fusion: adaptive or constant:SIZE .*{spec!r}"):
         schedules.parse_fusion(spec)
+
+
+def test_sfb_messages_cost_every_peer():
+    """An SFB message goes from each worker to its P1 - 1 peers over the
+    worker's link: 4 workers on 10 Gbit/s, 3 x 0.8 ns a byte. One layer,
+    backward 1 s, forward 1 s, a 1 GB factor message: 1 + 2.4 + 1 s
+    (start-up 0); as a PS message at 4:1 it would cost 4 x 0.8 ns a byte."""
+    from types import SimpleNamespace as NS
+
+    b_sfb = schedules.sfb_seconds_per_byte(4, 10e9)
+    assert b_sfb == pytest.approx(3 * 8 / 10e9)
+    prof = NS(layers=[NS(fwd_s=1.0, bwd_s=1.0)])
+    msg = [NS(pid=0, layer=0, target_bytes=10**9)]
+    p = osf.prediction(prof, msg, b=schedules.seconds_per_byte("ps", 4, 1, 10e9), workers=4,
+                       measured_s=None, a=0.0, sfb={0}, b_sfb=b_sfb)
+    assert p["predicted_iteration_s"] == pytest.approx(1 + 2.4 + 1)
+    assert p["sfb_seconds_per_byte"] == b_sfb
+    ps = osf.prediction(prof, msg, b=schedules.seconds_per_byte("ps", 4, 1, 10e9), workers=4,
+                        measured_s=None, a=0.0)
+    assert ps["predicted_iteration_s"] == pytest.approx(1 + 3.2 + 1)
+    # 4 workers' samples over one worker's compute-only rate: 4 x 2 s / 5.2 s
+    assert ps["predicted_speedup"] == pytest.approx(4 * 2 / 5.2)

@@ -59,15 +59,17 @@ def iteration_time(t_f, t_b, messages, *, a: float = DEFAULT_STARTUP_S, b: float
                    buffer_bytes: int | None = None) -> dict:
     """The model's iteration for layers with forward/backward times
     ``t_f``/``t_b`` (front first) and ``messages`` (layer, bytes) in the
-    order they are ready."""
+    order they are ready; a message (layer, bytes, seconds per byte) costs
+    its own rate instead of ``b`` (an SFB message goes to every other
+    worker)."""
     ready = ready_times(t_b)
     bwd = sum(t_b)
     end = 0.0
     # the order they are ready: the last layer first (a layer's own in their order)
     groups = fuse(sorted(messages, key=lambda m: -m[0]), buffer_bytes)
     for g in groups:
-        r = max(ready[layer] for layer, _ in g)
-        end = max(r, end) + a + b * sum(n for _, n in g)
+        r = max(ready[m[0]] for m in g)
+        end = max(r, end) + a + sum(m[1] * (m[2] if len(m) > 2 else b) for m in g)
     t = sum(t_f) + max(bwd, end)
     return {"iteration_s": t, "compute_s": sum(t_f) + bwd, "comm_end_s": end,
             "messages": len(groups)}
@@ -92,17 +94,28 @@ def adaptive_buffer(t_f, t_b, messages, *, a: float = DEFAULT_STARTUP_S, b: floa
 
 
 def prediction(profile, parts, *, b: float, workers: int, measured_s: float | None,
-               a: float = DEFAULT_STARTUP_S) -> dict:
+               a: float = DEFAULT_STARTUP_S, sfb=(), b_sfb: float | None = None) -> dict:
     """OSF beside a run: the modelled iteration from the run's compute
     profile, its messages (target bytes) and seconds per byte, next to the
-    measured one (target scale), with the relative error."""
+    measured one (target scale), with the relative error. ``sfb``: the pids
+    of SFB messages, which cost ``b_sfb`` a byte (a worker sends each to
+    its workers - 1 peers: schedules.sfb_seconds_per_byte)."""
     t_f = [l.fwd_s for l in profile.layers]
     t_b = [l.bwd_s for l in profile.layers]
-    m = iteration_time(t_f, t_b, [(p.layer, p.target_bytes) for p in parts], a=a, b=b)
+    sfb = set(sfb)
+    msgs = [(p.layer, p.target_bytes, b_sfb) if p.pid in sfb else (p.layer, p.target_bytes)
+            for p in parts]
+    m = iteration_time(t_f, t_b, msgs, a=a, b=b)
     pred = m["iteration_s"]
-    return {"model": "OSF (WWW 2022): recursive, overlap with backward, messages in ready order",
-            "startup_s": a, "seconds_per_byte": b, "messages": m["messages"],
-            "predicted_iteration_s": pred, "measured_iteration_s": measured_s,
-            "error": (pred - measured_s) / measured_s if measured_s else None,
-            # None for a profile without compute (the three-layer simulation model)
-            "predicted_scaling_factor": workers * m["compute_s"] / pred if m["compute_s"] else None}
+    out = {"model": "OSF (WWW 2022): recursive, overlap with backward, messages in ready order",
+           "startup_s": a, "seconds_per_byte": b, "messages": m["messages"],
+           "predicted_iteration_s": pred, "measured_iteration_s": measured_s,
+           "error": (pred - measured_s) / measured_s if measured_s else None,
+           # N workers' samples per second over one worker's compute-only rate (weak
+           # scaling); None for a profile without compute (the three-layer model).
+           # Named for what it is: runs before this field had it as
+           # "predicted_scaling_factor".
+           "predicted_speedup": workers * m["compute_s"] / pred if m["compute_s"] else None}
+    if sfb:
+        out["sfb_seconds_per_byte"] = b_sfb
+    return out

@@ -50,6 +50,12 @@ def seconds_per_byte(arch: str, workers: int, servers: int, link_bps: float) -> 
     return per_byte * max(1.0, workers / servers)
 
 
+def sfb_seconds_per_byte(workers: int, link_bps: float) -> float:
+    """Seconds per byte of an SFB message (Poseidon's factors): a worker's
+    link carries it to each of its workers - 1 peers (and as much in)."""
+    return 8.0 / link_bps * max(1, workers - 1)
+
+
 def _whole_layers(profile, tensor_bytes) -> list[Partition]:
     parts = []
     for layer in reversed(profile.layers):              # the order backward ends them
