@@ -25,9 +25,14 @@ def test_communication_hidden_under_backward():
     assert m["iteration_s"] == pytest.approx(5.01)
 
 
-def test_fusion_groups_in_ready_order_until_the_buffer_fills():
+def test_fusion_groups_in_ready_order_as_many_as_fit():
+    """Horovod's buffer holds the tensors that fit in it: 3 + 3 > 5, so
+    three buffers of one; 6 holds two; a message larger than the buffer
+    goes alone."""
     msgs = [(2, 3), (1, 3), (0, 3)]
-    assert osf.fuse(msgs, 5) == [[(2, 3), (1, 3)], [(0, 3)]]
+    assert osf.fuse(msgs, 5) == [[(2, 3)], [(1, 3)], [(0, 3)]]
+    assert osf.fuse(msgs, 6) == [[(2, 3), (1, 3)], [(0, 3)]]
+    assert osf.fuse([(2, 1), (1, 9), (0, 1)], 4) == [[(2, 1)], [(1, 9)], [(0, 1)]]
     assert osf.fuse(msgs, None) == [[m] for m in msgs]
     assert osf.fuse(msgs, 100) == [msgs]
 
@@ -92,7 +97,11 @@ def test_constant_fusion_fills_buffers_in_ready_order():
     assert sorted(l for ls in rec["layers_of_buffer"] for l in ls) == list(range(len(prof.layers)))
     for p, layers in zip(fused, rec["layers_of_buffer"]):
         assert p.layer == min(layers)         # ready when its front-most layer's backward ends
-    assert all(p.target_bytes >= 500_000 for p in fused[:-1])
+    # each buffer holds what fits; the next buffer's first message would not have
+    for p, nxt in zip(fused, fused[1:]):
+        first = next(q for q in parts if q.layer == max(rec["layers_of_buffer"][nxt.pid]))
+        assert p.target_bytes <= 500_000 or len(rec["layers_of_buffer"][p.pid]) == 1
+        assert p.target_bytes + first.target_bytes > 500_000
     assert [p.priority for p in fused] == list(range(len(fused)))
 
 

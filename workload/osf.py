@@ -9,10 +9,10 @@ reading of it, written for the messages our nodes send:
 
 * backward runs from the last layer; a layer's gradients are ready when its
   backward step ends (``ready_l``);
-* with fusion, the ready gradients fill a buffer in the order they are
-  ready; the buffer goes out once it holds at least ``buffer`` bytes (and,
-  whatever it holds, when backward ends); without fusion every message goes
-  on its own;
+* with fusion, the gradients fill a buffer in the order they are ready,
+  as many as fit in ``buffer`` bytes (Horovod's buffer; one message larger
+  than it goes alone); a buffer goes out when its last message is ready;
+  without fusion every message goes on its own;
 * messages share one channel in the order they are ready, each costing
   ``a + b * bytes``: the recursion ``end_j = max(ready_j, end_{j-1}) + a +
   b * bytes_j``;
@@ -38,18 +38,22 @@ MIN_BUFFER_BYTES = 64 * 1024
 
 
 def fuse(messages, buffer_bytes: int | None) -> list[list[tuple[int, int]]]:
-    """``messages`` ((layer, bytes), in the order they are ready) grouped
-    into fusion buffers of at least ``buffer_bytes`` (the last one may hold
-    less); None: one message per group."""
+    """``messages`` ((layer, bytes, ...), in the order they are ready)
+    grouped into fusion buffers of at most ``buffer_bytes``, as Horovod
+    fills its buffer (the tensors that fit in HOROVOD_FUSION_THRESHOLD; one
+    larger than the buffer goes alone); None: one message per group. A
+    static plan: Horovod fuses what is ready in the same cycle, we fuse
+    consecutive messages whatever their ready times (the buffer goes when
+    its last one is ready)."""
     if buffer_bytes is None:
         return [[m] for m in messages]
     groups, cur, held = [], [], 0
     for m in messages:
-        cur.append(m)
-        held += m[1]
-        if held >= buffer_bytes:
+        if cur and held + m[1] > buffer_bytes:
             groups.append(cur)
             cur, held = [], 0
+        cur.append(m)
+        held += m[1]
     if cur:
         groups.append(cur)
     return groups
