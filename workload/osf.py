@@ -4,8 +4,11 @@ Learning Training", WWW 2022).
 
 OSF ("Scaling Factor considering Overlap") is a recursive model of one
 data-parallel iteration that accounts for the two things the paper names:
-the overlap of communication with back-propagation, and tensor fusion. Our
-reading of it, written for the messages our nodes send:
+the overlap of communication with back-propagation, and tensor fusion. The
+paper's text is not in the project (its file holds the abstract only) and
+none was found, so this is our reading of the abstract, not its equations
+(docs/workload.md says so); the fusion buffer follows Horovod's documented
+one. Written for the messages our nodes send:
 
 * backward runs from the last layer; a layer's gradients are ready when its
   backward step ends (``ready_l``);
