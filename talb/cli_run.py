@@ -147,8 +147,8 @@ def _models() -> list[str]:
                    "(docs/workload.md, Schedulers).")
 @click.option("--fusion", metavar="adaptive|constant:SIZE",
               help="Tensor fusion for --arch allreduce: the scheduler's messages, in the order "
-                   "they are ready, fill a buffer that goes out once it holds SIZE bytes at "
-                   "target scale (constant:64mb, Horovod's default), or the size OSF's model "
+                   "they are ready, share a buffer of SIZE bytes at target scale, as many as fit "
+                   "(constant:64mb, about Horovod's default), or the size OSF's model "
                    "(WWW 2022) finds fastest (adaptive) [no fusion] (docs/workload.md, Tensor "
                    "fusion).")
 @click.option("--comm", type=click.Choice(["ps", "sfb", "hybrid"]), default="ps",

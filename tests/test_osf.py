@@ -25,9 +25,14 @@ def test_communication_hidden_under_backward():
     assert m["iteration_s"] == pytest.approx(5.01)
 
 
-def test_fusion_groups_in_ready_order_until_the_buffer_fills():
+def test_fusion_groups_in_ready_order_as_many_as_fit():
+    """Horovod's buffer holds the tensors that fit in it: 3 + 3 > 5, so
+    three buffers of one; 6 holds two; a message larger than the buffer
+    goes alone."""
     msgs = [(2, 3), (1, 3), (0, 3)]
-    assert osf.fuse(msgs, 5) == [[(2, 3), (1, 3)], [(0, 3)]]
+    assert osf.fuse(msgs, 5) == [[(2, 3)], [(1, 3)], [(0, 3)]]
+    assert osf.fuse(msgs, 6) == [[(2, 3), (1, 3)], [(0, 3)]]
+    assert osf.fuse([(2, 1), (1, 9), (0, 1)], 4) == [[(2, 1)], [(1, 9)], [(0, 1)]]
     assert osf.fuse(msgs, None) == [[m] for m in msgs]
     assert osf.fuse(msgs, 100) == [msgs]
 
@@ -92,7 +97,11 @@ def test_constant_fusion_fills_buffers_in_ready_order():
     assert sorted(l for ls in rec["layers_of_buffer"] for l in ls) == list(range(len(prof.layers)))
     for p, layers in zip(fused, rec["layers_of_buffer"]):
         assert p.layer == min(layers)         # ready when its front-most layer's backward ends
-    assert all(p.target_bytes >= 500_000 for p in fused[:-1])
+    # each buffer holds what fits; the next buffer's first message would not have
+    for p, nxt in zip(fused, fused[1:]):
+        first = next(q for q in parts if q.layer == max(rec["layers_of_buffer"][nxt.pid]))
+        assert p.target_bytes <= 500_000 or len(rec["layers_of_buffer"][p.pid]) == 1
+        assert p.target_bytes + first.target_bytes > 500_000
     assert [p.priority for p in fused] == list(range(len(fused)))
 
 
@@ -108,3 +117,25 @@ def test_adaptive_fusion_takes_osfs_choice():
 def test_bad_fusion_is_named(spec):
     with pytest.raises(ValueError, match=f"--fusion: adaptive or constant:SIZE .*{spec!r}"):
         schedules.parse_fusion(spec)
+
+
+def test_sfb_messages_cost_every_peer():
+    """An SFB message goes from each worker to its P1 - 1 peers over the
+    worker's link: 4 workers on 10 Gbit/s, 3 x 0.8 ns a byte. One layer,
+    backward 1 s, forward 1 s, a 1 GB factor message: 1 + 2.4 + 1 s
+    (start-up 0); as a PS message at 4:1 it would cost 4 x 0.8 ns a byte."""
+    from types import SimpleNamespace as NS
+
+    b_sfb = schedules.sfb_seconds_per_byte(4, 10e9)
+    assert b_sfb == pytest.approx(3 * 8 / 10e9)
+    prof = NS(layers=[NS(fwd_s=1.0, bwd_s=1.0)])
+    msg = [NS(pid=0, layer=0, target_bytes=10**9)]
+    p = osf.prediction(prof, msg, b=schedules.seconds_per_byte("ps", 4, 1, 10e9), workers=4,
+                       measured_s=None, a=0.0, sfb={0}, b_sfb=b_sfb)
+    assert p["predicted_iteration_s"] == pytest.approx(1 + 2.4 + 1)
+    assert p["sfb_seconds_per_byte"] == b_sfb
+    ps = osf.prediction(prof, msg, b=schedules.seconds_per_byte("ps", 4, 1, 10e9), workers=4,
+                        measured_s=None, a=0.0)
+    assert ps["predicted_iteration_s"] == pytest.approx(1 + 3.2 + 1)
+    # 4 workers' samples over one worker's compute-only rate: 4 x 2 s / 5.2 s
+    assert ps["predicted_speedup"] == pytest.approx(4 * 2 / 5.2)

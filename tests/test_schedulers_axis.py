@@ -94,3 +94,21 @@ def test_issue42_presets_share_runs():
     hyb = {r.key() for r in build_plan("papers-hybrid").runs}
     fus = {r.key() for r in build_plan("papers-fusion").runs}
     assert len(hyb & sched) == 20 and len(fus & sched) == 20
+
+
+def test_runs_csv_carries_the_settings_in_effect_and_osfs_error():
+    """runs.csv's issue-42 columns from a results file, and a file from
+    before the options (ByteScheduler, no SFB, no fusion, no OSF)."""
+    from experiments.sweep.results import papers_fields
+
+    res = {"scheduler": {"name": "usbyte", "comm": {"sfb_layers": ["classifier.0", "classifier.3"]},
+                         "fusion": {"mode": "adaptive", "buffer_bytes": 262144}},
+           "osf": {"predicted_iteration_s": 0.8, "error": -0.2}}
+    assert papers_fields(res) == {
+        "scheduler_in_effect": "usbyte", "sfb_layers": "classifier.0 classifier.3",
+        "fusion_buffer_bytes_in_effect": 262144, "osf_predicted_iteration_s": 0.8,
+        "osf_error": -0.2}
+    assert papers_fields({}) == {
+        "scheduler_in_effect": "bytescheduler", "sfb_layers": None,
+        "fusion_buffer_bytes_in_effect": None, "osf_predicted_iteration_s": None,
+        "osf_error": None}

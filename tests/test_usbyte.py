@@ -217,3 +217,20 @@ def test_usbyte_blocks_are_whole_units_in_the_recorded_order():
 def test_unknown_scheduler_names_the_flag():
     with pytest.raises(ValueError, match="--scheduler: one of bytescheduler, usbyte, wfbp, fifo"):
         _plan("pfabric")
+
+
+def test_hand_worked_block_grows_when_its_layer_keeps_the_priority():
+    """Layers of 1, 1 and 10 bytes, backward 2, 3, 1 s (ready: layer 2 at
+    1, layer 1 at 4, layer 0 at 6), 1 s/byte, start-up 1 s, and layer 2
+    given the top priority (as algorithm 3 can raise a layer): the 3 s gap
+    before layer 1 is ready holds 1 s start-up + 2 bytes (1..4); before
+    layer 0, layer 2 keeps the channel and its block grows by 2 bytes with
+    no second start-up (4..6). Phase 2 from 6: layer 0 (6..8), layer 1
+    (8..10), the 6 bytes left of layer 2 (10..17); forward 8..9, 10..11,
+    17..18."""
+    s = usbyte.evaluate([1, 1, 10], [2, 3, 1], [1, 1, 1], [1, 2, 0], 1.0, 1.0, 1)
+    assert [(blk.layer, blk.nbytes, blk.start_s, blk.end_s, blk.phase) for blk in s.blocks] == [
+        (2, 4, 1.0, 6.0, 1), (0, 1, 6.0, 8.0, 2), (1, 1, 8.0, 10.0, 2), (2, 6, 10.0, 17.0, 2)]
+    assert s.iteration_s == pytest.approx(18.0)
+    assert simulate([(2, 4), (0, 1), (1, 1), (2, 6)], [2, 3, 1], [1, 1, 1], 1.0, 1.0) == \
+        pytest.approx(18.0)

@@ -813,7 +813,9 @@ def _add_osf(cfg: RunConfig, run: _Setup, results: dict) -> None:
 
     b = schedules.seconds_per_byte(cfg.arch, cfg.workers, cfg.servers, cfg.target_link_bps)
     pred = osf.prediction(run.profile, run.parts, b=b, workers=cfg.workers,
-                          measured_s=results["summary"]["speed"]["target_iteration_time_s"])
+                          measured_s=results["summary"]["speed"]["target_iteration_time_s"],
+                          sfb=run.plan.get("sfb", ()),
+                          b_sfb=schedules.sfb_seconds_per_byte(cfg.workers, cfg.target_link_bps))
     results["osf"] = pred
     results["summary"]["osf"] = {k: pred[k] for k in ("predicted_iteration_s",
                                                       "measured_iteration_s", "error")}

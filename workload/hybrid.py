@@ -1,7 +1,7 @@
 """Poseidon's hybrid communication (Zhang et al., "Poseidon: An Efficient
 Communication Architecture for Distributed Deep Learning on GPU Clusters",
-USENIX ATC 2017): per layer, the cheaper of a sharded parameter server
-and sufficient factor broadcasting (SFB).
+USENIX ATC 2017, sec. 3.2 "Hybrid Communication"): per layer, the cheaper
+of a sharded parameter server and sufficient factor broadcasting (SFB).
 
 SFB: a fully connected layer's gradient over a batch is a sum of K rank-1
 outer products u_k v_k^T (u: the M inputs, v: the N output errors), so a
@@ -11,16 +11,18 @@ v_k) itself, instead of pushing M N values to the servers and pulling them
 back.
 
 Poseidon's cost model (its Table 1: values one node sends and receives in
-one iteration for an M x N layer, batch K, P1 workers, P2 servers):
+one iteration to synchronise an M x N fully connected layer, batch K, P1
+workers, P2 servers):
 
-    PS   worker 2 M N      server 2 P1 M N / P2      both on one machine 2 M N (P1 + P2 - 2) / P2
-    SFB  worker 2 K (P1 - 1) (M + N)
+    PS   server 2 P1 M N / P2     worker 2 M N     server & worker 2 M N (P1 + P2 - 2) / P2
+    SFB  worker 2 K (P1 - 1)(M + N)
 
-and its rule (Algorithm 1): a fully connected layer goes by SFB when SFB's
-cost is below the parameter server's, every other layer by PS. Poseidon
-runs a server and a worker on every machine (the third column); our
-servers are hosts of their own, so the PS cost compared is the busiest
-node's, max(worker, server). Both are recorded.
+(PS: a worker pushes M N and pulls M N; a server takes a 1/P2 shard from
+each of P1 workers and sends it back to each; a machine that is both sends
+no shard of its own over the network. SFB: a worker sends K (M + N) to
+each of P1 - 1 peers and receives as much.) Its rule (Algorithm 1,
+BestScheme): a fully connected layer goes by SFB when SFB's cost is at
+most the parameter server's, every other layer by PS.
 """
 from __future__ import annotations
 
@@ -42,6 +44,16 @@ def costs(M: int, N: int, K: int, P1: int, P2: int) -> dict:
             "sfb_worker": 2 * K * (P1 - 1) * (M + N)}
 
 
+def ps_cost(c: dict) -> float:
+    """The PS cost the rule compares with SFB's. Poseidon's machines are each
+    a server and a worker, so its Algorithm 1 takes Table 1's "server &
+    worker" column; our servers are hosts of their own (placement names
+    every host once), so we take the busiest PS node's, max(worker, server)
+    -- Table 1's other two columns (sec. 3.2, our choice where the paper
+    has no rule for separate servers)."""
+    return max(c["ps_worker"], c["ps_server"])
+
+
 def factor_bytes(M: int, N: int, K: int) -> int:
     """What one worker sends each other worker for one layer: K (M + N) values."""
     return GRAD_BYTES * K * (M + N)
@@ -50,8 +62,10 @@ def factor_bytes(M: int, N: int, K: int) -> int:
 def choose(profile, comm: str, workers: int, servers: int) -> list[dict]:
     """Per layer: its scheme ("ps" or "sfb") and, for a fully connected
     layer, its shape and Poseidon's costs. ``sfb``: every fully connected
-    layer by SFB; ``hybrid``: those where SFB is the cheaper (Algorithm 1);
-    ``ps``: none."""
+    layer by SFB; ``hybrid``: those where SFB costs at most the PS
+    (Algorithm 1's <=); ``ps``: none. ``sfb_if_colocated``: what Algorithm
+    1 would choose with every machine both server and worker (recorded, not
+    used)."""
     check(comm)
     out = []
     for layer in profile.layers:
@@ -60,10 +74,10 @@ def choose(profile, comm: str, workers: int, servers: int) -> list[dict]:
         if shape is not None:
             M, N = shape
             c = costs(M, N, profile.batch_size, workers, servers)
-            ps_cost = max(c["ps_worker"], c["ps_server"])
-            row.update(shape=[M, N], batch=profile.batch_size, costs=c, ps_cost=ps_cost,
-                       sfb_cost=c["sfb_worker"], factor_bytes=factor_bytes(M, N, profile.batch_size))
-            if comm == "sfb" or (comm == "hybrid" and c["sfb_worker"] < ps_cost):
+            row.update(shape=[M, N], batch=profile.batch_size, costs=c, ps_cost=ps_cost(c),
+                       sfb_cost=c["sfb_worker"], factor_bytes=factor_bytes(M, N, profile.batch_size),
+                       sfb_if_colocated=c["sfb_worker"] <= c["ps_colocated"])
+            if comm == "sfb" or (comm == "hybrid" and c["sfb_worker"] <= row["ps_cost"]):
                 row["scheme"] = "sfb"
         out.append(row)
     return out

@@ -50,6 +50,12 @@ def seconds_per_byte(arch: str, workers: int, servers: int, link_bps: float) -> 
     return per_byte * max(1.0, workers / servers)
 
 
+def sfb_seconds_per_byte(workers: int, link_bps: float) -> float:
+    """Seconds per byte of an SFB message (Poseidon's factors): a worker's
+    link carries it to each of its workers - 1 peers (and as much in)."""
+    return 8.0 / link_bps * max(1, workers - 1)
+
+
 def _whole_layers(profile, tensor_bytes) -> list[Partition]:
     parts = []
     for layer in reversed(profile.layers):              # the order backward ends them
@@ -140,8 +146,8 @@ def _size(text: str) -> int | None:
 def fuse(profile, parts: list[Partition], spec: str, *, b: float, tensor_bytes=None
          ) -> tuple[list[Partition], dict]:
     """The scheduler's messages fused as Horovod's buffer does (OSF's system):
-    in the order they are ready, a buffer goes out once it holds at least the
-    buffer size (the last one with what is left). ``adaptive``: the size
+    in the order they are ready, as many as fit in the buffer size
+    (osf.fuse; one larger than the buffer alone). ``adaptive``: the size
     OSF's model finds fastest (workload/osf.py). A buffer belongs to the
     layer whose gradients complete it (the front-most in it) and goes in
     the order the buffers fill; the record says which layers each carries."""
@@ -158,15 +164,9 @@ def fuse(profile, parts: list[Partition], spec: str, *, b: float, tensor_bytes=N
         modelled = {str(c): osf.iteration_time(t_f, t_b, msgs, b=b, buffer_bytes=c)["iteration_s"]
                     for c in osf.candidates(sum(n for _, n in msgs))}
         size = osf.adaptive_buffer(t_f, t_b, msgs, b=b)
-    groups, cur, held = [], [], 0
-    for p in ready:
-        cur.append(p)
-        held += p.target_bytes
-        if size is None or held >= size:
-            groups.append(cur)
-            cur, held = [], 0
-    if cur:
-        groups.append(cur)
+    # OSF's grouping (osf.fuse), of the partitions themselves
+    groups = [[ready[i] for i, _ in g]
+              for g in osf.fuse([(i, p.target_bytes) for i, p in enumerate(ready)], size)]
     out, carries = [], []
     for g in groups:
         layer = min(p.layer for p in g)

@@ -94,17 +94,22 @@ def _phase1(M, t_b, prio, a, b, unit):
                 break
             j = min(cand, key=lambda j: (prio[j], -j))
             gap = ready[l] - t
-            units_left = math.ceil(left[j] / unit)
-            if gap < a:
+            # the same layer as the block just sent: that block grows (one
+            # start-up). The authors' algorithm1 re-sizes the merged block
+            # from its start, which comes to these units; it also takes the
+            # earlier units off what is left a second time -- not copied.
+            extend = bool(blocks) and blocks[-1][0] == j and blocks[-1][3] == t
+            startup = 0.0 if extend else a
+            if gap < startup:
                 k = 1
-            elif gap < a + b * left[j]:
-                k = max(1, math.ceil((gap - a) / (b * unit)))
+            elif gap < startup + b * left[j]:
+                k = max(1, math.ceil((gap - startup) / (b * unit)))
             else:
-                k = units_left
+                k = math.ceil(left[j] / unit)
             nbytes = min(k * unit, left[j])
             left[j] -= nbytes
-            if blocks and blocks[-1][0] == j and blocks[-1][3] == t:
-                blocks[-1][1] += nbytes            # the same layer again: one longer block
+            if extend:
+                blocks[-1][1] += nbytes
                 blocks[-1][3] = t = t + b * nbytes
             else:
                 blocks.append([j, nbytes, t, t + a + b * nbytes])

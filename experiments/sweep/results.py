@@ -217,6 +217,7 @@ def _fill(row: dict, res: dict, rel: str) -> None:
     row["bg_senders"] = (res.get("load") or {}).get("senders_rule") or \
         ("workers" if (res.get("load") or {}).get("background") else None)
     row["commit"] = (res.get("software") or {}).get("commit")
+    row.update(papers_fields(res))
     row.update(machine_fields(res))
     for k in (*METRICS, *CENSORED, *SENDBUF, "mpi_comm_s", "mpi_correct", "mpi_tagged"):
         if k in head:
@@ -283,6 +284,19 @@ def guard_fields(guard: dict) -> dict:
             "cpu_softirq_mean": guard.get("softirq_mean"),
             "cpu_guard_old_flag": (guard.get("old") or {}).get("flagged"),
             "cpu_guard": guard.get("reason")}
+
+
+def papers_fields(res: dict) -> dict:
+    """runs.csv's issue-42 columns: the scheduler in effect (runs before it:
+    ByteScheduler), the layers sent by SFB, the fusion buffer in effect
+    (adaptive's choice) and OSF's prediction and error (docs/workload.md)."""
+    sched = res.get("scheduler") or {}
+    osf = res.get("osf") or {}
+    return {"scheduler_in_effect": sched.get("name", "bytescheduler"),
+            "sfb_layers": " ".join((sched.get("comm") or {}).get("sfb_layers", ())) or None,
+            "fusion_buffer_bytes_in_effect": (sched.get("fusion") or {}).get("buffer_bytes"),
+            "osf_predicted_iteration_s": osf.get("predicted_iteration_s"),
+            "osf_error": osf.get("error")}
 
 
 def machine_fields(res: dict) -> dict:

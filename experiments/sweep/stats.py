@@ -32,6 +32,7 @@ estimates overlapping (``overlap``) is a plot aid only, not a verdict.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -308,3 +309,19 @@ def quantile_ci(values, q: float = 0.99, confidence: float = CONFIDENCE) -> dict
             "low": xs[low_rank - 1] if low_rank else None,
             "high": xs[high_rank - 1] if high_rank else None,
             "low_rank": low_rank, "high_rank": high_rank, "coverage": float(coverage)}
+
+
+def interaction(tb: dict, tf: dict, xb: dict, xf: dict, seeds: list, lower: bool) -> Paired:
+    """Per seed ((T,B) − (T,F)) − ((X,B) − (X,F)): its mean and 95% paired-t
+    interval; its ratio (T,B)/(T,F) over (X,B)/(X,F) with the interval, p
+    and equivalence test (TOST within ±10%) of the paired t on the per-seed
+    log-ratios -- the one test the verdict uses, as for every other row (on
+    the differences only where a value is not positive)."""
+    add = paired([tb[s] - tf[s] for s in seeds], [xb[s] - xf[s] for s in seeds],
+                 lower_is_better=lower)
+    if all(tf[s] and xf[s] for s in seeds):
+        mul = paired([tb[s] / tf[s] for s in seeds], [xb[s] / xf[s] for s in seeds],
+                     lower_is_better=lower)
+        add = dataclasses.replace(add, log_ratio=mul.log_ratio, p_equiv=mul.p_equiv,
+                                  p=mul.p, scale=mul.scale)
+    return add

@@ -4,14 +4,13 @@ with the effective parameters and the paper-vs-ours table (paired verdicts,
 experiments/sweep/stats.py)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import statistics
 import time
 from pathlib import Path
 
-from experiments.sweep import pairing, plots, regime_shift
+from experiments.sweep import directions, pairing, plots, regime_shift
 from experiments.sweep.labels import caveat_md, scheme_label
 from experiments.sweep.plan import PAPER_BASELINES, Plan, arm
 from experiments.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_METRICS,
@@ -19,7 +18,8 @@ from experiments.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_M
                                        points, seed_values,
                                        write_csv)
 from workload.measure import OFFERED_SATURATION
-from experiments.sweep.stats import ALPHA, BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, paired
+from experiments.sweep.stats import (ALPHA, BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm,
+                                     interaction, paired)
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
 #: against ECMP / RPS / CONGA. The paper's FCT is a flow's, from its first
@@ -406,22 +406,6 @@ def _number(x) -> bool:
 
 def _on(va: dict, vb: dict, seeds: list, lower: bool) -> Paired:
     return paired([va[s] for s in seeds], [vb[s] for s in seeds], lower_is_better=lower)
-
-
-def interaction(tb: dict, tf: dict, xb: dict, xf: dict, seeds: list, lower: bool) -> Paired:
-    """Per seed ((T,B) − (T,F)) − ((X,B) − (X,F)): its mean and 95% paired-t
-    interval; its ratio (T,B)/(T,F) over (X,B)/(X,F) with the interval, p
-    and equivalence test (TOST within ±10%) of the paired t on the per-seed
-    log-ratios -- the one test the verdict uses, as for every other row (on
-    the differences only where a value is not positive)."""
-    add = paired([tb[s] - tf[s] for s in seeds], [xb[s] - xf[s] for s in seeds],
-                 lower_is_better=lower)
-    if all(tf[s] and xf[s] for s in seeds):
-        mul = paired([tb[s] / tf[s] for s in seeds], [xb[s] / xf[s] for s in seeds],
-                     lower_is_better=lower)
-        add = dataclasses.replace(add, log_ratio=mul.log_ratio, p_equiv=mul.p_equiv,
-                                  p=mul.p, scale=mul.scale)
-    return add
 
 
 def factorial_table(rows: list[dict], pts: list[dict]) -> list[dict]:
@@ -896,6 +880,9 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
     shift = regime_shift.shift_table(rows, pts, _GROUP)
     if shift:
         write_csv(regime_shift.shift_csv_rows(shift, _GROUP), out / "regime_shift.csv")
+    papers = directions.table(rows)
+    if papers:
+        write_csv(directions.csv_rows(papers), out / "directions.csv")
     pairs = pairing.check(rows, CELL_FIELDS)
     md = _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs,
                      boot=bootstrap_md(table))
@@ -1064,6 +1051,7 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
           "run on both sides." + _sides_md(pvo), "", pairing.verdict_line(pairs), ""]
     L += _factorial_md(factorial_table(rows, pts))
     L += _regime_shift_md(regime_shift.shift_table(rows, pts, _GROUP))
+    L += directions.markdown(directions.table(rows))
     L += _seeds_md(plan, rows)
     L += _talb_pairs_md(rows, pts)
     L += pairing.markdown(pairs)
