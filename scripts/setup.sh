@@ -69,7 +69,7 @@ if [ ! -f "$STAMP" ] || [ "$REPO/pyproject.toml" -nt "$STAMP" ]; then
     say "installing the project and its Python dependencies into the venv"
     # torch's CPU wheel from a local directory when it holds one (no download);
     # else the index pip is configured with (PyTorch's CPU index elsewhere:
-    # PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu, README)
+    # PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu, docs/training.md)
     find_links=()
     TORCH_WHEELS="${TORCH_WHEELS:-/opt/wheels}"
     if compgen -G "$TORCH_WHEELS/torch-2.13.0+cpu-*.whl" >/dev/null; then
