@@ -7,7 +7,7 @@
 #     bpftool and libbpf-dev to build and register `--tcp-cc dctcp-bpf`,
 #     bpf/cc/dctcp_bpf.c);
 #   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
-#     kernel ships none (DESIGN §9: bcc compiles against them);
+#     kernel ships none (docs/design.md §9: bcc compiles against them);
 #   * a venv made from /usr/bin/python3 --system-site-packages (so that
 #     `import bcc` works) with the project installed in it, with its extras
 #     test, cluster and torch (`talb run --client torch`: PyTorch's CPU build,

@@ -70,7 +70,7 @@ static __always_inline int parse_ethhdr(struct hdr_cursor *nh, void *data_end,
  * truncated header, a version other than 4, IHL < 5 or a total length
  * shorter than the header (so also BIG TCP's tot_len 0: the fabric runs
  * with GRO off). The cursor ends after the options (room for the
- * TaLB option parser, DESIGN section 4: the options are
+ * TaLB option parser, docs/design.md §4: the options are
  * [iph + 1, iph + ihl*4)). */
 static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 				       struct iphdr **iphdr)
