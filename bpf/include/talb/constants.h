@@ -206,8 +206,8 @@
 #define TALB_IPOPT_NOP          1
 #define TALB_IP_BASE_LEN        20      /* IPv4 header without options       */
 
-/* CONGA's own option (docs/conga-option.md): pushed by the source leaf
- * in front of any other option, removed by the destination leaf. */
+/* CONGA's own option (docs/schemes.md, "CONGA's option"): pushed by the
+ * source leaf in front of any other option, removed by the destination leaf. */
 #define TALB_CONGA_IPOPT_TYPE   0x9F    /* copied=1, class 0, number 31     */
 #define TALB_CONGA_IPOPT_LEN    8
 #define TALB_CONGA_VERSION      1       /* flags bits 0-1                    */
