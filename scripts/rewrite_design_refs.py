@@ -33,6 +33,9 @@ CDFS = "workload/cdfs/"
 # file does not match its own patterns.
 _D = "DES" + "IGN"
 _SHARED = r"\.\./shared/"
+#: between the words of a reference: spaces, or a line break with a comment's
+#: continuation ("\n * ", "\n    # ")
+_GAP = r"([ \t]*\n[ \t]*(?:\*|#:?|//)?[ \t]*|[ \t]*)"
 
 #: (pattern, replacement), applied in order; the specific ones first.
 RULES: list[tuple[re.Pattern, str]] = [
@@ -58,7 +61,7 @@ RULES: list[tuple[re.Pattern, str]] = [
     (re.compile(rf"{_SHARED}papers(?:/[\w.-]*)?"), REFERENCES),
     (re.compile(rf"{_SHARED}{_D}\.md"), DESIGN),
     # a reference broken over two lines keeps its line break (and indent)
-    (re.compile(rf"\b{_D}(\s*)(?:§|section)(\s*)(\d+)"), lambda m: _design_ref(m)),
+    (re.compile(rf"\b{_D}{_GAP}(?:§|section){_GAP}(\d+)"), lambda m: _design_ref(m)),
 ]
 
 #: what must not be left anywhere after a rewrite (the --check)

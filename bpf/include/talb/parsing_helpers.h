@@ -9,8 +9,8 @@
  * They only read packet memory between data and data_end, never an skb or
  * xdp_md, so TC and XDP entry points share them.
  *
- * parse_talb_option() walks the IPv4 options for the TaLB option (DESIGN
- * section 4): the one place that reads option bytes.
+ * parse_talb_option() walks the IPv4 options for the TaLB option (docs/design.md
+ * §4): the one place that reads option bytes.
  *
  * Not handled (yet): VLAN tags (the fabric is untagged; a tagged frame is
  * "not IPv4" and goes to the bridge), IPv6.
