@@ -178,13 +178,14 @@ def test_nothing_points_outside_the_repository():
 
 
 def test_the_attach_example_is_the_mininet_fabric_docs_attach_shows():
-    """talb attach --help names topologies/attach-mininet.yaml: it reads as
-    an attach file and is the one docs/attach.md's "Mininet" shows."""
+    """talb attach --help names topologies/attach/mininet.yaml (a directory
+    of its own: topologies/*.yaml are topologies): it reads as an attach
+    file and is the one docs/attach.md's "Mininet" shows."""
     import yaml
 
     from netns_topology.attach_spec import read_fabric_file
 
-    example = REPO / "topologies" / "attach-mininet.yaml"
+    example = REPO / "topologies" / "attach" / "mininet.yaml"
     fabric = read_fabric_file(example)
     assert [s.name for s in fabric.switches] == ["s1", "s2", "l1", "l2"]
     page = (REPO / "docs" / "attach.md").read_text()
