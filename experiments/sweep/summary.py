@@ -11,7 +11,7 @@ import statistics
 import time
 from pathlib import Path
 
-from experiments.sweep import pairing, plots
+from experiments.sweep import pairing, plots, regime_shift
 from experiments.sweep.labels import caveat_md, scheme_label
 from experiments.sweep.plan import PAPER_BASELINES, Plan, arm
 from experiments.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_METRICS,
@@ -542,6 +542,44 @@ def _factorial_md(table: list[dict]) -> list[str]:
     return L
 
 
+def _regime_shift_md(table: list[dict]) -> list[str]:
+    """summary.md's section on how TaLB's gain and its parts move from deep
+    buffers to each other regime (regime_shift.py)."""
+    if not table:
+        return []
+    many = len({tuple(r.get(f) for f in _GROUP if f != "regime") for r in table}) > 1
+    L = ["## From deep buffers to each regime: how the gain and its parts move", "",
+         "For each seed, an effect's ratio in a regime (e.g. routing under the bands, "
+         "(T,B)/(X,B)) over the same seed's ratio under deep buffers: the ratio of ratios − 1 "
+         "(geometric mean over the seeds with all four runs counted in both regimes) and its "
+         "95% paired-t interval on the logs, p of that t test Holm-corrected per metric across "
+         "this table's rows; the verdict says towards which side the effect moves in the "
+         f"regime, or unchanged within ±{EQUIV_MARGIN:.0%} (TOST), else inconclusive. "
+         "Every compared metric: `regime_shift.csv`.", ""]
+    for metric in ("short_netfct_mean_s", "samples_per_s"):
+        fam = [r for r in table if r["metric"] == metric]
+        if not fam:
+            continue
+        L += [f"### {dict(_METRIC_NAMES).get(metric, metric)}", ""]
+        body = []
+        for r in fam:
+            pr = r["pair"]
+            grp = [f"{Path(r['topology']).stem}, {r['model']}, {r['target_link_bps'] / 1e9:g}G"
+                   f"{_axes({**r, 'regime': None})}"] if many else []
+            ratio = "-" if pr.ratio is None else (
+                f"{pr.ratio - 1:+.0%}" + (f" [{pr.ratio_low - 1:+.0%}, {pr.ratio_high - 1:+.0%}]"
+                                          if pr.ratio_low is not None else ""))
+            what = regime_shift.SHIFT_EFFECTS[r["effect"]][0].format(B=r["baseline"].upper())
+            body.append(grp + [f"{r['load']:g}", r["baseline"].upper(), what, r["regime"],
+                               str(pr.n), ratio,
+                               _p(pr.p) + (f" ({_p(r['p_holm'])})" if pr.p is not None else ""),
+                               r["verdict"]])
+        L += [md_table((["group"] if many else []) + ["load", "vs", "effect", "regime", "n",
+                                                       "in the regime / under deep [95% CI]",
+                                                       "p (Holm)", "verdict"], body), ""]
+    return L
+
+
 _METRIC_NAMES = (("short_fct_mean_s", "short-tensor AFCT, from the hand-off"),
                  ("short_fct_p99_s", "short-tensor p99, from the hand-off"),
                  ("long_fct_mean_s", "long-tensor AFCT, from the hand-off"),
@@ -855,6 +893,9 @@ def finish(plan: Plan, out: Path, report: dict | None = None, wall_s: float | No
     factorial = factorial_table(rows, pts)
     if factorial:
         write_csv(factorial_csv_rows(factorial), out / "factorial.csv")
+    shift = regime_shift.shift_table(rows, pts, _GROUP)
+    if shift:
+        write_csv(regime_shift.shift_csv_rows(shift, _GROUP), out / "regime_shift.csv")
     pairs = pairing.check(rows, CELL_FIELDS)
     md = _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs,
                      boot=bootstrap_md(table))
@@ -1022,6 +1063,7 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
           _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
           "run on both sides." + _sides_md(pvo), "", pairing.verdict_line(pairs), ""]
     L += _factorial_md(factorial_table(rows, pts))
+    L += _regime_shift_md(regime_shift.shift_table(rows, pts, _GROUP))
     L += _seeds_md(plan, rows)
     L += _talb_pairs_md(rows, pts)
     L += pairing.markdown(pairs)
