@@ -74,9 +74,17 @@ def _comments(path: Path, text: str) -> str:
     return "\n".join(line for line in text.splitlines() if "#" in line)
 
 
+def _generated() -> set[str]:
+    """Includes the loader writes as it compiles, named by what they are
+    included as (datapath/source.py ``GENERATED``, where it has any)."""
+    from datapath import source
+
+    return set(getattr(source, "GENERATED", {}))
+
+
 def _exists(name: str, base: Path) -> bool:
     name = name.split("#")[0].rstrip("/")
-    if not name or name in OUTPUTS:
+    if not name or name in OUTPUTS or name in _generated():
         return True
     if any((root / name).exists() for root in (REPO, *INCLUDE_DIRS, base)):
         return True
