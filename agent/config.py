@@ -15,7 +15,7 @@ from datapath.statsread import STRATEGIES
 PCM_DELAY_MODES = ("model", "measured")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
-#: Default window. At 100 Mbit/s a 150 KB queue drains in 12 ms (DESIGN §6),
+#: Default window. At 100 Mbit/s a 150 KB queue drains in 12 ms (docs/design.md §6),
 #: so the window must be a few ms to see it build. Measured on the
 #: project's 2-core machines (bench/agent_loop.py, docs/agent.md): 64 ports
 #: cost ~0.05 ms a window when idle and ~0.6 ms when every group's PCMs
@@ -42,7 +42,7 @@ class AgentConfig:
     w1: float = 1.0                          # --w1: weight of utilisation in Eq. 5
     w2: float = 1.0                          # --w2: weight of queueing delay in Eq. 5
     # --threshold: S of CASE 1. None: 1.0, the largest PCM Eq. 5 yields
-    # (docs/talb-decisions.md: the group's max, DESIGN §5's reading, would
+    # (docs/talb-decisions.md: the group's max, the paper's literal reading, would
     # send rank 1 back on a two-uplink leaf every time); "max": that reading.
     threshold: float | str | None = None
     pcm_delay: str = "model"                 # --pcm-delay: model (M/D/1) | measured (qdisc)

@@ -1,4 +1,4 @@
-"""Port congestion metric (PCM), DESIGN §6 / paper Eq. 1-5: pure maths, no I/O.
+"""Port congestion metric (PCM), docs/design.md §6 / paper Eq. 1-5: pure maths, no I/O.
 
 Per port and window (the agent measures the window's real length ``dt``):
 

@@ -2,7 +2,7 @@
 root-qdisc statistics of every port of a namespace, one dump each.
 
 pyroute2 decodes every attribute of every message into Python objects
-(~0.4 ms per port read, DESIGN §6); the loop needs five numbers per qdisc
+(~0.4 ms per port read, docs/design.md §6); the loop needs five numbers per qdisc
 and one flag word per link, so this parses just those from the raw
 messages (``struct.unpack_from`` over one receive buffer). Link changes
 also arrive as RTM_NEWLINK notifications on a subscribed socket, read

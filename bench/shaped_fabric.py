@@ -14,7 +14,7 @@ while the flows ran (/proc/stat, all CPUs: 100% = every CPU busy), the
 packets sent over every link (tx_packets of every veth end, i.e. packets x
 hops, data and ACKs) and packets per CPU-second.
 
-What it showed (README, Performance (f)), on the 2-core VM: exact shaping
+What it showed (docs/performance.md (f)), on the 2-core VM: exact shaping
 carries 185 / 369 / 732 Mbit/s at 100 / 200 / 400 Mbit/s links using 30 /
 67 / 88% of the CPUs, ~1.15 Gbit/s when CPU-bound; nearly a third of the
 CPU is HTB arming a watchdog hrtimer per paced packet (a VM exit each).

@@ -3,7 +3,7 @@
  * host_tc.c - the sending host's data path at TC egress (clsact,
  * direct-action) of the host's eth0: every data segment of a tensor sent
  * through workload/tensor_sender.py leaves with the TaLB IPv4 option
- * (DESIGN section 4), retransmissions included; everything else leaves
+ * (docs/design.md §4), retransmissions included; everything else leaves
  * untouched. The logic lives in talb/host_tag.h.
  *
  * Per packet: parse Ethernet -> IPv4 -> TCP; a SYN records the ISN; a

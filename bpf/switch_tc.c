@@ -15,12 +15,12 @@
  *                    bpf_redirect keep skb->sk), so an unowned clone is sent
  *                    with bpf_clone_redirect and the original freed. Without
  *                    this, TCP Small Queues caps what a flow has in flight
- *                    and no switch queue ever builds (DESIGN section 3).
+ *                    and no switch queue ever builds (docs/design.md §3).
  *                    Counted as CNT_RELEASED, not as a drop.
  *   TC_ACT_SHOT      a TaLB option that cannot be stripped at a host edge
  *                    (CNT_DROP_*, see below).
  *
- * TaLB option at the edges (DESIGN section 4). The last switch removes the
+ * TaLB option at the edges (docs/design.md §4). The last switch removes the
  * option before a host port (PORT_HOST) when the packet is exactly as a
  * host sends it -- IHL 8, the option (type 0x9E, length 12) the only one,
  * right after the base header: the 12 bytes bpf_skb_adjust_room(-12,

@@ -3,7 +3,7 @@
 Everything lives under /run/talb (tmpfs: gone after a reboot, like the
 namespaces themselves). Maps are pinned on a bpffs mounted by the project at
 /run/talb/bpffs, not /sys/fs/bpf: `ip netns exec` remounts /sys and hides
-/sys/fs/bpf from processes inside a namespace (DESIGN §4). All of it is
+/sys/fs/bpf from processes inside a namespace (docs/design.md §4). All of it is
 root-only (directories 0700, files and pins 0600), set explicitly by
 :func:`private_dir` and :func:`private_file` whatever the umask: pins give
 read/write access to the maps, lock files are the agent's and id slots'

@@ -1,4 +1,4 @@
-"""The TaLB header on the wire (DESIGN §4), for scapy and for plain bytes.
+"""The TaLB header on the wire (docs/design.md §4), for scapy and for plain bytes.
 
 A 12-byte IPv4 option, type 0x9E (copied=1, class 0, number 30: RFC 4727's
 experimental number), mirrored from bpf/include/talb/talb_option.h:

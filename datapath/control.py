@@ -505,7 +505,7 @@ def read_queue_estimates(maps: SwitchMaps, now_ns: int | None = None) -> dict[in
 
 
 def set_release(maps: SwitchMaps, on: bool) -> None:
-    """First-hop socket release (CFG_RELEASE_SK, DESIGN section 3) on/off."""
+    """First-hop socket release (CFG_RELEASE_SK, docs/design.md §3) on/off."""
     with config_update(maps) as cfg:
         cfg.flags = (cfg.flags | CFG_RELEASE_SK) if on else (cfg.flags & ~CFG_RELEASE_SK)
 

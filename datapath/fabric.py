@@ -293,8 +293,8 @@ class FabricLoad:
 def attach_fabric(topo, prefix: str, progress: Callable[[str], None] = lambda _m: None,
                   jobs: int | None = None, load: FabricLoad | None = None,
                   datapath: str = "bpf") -> None:
-    """Attach every switch's and host's program (TaLB host side, DESIGN
-    section 4: the tagging program at egress of each host's interface, whose
+    """Attach every switch's and host's program (TaLB host side, docs/design.md
+    §4: the tagging program at egress of each host's interface, whose
     pins workload/tensor_sender.py finds), loading them ``jobs`` nodes at a
     time unless a :class:`FabricLoad` started already (``load``, which the
     caller closes). A failure in any node propagates (and `testbed up` rolls

@@ -11,7 +11,7 @@
     remove_pins(pin)
 
 The program tags the host's outgoing tensor packets with the TaLB IPv4 option
-(DESIGN section 4); workload/tensor_sender.py writes the descriptors it
+(docs/design.md §4); workload/tensor_sender.py writes the descriptors it
 needs into the pinned ``flow_rings``. TCP connections must be opened after
 the program is attached (it learns each flow's ISN from its SYN / SYN-ACK).
 Same life cycle as datapath/loader.py's SwitchDatapath (datapath/program.py), at

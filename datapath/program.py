@@ -75,7 +75,7 @@ def ensure_bpffs(path: str | os.PathLike = BPFFS_DIR) -> Path:
     """Mount a bpffs at ``path`` unless one is there already (idempotent).
 
     The project pins on its own bpffs, not /sys/fs/bpf: ``ip netns exec``
-    remounts /sys and hides /sys/fs/bpf inside namespaces (DESIGN section 4).
+    remounts /sys and hides /sys/fs/bpf inside namespaces (docs/design.md §4).
     """
     path = Path(path)
     if not is_bpffs(path):

@@ -1,5 +1,5 @@
 """Egress queue readings from the kernel: a switch port's qdisc backlog is the
-switch's port queue (DESIGN §3), so this is the ground truth for queueing.
+switch's port queue (docs/design.md §3), so this is the ground truth for queueing.
 
 One netlink socket per namespace is kept open: opening one costs far more
 than a dump, and callers sample many times a second.

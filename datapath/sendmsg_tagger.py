@@ -14,7 +14,7 @@ selectors. The testbed-aware part is workload/transparent_tag.py.
 
 Also here, in one place: the priority rule's text (:func:`parse_priority`)
 and a Python model of the in-kernel id generator (:class:`KernelIdModel`,
-tests/test_sendmsg_tagger.py checks its uniqueness).
+tests/test_transparent_tag.py checks its uniqueness).
 """
 from __future__ import annotations
 

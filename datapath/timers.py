@@ -34,14 +34,14 @@ from dataclasses import asdict, dataclass
 
 from datapath.schemes import registry as scheme_registry
 
-#: HTB counts the Ethernet header (DESIGN section 3): a full frame is MTU + 14.
+#: HTB counts the Ethernet header (docs/design.md §3): a full frame is MTU + 14.
 ETH_HEADER_BYTES = 14
 #: The slot is rounded up to this grid: config fields are whole microseconds,
 #: and rounding up never makes a timer shorter than its multiple of the
 #: frame time (121.12 us -> 125 us at 100 Mbit/s, as docs/schemes.md's T_dre).
 SLOT_GRID_US = 5
 #: Base RTT of a leaf-spine-leaf path on veth, unloaded: 60-90 us measured
-#: (DESIGN section 9); the upper end, so that the flowlet gap outlasts it.
+#: (docs/design.md §9); the upper end, so that the flowlet gap outlasts it.
 BASE_RTT_US = 90
 #: Multiples of the slot (docs/schemes.md gives the reason for each).
 FLOWLET_SLOTS = 4

@@ -1,4 +1,4 @@
-"""Turn a Topo into network namespaces joined by veths (DESIGN §3), via netlink.
+"""Turn a Topo into network namespaces joined by veths (docs/design.md §3), via netlink.
 
 All-or-nothing: any failure tears down whatever this build made and raises
 BuildError naming the step and node. Interfaces come up last, so no packet

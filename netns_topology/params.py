@@ -197,7 +197,7 @@ PARAMS = {
     # false: no HTB/bfifo at all (veth's default noqueue). Only for measuring
     # raw forwarding speed: without link emulation no queue ever forms.
     # batched: HTB in its hysteresis mode, ~1.5x the packets per CPU-second,
-    # packets leave in clumps (netns_topology/qdisc.py, README "Performance").
+    # packets leave in clumps (netns_topology/qdisc.py, docs/performance.md).
     "shaping": (True, check_shaping),
     # Hosts' minimum TCP RTO, as a metric of their routes (builder.py);
     # None: the kernel's default, 200 ms.

@@ -8,7 +8,7 @@
 The data path picks band b by setting skb->priority to classid 1:(0x10+b);
 anything else lands in band 0. The bfifo backlog is the switch port's queue.
 
-How a link is paced (the topology's ``shaping``; README, Performance (f)):
+How a link is paced (the topology's ``shaping``; docs/performance.md (f)):
 
 * ``true`` (exact): HTB as above. A backlogged class sends while it has
   tokens and then arms its watchdog (an hrtimer) for the next packet's

@@ -7,7 +7,7 @@
 #     bpftool and libbpf-dev to build and register `--tcp-cc dctcp-bpf`,
 #     bpf/cc/dctcp_bpf.c);
 #   * kernel-header symlinks under /lib/modules/$(uname -r) when the running
-#     kernel ships none (DESIGN §9: bcc compiles against them);
+#     kernel ships none (docs/design.md §9: bcc compiles against them);
 #   * a venv made from /usr/bin/python3 --system-site-packages (so that
 #     `import bcc` works) with the project installed in it, with its extras
 #     test, cluster and torch (`talb run --client torch`: PyTorch's CPU build,
@@ -69,7 +69,7 @@ if [ ! -f "$STAMP" ] || [ "$REPO/pyproject.toml" -nt "$STAMP" ]; then
     say "installing the project and its Python dependencies into the venv"
     # torch's CPU wheel from a local directory when it holds one (no download);
     # else the index pip is configured with (PyTorch's CPU index elsewhere:
-    # PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu, README)
+    # PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu, docs/training.md)
     find_links=()
     TORCH_WHEELS="${TORCH_WHEELS:-/opt/wheels}"
     if compgen -G "$TORCH_WHEELS/torch-2.13.0+cpu-*.whl" >/dev/null; then

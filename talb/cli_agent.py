@@ -46,7 +46,7 @@ def _threshold(value: str | None) -> float | str | None:
               help="Weight W2 of queueing delay in the PCM (Eq. 5).")
 @click.option("--threshold", default=None,
               help="TaLB's CASE 1 threshold S in [0, 1] [default: 1.0, the largest PCM]; "
-                   "'max': each group's largest PCM (DESIGN §5's reading; see "
+                   "'max': each group's largest PCM (the paper's literal reading; see "
                    "docs/talb-decisions.md for why it is not the default).")
 @click.option("--pcm-delay", type=click.Choice(PCM_DELAY_MODES), default="model", show_default=True,
               help="Queueing delay in the PCM: M/D/1 model (Eq. 3/4) or measured qdisc backlog.")

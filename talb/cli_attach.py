@@ -20,7 +20,7 @@ def _progress(msg: str) -> None:
 @click.command("attach")
 @click.option("--fabric", "fabric_file", required=True, type=click.Path(dir_okay=False),
               help="The fabric file (YAML): switches, their ports and what each faces, hosts "
-                   "(docs/attach.md; example topologies/attach-mininet.yaml).")
+                   "(docs/attach.md; example topologies/attach/mininet.yaml).")
 @click.option("--scheme", help=f"Load-balancing scheme instead of the file's: {SCHEME_CHOICES} "
                                "(switch later with `talb scheme --prefix NAME`).")
 @click.option("--agent/--no-agent", "with_agent", default=True, show_default=True,

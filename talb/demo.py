@@ -16,7 +16,7 @@ from workload.iperf import run_iperf3
 from workload.netexec import ping_all_pairs
 
 # TCP payload per wire frame at MTU 1500 with timestamps: HTB shapes the
-# 1514-byte frame, iperf3 counts the 1448-byte payload (DESIGN §3).
+# 1514-byte frame, iperf3 counts the 1448-byte payload (docs/design.md §3).
 GOODPUT_PER_RATE = 1448 / 1514
 
 

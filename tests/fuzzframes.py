@@ -122,7 +122,7 @@ def icmp(typ: int = 8, code: int = 0, payload: bytes = b"") -> bytes:
 def talb_opt(tensor_id: int, layer: int = 0, tensor_len: int = 1, pkt_idx: int = 0,
              last: bool = False, version: int = 1, *, flags: int | None = None,
              length: int = OPT_TALB_LEN, typ: int = OPT_TALB) -> bytes:
-    """The 12 bytes of a TaLB option (DESIGN section 4); ``length`` is only
+    """The 12 bytes of a TaLB option (docs/design.md §4); ``length`` is only
     the length byte, ``flags`` (if given) the whole flags byte."""
     if flags is None:
         flags = (version & 3) | (F_LAST if last else 0)

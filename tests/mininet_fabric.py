@@ -8,7 +8,7 @@ system Python (Debian's python3-mininet):
 kernel STP with short timers, as talb's own fabric does
 (netns_topology/builder.py: STP); talb's switch programs redirect at TC
 ingress, before the bridge, and use every uplink whatever STP blocks. Switch
-ports have MTU 1600 (room for the 12-byte TaLB option, DESIGN section 3),
+ports have MTU 1600 (room for the 12-byte TaLB option, docs/design.md §3),
 hosts 1500 with gso_max_segs 1; offloads are off everywhere, as a user of
 talb sets them up (docs/attach.md). With FIRST_INDEX the links' ends get
 ifindexes FIRST_INDEX, FIRST_INDEX + 1, ... (Mininet's own `ip link add`,

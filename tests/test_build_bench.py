@@ -1,6 +1,6 @@
 """`talb bench build` (bench/build_time.py): its shapes, its table and its
-files; the measurement itself is a benchmark, run by hand (docs: README,
-Performance)."""
+files; the measurement itself is a benchmark, run by hand (docs/performance.md
+(e))."""
 from __future__ import annotations
 
 import json

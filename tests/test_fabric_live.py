@@ -97,7 +97,7 @@ def test_competing_flows_build_a_standing_queue(fabric):
     h0 (leaf0) and h2 (leaf1) both send to h3 (leaf1): the only link they
     share is leaf1's port towards h3. If the first hop kept the senders'
     socket ownership, TCP Small Queues would cap each flow and this queue
-    would stay near empty (DESIGN §3).
+    would stay near empty (docs/design.md §3).
     """
     prefix, topo = fabric
     dst = host(topo, "h3")

@@ -1,4 +1,4 @@
-"""PCM maths (agent/pcm.py, DESIGN §6, paper Eq. 1-5) against hand-computed
+"""PCM maths (agent/pcm.py, docs/design.md §6, paper Eq. 1-5) against hand-computed
 cases, and properties over random inputs (hypothesis). No kernel needed."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`talb bench shaped` (bench/shaped_fabric.py): its flows, its variants and
-its table; the measurement itself is a benchmark, run by hand (README,
-Performance (f))."""
+its table; the measurement itself is a benchmark, run by hand
+(docs/performance.md (f))."""
 from __future__ import annotations
 
 import subprocess

@@ -1,4 +1,4 @@
-"""The TaLB option's byte layout (DESIGN §4) through scapy and plain struct packing."""
+"""The TaLB option's byte layout (docs/design.md §4) through scapy and plain struct packing."""
 from hypothesis import given, strategies as st
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether

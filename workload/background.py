@@ -2,7 +2,7 @@
 varies the load 0.2-0.8), over real TCP between host namespaces.
 
 * :class:`FlowSizeCDF`: the web-search and data-mining flow-size CDFs
-  (``workload/cdfs/``, copies of ``../shared/workloads/``), sampled with
+  (``workload/cdfs/``, the published distributions, ``docs/references.md``), sampled with
   linear interpolation between the published points.
 * :func:`plan_flows`: Poisson arrivals at the rate that offers ``load`` x
   ``capacity_bps`` of background bytes, each flow from a random sender to a
@@ -43,7 +43,7 @@ from workload.netexec import ns_popen, stop
 
 CDF_DIR = Path(__file__).resolve().parent / "cdfs"
 CDF_FILES = {"websearch": "websearch_cdf.txt", "datamining": "datamining_cdf.txt"}
-# The means ../shared/workloads/README.md documents (linear interpolation).
+# The means workload/cdfs/README.md documents (linear interpolation).
 DOCUMENTED_MEAN_BYTES = {"websearch": 1.7e6, "datamining": 12.7e6}
 DEFAULT_PORT = 7400
 HEADER = struct.Struct("!QQ")        # flow id, payload bytes: the sink reports per flow

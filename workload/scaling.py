@@ -14,7 +14,7 @@ is the target's ratio exactly when
 
 Three ways to get there (docs/workload.md, "Scaling"):
 
-* ``bytes`` (the default, DESIGN §8): byte_scale = testbed/target,
+* ``bytes`` (the default, docs/design.md §8): byte_scale = testbed/target,
   time_scale = 1. Compute times stay the target's, so iteration times and
   samples/s read directly at target scale; tensors shrink by the link ratio.
 * ``time``: byte_scale = 1, time_scale = target/testbed. Tensors keep their

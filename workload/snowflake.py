@@ -7,7 +7,7 @@ A 32-bit id, most significant field first::
 * timestamp: the clock in ``unit_ns`` ticks (default 1 ms), modulo
   2^timestamp_bits: with the defaults it wraps every 2^20 ms ~ 17.5 min, so
   an id can come back after that long; the switches' tensor table ages its
-  entries out long before (DESIGN section 5).
+  entries out long before (docs/design.md §5).
 * sequence: ids made within one tick; when it runs out the generator waits
   for the next tick (at most 2^sequence_bits ids per tick and worker: 256 per
   ms with the defaults).
@@ -36,7 +36,7 @@ from typing import Callable
 
 __all__ = ["ID_BITS", "Snowflake", "SnowflakeId"]
 
-ID_BITS = 32  # the TaLB option's tensor_id field (DESIGN section 4)
+ID_BITS = 32  # the TaLB option's tensor_id field (docs/design.md §4)
 DEFAULT_TIMESTAMP_BITS = 20
 DEFAULT_SEQUENCE_BITS = 8
 DEFAULT_WORKER_BITS = 4

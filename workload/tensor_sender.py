@@ -5,7 +5,7 @@
         rec = tx.send(tensor_bytes, layer=3)  # -> TensorRecord(tensor_id, ...)
 
 The receiver reads the plain byte stream: nothing is added to it. What makes
-the packets carry the TaLB header (DESIGN section 4, "How a host knows
+the packets carry the TaLB header (docs/design.md §4, "How a host knows
 tensor boundaries (TCP)") is the host's TC egress program (bpf/host_tc.c,
 attached by ``talb testbed up``). Before each tensor's bytes are written to
 the socket, this library puts a descriptor ``{stream_start, stream_end,
@@ -35,8 +35,8 @@ at every send; best with MSG_EOR, see below). Limits:
   MSS and LAST on the packet with the tensor's last byte are then exact (the
   switches end a tensor on LAST or on tensor_len packets). Without MSG_EOR
   TCP coalesces the tail of one tensor with the head of the next; the program
-  tags such a segment with the tensor owning its first byte (DESIGN section
-  4), and a small tensor could vanish inside its predecessor's segment. Not
+  tags such a segment with the tensor owning its first byte (docs/design.md
+  §4), and a small tensor could vanish inside its predecessor's segment. Not
   exact: an MSS change (PMTU) under a tensor, and plain writes just before a
   tensor without MSG_EOR (their last segment may take the tensor's head,
   which then leaves untagged).
@@ -77,7 +77,7 @@ __all__ = [
     "locate_host", "MAX_TENSOR_PKTS",
 ]
 
-MAX_TENSOR_PKTS = 0xFFFF        # tensor_len is a 16-bit field (DESIGN section 4)
+MAX_TENSOR_PKTS = 0xFFFF        # tensor_len is a 16-bit field (docs/design.md §4)
 _U32 = 0xFFFFFFFF
 # struct tcp_info (include/uapi/linux/tcp.h): __u64 tcpi_bytes_acked at byte 120.
 _TCP_INFO_LEN = 128

@@ -35,7 +35,7 @@ RANK_PROGRAM = Path(__file__).resolve().parent / "torch_rank.py"
 #: rank 0's TCP store (the rendezvous) listens here, on its fabric address
 DEFAULT_MASTER_PORT = 29500
 INSTALL_HINT = ("pip install 'talb[torch]' (torch==2.13.0, PyTorch's CPU build; `make setup` "
-                "installs it; elsewhere from PyTorch's CPU index, README)")
+                "installs it; elsewhere from PyTorch's CPU index, docs/training.md)")
 #: where the jobs' cgroups go, under the cgroup v2 mount
 CGROUP_PARENT = "talb-torch"
 

@@ -67,7 +67,7 @@ def fixed_pcm_order(pcm: Sequence[int]) -> list[int]:
 
 def fixed_wrr_weights(pcm: Sequence[int], slots: int = SCHED_MAX) -> list[int]:
     """Integer CASE 2 weights proportional to the residuals ``1 - P_i``
-    (DESIGN section 5), summing to at most ``slots`` and reduced by their gcd
+    (docs/design.md §5), summing to at most ``slots`` and reduced by their gcd
     so that the schedule is as short as the proportions allow.
 
     Exact when the reduced residuals fit in ``slots`` (equal PCMs: plain

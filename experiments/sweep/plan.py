@@ -22,7 +22,7 @@ TOPOLOGY_DIR = paths.REPO_ROOT / "topologies"
 #: Named agent settings (AgentConfig fields). "default": the agent's defaults
 #: (agent/config.py); "paper": the paper's literal reading (Eq. 5 with
 #: W1 = W2 = 1, M/D/1 queueing delay, CASE 1's S = the group's largest PCM,
-#: DESIGN §5); the rest: the ablation's one-change-at-a-time variants.
+#: docs/design.md §5); the rest: the ablation's one-change-at-a-time variants.
 AGENT_SETTINGS: dict[str, dict] = {
     "default": {},
     "paper": {"w1": 1.0, "w2": 1.0, "pcm_delay": "model", "threshold": "max"},

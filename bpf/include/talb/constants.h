@@ -94,7 +94,7 @@
 
 /* ---- config flags (struct talb_config.flags) -------------------------- */
 /* Release the sending socket at the first hop: where skb->sk is set, send
- * an unowned clone and drop the original (DESIGN section 3). The loader
+ * an unowned clone and drop the original (docs/design.md §3). The loader
  * sets it by default. */
 #define CFG_RELEASE_SK          (1U << 0)
 /* Mark CE at the egress ports (talb/ecn.h): set by datapath/control.py
@@ -169,7 +169,7 @@
 #define CNT_TALB_INSERTED       41  /* entry inserted                        */
 #define CNT_TALB_LATE           42  /* hit on a done tensor (retransmission) */
 #define CNT_TALB_MIDSTREAM      43  /* unknown tensor, pkt_idx > 0: fallback */
-/* Last hop (DESIGN section 4): the option never reaches a host. */
+/* Last hop (docs/design.md §4): the option never reaches a host. */
 #define CNT_STRIPPED            44  /* option removed before a host port     */
 #define CNT_DROP_OPT_POSITION   45  /* option not first at a host edge       */
 #define CNT_DROP_STRIP_FAIL     46  /* bpf_skb_adjust_room failed            */
@@ -195,7 +195,7 @@
 #define CNT_ECN_MARK_FAIL       60  /* load/store/checksum helper failed     */
 #define TALB_NR_COUNTERS        64
 
-/* ---- wire format (DESIGN section 4, bpf/include/talb/talb_option.h) --- */
+/* ---- wire format (docs/design.md §4, bpf/include/talb/talb_option.h) --- */
 #define TALB_IPOPT_TYPE         0x9E    /* copied=1, class 0, number 30     */
 #define TALB_IPOPT_LEN          12
 #define TALB_IPOPT_VERSION      1
@@ -206,8 +206,8 @@
 #define TALB_IPOPT_NOP          1
 #define TALB_IP_BASE_LEN        20      /* IPv4 header without options       */
 
-/* CONGA's own option (docs/conga-option.md): pushed by the source leaf
- * in front of any other option, removed by the destination leaf. */
+/* CONGA's own option (docs/schemes.md, "CONGA's option"): pushed by the
+ * source leaf in front of any other option, removed by the destination leaf. */
 #define TALB_CONGA_IPOPT_TYPE   0x9F    /* copied=1, class 0, number 31     */
 #define TALB_CONGA_IPOPT_LEN    8
 #define TALB_CONGA_VERSION      1       /* flags bits 0-1                    */

@@ -22,7 +22,7 @@
  *
  * Nothing here touches an skb or an xdp_md: the TC entry point
  * (switch_tc.c) and a later XDP one only differ in how they read the
- * packet, count bytes and act on the verdict. DESIGN section 5.
+ * packet, count bytes and act on the verdict. docs/design.md §5.
  *
  * Needs talb/maps.h included before it.
  */

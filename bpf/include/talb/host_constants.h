@@ -44,7 +44,7 @@
  * bytes_acked into a stream offset. */
 #define HOST_ISN_ACTIVE         (1U << 0)
 
-/* ---- the option's flags byte (DESIGN section 4) ------------------------
+/* ---- the option's flags byte (docs/design.md §4) ------------------------
  * For user space only (datapath/host_maps.py parses this file alone): the
  * program writes constants.h's TALB_IPOPT_VERSION / TALB_IPOPT_F_LAST, and
  * host_tag.h fails to compile if these differ from them. */

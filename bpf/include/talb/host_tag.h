@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /*
- * talb/host_tag.h - the sending host's tagging core (DESIGN section 4,
+ * talb/host_tag.h - the sending host's tagging core (docs/design.md §4,
  * "How a host knows tensor boundaries (TCP)"):
  *
  *   host_learn_isn()   our SYN / SYN-ACK -> flow_isn

@@ -9,8 +9,8 @@
  * They only read packet memory between data and data_end, never an skb or
  * xdp_md, so TC and XDP entry points share them.
  *
- * parse_talb_option() walks the IPv4 options for the TaLB option (DESIGN
- * section 4): the one place that reads option bytes.
+ * parse_talb_option() walks the IPv4 options for the TaLB option (docs/design.md
+ * §4): the one place that reads option bytes.
  *
  * Not handled (yet): VLAN tags (the fabric is untagged; a tagged frame is
  * "not IPv4" and goes to the bridge), IPv6.
@@ -70,7 +70,7 @@ static __always_inline int parse_ethhdr(struct hdr_cursor *nh, void *data_end,
  * truncated header, a version other than 4, IHL < 5 or a total length
  * shorter than the header (so also BIG TCP's tot_len 0: the fabric runs
  * with GRO off). The cursor ends after the options (room for the
- * TaLB option parser, DESIGN section 4: the options are
+ * TaLB option parser, docs/design.md §4: the options are
  * [iph + 1, iph + ihl*4)). */
 static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 				       struct iphdr **iphdr)

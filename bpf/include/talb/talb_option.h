@@ -1,4 +1,4 @@
-/* The TaLB header on the wire: a 12-byte IPv4 option (DESIGN §4).
+/* The TaLB header on the wire: a 12-byte IPv4 option (docs/design.md §4).
  *
  * The paper's P4 metadata header carries tensor_id (32 bits), tensor_layer (8)
  * and tensor_len (16). We carry the same fields, plus a packet index and a

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /*
  * talb/schemes/talb.h - TaLB (Hu et al., IWQoS 2024): the whole switch
- * decision in one place. DESIGN section 5; docs/talb-decisions.md lists
+ * decision in one place. docs/design.md §5; docs/talb-decisions.md lists
  * every reading of the paper made here. datapath/schemes/talb.py is the same
  * decision in Python; tests/test_talb_switch.py checks the two agree
  * packet by packet.
