@@ -29,6 +29,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from common.c_constants import constant, counter_names, parse_constants
+from common.excerpt import shown
 from common.paths import BPF_SRC_DIR
 from datapath import bpf_syscall as sc
 from datapath.btf import offset_of
@@ -127,7 +128,7 @@ _TIME_UNITS = {"ns": 1, "us": 1000, "ms": 1_000_000, "s": 1_000_000_000}
 def _bad(text: str, why: str) -> ValueError:
     return ValueError(f"--priority: {why}; rules are size:64K,1M (size classes, the default), "
                       f"port:5001=0,5002=3 (destination port -> layer), burst:200us (order within "
-                      f"a burst of writes), got {text!r}")
+                      f"a burst of writes), got {shown(text)}")
 
 
 def parse_priority(text: str | None) -> PriorityRule:

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from common.excerpt import shown
 from workload.faults import KINDS, parse_fault
 from workload.measure import rejudge
 
@@ -524,7 +525,7 @@ def seeds_of(text: str) -> tuple:
         try:
             out += list(range(int(lo), int(hi) + 1)) if dash else [int(part)]
         except ValueError:
-            raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {text!r}") from None
+            raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {shown(text)}") from None
     if not out:
-        raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {text!r}")
+        raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {shown(text)}")
     return tuple(dict.fromkeys(out))

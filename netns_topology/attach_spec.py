@@ -42,6 +42,7 @@ from pathlib import Path
 import re
 
 from common.c_constants import SCHEMES
+from common.excerpt import shown
 from common.paths import NETNS_RE, NODE_RE, PREFIX_RE
 
 from .errors import TopologyError
@@ -123,7 +124,7 @@ class AttachFabric:
         without machine: keys, every other machine's switches remote, and their hosts (those
         their ports face) routed to but not reached from here (no tagger)."""
         if machine not in self.machines():
-            raise TopologyError("machine", f"no switch is on machine {machine!r} (the file's "
+            raise TopologyError("machine", f"no switch is on machine {shown(machine)} (the file's "
                                            f"machines: {', '.join(self.machines())})")
         mine = {s.name for s in self.switches if s.machine == machine}
         here = {p.to for s in self.switches if s.name in mine for p in s.ports if p.kind == "host"}
@@ -186,7 +187,8 @@ class AttachFabric:
 
 def _keys(where: str, d, allowed: set[str], required: set[str] = frozenset()) -> dict:
     if not isinstance(d, dict):
-        raise TopologyError(where or "file", f"must be a mapping, got {d!r}")
+        # the whole file when where is "": say what it holds, not all of it
+        raise TopologyError(where or "file", f"must be a mapping, got {shown(d, '' if where else 'YAML')}")
     unknown = sorted(set(d) - allowed)
     if unknown:
         raise TopologyError(f"{where}.{unknown[0]}" if where else unknown[0],
@@ -201,7 +203,7 @@ def _new_node(where: str, raw: dict, kind: str, nodes: dict[str, str]) -> str:
     """A host's or switch's name, checked and unique among all nodes; recorded."""
     name = _name(f"{where}.name", raw["name"])
     if name in nodes:
-        raise TopologyError(f"{where}.name", f"{name!r} is already a node")
+        raise TopologyError(f"{where}.name", f"{shown(name)} is already a node")
     nodes[name] = kind
     return name
 
@@ -209,7 +211,7 @@ def _new_node(where: str, raw: dict, kind: str, nodes: dict[str, str]) -> str:
 def _name(where: str, value) -> str:
     if not isinstance(value, str) or not NODE_RE.match(value):
         raise TopologyError(where, f"must be 1-12 lowercase letters/digits starting with a letter, "
-                                   f"got {value!r}")
+                                   f"got {shown(value)}")
     return value
 
 
@@ -217,18 +219,18 @@ def _iface(where: str, value) -> str:
     if not isinstance(value, str) or not value or len(value) > IFNAMSIZ or "/" in value \
             or any(c.isspace() for c in value) or value in (".", ".."):
         raise TopologyError(where, f"must be an interface name (1-{IFNAMSIZ} characters, no '/' "
-                                   f"or spaces), got {value!r}")
+                                   f"or spaces), got {shown(value)}")
     return value
 
 
 def _where(where: str, d: dict) -> tuple[str | None, int | None]:
     netns, pid = d.get("netns"), d.get("pid")
     if netns is not None and pid is not None:
-        raise TopologyError(f"{where}.pid", f"give netns or pid, not both (netns {netns!r}, pid {pid!r})")
+        raise TopologyError(f"{where}.pid", f"give netns or pid, not both (netns {shown(netns)}, pid {shown(pid)})")
     if netns is not None and (not isinstance(netns, str) or not NETNS_RE.match(netns) or ".." in netns):
-        raise TopologyError(f"{where}.netns", f"must be a namespace name under /run/netns, got {netns!r}")
+        raise TopologyError(f"{where}.netns", f"must be a namespace name under /run/netns, got {shown(netns)}")
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid < 1):
-        raise TopologyError(f"{where}.pid", f"must be a process id (an integer >= 1), got {pid!r}")
+        raise TopologyError(f"{where}.pid", f"must be a process id (an integer >= 1), got {shown(pid)}")
     return netns, pid
 
 
@@ -240,7 +242,7 @@ def fabric_from_dict(data) -> AttachFabric:
     name = data.get("name", DEFAULT_NAME)
     if not isinstance(name, str) or not PREFIX_RE.match(name):
         raise TopologyError("name", f"must be 1-12 lowercase letters/digits starting with a letter, "
-                                    f"got {name!r}")
+                                    f"got {shown(name)}")
     link_rate = check_rate("link_rate", data.get("link_rate", DEFAULT_LINK_RATE))
     queue_limit = data.get("queue_limit", DEFAULT_QUEUE_LIMIT)
     try:
@@ -248,19 +250,19 @@ def fabric_from_dict(data) -> AttachFabric:
     except ValueError as exc:
         raise TopologyError("queue_limit", str(exc)) from None
     if isinstance(queue_limit, bool) or not isinstance(queue_limit, int) or queue_limit < 1600:
-        raise TopologyError("queue_limit", f"must be a size of at least 1600 bytes, got {queue_limit!r}")
+        raise TopologyError("queue_limit", f"must be a size of at least 1600 bytes, got {shown(queue_limit)}")
     scheme = data.get("scheme", "ecmp")
     if scheme not in SCHEMES:
-        raise TopologyError("scheme", f"must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+        raise TopologyError("scheme", f"must be one of {', '.join(SCHEMES)}, got {shown(scheme)}")
 
     default_queue = _queue("queue", data.get("queue"))
     replace_qdisc = check_bool("replace_qdisc", data.get("replace_qdisc", False))
 
     raw_sw, raw_hosts = data["switches"], data["hosts"]
     if not isinstance(raw_sw, list) or not raw_sw:
-        raise TopologyError("switches", f"must be a non-empty list, got {raw_sw!r}")
+        raise TopologyError("switches", f"must be a non-empty list, got {shown(raw_sw)}")
     if not isinstance(raw_hosts, list) or not raw_hosts:
-        raise TopologyError("hosts", f"must be a non-empty list, got {raw_hosts!r}")
+        raise TopologyError("hosts", f"must be a non-empty list, got {shown(raw_hosts)}")
     nodes: dict[str, str] = {}
     hosts, ips = [], {}
     for i, h in enumerate(raw_hosts):
@@ -270,7 +272,7 @@ def fabric_from_dict(data) -> AttachFabric:
         try:
             ip = str(ipaddress.IPv4Address(h["ip"]))
         except (ValueError, TypeError):
-            raise TopologyError(f"{w}.ip", f"not an IPv4 address: {h['ip']!r}") from None
+            raise TopologyError(f"{w}.ip", f"not an IPv4 address: {shown(h['ip'])}") from None
         if ip in ips:
             raise TopologyError(f"{w}.ip", f"{ip} is also host {ips[ip]}'s address")
         ips[ip] = hname
@@ -290,14 +292,14 @@ def fabric_from_dict(data) -> AttachFabric:
         netns, pid = _where(w, s)
         remote = s.get("remote", False)
         if not isinstance(remote, bool):
-            raise TopologyError(f"{w}.remote", f"must be true or false, got {remote!r}")
+            raise TopologyError(f"{w}.remote", f"must be true or false, got {shown(remote)}")
         if remote and (netns is not None or pid is not None):
             raise TopologyError(f"{w}.remote", "a remote switch has no namespace here "
                                                "(drop netns/pid, or remote)")
         machine = _machine(w, s, raw_sw)
         ports = s["ports"]
         if not isinstance(ports, list) or not ports:
-            raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {ports!r}")
+            raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {shown(ports)}")
         made = []
         for j, p in enumerate(ports):
             pw = f"{w}.ports[{j}]"
@@ -306,12 +308,12 @@ def fabric_from_dict(data) -> AttachFabric:
             where = ("remote", s["name"]) if remote else ("netns", netns) if netns is not None \
                 else ("pid", pid) if pid is not None else ("local", None)
             if (where, iface) in seen_iface:
-                raise TopologyError(f"{pw}.iface", f"{iface!r} is also a port of "
+                raise TopologyError(f"{pw}.iface", f"{shown(iface)} is also a port of "
                                                    f"{seen_iface[(where, iface)]} in the same namespace")
             seen_iface[(where, iface)] = s["name"]
             to = p["to"]
             if to not in nodes:
-                raise TopologyError(f"{pw}.to", f"faces unknown node {to!r} (switches and hosts: "
+                raise TopologyError(f"{pw}.to", f"faces unknown node {shown(to)} (switches and hosts: "
                                                 f"{', '.join(nodes)})")
             if to == s["name"]:
                 raise TopologyError(f"{pw}.to", f"a port of {to} cannot face {to} itself")
@@ -324,10 +326,10 @@ def fabric_from_dict(data) -> AttachFabric:
     for h in hosts:
         facing = [(s.name, p.iface) for s in switches for p in s.ports if p.to == h.name]
         if not facing:
-            raise TopologyError("hosts", f"no switch port faces host {h.name!r} ({h.ip}): add a port "
+            raise TopologyError("hosts", f"no switch port faces host {shown(h.name)} ({h.ip}): add a port "
                                          f"with 'to: {h.name}'")
         if len(facing) > 1:
-            raise TopologyError("hosts", f"host {h.name!r} is faced by {len(facing)} ports "
+            raise TopologyError("hosts", f"host {shown(h.name)} is faced by {len(facing)} ports "
                                          f"({', '.join(f'{a}:{b}' for a, b in facing)}); a host hangs "
                                          "off one switch port")
     links = []
@@ -363,7 +365,7 @@ def _machine(where: str, s: dict, raw_sw: list) -> str | None:
         return None
     if not isinstance(machine, str) or not MACHINE_RE.match(machine):
         raise TopologyError(f"{where}.machine", f"must be a host name or a Dask worker's --name "
-                                                f"(letters, digits, '.', '_', '-'), got {machine!r}")
+                                                f"(letters, digits, '.', '_', '-'), got {shown(machine)}")
     if s.get("remote"):
         raise TopologyError(f"{where}.remote", "a switch with a machine is attached on that machine "
                                                "(drop remote: --cluster attaches every machine's part)")

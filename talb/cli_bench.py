@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from common.excerpt import shown
 from talb.unwind import sigterm_unwinds
 
 console = Console(highlight=False, soft_wrap=True)
@@ -26,7 +27,7 @@ def _list(kind):
         try:
             return [kind(x) for x in items]
         except ValueError:
-            raise click.BadParameter(f"comma-separated numbers, got {value!r}") from None
+            raise click.BadParameter(f"comma-separated numbers, got {shown(value)}") from None
     return parse
 
 
@@ -49,7 +50,7 @@ def _seeds(ctx, param, value):
     try:
         n = int(value)
     except ValueError:
-        raise click.BadParameter(f"a count (5 = seeds 1..5) or a list (1,2,7), got {value!r}") \
+        raise click.BadParameter(f"a count (5 = seeds 1..5) or a list (1,2,7), got {shown(value)}") \
             from None
     if n < 1:
         raise click.BadParameter(f"at least 1, got {n}")

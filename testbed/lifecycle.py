@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 from common import paths
+from common.excerpt import shown
 from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, exists, queueing_of,
                                   read_state, regime_of, require_root, rto_min_of, write_state)
 from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
@@ -38,7 +39,7 @@ def set_queueing(prefix: str, queueing: str) -> dict:
     from netns_topology import qdisc, topology_from_dict
 
     if queueing not in qdisc.QUEUEINGS:
-        raise TestbedError(f"queueing: one of {', '.join(qdisc.QUEUEINGS)}, got {queueing!r}")
+        raise TestbedError(f"queueing: one of {', '.join(qdisc.QUEUEINGS)}, got {shown(queueing)}")
     require_root()
     state = read_state(prefix)
     now = queueing_of(prefix, state)
@@ -133,7 +134,7 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
 
     paths.check_prefix(prefix)
     if datapath not in DATAPATHS:
-        raise TestbedError(f"datapath: must be one of {', '.join(DATAPATHS)}, got {datapath!r}")
+        raise TestbedError(f"datapath: must be one of {', '.join(DATAPATHS)}, got {shown(datapath)}")
     if agent is not None and datapath not in PROGRAM_DATAPATHS:
         raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
                            "to manage (use --no-agent with --datapath bridge)")

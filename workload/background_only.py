@@ -51,6 +51,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common import paths
+from common.excerpt import shown
 from common.machine import machine_info
 from netns_topology.state import (PROGRAM_DATAPATHS, TestbedError, load_topology_of, queueing_of, read_state,
                                   regime_of,
@@ -211,7 +212,7 @@ def headline(scheme: str, cfg, classes: dict, extra: dict) -> dict:
 # --- validation ----------------------------------------------------------------------------
 def _need(cond: bool, flag: str, value, what: str) -> None:
     if not cond:
-        raise ValueError(f"{flag}: {what}, got {value!r}")
+        raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
 
 def validate(cfg) -> None:

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import paths
+from common.excerpt import shown
 from common.machine import machine_info
 from netns_topology.state import (PROGRAM_DATAPATHS, TestbedError, load_topology_of, queueing_of, read_state,
                                   regime_of, rto_min_of)
@@ -143,7 +144,7 @@ class RunConfig:
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
     if not cond:
-        raise ValueError(f"{flag}: {what}, got {value!r}")
+        raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
 
 def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:

@@ -24,6 +24,7 @@ node's, max(worker, server). Both are recorded.
 """
 from __future__ import annotations
 
+from common.excerpt import shown
 from workload.models.base import GRAD_BYTES
 
 COMMS = ("ps", "sfb", "hybrid")
@@ -31,7 +32,7 @@ COMMS = ("ps", "sfb", "hybrid")
 
 def check(comm: str) -> str:
     if comm not in COMMS:
-        raise ValueError(f"--comm: one of {', '.join(COMMS)}, got {comm!r}")
+        raise ValueError(f"--comm: one of {', '.join(COMMS)}, got {shown(comm)}")
     return comm
 
 

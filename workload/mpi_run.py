@@ -27,6 +27,7 @@ from contextlib import ExitStack, nullcontext
 from dataclasses import asdict, replace
 from types import SimpleNamespace
 
+from common.excerpt import shown
 from common.machine import machine_info
 from netns_topology.state import load_topology_of
 from workload import measure, mpi_rank
@@ -50,7 +51,7 @@ NOT_FOR_MPI = {"fault": "--fault", "connections": "--connections"}
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
     if not cond:
-        raise ValueError(f"{flag}: {what}, got {value!r}")
+        raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
 
 def validate(cfg) -> None:

@@ -21,6 +21,7 @@ import math
 import time
 from dataclasses import asdict
 
+from common.excerpt import shown
 from common.machine import machine_info
 from workload import measure
 from workload.experiment import DEFAULT_TOPOLOGY, RunError, _senders_record
@@ -54,7 +55,7 @@ def validate(cfg) -> None:
 
     def need(cond, flag, value, what):
         if not cond:
-            raise ValueError(f"{flag}: {what}, got {value!r}")
+            raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
     need(cfg.model in MODELS, "--model", cfg.model,
          f"--client torch builds {', '.join(MODELS)} (workload/torch_rank.py)")
