@@ -174,22 +174,28 @@ def _class_metrics(flows: list[tuple], base_s: float) -> dict:
     return out
 
 
+def fill_row(row: dict, res, rel: str) -> None:
+    """A run's own columns of its row from its results record (the pooled
+    base latency's come after every run is read: :func:`load_rows`)."""
+    head = res["headline"]
+    guard = results.cpu_guard_of(res)
+    row.update(status="cpu_bound" if guard["flagged"] else "ok",
+               scheme_in_effect=head["scheme"], commit=(res.get("software") or {}).get("commit"),
+               base_latency_run_s=head["base_latency_s"], results=rel,
+               **{k: head.get(k) for k in ("reorder_per_kseg", "retrans_pct", "timeouts",
+                                           "offered_realised", "delivered_load")},
+               flows_per_s=res["load"].get("flows_per_s"),
+               **results.guard_fields(guard),
+               **results.machine_fields(res))
+
+
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[dict], dict]:
     """One row per planned run (status ok, cpu_bound, failed, missing) and
     {topology: pooled base latency B}. Results from OUT/runs/ or OUT/runs.tar.xz."""
     flows = {}
 
     def fill(row, res, rel):
-        head = res["headline"]
-        guard = results.cpu_guard_of(res)
-        row.update(status="cpu_bound" if guard["flagged"] else "ok",
-                   scheme_in_effect=head["scheme"], commit=(res.get("software") or {}).get("commit"),
-                   base_latency_run_s=head["base_latency_s"], results=rel,
-                   **{k: head.get(k) for k in ("reorder_per_kseg", "retrans_pct", "timeouts",
-                                               "offered_realised", "delivered_load")},
-                   flows_per_s=res["load"].get("flows_per_s"),
-                   **results.guard_fields(guard),
-                   **results.machine_fields(res))
+        fill_row(row, res, rel)
         flows[row["key"]] = _window_flows(res)
 
     def new_row(spec: RunSpec) -> dict:
