@@ -239,6 +239,35 @@ def fabric_from_dict(data) -> AttachFabric:
     naming the field (``switches[1].ports[0].to``) and the value otherwise."""
     _keys("", data, {"name", "link_rate", "queue_limit", "scheme", "switches", "hosts", "queue",
                      "replace_qdisc"}, {"switches", "hosts"})
+    settings = _settings(data)
+    raw_sw, raw_hosts = _node_lists(data)
+    nodes: dict[str, str] = {}          # name -> "host" / "switch"
+    hosts = _hosts(raw_hosts, nodes)
+    for i, s in enumerate(raw_sw):      # every name first: a port may face a later switch
+        w = f"switches[{i}]"
+        _keys(w, s, {"name", "netns", "pid", "ports", "remote", "machine"}, {"name", "ports"})
+        _new_node(w, s, "switch", nodes)
+    seen_iface: dict[tuple, str] = {}
+    switches = [_switch(f"switches[{i}]", s, raw_sw, nodes, seen_iface, settings)
+                for i, s in enumerate(raw_sw)]
+    _check_each_host_faced_once(hosts, switches)
+    return AttachFabric(settings.name, settings.link_rate, settings.queue_limit, settings.scheme,
+                        switches, hosts, _links(switches), settings.replace_qdisc)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The file's fabric-wide fields, checked."""
+
+    name: str
+    link_rate: int
+    queue_limit: int
+    scheme: str
+    default_queue: Queue | None  # the ports' queue unless a port names its own
+    replace_qdisc: bool
+
+
+def _settings(data: dict) -> _Settings:
     name = data.get("name", DEFAULT_NAME)
     if not isinstance(name, str) or not PREFIX_RE.match(name):
         raise TopologyError("name", f"must be 1-12 lowercase letters/digits starting with a letter, "
@@ -254,16 +283,22 @@ def fabric_from_dict(data) -> AttachFabric:
     scheme = data.get("scheme", "ecmp")
     if scheme not in SCHEMES:
         raise TopologyError("scheme", f"must be one of {', '.join(SCHEMES)}, got {shown(scheme)}")
-
     default_queue = _queue("queue", data.get("queue"))
     replace_qdisc = check_bool("replace_qdisc", data.get("replace_qdisc", False))
+    return _Settings(name, link_rate, queue_limit, scheme, default_queue, replace_qdisc)
 
+
+def _node_lists(data: dict) -> tuple[list, list]:
     raw_sw, raw_hosts = data["switches"], data["hosts"]
     if not isinstance(raw_sw, list) or not raw_sw:
         raise TopologyError("switches", f"must be a non-empty list, got {shown(raw_sw)}")
     if not isinstance(raw_hosts, list) or not raw_hosts:
         raise TopologyError("hosts", f"must be a non-empty list, got {shown(raw_hosts)}")
-    nodes: dict[str, str] = {}
+    return raw_sw, raw_hosts
+
+
+def _hosts(raw_hosts: list, nodes: dict[str, str]) -> list[AttachHost]:
+    """Every host checked (name, unique address, interface, namespace); names recorded in ``nodes``."""
     hosts, ips = [], {}
     for i, h in enumerate(raw_hosts):
         w = f"hosts[{i}]"
@@ -282,47 +317,54 @@ def fabric_from_dict(data) -> AttachFabric:
             raise TopologyError(f"{w}.iface", f"host {hname} has a namespace but no interface: "
                                               "name the one facing its switch")
         hosts.append(AttachHost(hname, ip, iface, netns, pid))
-    for i, s in enumerate(raw_sw):
-        w = f"switches[{i}]"
-        _keys(w, s, {"name", "netns", "pid", "ports", "remote", "machine"}, {"name", "ports"})
-        _new_node(w, s, "switch", nodes)
-    switches, seen_iface = [], {}
-    for i, s in enumerate(raw_sw):
-        w = f"switches[{i}]"
-        netns, pid = _where(w, s)
-        remote = s.get("remote", False)
-        if not isinstance(remote, bool):
-            raise TopologyError(f"{w}.remote", f"must be true or false, got {shown(remote)}")
-        if remote and (netns is not None or pid is not None):
-            raise TopologyError(f"{w}.remote", "a remote switch has no namespace here "
-                                               "(drop netns/pid, or remote)")
-        machine = _machine(w, s, raw_sw)
-        ports = s["ports"]
-        if not isinstance(ports, list) or not ports:
-            raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {shown(ports)}")
-        made = []
-        for j, p in enumerate(ports):
-            pw = f"{w}.ports[{j}]"
-            _keys(pw, p, {"iface", "to", "rate", "queue"}, {"iface", "to"})
-            iface = _iface(f"{pw}.iface", p["iface"])
-            where = ("remote", s["name"]) if remote else ("netns", netns) if netns is not None \
-                else ("pid", pid) if pid is not None else ("local", None)
-            if (where, iface) in seen_iface:
-                raise TopologyError(f"{pw}.iface", f"{shown(iface)} is also a port of "
-                                                   f"{seen_iface[(where, iface)]} in the same namespace")
-            seen_iface[(where, iface)] = s["name"]
-            to = p["to"]
-            if to not in nodes:
-                raise TopologyError(f"{pw}.to", f"faces unknown node {shown(to)} (switches and hosts: "
-                                                f"{', '.join(nodes)})")
-            if to == s["name"]:
-                raise TopologyError(f"{pw}.to", f"a port of {to} cannot face {to} itself")
-            rate = check_rate(f"{pw}.rate", p["rate"]) if p.get("rate") is not None else link_rate
-            queue = _queue(f"{pw}.queue", p["queue"]) if "queue" in p else default_queue
-            made.append(AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate, queue))
-        _same_bands(w, made)
-        switches.append(AttachSwitch(s["name"], netns, pid, tuple(made), remote, machine))
+    return hosts
 
+
+def _switch(w: str, s: dict, raw_sw: list, nodes: dict[str, str], seen_iface: dict,
+            settings: _Settings) -> AttachSwitch:
+    """One switch checked: where it is (namespace, remote, machine) and its ports."""
+    netns, pid = _where(w, s)
+    remote = s.get("remote", False)
+    if not isinstance(remote, bool):
+        raise TopologyError(f"{w}.remote", f"must be true or false, got {shown(remote)}")
+    if remote and (netns is not None or pid is not None):
+        raise TopologyError(f"{w}.remote", "a remote switch has no namespace here "
+                                           "(drop netns/pid, or remote)")
+    machine = _machine(w, s, raw_sw)
+    ports = s["ports"]
+    if not isinstance(ports, list) or not ports:
+        raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {shown(ports)}")
+    # the namespace its interfaces are in: an interface name is unique there
+    where = ("remote", s["name"]) if remote else ("netns", netns) if netns is not None \
+        else ("pid", pid) if pid is not None else ("local", None)
+    made = [_port(f"{w}.ports[{j}]", p, s["name"], where, nodes, seen_iface, settings)
+            for j, p in enumerate(ports)]
+    _same_bands(w, made)
+    return AttachSwitch(s["name"], netns, pid, tuple(made), remote, machine)
+
+
+def _port(pw: str, p: dict, switch: str, where: tuple, nodes: dict[str, str], seen_iface: dict,
+          settings: _Settings) -> AttachPort:
+    """One switch port checked: its interface (unique in its namespace), the
+    node it faces, its rate and queue (the file's unless it names its own)."""
+    _keys(pw, p, {"iface", "to", "rate", "queue"}, {"iface", "to"})
+    iface = _iface(f"{pw}.iface", p["iface"])
+    if (where, iface) in seen_iface:
+        raise TopologyError(f"{pw}.iface", f"{shown(iface)} is also a port of "
+                                           f"{seen_iface[(where, iface)]} in the same namespace")
+    seen_iface[(where, iface)] = switch
+    to = p["to"]
+    if to not in nodes:
+        raise TopologyError(f"{pw}.to", f"faces unknown node {shown(to)} (switches and hosts: "
+                                        f"{', '.join(nodes)})")
+    if to == switch:
+        raise TopologyError(f"{pw}.to", f"a port of {to} cannot face {to} itself")
+    rate = check_rate(f"{pw}.rate", p["rate"]) if p.get("rate") is not None else settings.link_rate
+    queue = _queue(f"{pw}.queue", p["queue"]) if "queue" in p else settings.default_queue
+    return AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate, queue)
+
+
+def _check_each_host_faced_once(hosts: list[AttachHost], switches: list[AttachSwitch]) -> None:
     for h in hosts:
         facing = [(s.name, p.iface) for s in switches for p in s.ports if p.to == h.name]
         if not facing:
@@ -332,6 +374,11 @@ def fabric_from_dict(data) -> AttachFabric:
             raise TopologyError("hosts", f"host {shown(h.name)} is faced by {len(facing)} ports "
                                          f"({', '.join(f'{a}:{b}' for a, b in facing)}); a host hangs "
                                          "off one switch port")
+
+
+def _links(switches: list[AttachSwitch]) -> list[tuple[str, str, str, str]]:
+    """(switch, iface, switch, iface) of every link between switches: the
+    ports two switches have facing each other, paired in order, at one rate."""
     links = []
     for a in switches:
         for b in switches:
@@ -348,7 +395,7 @@ def fabric_from_dict(data) -> AttachFabric:
                     raise TopologyError("switches", f"link {a.name}:{pa.iface} - {b.name}:{pb.iface}: "
                                                     f"rates differ ({pa.rate_bps} vs {pb.rate_bps} bit/s)")
                 links.append((a.name, pa.iface, b.name, pb.iface))
-    return AttachFabric(name, link_rate, queue_limit, scheme, switches, hosts, links, replace_qdisc)
+    return links
 
 
 def _machine(where: str, s: dict, raw_sw: list) -> str | None:
