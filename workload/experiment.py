@@ -810,7 +810,7 @@ def _add_osf(cfg: RunConfig, run: _Setup, record: RunRecord) -> None:
                           measured_s=record.summary["speed"]["target_iteration_time_s"])
     record.osf = pred
     record.summary["osf"] = {k: pred[k] for k in ("predicted_iteration_s",
-                                                      "measured_iteration_s", "error")}
+                                                  "measured_iteration_s", "error")}
 
 
 def _schedule(cfg: RunConfig, profile, tensor_bytes=None):
