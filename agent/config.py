@@ -10,6 +10,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass
 
+from common.excerpt import shown
 from datapath.statsread import STRATEGIES
 
 PCM_DELAY_MODES = ("model", "measured")
@@ -58,7 +59,7 @@ class AgentConfig:
             # scale: the option's unit (1e3 for the *-ms options) in messages
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
-                raise ConfigError(f"{option}: must be a number, got {v!r}")
+                raise ConfigError(f"{option}: must be a number, got {shown(v)}")
             if not lo <= v <= hi:
                 raise ConfigError(f"{option}: must be in [{lo * scale:g}, {hi * scale:g}], "
                                   f"got {v * scale:g}")
@@ -73,7 +74,7 @@ class AgentConfig:
             number("threshold", "--threshold", 0.0, 1.0)
         if self.pcm_delay not in PCM_DELAY_MODES:
             raise ConfigError(f"--pcm-delay: one of {', '.join(PCM_DELAY_MODES)}, "
-                              f"got {self.pcm_delay!r}")
+                              f"got {shown(self.pcm_delay)}")
         try:
             ipaddress.ip_address(self.metrics_addr)
         except ValueError:
@@ -81,12 +82,12 @@ class AgentConfig:
         if self.metrics_port is not None and (
                 isinstance(self.metrics_port, bool) or not isinstance(self.metrics_port, int)
                 or not 1 <= self.metrics_port <= 65535):
-            raise ConfigError(f"--metrics-port: 1..65535, got {self.metrics_port!r}")
+            raise ConfigError(f"--metrics-port: 1..65535, got {shown(self.metrics_port)}")
         if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"--log-level: one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+            raise ConfigError(f"--log-level: one of {', '.join(LOG_LEVELS)}, got {shown(self.log_level)}")
         if self.read_strategy not in STRATEGIES:
             raise ConfigError(f"--read-strategy: one of {', '.join(STRATEGIES)}, "
-                              f"got {self.read_strategy!r}")
+                              f"got {shown(self.read_strategy)}")
         number("stats_interval_s", "--stats-interval-ms", self.window_s, 60.0, 1e3)
 
     def metrics_ports(self) -> range:

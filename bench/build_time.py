@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from common import paths
+from common.excerpt import shown
 
 __all__ = ["SHAPES", "parse_shape", "run", "write", "mininet_available", "summarise", "ratios",
            "flat_breakdown"]
@@ -56,7 +57,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     except ValueError:
         shape = ()
     if len(shape) != 3 or min(shape) < 1:
-        raise ValueError(f"a shape is SPINESxLEAVESxHOSTS_PER_LEAF (e.g. 4x4x4), got {text!r}")
+        raise ValueError(f"a shape is SPINESxLEAVESxHOSTS_PER_LEAF (e.g. 4x4x4), got {shown(text)}")
     return shape
 
 

@@ -19,6 +19,7 @@ from contextlib import nullcontext
 
 from common import paths
 from common.c_constants import IMPLEMENTED_SCHEMES, SCHEMES
+from common.excerpt import shown
 from netns_topology import load_topology
 from testbed import lifecycle
 from workload.mpi_job import DEFAULT_PORT_MIN, DEFAULT_PORT_RANGE, run_job
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
     lifecycle.up(topo, args.prefix, agent={"metrics_port": free_port()})
     tags = [t.strip() for t in args.tag.split(",")]
     if not tags or any(t not in ("off", "on") for t in tags):
-        ap.error(f"--tag: off, on or off,on, got {args.tag!r}")
+        ap.error(f"--tag: off, on or off,on, got {shown(args.tag)}")
     rows = []
     try:
         for scheme in [s for s in SCHEMES if s in IMPLEMENTED_SCHEMES]:

@@ -54,6 +54,7 @@ import time
 from contextlib import contextmanager
 
 from common import paths
+from common.excerpt import shown
 from netns_topology.spec import topology_from_dict
 from testbed import lifecycle
 from workload.netexec import ns_popen, ns_run, stop
@@ -281,7 +282,7 @@ def _sizes(text: str) -> list[int]:
         sizes = []
     if not sizes or any(s < 1 or s > 64 << 20 for s in sizes):
         raise argparse.ArgumentTypeError(f"comma-separated message sizes in bytes, "
-                                         f"1..{64 << 20}, got {text!r}")
+                                         f"1..{64 << 20}, got {shown(text)}")
     return sizes
 
 

@@ -64,16 +64,19 @@
 #define SK_TCP_CLOSE_WAIT       8
 #define SK_TCP_CLOSE            7
 
-#define RD(dst, base, off) bpf_probe_read_kernel(&(dst), sizeof(dst), (const char *)(base) + (off))
+/* dst = the kernel's bytes at base + off, as many as dst holds (a field of a
+ * kernel struct at the offset the loader found in BTF) */
+#define READ_KERNEL_AT(dst, base, off) \
+	bpf_probe_read_kernel(&(dst), sizeof(dst), (const char *)(base) + (off))
 
 static __always_inline __u32 sk_netns(const void *sk)
 {
 	void *net = NULL;
 	__u32 inum = 0;
 
-	RD(net, sk, SK_OFF_NET);
+	READ_KERNEL_AT(net, sk, SK_OFF_NET);
 	if (net)
-		RD(inum, net, NET_OFF_INUM);
+		READ_KERNEL_AT(inum, net, NET_OFF_INUM);
 	return inum;
 }
 
@@ -81,10 +84,10 @@ static __always_inline void sk_key(const void *sk, struct host_flow_key *key)
 {
 	__u16 num = 0;
 
-	RD(key->saddr, sk, SK_OFF_RCV_SADDR);
-	RD(key->daddr, sk, SK_OFF_DADDR);
-	RD(key->dport, sk, SK_OFF_DPORT);
-	RD(num, sk, SK_OFF_NUM);
+	READ_KERNEL_AT(key->saddr, sk, SK_OFF_RCV_SADDR);
+	READ_KERNEL_AT(key->daddr, sk, SK_OFF_DADDR);
+	READ_KERNEL_AT(key->dport, sk, SK_OFF_DPORT);
+	READ_KERNEL_AT(num, sk, SK_OFF_NUM);
 	key->sport = bpf_htons(num);
 }
 
@@ -196,8 +199,8 @@ static __always_inline void on_enter(void *sk, __u64 size)
 		sendmsg_count(SENDMSG_CNT_ZERO_LENGTH);
 		return;
 	}
-	RD(family, sk, SK_OFF_FAMILY);
-	RD(state, sk, SK_OFF_STATE);
+	READ_KERNEL_AT(family, sk, SK_OFF_FAMILY);
+	READ_KERNEL_AT(state, sk, SK_OFF_STATE);
 	if (family != SK_AF_INET || (state != SK_TCP_ESTABLISHED && state != SK_TCP_CLOSE_WAIT)) {
 		sendmsg_count(SENDMSG_CNT_NOT_IPV4_ESTABLISHED);
 		return;
@@ -218,10 +221,10 @@ static __always_inline void on_enter(void *sk, __u64 size)
 		sendmsg_count(SENDMSG_CNT_NO_HOST_MAP);
 		return;
 	}
-	RD(seq, sk, TP_OFF_WRITE_SEQ);
-	RD(una, sk, TP_OFF_SND_UNA);
-	RD(nxt, sk, TP_OFF_SND_NXT);
-	RD(mss, sk, TP_OFF_MSS_CACHE);
+	READ_KERNEL_AT(seq, sk, TP_OFF_WRITE_SEQ);
+	READ_KERNEL_AT(una, sk, TP_OFF_SND_UNA);
+	READ_KERNEL_AT(nxt, sk, TP_OFF_SND_NXT);
+	READ_KERNEL_AT(mss, sk, TP_OFF_MSS_CACHE);
 
 	st = sendmsg_socks.lookup(&skp);
 	if (!st) {
@@ -379,7 +382,7 @@ RAW_TRACEPOINT_PROBE(tcp_sendmsg_locked)
 	if (cur && *cur == skp)
 		return 0;               /* a later iteration of the same call */
 	sendmsg_calls.update(&tid, &skp);
-	RD(size, (void *)ctx->args[1], MSG_OFF_ITER + ITER_OFF_COUNT);
+	READ_KERNEL_AT(size, (void *)ctx->args[1], MSG_OFF_ITER + ITER_OFF_COUNT);
 	on_enter((void *)skp, size);
 	return 0;
 }
@@ -392,7 +395,7 @@ RAW_TRACEPOINT_PROBE(sys_exit)
 	int nr = -1;    /* x86_64 orig_ax is a long, aarch64 syscallno an s32: the
 			 * low 32 bits (little-endian) carry the number on both */
 
-	RD(nr, (void *)ctx->args[0], REGS_OFF_NR);
+	READ_KERNEL_AT(nr, (void *)ctx->args[0], REGS_OFF_NR);
 	if (nr != NR_WRITE && nr != NR_WRITEV && nr != NR_SENDTO && nr != NR_SENDMSG)
 		return 0;
 	tid = bpf_get_current_pid_tgid();

@@ -103,26 +103,27 @@ def counter_names(consts: Mapping[str, int], prefix: str, n: int, header: str | 
     return tuple(name if name is not None else f"reserved_{i}" for i, name in enumerate(names))
 
 
-def _c(name: str) -> int:
+def _constants_h(name: str) -> int:
+    """An integer #define of bpf/include/talb/constants.h (CONSTANTS_H)."""
     return constant(CONST, name, CONSTANTS_H)
 
 
-TALB_MAX_PORTS = _c("TALB_MAX_PORTS")
-TALB_MAX_GROUP_PORTS = _c("TALB_MAX_GROUP_PORTS")
-TALB_NR_COUNTERS = _c("TALB_NR_COUNTERS")
-PORT_HOST = _c("PORT_HOST")
-PORT_UP = _c("PORT_UP")
-CFG_RELEASE_SK = _c("CFG_RELEASE_SK")
-TALB_NR_LAYERS = _c("TALB_NR_LAYERS")
-TALB_SCHED_MAX = _c("TALB_SCHED_MAX")
-TALB_MAX_TENSORS = _c("TALB_MAX_TENSORS")
-TALB_PCM_ONE = _c("TALB_PCM_ONE")
-TALB_COUNT_LIVE = _c("TALB_COUNT_LIVE")
-TALB_COUNT_SWEPT = _c("TALB_COUNT_SWEPT")
-TALB_TENSOR_DONE = _c("TALB_TENSOR_DONE")
-TALB_DRILL_MAX_M = _c("TALB_DRILL_MAX_M")
+TALB_MAX_PORTS = _constants_h("TALB_MAX_PORTS")
+TALB_MAX_GROUP_PORTS = _constants_h("TALB_MAX_GROUP_PORTS")
+TALB_NR_COUNTERS = _constants_h("TALB_NR_COUNTERS")
+PORT_HOST = _constants_h("PORT_HOST")
+PORT_UP = _constants_h("PORT_UP")
+CFG_RELEASE_SK = _constants_h("CFG_RELEASE_SK")
+TALB_NR_LAYERS = _constants_h("TALB_NR_LAYERS")
+TALB_SCHED_MAX = _constants_h("TALB_SCHED_MAX")
+TALB_MAX_TENSORS = _constants_h("TALB_MAX_TENSORS")
+TALB_PCM_ONE = _constants_h("TALB_PCM_ONE")
+TALB_COUNT_LIVE = _constants_h("TALB_COUNT_LIVE")
+TALB_COUNT_SWEPT = _constants_h("TALB_COUNT_SWEPT")
+TALB_TENSOR_DONE = _constants_h("TALB_TENSOR_DONE")
+TALB_DRILL_MAX_M = _constants_h("TALB_DRILL_MAX_M")
 #: priority bands of a port's egress queue (skb->priority classids 1:10..1:17)
-MAX_BANDS = _c("TALB_MAX_BANDS")
+MAX_BANDS = _constants_h("TALB_MAX_BANDS")
 
 #: The schemes' names and ids, from the TALB_SCHEME_<NAME> defines in id order:
 #: what the layers below datapath (topology and fabric files) check names

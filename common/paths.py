@@ -15,6 +15,8 @@ import os
 import re
 from pathlib import Path
 
+from common.excerpt import shown
+
 RUN_DIR = Path(os.environ.get("TALB_RUN_DIR", "/run/talb"))
 BPFFS_DIR = RUN_DIR / "bpffs"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +41,7 @@ NETNS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 def check_prefix(prefix: str) -> str:
     if not PREFIX_RE.match(prefix or ""):
         raise ValueError(
-            f"prefix: must be 1-12 lowercase letters or digits starting with a letter, got {prefix!r}"
+            f"prefix: must be 1-12 lowercase letters or digits starting with a letter, got {shown(prefix)}"
         )
     return prefix
 
@@ -54,14 +56,14 @@ def _ours(d: Path) -> bool:
 def check_node(name: str, field: str = "node") -> str:
     if not isinstance(name, str) or not NODE_RE.match(name):
         raise ValueError(f"{field}: must be 1-12 lowercase letters or digits starting with a "
-                         f"letter, got {name!r}")
+                         f"letter, got {shown(name)}")
     return name
 
 
 def check_netns(name: str, field: str = "netns") -> str:
     if not isinstance(name, str) or not NETNS_RE.match(name) or ".." in name:
         raise ValueError(f"{field}: must be 1-64 letters, digits, '_', '.' or '-' (no '..'), "
-                         f"got {name!r}")
+                         f"got {shown(name)}")
     return name
 
 

@@ -50,7 +50,8 @@ TALB_COUNTERS = (
     "drop_strip_fail",
 )
 
-PortSpec = tuple  # (ifname, ifindex, is_host_port, up)
+#: one port as program_switch takes it: (ifname, ifindex, is_host_port, up)
+SwitchPortTuple = tuple[str, int, bool, bool]
 
 
 class SchemeError(ValueError):
@@ -85,7 +86,7 @@ def port_flags(is_host: bool, up: bool) -> int:
     return (PORT_HOST if is_host else 0) | (PORT_UP if up else 0)
 
 
-def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
+def program_switch(maps: SwitchMaps, ports: Sequence[SwitchPortTuple],
                    groups: Mapping[str, Sequence[int]], scheme: str | None = "ecmp",
                    hash_seed: int | None = None) -> dict:
     """Install a switch's ports, forwarding groups and config.
@@ -135,7 +136,7 @@ def program_switch(maps: SwitchMaps, ports: Sequence[PortSpec],
     }
 
 
-def _port_table(ports: Sequence[PortSpec]) -> dict[int, tuple[int, int]]:
+def _port_table(ports: Sequence[SwitchPortTuple]) -> dict[int, tuple[int, int]]:
     """{ifindex: (port id, flags)} of program_switch's ``ports``; ValueError
     for too many, a malformed entry, an ifindex twice or two ports the data
     path would keep in one slot (ifindex % TALB_PORT_SLOTS, bpf/include/talb/maps.h)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from common.c_constants import constant, counter_names, parse_constants
+from common.excerpt import shown
 from common.paths import BPF_SRC_DIR
 from datapath import bpf_syscall as sc
 from datapath.btf import offset_of
@@ -43,17 +44,24 @@ SENDMSG_CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "sendmsg_constant
 SENDMSG_CONST = MappingProxyType(parse_constants(SENDMSG_CONSTANTS_H))
 
 
-def _c(name: str) -> int:
+def _sendmsg_constant(name: str) -> int:
+    """An integer #define of the sendmsg tagger's header (SENDMSG_CONSTANTS_H)."""
     return constant(SENDMSG_CONST, name, SENDMSG_CONSTANTS_H)
 
 
-SENDMSG_RULE_MAX = _c("SENDMSG_RULE_MAX")
-SENDMSG_MAX_PKTS = _c("SENDMSG_MAX_PKTS")
-SENDMSG_NR_COUNTERS = _c("SENDMSG_NR_COUNTERS")
-SEL_CGROUP, SEL_PID, SEL_PORTS = _c("SENDMSG_SEL_CGROUP"), _c("SENDMSG_SEL_PID"), _c("SENDMSG_SEL_PORTS")
-RULE_SIZE, RULE_PORT, RULE_BURST = _c("SENDMSG_RULE_SIZE"), _c("SENDMSG_RULE_PORT"), _c("SENDMSG_RULE_BURST")
-TS_BITS, SEQ_BITS, WORKER_BITS = _c("SENDMSG_TS_BITS"), _c("SENDMSG_SEQ_BITS"), _c("SENDMSG_WORKER_BITS")
-UNIT_NS = _c("SENDMSG_UNIT_NS")
+SENDMSG_RULE_MAX = _sendmsg_constant("SENDMSG_RULE_MAX")
+SENDMSG_MAX_PKTS = _sendmsg_constant("SENDMSG_MAX_PKTS")
+SENDMSG_NR_COUNTERS = _sendmsg_constant("SENDMSG_NR_COUNTERS")
+SEL_CGROUP = _sendmsg_constant("SENDMSG_SEL_CGROUP")
+SEL_PID = _sendmsg_constant("SENDMSG_SEL_PID")
+SEL_PORTS = _sendmsg_constant("SENDMSG_SEL_PORTS")
+RULE_SIZE = _sendmsg_constant("SENDMSG_RULE_SIZE")
+RULE_PORT = _sendmsg_constant("SENDMSG_RULE_PORT")
+RULE_BURST = _sendmsg_constant("SENDMSG_RULE_BURST")
+TS_BITS = _sendmsg_constant("SENDMSG_TS_BITS")
+SEQ_BITS = _sendmsg_constant("SENDMSG_SEQ_BITS")
+WORKER_BITS = _sendmsg_constant("SENDMSG_WORKER_BITS")
+UNIT_NS = _sendmsg_constant("SENDMSG_UNIT_NS")
 #: counter index -> name ("writes_seen", "started", "continued", ...)
 SENDMSG_COUNTER_NAMES = counter_names(SENDMSG_CONST, "SENDMSG_CNT_", SENDMSG_NR_COUNTERS,
                                       SENDMSG_CONSTANTS_H,
@@ -127,7 +135,7 @@ _TIME_UNITS = {"ns": 1, "us": 1000, "ms": 1_000_000, "s": 1_000_000_000}
 def _bad(text: str, why: str) -> ValueError:
     return ValueError(f"--priority: {why}; rules are size:64K,1M (size classes, the default), "
                       f"port:5001=0,5002=3 (destination port -> layer), burst:200us (order within "
-                      f"a burst of writes), got {text!r}")
+                      f"a burst of writes), got {shown(text)}")
 
 
 def parse_priority(text: str | None) -> PriorityRule:

@@ -19,6 +19,7 @@ import ctypes
 import errno
 from operator import add
 
+from common.excerpt import shown
 from datapath import bpf_syscall as sc
 from datapath.maps import Map, possible_cpus
 
@@ -38,7 +39,7 @@ class PerCpuArrayReader:
         if not 0 < n <= m.info.max_entries:
             raise ValueError(f"map {m.name!r}: read {n} of {m.info.max_entries} entries")
         if strategy not in STRATEGIES:
-            raise ValueError(f"strategy: one of {', '.join(STRATEGIES)}, got {strategy!r}")
+            raise ValueError(f"strategy: one of {', '.join(STRATEGIES)}, got {shown(strategy)}")
         self.map, self.n = m, n
         self.fields = m.value_size // 8
         self.ncpu = possible_cpus()

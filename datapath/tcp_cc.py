@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from common import paths
+from common.excerpt import shown
 
 SYSCTL = Path("/proc/sys/net/ipv4")
 #: the option's name for our BPF DCTCP, and the kernel's (a struct_ops name)
@@ -69,7 +70,7 @@ def check(name: str) -> str:
     is one); ``dctcp-bpf`` when clang and bpftool are there and the kernel
     has BTF. TcpCcError otherwise, naming --tcp-cc and what is offered."""
     if not isinstance(name, str) or not name.replace("-", "_").isidentifier():
-        raise TcpCcError(f"--tcp-cc: a congestion control's name, got {name!r}")
+        raise TcpCcError(f"--tcp-cc: a congestion control's name, got {shown(name)}")
     if name == DCTCP_BPF:
         missing = [t for t in TOOLS if not shutil.which(t)]
         if missing:

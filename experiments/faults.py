@@ -30,8 +30,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from common.excerpt import shown
 from workload.faults import KINDS, parse_fault
 from workload.measure import rejudge
+from workload.run_record import read_record, write_record
 
 
 @dataclass(frozen=True)
@@ -212,10 +214,9 @@ def run_matrix(out: Path, design: Design, *, prefix: str = "tfaults", say=print)
             what = f"{arch} {scheme or ''} seed {seed} {spec}".replace("  ", " ")
             t = time.monotonic()
             if path.exists():   # done before: its delivery and recovery measured again
-                r = json.loads(path.read_text())
-                r["fault"] = report(r["fault"], r["tensors"], **measure_of(d))
-                path.write_text(json.dumps(r, indent=1))
-                r["path"] = str(path)
+                r = read_record(path)
+                r.fault = report(r.fault, r.tensors, **measure_of(d))
+                r = write_record(r, path)
             else:
                 say(f"[{i}/{len(runs)}] {what}: running")
                 fabric()
@@ -233,9 +234,9 @@ def run_matrix(out: Path, design: Design, *, prefix: str = "tfaults", say=print)
                                  "error": str(exc), "command": cmd})
                     say(f"[{i}/{len(runs)}] {what}: FAILED {exc}")
                     continue
-                r["fault"] = report(r["fault"], r["tensors"], **measure_of(d))
-                path.write_text(json.dumps(r, indent=1))
-                r["path"] = str(path)
+                r = read_record(r)          # as run() returned it, "path" included
+                r.fault = report(r.fault, r.tensors, **measure_of(d))
+                r = write_record(r, path)
             row = row_of(fault, arch, scheme, seed, spec, r, cmd)
             row["results"] = path.name
             rows.append(row)
@@ -291,7 +292,7 @@ def archive(out: Path, names: list[str]) -> Path:
     tmp = dest.with_suffix(".tmp")
     with tarfile.open(tmp, "w:xz") as tf:
         for name in names:
-            data = json.dumps(slim(json.loads((out / name).read_text())),
+            data = json.dumps(slim(read_record(out / name)),
                               separators=(",", ":")).encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -524,7 +525,7 @@ def seeds_of(text: str) -> tuple:
         try:
             out += list(range(int(lo), int(hi) + 1)) if dash else [int(part)]
         except ValueError:
-            raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {text!r}") from None
+            raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {shown(text)}") from None
     if not out:
-        raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {text!r}")
+        raise ValueError(f"--seeds: expected seeds like 1-5 or 1,3,7, got {shown(text)}")
     return tuple(dict.fromkeys(out))

@@ -46,7 +46,7 @@ UPLINK_RATE = ('{agg} by (testbed, switch) (rate(talb_port_tx_bytes_total{{testb
 
 
 @dataclass(frozen=True)
-class P:
+class PanelSpec:
     """One panel: what the reader sees and what the tests check."""
     title: str
     description: str
@@ -96,46 +96,46 @@ def _q(quantile: float, metric: str, by: str, sel: str) -> str:
 
 
 FABRIC = [
-    P("Scheme of each switch", "The load-balancing scheme each switch's data path runs now "
+    PanelSpec("Scheme of each switch", "The load-balancing scheme each switch's data path runs now "
       "(talb_scheme_info; `talb scheme NAME` changes it at run time).", "none",
       ((f'talb_scheme_info{{{SW}, scheme=~"$scheme"}}', "{{testbed}} {{switch}}: {{scheme}}"),),
       kind="stat", max=1, width=24, extra={"text_mode": "name"}),
-    P("Port utilisation", "Eq. 1 of the paper: bytes the port sent in the agent's last window "
+    PanelSpec("Port utilisation", "Eq. 1 of the paper: bytes the port sent in the agent's last window "
       "over the link capacity.", "percentunit",
       ((f"talb_port_utilization_ratio{{{SWP}}}{SCHEME}", "{{switch}} {{port}}"),), max=1),
-    P("Port throughput", "Bits per second the switch program sent out of the port "
+    PanelSpec("Port throughput", "Bits per second the switch program sent out of the port "
       "(rate of talb_port_tx_bytes_total).", "bps",
       ((f"8 * rate(talb_port_tx_bytes_total{{{SWP}}}[$__rate_interval]){SCHEME}",
         "{{switch}} {{port}}"),)),
-    P("Queue delay", "Mean queueing + service delay of the port: the agent's M/D/1 model "
+    PanelSpec("Queue delay", "Mean queueing + service delay of the port: the agent's M/D/1 model "
       "(Eq. 3/4, source=model) and the measured qdisc backlog over the capacity (source=measured).",
       "s", ((f"talb_port_queue_delay_seconds{{{SWP}}}{SCHEME}", "{{switch}} {{port}} {{source}}"),)),
-    P("Queue backlog", "Bytes queued in the port's egress qdisc (HTB root) at the last reading.",
+    PanelSpec("Queue backlog", "Bytes queued in the port's egress qdisc (HTB root) at the last reading.",
       "decbytes", ((f"talb_port_qdisc_backlog_bytes{{{SWP}}}{SCHEME}", "{{switch}} {{port}}"),)),
-    P("Port congestion metric (PCM)", "P_i of Eq. 5: w1 * utilisation + w2 * delay, normalised "
+    PanelSpec("Port congestion metric (PCM)", "P_i of Eq. 5: w1 * utilisation + w2 * delay, normalised "
       "in the port's multipath group; what TaLB's CASE 1 and the threshold S compare.",
       "percentunit", ((f"talb_port_pcm{{{SWP}}}{SCHEME}", "{{switch}} {{port}} ({{group}})"),),
       max=1),
-    P("WRR weight", "CASE 2 weight of the port, 1 - P_i normalised over its group: the share "
+    PanelSpec("WRR weight", "CASE 2 weight of the port, 1 - P_i normalised over its group: the share "
       "of new tensors it gets while one layer is live.", "percentunit",
       ((f"talb_port_wrr_weight{{{SWP}}}{SCHEME}", "{{switch}} {{port}} ({{group}})"),), max=1),
-    P("Drops by reason", "Packets dropped per second: by the switch program (talb_drops_total, "
+    PanelSpec("Drops by reason", "Packets dropped per second: by the switch program (talb_drops_total, "
       "by reason) and by the port's egress queue when full (qdisc).", "pps",
       ((f"sum by (testbed, switch, reason) (rate(talb_drops_total{{{SW}}}[$__rate_interval]){SCHEME})",
         "{{switch}} program: {{reason}}"),
        (f"sum by (testbed, switch, port) (rate(talb_port_qdisc_drops_total{{{SWP}}}"
         f"[$__rate_interval]){SCHEME})",
         "{{switch}} {{port}} queue full")), stack=True, width=24),
-    P("Link state", "1 = the port is up with carrier, 0 = down (a failed link; the agent "
+    PanelSpec("Link state", "1 = the port is up with carrier, 0 = down (a failed link; the agent "
       "regroups around it).", "bool_on_off",
       ((f"talb_port_up{{{SWP}}}{SCHEME}", "{{switch}} {{port}}"),), kind="state", max=1, width=24),
-    P("Agent loop duration", "Time one window's work took (read counters, compute PCM, publish "
+    PanelSpec("Agent loop duration", "Time one window's work took (read counters, compute PCM, publish "
       "weights): median and 99th percentile over the last interval; a window is a few ms.", "s",
       (('histogram_quantile(0.5, sum by (le, testbed) (rate(talb_agent_loop_duration_seconds_bucket'
         '{testbed=~"$testbed"}[$__rate_interval])))', "{{testbed}} p50"),
        ('histogram_quantile(0.99, sum by (le, testbed) (rate(talb_agent_loop_duration_seconds_bucket'
         '{testbed=~"$testbed"}[$__rate_interval])))', "{{testbed}} p99"))),
-    P("Agent windows", "Windows the agent ran per second, and those that overran the window "
+    PanelSpec("Agent windows", "Windows the agent ran per second, and those that overran the window "
       "(slow) or were skipped (missed).", "ops",
       (('rate(talb_agent_windows_total{testbed=~"$testbed"}[$__rate_interval])', "{{testbed}} windows"),
        ('rate(talb_agent_slow_windows_total{testbed=~"$testbed"}[$__rate_interval])', "{{testbed}} slow"),
@@ -143,13 +143,13 @@ FABRIC = [
 ]
 
 TALB = [
-    P("Tensor-table occupancy", "Live entries of the switch's tensor table (Table I of the "
+    PanelSpec("Tensor-table occupancy", "Live entries of the switch's tensor table (Table I of the "
       "paper): tensors in flight through it.", "short",
       ((f"talb_tensor_table_entries{{{SW}}}{SCHEME}", "{{switch}}"),)),
-    P("Tagged packets", "Packets per second carrying a valid TaLB IPv4 option (host tagging).",
+    PanelSpec("Tagged packets", "Packets per second carrying a valid TaLB IPv4 option (host tagging).",
       "pps", ((f'sum by (testbed, switch) (rate(talb_datapath_packets_total{{{SW}, counter="opt_tagged"}}'
                f'[$__rate_interval]){SCHEME})', "{{switch}}"),)),
-    P("Decisions by case", "TaLB's forwarding decisions per second: table hit (same port as the "
+    PanelSpec("Decisions by case", "TaLB's forwarding decisions per second: table hit (same port as the "
       "tensor's earlier packets), CASE 1 (several layers live: lowest-PCM port), CASE 1 sent back "
       "by the threshold S, CASE 2 (one layer live: WRR); and the events that leave TaLB for the "
       "fallback scheme (untagged, table full, mid-stream) or mark a late or aged entry.", "pps",
@@ -159,12 +159,12 @@ TALB = [
        (f'sum by (testbed, switch, event) (rate(talb_tensor_events_total{{{SW}, '
         f'event=~"fallback|late|midstream|aged|table_full"}}[$__rate_interval]){SCHEME})',
         "{{switch}} {{event}}")), width=24, stack=True),
-    P("Table inserts and completions", "Tensor-table entries inserted (first packet of a tensor) "
+    PanelSpec("Table inserts and completions", "Tensor-table entries inserted (first packet of a tensor) "
       "and completed (its last packet) per second.", "ops",
       ((f'sum by (testbed, switch, event) (rate(talb_tensor_events_total{{{SW}, '
         f'event=~"inserted|completed"}}[$__rate_interval]){SCHEME})', "{{switch}} {{event}}"),),
       width=24),
-    P("Per-layer bands: bytes", "Bytes per second each egress priority band of a port sent. "
+    PanelSpec("Per-layer bands: bytes", "Bytes per second each egress priority band of a port sent. "
       "Band 0 carries untagged traffic; band b > 0 the tensors of layers (b-1)*L .. b*L-1 "
       "(L = queue.layers_per_band): front layers first.", "Bps",
       ((f"sum by (testbed, switch, port, band) (rate(talb_port_band_tx_bytes_total{{{SWP}}}"
@@ -172,54 +172,54 @@ TALB = [
 ]
 
 EXPERIMENT = [
-    P("Runs", "The runs shown, with their scheme, model, architecture and load "
+    PanelSpec("Runs", "The runs shown, with their scheme, model, architecture and load "
       "(talb_run_info).", "none",
       ((f"talb_run_info{{{RUN}}}", "{{run_id}}: {{scheme}} {{model}} {{arch}} load {{load}}"),),
       kind="stat", max=1, width=24, extra={"text_mode": "name"}),
-    P("Iteration time", "Training iteration time (warm-up excluded): mean and 99th percentile "
+    PanelSpec("Iteration time", "Training iteration time (warm-up excluded): mean and 99th percentile "
       "of the run so far.", "s",
       ((f"sum by (run_id, scheme, model, load) (talb_run_iteration_duration_seconds_sum{{{RUN}}}) / "
         f"sum by (run_id, scheme, model, load) (talb_run_iteration_duration_seconds_count{{{RUN}}})",
         "{{scheme}} {{model}} load {{load}} mean ({{run_id}})"),
        (_q(0.99, "talb_run_iteration_duration_seconds", "run_id, scheme, model, load", RUN),
         "{{scheme}} {{model}} load {{load}} p99 ({{run_id}})"))),
-    P("Training speed", "Samples per second of the last iteration, at the target cluster's "
+    PanelSpec("Training speed", "Samples per second of the last iteration, at the target cluster's "
       "scale (the scaling is in the results file).", "suffix: samples/s",
       ((f"talb_run_samples_per_second{{{RUN}}}", "{{scheme}} {{model}} load {{load}} ({{run_id}})"),)),
-    P("Tensor FCT by class", "Tensor flow completion time (socket hand-off to the receiver's "
+    PanelSpec("Tensor FCT by class", "Tensor flow completion time (socket hand-off to the receiver's "
       "last byte), median and 99th percentile of the run so far; short <= 100 KB, long >= 1 MB "
       "at the target scale.", "s",
       ((_q(0.5, "talb_run_tensor_fct_seconds", "run_id, scheme, class", RUN),
         "{{scheme}} {{class}} p50 ({{run_id}})"),
        (_q(0.99, "talb_run_tensor_fct_seconds", "run_id, scheme, class", RUN),
         "{{scheme}} {{class}} p99 ({{run_id}})"))),
-    P("Tensor FCT p99 by layer", "99th percentile of tensor FCT per model layer (0 = front "
+    PanelSpec("Tensor FCT p99 by layer", "99th percentile of tensor FCT per model layer (0 = front "
       "layer, sent last in back-propagation and needed first).", "s",
       ((_q(0.99, "talb_run_tensor_fct_seconds", "run_id, scheme, layer", RUN),
         "{{scheme}} layer {{layer}} ({{run_id}})"),)),
-    P("Background FCT", "Flow completion time of the background flows (web-search or "
+    PanelSpec("Background FCT", "Flow completion time of the background flows (web-search or "
       "data-mining sizes): median and 99th percentile of the run so far.", "s",
       ((_q(0.5, "talb_run_background_fct_seconds", "run_id, scheme, load", RUN),
         "{{scheme}} load {{load}} p50 ({{run_id}})"),
        (_q(0.99, "talb_run_background_fct_seconds", "run_id, scheme, load", RUN),
         "{{scheme}} load {{load}} p99 ({{run_id}})"))),
-    P("TCP retransmissions", "Segments each host retransmitted since the run started "
+    PanelSpec("TCP retransmissions", "Segments each host retransmitted since the run started "
       "(kernel TcpRetransSegs in the host's namespace).", "short",
       ((f"sum by (run_id, scheme, host) (talb_run_tcp_retransmissions_total{{{RUN}}})",
         "{{scheme}} {{host}} ({{run_id}})"),)),
-    P("Uplink spread", "How unevenly a leaf's uplinks carried bytes, (max - min) / mean "
+    PanelSpec("Uplink spread", "How unevenly a leaf's uplinks carried bytes, (max - min) / mean "
       "(0 = perfectly even): over the whole run (set when it ends), and live from the fabric's "
       "counters (leaf ports towards spines, over the last interval).", "percentunit",
       ((f"talb_run_uplink_spread_ratio{{{RUN}}}", "{{scheme}} {{leaf}} run ({{run_id}})"),
        (f"({UPLINK_RATE.format(agg='max')} - {UPLINK_RATE.format(agg='min')}) / "
         f"({UPLINK_RATE.format(agg='avg')} > 0)", "{{switch}} live"))),
-    P("Tensors finished and censored", "Tensors of the run so far (warm-up excluded): finished, "
+    PanelSpec("Tensors finished and censored", "Tensors of the run so far (warm-up excluded): finished, "
       "and censored (never finished: not counted as 0 s in any FCT).", "short",
       ((f"sum by (run_id, scheme, class) (talb_run_tensors_censored_total{{{RUN}}})",
         "{{scheme}} {{class}} censored ({{run_id}})"),
        (f"sum by (run_id, scheme, class) (talb_run_tensor_fct_seconds_count{{{RUN}}})",
         "{{scheme}} {{class}} finished ({{run_id}})"))),
-    P("Uplink utilisation (fabric)", "Utilisation of the selected switch ports (the agent's "
+    PanelSpec("Uplink utilisation (fabric)", "Utilisation of the selected switch ports (the agent's "
       "Eq. 1) while the run goes on: pick a leaf's spine ports to see the spread.", "percentunit",
       ((f"talb_port_utilization_ratio{{{SWP}}}{SCHEME}", "{{switch}} {{port}}"),), max=1),
 ]
@@ -235,7 +235,7 @@ DASHBOARDS = {
 }
 
 
-def _panel(p: P):
+def _panel(p: PanelSpec):
     if p.kind == "stat":
         b = (sb.Panel().text_mode(cm.BigValueTextMode(p.extra.get("text_mode", "auto")))
              .color_mode(cm.BigValueColorMode.BACKGROUND)

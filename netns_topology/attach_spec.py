@@ -42,6 +42,7 @@ from pathlib import Path
 import re
 
 from common.c_constants import SCHEMES
+from common.excerpt import shown
 from common.paths import NETNS_RE, NODE_RE, PREFIX_RE
 
 from .errors import TopologyError
@@ -123,7 +124,7 @@ class AttachFabric:
         without machine: keys, every other machine's switches remote, and their hosts (those
         their ports face) routed to but not reached from here (no tagger)."""
         if machine not in self.machines():
-            raise TopologyError("machine", f"no switch is on machine {machine!r} (the file's "
+            raise TopologyError("machine", f"no switch is on machine {shown(machine)} (the file's "
                                            f"machines: {', '.join(self.machines())})")
         mine = {s.name for s in self.switches if s.machine == machine}
         here = {p.to for s in self.switches if s.name in mine for p in s.ports if p.kind == "host"}
@@ -186,7 +187,8 @@ class AttachFabric:
 
 def _keys(where: str, d, allowed: set[str], required: set[str] = frozenset()) -> dict:
     if not isinstance(d, dict):
-        raise TopologyError(where or "file", f"must be a mapping, got {d!r}")
+        # the whole file when where is "": say what it holds, not all of it
+        raise TopologyError(where or "file", f"must be a mapping, got {shown(d, '' if where else 'YAML')}")
     unknown = sorted(set(d) - allowed)
     if unknown:
         raise TopologyError(f"{where}.{unknown[0]}" if where else unknown[0],
@@ -201,7 +203,7 @@ def _new_node(where: str, raw: dict, kind: str, nodes: dict[str, str]) -> str:
     """A host's or switch's name, checked and unique among all nodes; recorded."""
     name = _name(f"{where}.name", raw["name"])
     if name in nodes:
-        raise TopologyError(f"{where}.name", f"{name!r} is already a node")
+        raise TopologyError(f"{where}.name", f"{shown(name)} is already a node")
     nodes[name] = kind
     return name
 
@@ -209,7 +211,7 @@ def _new_node(where: str, raw: dict, kind: str, nodes: dict[str, str]) -> str:
 def _name(where: str, value) -> str:
     if not isinstance(value, str) or not NODE_RE.match(value):
         raise TopologyError(where, f"must be 1-12 lowercase letters/digits starting with a letter, "
-                                   f"got {value!r}")
+                                   f"got {shown(value)}")
     return value
 
 
@@ -217,18 +219,18 @@ def _iface(where: str, value) -> str:
     if not isinstance(value, str) or not value or len(value) > IFNAMSIZ or "/" in value \
             or any(c.isspace() for c in value) or value in (".", ".."):
         raise TopologyError(where, f"must be an interface name (1-{IFNAMSIZ} characters, no '/' "
-                                   f"or spaces), got {value!r}")
+                                   f"or spaces), got {shown(value)}")
     return value
 
 
 def _where(where: str, d: dict) -> tuple[str | None, int | None]:
     netns, pid = d.get("netns"), d.get("pid")
     if netns is not None and pid is not None:
-        raise TopologyError(f"{where}.pid", f"give netns or pid, not both (netns {netns!r}, pid {pid!r})")
+        raise TopologyError(f"{where}.pid", f"give netns or pid, not both (netns {shown(netns)}, pid {shown(pid)})")
     if netns is not None and (not isinstance(netns, str) or not NETNS_RE.match(netns) or ".." in netns):
-        raise TopologyError(f"{where}.netns", f"must be a namespace name under /run/netns, got {netns!r}")
+        raise TopologyError(f"{where}.netns", f"must be a namespace name under /run/netns, got {shown(netns)}")
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid < 1):
-        raise TopologyError(f"{where}.pid", f"must be a process id (an integer >= 1), got {pid!r}")
+        raise TopologyError(f"{where}.pid", f"must be a process id (an integer >= 1), got {shown(pid)}")
     return netns, pid
 
 
@@ -237,10 +239,39 @@ def fabric_from_dict(data) -> AttachFabric:
     naming the field (``switches[1].ports[0].to``) and the value otherwise."""
     _keys("", data, {"name", "link_rate", "queue_limit", "scheme", "switches", "hosts", "queue",
                      "replace_qdisc"}, {"switches", "hosts"})
+    settings = _settings(data)
+    raw_sw, raw_hosts = _node_lists(data)
+    nodes: dict[str, str] = {}          # name -> "host" / "switch"
+    hosts = _hosts(raw_hosts, nodes)
+    for i, s in enumerate(raw_sw):      # every name first: a port may face a later switch
+        w = f"switches[{i}]"
+        _keys(w, s, {"name", "netns", "pid", "ports", "remote", "machine"}, {"name", "ports"})
+        _new_node(w, s, "switch", nodes)
+    seen_iface: dict[tuple, str] = {}
+    switches = [_switch(f"switches[{i}]", s, raw_sw, nodes, seen_iface, settings)
+                for i, s in enumerate(raw_sw)]
+    _check_each_host_faced_once(hosts, switches)
+    return AttachFabric(settings.name, settings.link_rate, settings.queue_limit, settings.scheme,
+                        switches, hosts, _links(switches), settings.replace_qdisc)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The file's fabric-wide fields, checked."""
+
+    name: str
+    link_rate: int
+    queue_limit: int
+    scheme: str
+    default_queue: Queue | None  # the ports' queue unless a port names its own
+    replace_qdisc: bool
+
+
+def _settings(data: dict) -> _Settings:
     name = data.get("name", DEFAULT_NAME)
     if not isinstance(name, str) or not PREFIX_RE.match(name):
         raise TopologyError("name", f"must be 1-12 lowercase letters/digits starting with a letter, "
-                                    f"got {name!r}")
+                                    f"got {shown(name)}")
     link_rate = check_rate("link_rate", data.get("link_rate", DEFAULT_LINK_RATE))
     queue_limit = data.get("queue_limit", DEFAULT_QUEUE_LIMIT)
     try:
@@ -248,20 +279,26 @@ def fabric_from_dict(data) -> AttachFabric:
     except ValueError as exc:
         raise TopologyError("queue_limit", str(exc)) from None
     if isinstance(queue_limit, bool) or not isinstance(queue_limit, int) or queue_limit < 1600:
-        raise TopologyError("queue_limit", f"must be a size of at least 1600 bytes, got {queue_limit!r}")
+        raise TopologyError("queue_limit", f"must be a size of at least 1600 bytes, got {shown(queue_limit)}")
     scheme = data.get("scheme", "ecmp")
     if scheme not in SCHEMES:
-        raise TopologyError("scheme", f"must be one of {', '.join(SCHEMES)}, got {scheme!r}")
-
+        raise TopologyError("scheme", f"must be one of {', '.join(SCHEMES)}, got {shown(scheme)}")
     default_queue = _queue("queue", data.get("queue"))
     replace_qdisc = check_bool("replace_qdisc", data.get("replace_qdisc", False))
+    return _Settings(name, link_rate, queue_limit, scheme, default_queue, replace_qdisc)
 
+
+def _node_lists(data: dict) -> tuple[list, list]:
     raw_sw, raw_hosts = data["switches"], data["hosts"]
     if not isinstance(raw_sw, list) or not raw_sw:
-        raise TopologyError("switches", f"must be a non-empty list, got {raw_sw!r}")
+        raise TopologyError("switches", f"must be a non-empty list, got {shown(raw_sw)}")
     if not isinstance(raw_hosts, list) or not raw_hosts:
-        raise TopologyError("hosts", f"must be a non-empty list, got {raw_hosts!r}")
-    nodes: dict[str, str] = {}
+        raise TopologyError("hosts", f"must be a non-empty list, got {shown(raw_hosts)}")
+    return raw_sw, raw_hosts
+
+
+def _hosts(raw_hosts: list, nodes: dict[str, str]) -> list[AttachHost]:
+    """Every host checked (name, unique address, interface, namespace); names recorded in ``nodes``."""
     hosts, ips = [], {}
     for i, h in enumerate(raw_hosts):
         w = f"hosts[{i}]"
@@ -270,7 +307,7 @@ def fabric_from_dict(data) -> AttachFabric:
         try:
             ip = str(ipaddress.IPv4Address(h["ip"]))
         except (ValueError, TypeError):
-            raise TopologyError(f"{w}.ip", f"not an IPv4 address: {h['ip']!r}") from None
+            raise TopologyError(f"{w}.ip", f"not an IPv4 address: {shown(h['ip'])}") from None
         if ip in ips:
             raise TopologyError(f"{w}.ip", f"{ip} is also host {ips[ip]}'s address")
         ips[ip] = hname
@@ -280,56 +317,68 @@ def fabric_from_dict(data) -> AttachFabric:
             raise TopologyError(f"{w}.iface", f"host {hname} has a namespace but no interface: "
                                               "name the one facing its switch")
         hosts.append(AttachHost(hname, ip, iface, netns, pid))
-    for i, s in enumerate(raw_sw):
-        w = f"switches[{i}]"
-        _keys(w, s, {"name", "netns", "pid", "ports", "remote", "machine"}, {"name", "ports"})
-        _new_node(w, s, "switch", nodes)
-    switches, seen_iface = [], {}
-    for i, s in enumerate(raw_sw):
-        w = f"switches[{i}]"
-        netns, pid = _where(w, s)
-        remote = s.get("remote", False)
-        if not isinstance(remote, bool):
-            raise TopologyError(f"{w}.remote", f"must be true or false, got {remote!r}")
-        if remote and (netns is not None or pid is not None):
-            raise TopologyError(f"{w}.remote", "a remote switch has no namespace here "
-                                               "(drop netns/pid, or remote)")
-        machine = _machine(w, s, raw_sw)
-        ports = s["ports"]
-        if not isinstance(ports, list) or not ports:
-            raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {ports!r}")
-        made = []
-        for j, p in enumerate(ports):
-            pw = f"{w}.ports[{j}]"
-            _keys(pw, p, {"iface", "to", "rate", "queue"}, {"iface", "to"})
-            iface = _iface(f"{pw}.iface", p["iface"])
-            where = ("remote", s["name"]) if remote else ("netns", netns) if netns is not None \
-                else ("pid", pid) if pid is not None else ("local", None)
-            if (where, iface) in seen_iface:
-                raise TopologyError(f"{pw}.iface", f"{iface!r} is also a port of "
-                                                   f"{seen_iface[(where, iface)]} in the same namespace")
-            seen_iface[(where, iface)] = s["name"]
-            to = p["to"]
-            if to not in nodes:
-                raise TopologyError(f"{pw}.to", f"faces unknown node {to!r} (switches and hosts: "
-                                                f"{', '.join(nodes)})")
-            if to == s["name"]:
-                raise TopologyError(f"{pw}.to", f"a port of {to} cannot face {to} itself")
-            rate = check_rate(f"{pw}.rate", p["rate"]) if p.get("rate") is not None else link_rate
-            queue = _queue(f"{pw}.queue", p["queue"]) if "queue" in p else default_queue
-            made.append(AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate, queue))
-        _same_bands(w, made)
-        switches.append(AttachSwitch(s["name"], netns, pid, tuple(made), remote, machine))
+    return hosts
 
+
+def _switch(w: str, s: dict, raw_sw: list, nodes: dict[str, str], seen_iface: dict,
+            settings: _Settings) -> AttachSwitch:
+    """One switch checked: where it is (namespace, remote, machine) and its ports."""
+    netns, pid = _where(w, s)
+    remote = s.get("remote", False)
+    if not isinstance(remote, bool):
+        raise TopologyError(f"{w}.remote", f"must be true or false, got {shown(remote)}")
+    if remote and (netns is not None or pid is not None):
+        raise TopologyError(f"{w}.remote", "a remote switch has no namespace here "
+                                           "(drop netns/pid, or remote)")
+    machine = _machine(w, s, raw_sw)
+    ports = s["ports"]
+    if not isinstance(ports, list) or not ports:
+        raise TopologyError(f"{w}.ports", f"must be a non-empty list, got {shown(ports)}")
+    # the namespace its interfaces are in: an interface name is unique there
+    where = ("remote", s["name"]) if remote else ("netns", netns) if netns is not None \
+        else ("pid", pid) if pid is not None else ("local", None)
+    made = [_port(f"{w}.ports[{j}]", p, s["name"], where, nodes, seen_iface, settings)
+            for j, p in enumerate(ports)]
+    _same_bands(w, made)
+    return AttachSwitch(s["name"], netns, pid, tuple(made), remote, machine)
+
+
+def _port(pw: str, p: dict, switch: str, where: tuple, nodes: dict[str, str], seen_iface: dict,
+          settings: _Settings) -> AttachPort:
+    """One switch port checked: its interface (unique in its namespace), the
+    node it faces, its rate and queue (the file's unless it names its own)."""
+    _keys(pw, p, {"iface", "to", "rate", "queue"}, {"iface", "to"})
+    iface = _iface(f"{pw}.iface", p["iface"])
+    if (where, iface) in seen_iface:
+        raise TopologyError(f"{pw}.iface", f"{shown(iface)} is also a port of "
+                                           f"{seen_iface[(where, iface)]} in the same namespace")
+    seen_iface[(where, iface)] = switch
+    to = p["to"]
+    if to not in nodes:
+        raise TopologyError(f"{pw}.to", f"faces unknown node {shown(to)} (switches and hosts: "
+                                        f"{', '.join(nodes)})")
+    if to == switch:
+        raise TopologyError(f"{pw}.to", f"a port of {to} cannot face {to} itself")
+    rate = check_rate(f"{pw}.rate", p["rate"]) if p.get("rate") is not None else settings.link_rate
+    queue = _queue(f"{pw}.queue", p["queue"]) if "queue" in p else settings.default_queue
+    return AttachPort(iface, to, nodes[to] == "host" and "host" or "fabric", rate, queue)
+
+
+def _check_each_host_faced_once(hosts: list[AttachHost], switches: list[AttachSwitch]) -> None:
     for h in hosts:
         facing = [(s.name, p.iface) for s in switches for p in s.ports if p.to == h.name]
         if not facing:
-            raise TopologyError("hosts", f"no switch port faces host {h.name!r} ({h.ip}): add a port "
+            raise TopologyError("hosts", f"no switch port faces host {shown(h.name)} ({h.ip}): add a port "
                                          f"with 'to: {h.name}'")
         if len(facing) > 1:
-            raise TopologyError("hosts", f"host {h.name!r} is faced by {len(facing)} ports "
+            raise TopologyError("hosts", f"host {shown(h.name)} is faced by {len(facing)} ports "
                                          f"({', '.join(f'{a}:{b}' for a, b in facing)}); a host hangs "
                                          "off one switch port")
+
+
+def _links(switches: list[AttachSwitch]) -> list[tuple[str, str, str, str]]:
+    """(switch, iface, switch, iface) of every link between switches: the
+    ports two switches have facing each other, paired in order, at one rate."""
     links = []
     for a in switches:
         for b in switches:
@@ -346,7 +395,7 @@ def fabric_from_dict(data) -> AttachFabric:
                     raise TopologyError("switches", f"link {a.name}:{pa.iface} - {b.name}:{pb.iface}: "
                                                     f"rates differ ({pa.rate_bps} vs {pb.rate_bps} bit/s)")
                 links.append((a.name, pa.iface, b.name, pb.iface))
-    return AttachFabric(name, link_rate, queue_limit, scheme, switches, hosts, links, replace_qdisc)
+    return links
 
 
 def _machine(where: str, s: dict, raw_sw: list) -> str | None:
@@ -363,7 +412,7 @@ def _machine(where: str, s: dict, raw_sw: list) -> str | None:
         return None
     if not isinstance(machine, str) or not MACHINE_RE.match(machine):
         raise TopologyError(f"{where}.machine", f"must be a host name or a Dask worker's --name "
-                                                f"(letters, digits, '.', '_', '-'), got {machine!r}")
+                                                f"(letters, digits, '.', '_', '-'), got {shown(machine)}")
     if s.get("remote"):
         raise TopologyError(f"{where}.remote", "a switch with a machine is attached on that machine "
                                                "(drop remote: --cluster attaches every machine's part)")

@@ -44,6 +44,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from common.excerpt import shown
+
 from .params import Queue
 
 BUFFERS = ("deep", "scaled")
@@ -71,7 +73,7 @@ def check_time_scale(time_scale) -> float:
     if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or \
             not time_scale > 0:
         raise ValueError(f"time_scale: a positive number (the run's, workload/scaling.py), "
-                         f"got {time_scale!r}")
+                         f"got {shown(time_scale)}")
     return float(time_scale)
 
 
@@ -109,7 +111,7 @@ def port_buffer(queue: Queue, queueing: str, buffer: str, port_bps: int, switch_
     target buffer and ``time_scale``). K: the time-scaled DCTCP K (floored)
     in both modes, so that a deep run with ECN marks at the same K."""
     if buffer not in BUFFERS:
-        raise ValueError(f"--buffer: one of {', '.join(BUFFERS)}, got {buffer!r}")
+        raise ValueError(f"--buffer: one of {', '.join(BUFFERS)}, got {shown(buffer)}")
     frame = frame_bytes(switch_mtu)
     n = len(queue.bands)
     k_scaled = scaled_bytes(TARGET_K_S, time_scale, port_bps) if time_scale else None

@@ -1,11 +1,17 @@
 """The two ways a topology can fail: a bad spec, or a build that went wrong."""
 from __future__ import annotations
 
+from common.excerpt import EXCERPT, WHOLE
+
 
 class TopologyError(ValueError):
-    """A topology spec is invalid; ``field`` says where, as written in the YAML."""
+    """A topology spec is invalid; ``field`` says where, as written in the YAML
+    (a field named by a key of the file that is longer than a name: cut, as
+    common/excerpt.py cuts a value)."""
 
     def __init__(self, field: str, problem: str):
+        if len(field) > WHOLE:
+            field = field[:EXCERPT] + "…"
         self.field, self.problem = field, problem
         super().__init__(f"{field}: {problem}" if field else problem)
 

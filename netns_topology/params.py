@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from common.c_constants import MAX_BANDS, SCHEMES
+from common.excerpt import shown
 
 from .errors import TopologyError
 from .units import format_rate, format_size, parse_rate, parse_size
@@ -22,18 +23,18 @@ def check_keys(field: str, mapping: dict, allowed) -> None:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(sorted(allowed))})"
-            raise TopologyError(field, f"unknown field {key!r}{hint}")
+            raise TopologyError(field, f"unknown field {shown(key)}{hint}")
 
 
 def check_int(field: str, value, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise TopologyError(field, f"must be an integer between {lo} and {hi}, got {value!r}")
+        raise TopologyError(field, f"must be an integer between {lo} and {hi}, got {shown(value)}")
     return value
 
 
 def check_bool(field: str, value) -> bool:
     if not isinstance(value, bool):
-        raise TopologyError(field, f"must be true or false, got {value!r}")
+        raise TopologyError(field, f"must be true or false, got {shown(value)}")
     return value
 
 
@@ -47,7 +48,7 @@ def check_shaping(field: str, value) -> bool | str:
     or ``batched`` (links send in clumps of up to half the queue's burst)."""
     if isinstance(value, bool) or value == BATCHED:
         return value
-    raise TopologyError(field, f"must be true, false or {BATCHED}, got {value!r}")
+    raise TopologyError(field, f"must be true, false or {BATCHED}, got {shown(value)}")
 
 
 def check_rate(field: str, value) -> int:
@@ -57,7 +58,7 @@ def check_rate(field: str, value) -> int:
         raise TopologyError(field, str(exc)) from None
     if not MIN_RATE <= bps <= MAX_RATE:
         raise TopologyError(field, f"must be between {format_rate(MIN_RATE)} and "
-                                   f"{format_rate(MAX_RATE)}, got {value!r}")
+                                   f"{format_rate(MAX_RATE)}, got {shown(value)}")
     return bps
 
 
@@ -67,13 +68,13 @@ def check_size(field: str, value, lo: int = 1, hi: int = 10**9) -> int:
     except ValueError as exc:
         raise TopologyError(field, str(exc)) from None
     if not lo <= nbytes <= hi:
-        raise TopologyError(field, f"must be between {lo} and {hi} bytes, got {value!r}")
+        raise TopologyError(field, f"must be between {lo} and {hi} bytes, got {shown(value)}")
     return nbytes
 
 
 def check_word(field: str, value) -> str:
     if not isinstance(value, str) or not _WORD.match(value):
-        raise TopologyError(field, f"must be a lowercase word, got {value!r}")
+        raise TopologyError(field, f"must be a lowercase word, got {shown(value)}")
     return value
 
 
@@ -95,13 +96,13 @@ def check_rto_min(field: str, value) -> int | None:
         ms = float(m.group(1)) * (1000 if m.group(2) == "s" else 1) if m else value
         if ms != int(ms):
             raise TopologyError(field, f"must be whole milliseconds (the route metric's unit), "
-                                       f"got {value!r}")
+                                       f"got {shown(value)}")
         if not MIN_RTO_MIN_MS <= ms <= MAX_RTO_MIN_MS:
             raise TopologyError(field, f"must be between {MIN_RTO_MIN_MS}ms and "
-                                       f"{MAX_RTO_MIN_MS // 1000}s, got {value!r}")
+                                       f"{MAX_RTO_MIN_MS // 1000}s, got {shown(value)}")
         return int(ms)
     raise TopologyError(field, f"must be a duration like 10ms or 0.2s (a plain integer: "
-                               f"milliseconds; absent: the kernel's 200ms), got {value!r}")
+                               f"milliseconds; absent: the kernel's 200ms), got {shown(value)}")
 
 
 def format_rto_min(ms: int) -> str:
@@ -126,7 +127,7 @@ def check_rto_min_setting(field: str, value) -> int | None:
             (isinstance(value, int) and not isinstance(value, bool)):
         return check_rto_min(field, value)      # whole ms, in range: its errors
     raise TopologyError(field, f"must be a duration like 10ms or 0.2s, or kernel (no route "
-                               f"metric: the kernel's 200ms), got {value!r}")
+                               f"metric: the kernel's 200ms), got {shown(value)}")
 
 
 def format_rto_min_setting(ms: int | None) -> str:
@@ -136,7 +137,7 @@ def format_rto_min_setting(ms: int | None) -> str:
 
 def check_scheme(field: str, value) -> str:
     if value not in SCHEMES:
-        raise TopologyError(field, f"must be one of {', '.join(SCHEMES)}, got {value!r}")
+        raise TopologyError(field, f"must be one of {', '.join(SCHEMES)}, got {shown(value)}")
     return value
 
 
@@ -165,13 +166,13 @@ class Queue:
         if isinstance(value, Queue):
             return value
         if not isinstance(value, dict):
-            raise TopologyError(field, f"must be a mapping like {{limit: 150kb, bands: [1]}}, got {value!r}")
+            raise TopologyError(field, f"must be a mapping like {{limit: 150kb, bands: [1]}}, got {shown(value)}")
         check_keys(field, value, ("limit", "burst", "cburst", "quantum", "bands", "layers_per_band"))
         sizes = {k: check_size(f"{field}.{k}", value[k]) for k in ("limit", "burst", "cburst", "quantum")
                  if value.get(k) is not None}
         bands = value.get("bands", [1])
         if not isinstance(bands, (list, tuple)) or not 1 <= len(bands) <= MAX_BANDS:
-            raise TopologyError(f"{field}.bands", f"must be a list of 1 to {MAX_BANDS} weights, got {bands!r}")
+            raise TopologyError(f"{field}.bands", f"must be a list of 1 to {MAX_BANDS} weights, got {shown(bands)}")
         weights = tuple(check_int(f"{field}.bands[{i}]", w, 1, 1000) for i, w in enumerate(bands))
         per = check_int(f"{field}.layers_per_band", value.get("layers_per_band", 1), 1, 256)
         return cls(bands=weights, layers_per_band=per, **sizes)

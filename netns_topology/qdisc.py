@@ -42,6 +42,8 @@ from pathlib import Path
 
 from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
 
+from common.excerpt import shown
+
 from .params import BATCHED, Queue
 
 # pyroute2 has no bfifo plugin; bfifo's options (tc_fifo_qopt: a byte limit)
@@ -123,7 +125,7 @@ def fifo_of(queue: Queue) -> Queue:
 def queue_for(queue: Queue, queueing: str) -> Queue:
     """The switch ports' queue under ``queueing`` (QUEUEINGS) for a topology's ``queue``."""
     if queueing not in QUEUEINGS:
-        raise ValueError(f"queueing: one of {', '.join(QUEUEINGS)}, got {queueing!r}")
+        raise ValueError(f"queueing: one of {', '.join(QUEUEINGS)}, got {shown(queueing)}")
     return queue if queueing == "bands" else fifo_of(queue)
 
 

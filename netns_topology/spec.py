@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from common.excerpt import shown
+
 from .errors import TopologyError
 from .params import PARAMS, check_keys
 from .topo import LeafSpine, Topo
@@ -26,7 +28,7 @@ def _list(field: str, value, example: str) -> list:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise TopologyError(field, f"must be a list like {example}, got {value!r}")
+        raise TopologyError(field, f"must be a list like {example}, got {shown(value)}")
     return value
 
 
@@ -35,10 +37,10 @@ def _entry(field: str, value, keys: tuple[str, ...], required: str) -> dict:
     if isinstance(value, str) and required == "name":
         value = {"name": value}
     if not isinstance(value, dict):
-        raise TopologyError(field, f"must be a mapping with {', '.join(keys)}, got {value!r}")
+        raise TopologyError(field, f"must be a mapping with {', '.join(keys)}, got {shown(value)}")
     check_keys(field, value, keys)
     if required not in value:
-        raise TopologyError(field, f"missing {required!r}")
+        raise TopologyError(field, f"missing {shown(required)}")
     return value
 
 
@@ -54,7 +56,7 @@ def _within(field: str):
 def _between(entry: dict) -> tuple[str, str]:
     pair = entry["between"]
     if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(n, str) for n in pair):
-        raise TopologyError("between", f"must be a list of two node names, got {pair!r}")
+        raise TopologyError("between", f"must be a list of two node names, got {shown(pair)}")
     return pair[0], pair[1]
 
 
@@ -68,7 +70,7 @@ def _link_entries(d: dict):
 def topology_from_dict(d) -> Topo:
     """Build (and fully validate) a Topo from its dict form."""
     if not isinstance(d, dict):
-        raise TopologyError("", f"a topology must be a mapping of fields, got {d!r}")
+        raise TopologyError("", f"a topology must be a mapping of fields, got {shown(d)}")
     check_keys("", d, _KEYS)
     shape = [k for k in _SHAPE if k in d]
     explicit = [k for k in _EXPLICIT if k in d]

@@ -9,6 +9,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from common.excerpt import shown
 from common.paths import NODE_RE
 
 from .errors import TopologyError
@@ -90,17 +91,17 @@ def _check_ip(value) -> str:
     try:
         ip = ipaddress.IPv4Address(value)
     except ValueError:
-        raise TopologyError("ip", f"not an IPv4 address: {value!r}") from None
+        raise TopologyError("ip", f"not an IPv4 address: {shown(value)}") from None
     if ip not in HOST_NET or ip in (HOST_NET.network_address, HOST_NET.broadcast_address):
-        raise TopologyError("ip", f"must be a host address in {HOST_NET} (RFC 2544 benchmarking range), got {value!r}")
+        raise TopologyError("ip", f"must be a host address in {HOST_NET} (RFC 2544 benchmarking range), got {shown(value)}")
     return str(ip)
 
 
 def _check_mac(value) -> str:
     if not isinstance(value, str) or not re.match(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}\Z", value.lower()):
-        raise TopologyError("mac", f"must look like 02:74:6c:00:00:01, got {value!r}")
+        raise TopologyError("mac", f"must look like 02:74:6c:00:00:01, got {shown(value)}")
     if int(value[:2], 16) & 1:
-        raise TopologyError("mac", f"must be a unicast address, got {value!r}")
+        raise TopologyError("mac", f"must be a unicast address, got {shown(value)}")
     return value.lower()
 
 
@@ -140,15 +141,15 @@ class Topo:
     def _check_new_name(self, name) -> str:
         if not isinstance(name, str) or not _NAME.match(name) or name in _RESERVED:
             raise TopologyError("name", f"must be 1-12 lowercase letters/digits starting with a letter "
-                                        f"(not lo, br0, eth0), got {name!r}")
+                                        f"(not lo, br0, eth0), got {shown(name)}")
         if name in self._hosts or name in self._switches:
-            raise TopologyError("name", f"{name!r} is already a node")
+            raise TopologyError("name", f"{shown(name)} is already a node")
         return name
 
     def _check_nodes(self, *nodes: str) -> None:
         for node in nodes:
             if node not in self._hosts and node not in self._switches:
-                raise TopologyError("between", f"unknown node {node!r}")
+                raise TopologyError("between", f"unknown node {shown(node)}")
 
     def add_host(self, name: str, ip: str | None = None, mac: str | None = None) -> str:
         """Add a host; ip defaults to the first free 198.18.x.y (x.1-x.254), mac is derived from the ip."""
@@ -177,16 +178,16 @@ class Topo:
         """Join a and b; each end's interface is named after the other node."""
         self._check_nodes(a, b)
         if a == b:
-            raise TopologyError("between", f"a link needs two different nodes, got {a!r} twice")
+            raise TopologyError("between", f"a link needs two different nodes, got {shown(a)} twice")
         if a in self._hosts and b in self._hosts:
-            raise TopologyError("between", f"hosts connect only to switches, got {a!r} and {b!r}")
+            raise TopologyError("between", f"hosts connect only to switches, got {shown(a)} and {shown(b)}")
         for node in (a, b):
             if node in self._hosts and self._links_of.get(node):
-                raise TopologyError("between", f"host {node!r} already has its one link ({HOST_IFACE})")
+                raise TopologyError("between", f"host {shown(node)} already has its one link ({HOST_IFACE})")
         rate = None if rate is None else check_rate("rate", rate)
         parallel = sum(1 for spec in self._links_of.get(a, []) if {spec.a, spec.b} == {a, b})
         if parallel > 99:
-            raise TopologyError("between", f"at most 100 parallel links between {a!r} and {b!r}")
+            raise TopologyError("between", f"at most 100 parallel links between {shown(a)} and {shown(b)}")
         suffix = f"-{parallel}" if parallel else ""
         spec = _LinkSpec(a, b, HOST_IFACE if a in self._hosts else b + suffix,
                          HOST_IFACE if b in self._hosts else a + suffix, rate, check_bool("up", up))
@@ -201,7 +202,7 @@ class Topo:
         self._check_nodes(a, b)
         specs = [spec for spec in self._links_of.get(a, []) if {spec.a, spec.b} == {a, b}]
         if not specs:
-            raise TopologyError("between", f"no link between {a!r} and {b!r}")
+            raise TopologyError("between", f"no link between {shown(a)} and {shown(b)}")
         for spec in specs:
             if rate is not _KEEP:
                 spec.rate = None if rate is None else check_rate("rate", rate)
@@ -213,7 +214,7 @@ class Topo:
         """Checks that involve several fields at once (single fields are checked when set)."""
         for name in self._hosts:
             if not self._links_of.get(name):
-                raise TopologyError("links", f"host {name!r} has no link (a host hangs off one switch)")
+                raise TopologyError("links", f"host {shown(name)} has no link (a host hangs off one switch)")
         if self.switch_mtu < self.mtu + 12:
             raise TopologyError("switch_mtu", f"must be >= mtu + 12 ({self.mtu + 12}) to carry the "
                                               f"12-byte TaLB IPv4 option, got {self.switch_mtu}")
@@ -263,7 +264,7 @@ class Topo:
     def ports(self, node: str) -> list[Port]:
         """A node's interfaces in link order (a host has one, eth0)."""
         if node not in self._hosts and node not in self._switches:
-            raise TopologyError("node", f"unknown node {node!r}")
+            raise TopologyError("node", f"unknown node {shown(node)}")
         return self._ports_of(node)
 
     def forwarding_groups(self, switch: str) -> dict[str, list[str]]:
@@ -275,7 +276,7 @@ class Topo:
         Unreachable hosts have no entry. Works for any graph; hosts never forward.
         """
         if switch not in self._switches:
-            raise TopologyError("switch", f"unknown switch {switch!r}")
+            raise TopologyError("switch", f"unknown switch {shown(switch)}")
         links = [(spec.a, spec.a_port, spec.b, spec.b_port) for spec in self._links if spec.up]
         return shortest_path_groups(switch, list(self._switches), links,
                                     {name: ip for name, (ip, _) in self._hosts.items()})
@@ -328,10 +329,10 @@ class LeafSpine(Topo):
                 raise TopologyError("oversubscription", "give either link_rate or oversubscription, not both")
             if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)) \
                     or not oversubscription > 0:
-                raise TopologyError("oversubscription", f"must be a number > 0, got {oversubscription!r}")
+                raise TopologyError("oversubscription", f"must be a number > 0, got {shown(oversubscription)}")
             link_rate = round(hosts_per_leaf * self.host_link_rate / (spines * oversubscription))
             if not MIN_RATE <= link_rate <= MAX_RATE:
-                raise TopologyError("oversubscription", f"{oversubscription!r} gives a fabric link rate of "
+                raise TopologyError("oversubscription", f"{shown(oversubscription)} gives a fabric link rate of "
                                                         f"{link_rate} bit/s, outside 1kbit..100gbit")
         if link_rate is not None:
             self.link_rate = link_rate

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from common.excerpt import shown
+
 _NUMBER_UNIT = re.compile(r"^\s*(\d+(?:\.\d*)?(?:e[+-]?\d+)?)\s*([a-z]*)\s*$")
 
 _RATE_UNITS = {"": 1, "bit": 1, "k": 10**3, "kbit": 10**3, "m": 10**6, "mbit": 10**6,
@@ -25,27 +27,27 @@ SIZE_HINT = "use e.g. 150kb, 15k, 1500"
 
 def _parse(value, units: dict[str, int], what: str, hint: str) -> int:
     if isinstance(value, bool):  # bool is an int subclass: `rate: yes` is a typo, not 1 bit/s
-        raise ValueError(f"cannot parse {what} {value!r} ({hint})")
+        raise ValueError(f"cannot parse {what} {shown(value)} ({hint})")
     # Decimal, so that "1.1gbit" is exactly 1_100_000_000
     if isinstance(value, (int, float)):
         number, unit = str(value), ""
     elif isinstance(value, str) and (m := _NUMBER_UNIT.match(value.lower())):
         number, unit = m.group(1), m.group(2)
         if unit.endswith("bps") and units is _RATE_UNITS:
-            raise ValueError(f"ambiguous {what} {value!r}: tc reads '{unit}' as bytes per second; "
+            raise ValueError(f"ambiguous {what} {shown(value)}: tc reads '{unit}' as bytes per second; "
                              f"write {m.group(1)}{unit[:-3]}bit for bits per second")
     else:
-        raise ValueError(f"cannot parse {what} {value!r} ({hint})")
+        raise ValueError(f"cannot parse {what} {shown(value)} ({hint})")
     if unit not in units:
-        raise ValueError(f"cannot parse {what} {value!r} ({hint})")
+        raise ValueError(f"cannot parse {what} {shown(value)} ({hint})")
     try:
         result = Decimal(number) * units[unit]
     except InvalidOperation:
-        raise ValueError(f"cannot parse {what} {value!r} ({hint})") from None
+        raise ValueError(f"cannot parse {what} {shown(value)} ({hint})") from None
     if not result.is_finite() or result < 0:
-        raise ValueError(f"cannot parse {what} {value!r} ({hint})")
+        raise ValueError(f"cannot parse {what} {shown(value)} ({hint})")
     if result != int(result):
-        raise ValueError(f"{what} {value!r} is not a whole number of {'bits/s' if what == 'rate' else 'bytes'}")
+        raise ValueError(f"{what} {shown(value)} is not a whole number of {'bits/s' if what == 'rate' else 'bytes'}")
     return int(result)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from common import paths
@@ -46,7 +47,8 @@ PREFIX_OPTION = click.option(
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}")
+    # the message as written: a value it quotes is no markup and no :emoji: code
+    err_console.print(f"[bold red]error:[/] {escape(message)}", emoji=False)
     sys.exit(1)
 
 

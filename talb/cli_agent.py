@@ -11,6 +11,7 @@ import click
 from agent.config import (DEFAULT_METRICS_PORT, DEFAULT_WINDOW_S, LOG_LEVELS,
                           METRICS_PORT_TRIES, PCM_DELAY_MODES, AgentConfig, ConfigError)
 from common import paths
+from common.excerpt import shown
 from datapath.statsread import STRATEGIES
 from netns_topology.state import TestbedError, require_root
 
@@ -25,7 +26,7 @@ def _threshold(value: str | None) -> float | str | None:
     try:
         return float(value)
     except ValueError:
-        raise ConfigError(f"--threshold: 'max' or a number in [0, 1], got {value!r}") from None
+        raise ConfigError(f"--threshold: 'max' or a number in [0, 1], got {shown(value)}") from None
 
 
 @click.command("agent")
@@ -145,7 +146,7 @@ def bench_agent_cmd(ports, windows, runs, json_out):
     try:
         counts = [int(x) for x in ports.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--ports: comma-separated integers, got {ports!r}") from None
+        raise ConfigError(f"--ports: comma-separated integers, got {shown(ports)}") from None
     results = run_all(counts, windows=windows, runs=runs, say=click.echo)
     if json_out:
         Path(json_out).write_text(json.dumps(results, indent=2))

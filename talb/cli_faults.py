@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from common import paths
+from common.excerpt import shown
 from talb.unwind import sigterm_unwinds
 
 console = Console(highlight=False, soft_wrap=True)
@@ -22,7 +23,7 @@ def _list(choices):
         bad = [x for x in items if x not in choices]
         if not items or bad:
             raise click.BadParameter(f"a comma-separated list of {', '.join(choices)}, "
-                                     f"got {value!r}")
+                                     f"got {shown(value)}")
         return tuple(items)
     return parse
 
@@ -37,7 +38,7 @@ def _seconds(ctx, param, value):
     except ValueError as exc:
         raise click.BadParameter(str(exc).replace("--fault: ", "")) from None
     if v <= 0 and param.name != "at_s":
-        raise click.BadParameter(f"must be > 0, got {value!r}")
+        raise click.BadParameter(f"must be > 0, got {shown(value)}")
     return v
 
 
@@ -111,7 +112,7 @@ def bench_faults(design, labels, schemes, seeds, archs, iterations, load, at_s, 
         bad = [x for x in want if x not in names]
         if not want or bad:
             raise click.BadParameter(f"the design '{design}' has the faults "
-                                     f"{', '.join(names)}, got {labels!r}", param_hint="--faults")
+                                     f"{', '.join(names)}, got {shown(labels)}", param_hint="--faults")
         d = with_overrides(d, faults=tuple(f for f in d.faults
                                            if f.kind in want or slug(f.label) in want))
     d = with_overrides(d, schemes=schemes, seeds=seeds, archs=archs, iterations=iterations,

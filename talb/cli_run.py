@@ -8,6 +8,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from common import paths
+from common.excerpt import shown
 from talb.unwind import sigterm_unwinds
 
 console = Console(highlight=False, soft_wrap=True)
@@ -239,18 +240,18 @@ def run_cmd(**opts):
             if click.get_current_context().get_parameter_source(name) == \
                     click.core.ParameterSource.COMMANDLINE:
                 raise ValueError(f"{flag}: --model none runs background flows only, no "
-                                 f"training client; drop {flag}, got {opts[name]!r}")
+                                 f"training client; drop {flag}, got {shown(opts[name])}")
         for name in ("client", "mpi_tag", "mpi_priority", "mpi_port_min", "mpi_port_range",
                      "mpi_pattern"):
             opts.pop(name)
         return _run_background_only(opts)
     if opts["client"] != "talb" and opts["comm"] != "ps":
-        raise ValueError(f"--comm: our own nodes' option (--client talb), got {opts['comm']!r}")
+        raise ValueError(f"--comm: our own nodes' option (--client talb), got {shown(opts['comm'])}")
     if opts["client"] != "talb" and opts["fusion"] is not None:
-        raise ValueError(f"--fusion: our own nodes' option (--client talb), got {opts['fusion']!r}")
+        raise ValueError(f"--fusion: our own nodes' option (--client talb), got {shown(opts['fusion'])}")
     if opts["client"] != "talb" and opts["scheduler"] != "bytescheduler":
         raise ValueError(f"--scheduler: our own nodes' option (--client talb); a {opts['client']} "
-                         f"job sends as its library does, got {opts['scheduler']!r}")
+                         f"job sends as its library does, got {shown(opts['scheduler'])}")
     if opts["client"] == "mpi":
         return _run_mpi(opts)
     if opts["client"] == "torch":
@@ -287,11 +288,11 @@ def _port_range(text: str) -> tuple[int, int]:
     try:
         lo_i, hi_i = int(lo), int(hi)
     except ValueError:
-        raise ValueError(f"--mpi-ports: a port range LO-HI (e.g. 7600-7663), got {text!r}") \
+        raise ValueError(f"--mpi-ports: a port range LO-HI (e.g. 7600-7663), got {shown(text)}") \
             from None
     if not dash or not 1024 <= lo_i <= hi_i <= 65535:
         raise ValueError(f"--mpi-ports: a port range LO-HI with 1024 <= LO <= HI <= 65535, "
-                         f"got {text!r}")
+                         f"got {shown(text)}")
     return lo_i, hi_i - lo_i + 1
 
 
@@ -426,7 +427,7 @@ def _run_background_only(opts: dict) -> None:
         if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
             value = raw.get(name, opts[name])
             raise ValueError(f"{flag}: --model none runs background flows only, no training; "
-                             f"drop {flag}, got {value!r}")
+                             f"drop {flag}, got {shown(value)}")
     keep = ("model", "scheme", "load", "seed", "prefix", "topology", "out", "background_cdf",
             "background_s", "background_size_scale", "rto_min")
     cfg = RunConfig(**{k: opts[k] for k in keep}, arch="none", workers=0, servers=0,

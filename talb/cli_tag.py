@@ -8,6 +8,7 @@ import time
 import click
 
 from common import paths
+from common.excerpt import shown
 
 STATUS_EVERY_S = 3.0
 SHOWN = ("selected", "started", "continued", "partial", "ring_full", "too_large",
@@ -19,9 +20,9 @@ def _ports(value: str) -> tuple[int, int]:
     try:
         lo_i, hi_i = int(lo), int(hi or lo)
     except ValueError:
-        raise ValueError(f"--port: a port N or a range N-M, got {value!r}") from None
+        raise ValueError(f"--port: a port N or a range N-M, got {shown(value)}") from None
     if not 1 <= lo_i <= hi_i <= 65535:
-        raise ValueError(f"--port: ports 1..65535, N <= M, got {value!r}")
+        raise ValueError(f"--port: ports 1..65535, N <= M, got {shown(value)}")
     return lo_i, hi_i
 
 
@@ -60,7 +61,7 @@ def tag_cmd(prefix, hosts, cgroup, pid, port, priority, duration):
         raise ValueError("--cgroup/--pid/--port: exactly one selects what to tag, got "
                          f"{' and '.join(given) or 'none'}")
     if duration is not None and not duration > 0:
-        raise ValueError(f"--for: a positive number of seconds, got {duration!r}")
+        raise ValueError(f"--for: a positive number of seconds, got {shown(duration)}")
     names = [h.strip() for h in hosts.split(",") if h.strip()]
     stop = {"now": False}
 

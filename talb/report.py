@@ -1,7 +1,7 @@
 """`talb report RESULTS`: a finished run's (or a sweep's) key panels as PNG,
 from its results files, with matplotlib -- for readers without Grafana.
 
-Reads `talb run`'s results files (workload/experiment.py, format
+Reads `talb run`'s results files (workload/run_record.py, format
 ``talb-run/1``), of which it needs only::
 
     {"config": {"scheme": "talb", "model": "vgg19", "arch": "ps", "load": 0.4,
@@ -19,7 +19,6 @@ counted, never plotted as 0; warm-up iterations and tensors are left out.
 """
 from __future__ import annotations
 
-import json
 import math
 import textwrap
 from pathlib import Path
@@ -38,13 +37,16 @@ def _need(obj: dict, key: str, where: str):
 
 
 def load_results(path: Path) -> dict:
-    """One results file, normalised to {run, iterations, tensors, background}."""
+    """One results file (read by workload/run_record.py read_record),
+    normalised to {run, iterations, tensors, background}."""
+    from workload.run_record import RecordError, read_record
+
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = read_record(Path(path))
+    except OSError as exc:
         raise ReportError(f"{path}: not a readable JSON results file ({exc})") from None
-    if not isinstance(data, dict):
-        raise ReportError(f"{path}: not a results object")
+    except RecordError as exc:
+        raise ReportError(str(exc)) from None
     if "run" in data:
         run = dict(data["run"])
     else:

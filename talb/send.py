@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import paths
+from common.excerpt import shown
 from common.wire import WireTensorKey
 from netns_topology.state import TestbedError, load_topology_of, read_state
 from workload.capture import CaptureError, start_capture, tensor_ports
@@ -291,7 +292,7 @@ def listen(prefix: str, host: str, *, port: int = 7000, connections: int = 1, sa
     _check(connections, "--senders", 1, 1024)
     _check(port, "--port", 1, 65535)
     if not timeout > 0:
-        raise TestbedError(f"--timeout: must be > 0 seconds, got {timeout!r}")
+        raise TestbedError(f"--timeout: must be > 0 seconds, got {shown(timeout)}")
     procs: list[subprocess.Popen] = []
     try:
         _start_receiver(procs, host_ns[host], host, port, connections, 30.0)
@@ -327,7 +328,7 @@ def parse_to(value: str) -> tuple[str, int]:
             raise ValueError
     except ValueError:
         raise TestbedError(f"--to: must be IPv4:PORT of a listening `talb send --listen`, e.g. "
-                           f"10.0.0.2:7000, got {value!r}") from None
+                           f"10.0.0.2:7000, got {shown(value)}") from None
     return ip, int(port)
 
 
@@ -346,7 +347,7 @@ def send_to(prefix: str, srcs: list[str], to: str, *, tensors: int = 12, layers:
             raise TestbedError(f"--src: no host '{name}' with a namespace on this machine in "
                                f"'{prefix}' (hosts: {', '.join(hosts) or 'none'})")
     if not srcs or len(set(srcs)) != len(srcs):
-        raise TestbedError(f"--src: give one or more distinct hosts, got {','.join(srcs)!r}")
+        raise TestbedError(f"--src: give one or more distinct hosts, got {shown(','.join(srcs))}")
     if any(hosts[s].ip == dst_ip for s in srcs):
         raise TestbedError(f"--to {to} is a --src's own address: pick another destination")
     _check(tensors, "--tensors", 1, 100_000)
@@ -414,7 +415,7 @@ def _check_request(prefix: str, hosts: dict, srcs: list[str], dst: str, tensors:
     _check(size, "--size", 1, 1 << 30)
     _check(senders, "--senders", 1, MAX_SENDERS_PER_HOST)
     if not timeout > 0:
-        raise TestbedError(f"timeout: must be > 0 seconds, got {timeout!r}")
+        raise TestbedError(f"timeout: must be > 0 seconds, got {shown(timeout)}")
 
 
 @dataclass(frozen=True)

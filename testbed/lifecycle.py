@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 from common import paths
+from common.excerpt import shown
 from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, exists, queueing_of,
                                   read_state, regime_of, require_root, rto_min_of, write_state)
 from netns_topology.teardown import namespaces  # this prefix's, by a /run/netns scan
@@ -38,7 +39,7 @@ def set_queueing(prefix: str, queueing: str) -> dict:
     from netns_topology import qdisc, topology_from_dict
 
     if queueing not in qdisc.QUEUEINGS:
-        raise TestbedError(f"queueing: one of {', '.join(qdisc.QUEUEINGS)}, got {queueing!r}")
+        raise TestbedError(f"queueing: one of {', '.join(qdisc.QUEUEINGS)}, got {shown(queueing)}")
     require_root()
     state = read_state(prefix)
     now = queueing_of(prefix, state)
@@ -129,31 +130,7 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     ``agent``: start the PCM agent (`talb agent`) for the testbed, with these
     AgentConfig options (``{}`` for the defaults); None: no agent. A failure
     to start it fails `up` like any other step (everything is removed)."""
-    from netns_topology import build
-
-    paths.check_prefix(prefix)
-    if datapath not in DATAPATHS:
-        raise TestbedError(f"datapath: must be one of {', '.join(DATAPATHS)}, got {datapath!r}")
-    if agent is not None and datapath not in PROGRAM_DATAPATHS:
-        raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
-                           "to manage (use --no-agent with --datapath bridge)")
-    if datapath == "xdp":
-        from datapath.xdp import XdpError, check_pcm_delay, check_topology
-
-        try:
-            check_topology(topo)
-            if agent is not None:
-                check_pcm_delay(agent.get("pcm_delay", "model"))
-        except XdpError as exc:
-            raise TestbedError(str(exc)) from None
-    if agent is not None:
-        from agent.config import AgentConfig
-
-        AgentConfig(**agent)  # a bad --metrics-addr fails before anything is built
-    if datapath in PROGRAM_DATAPATHS:
-        from common.bcc_bindings import check as check_bcc
-
-        check_bcc()     # no bcc for this Python: say so before anything is built
+    _check_before_building(topo, prefix, datapath, agent)
     require_root()
     if exists(prefix):
         if not replace:
@@ -175,6 +152,56 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
     }
     # Written first, so that a crash from here on is found by `down`.
     write_state(prefix, state)
+    try:
+        breakdown = _build_and_attach(topo, prefix, datapath, started, progress)
+        # where `up` went (`talb bench build --breakdown`)
+        state.update(status="up", build_seconds=round(time.monotonic() - started, 2),
+                     breakdown=breakdown)
+        state.pop("pid")
+        write_state(prefix, state)  # the agent reads the topology from it
+        if agent is not None:
+            _start_agent(prefix, agent, progress)
+    except BaseException as exc:
+        progress(f"failed ({type(exc).__name__}: {exc}); removing what was built")
+        down(prefix)
+        raise
+    return state
+
+
+def _check_before_building(topo, prefix: str, datapath: str, agent: dict | None) -> None:
+    """Everything `up` can refuse before it touches the machine: prefix, data
+    path (and XDP's limits), the agent's options, bcc for this Python."""
+    paths.check_prefix(prefix)
+    if datapath not in DATAPATHS:
+        raise TestbedError(f"datapath: must be one of {', '.join(DATAPATHS)}, got {shown(datapath)}")
+    if agent is not None and datapath not in PROGRAM_DATAPATHS:
+        raise TestbedError("agent: the kernel-bridge data path has no maps for an agent "
+                           "to manage (use --no-agent with --datapath bridge)")
+    if datapath == "xdp":
+        from datapath.xdp import XdpError, check_pcm_delay, check_topology
+
+        try:
+            check_topology(topo)
+            if agent is not None:
+                check_pcm_delay(agent.get("pcm_delay", "model"))
+        except XdpError as exc:
+            raise TestbedError(str(exc)) from None
+    if agent is not None:
+        from agent.config import AgentConfig
+
+        AgentConfig(**agent)  # a bad --metrics-addr fails before anything is built
+    if datapath in PROGRAM_DATAPATHS:
+        from common.bcc_bindings import check as check_bcc
+
+        check_bcc()     # no bcc for this Python: say so before anything is built
+
+
+def _build_and_attach(topo, prefix: str, datapath: str, started: float, progress) -> dict:
+    """The namespaces, links and queues built, the data path's programs
+    loaded (verified while the fabric is built) and attached; returns where
+    the time went. The programs' loader is closed on every path."""
+    from netns_topology import build
+
     load = None
     try:
         if datapath in PROGRAM_DATAPATHS:
@@ -192,31 +219,27 @@ def up(topo, prefix: str = paths.DEFAULT_PREFIX, *, datapath: str = "bpf",
             load.close()
             breakdown["attach_total_s"] = round(time.monotonic() - attached, 4)
             breakdown["load"] = load.timings()
-        # where `up` went (`talb bench build --breakdown`)
-        state.update(status="up", build_seconds=round(time.monotonic() - started, 2),
-                     breakdown=breakdown)
-        state.pop("pid")
-        write_state(prefix, state)  # the agent reads the topology from it
-        if agent is not None:
-            from agent.config import DEFAULT_METRICS_PORT
-            from agent.daemon import metrics_endpoint, start_background
-
-            pid = start_background(prefix, **agent)
-            where = metrics_endpoint(prefix)
-            taken = ""
-            if agent.get("metrics_port") is None and where \
-                    and not where.endswith(f":{DEFAULT_METRICS_PORT}"):
-                taken = f" ({DEFAULT_METRICS_PORT} is in use: another testbed's agent?)"
-            served = f"metrics http://{where}/metrics{taken}, " if where else ""
-            progress(f"agent running (pid {pid}), {served}"
-                     f"log {paths.state_dir(prefix) / 'agent.log'}")
-    except BaseException as exc:
+    except BaseException:
         if load is not None:
             load.close()
-        progress(f"failed ({type(exc).__name__}: {exc}); removing what was built")
-        down(prefix)
         raise
-    return state
+    return breakdown
+
+
+def _start_agent(prefix: str, agent: dict, progress) -> None:
+    """The PCM agent in the background, and where its metrics and log are."""
+    from agent.config import DEFAULT_METRICS_PORT
+    from agent.daemon import metrics_endpoint, start_background
+
+    pid = start_background(prefix, **agent)
+    where = metrics_endpoint(prefix)
+    taken = ""
+    if agent.get("metrics_port") is None and where \
+            and not where.endswith(f":{DEFAULT_METRICS_PORT}"):
+        taken = f" ({DEFAULT_METRICS_PORT} is in use: another testbed's agent?)"
+    served = f"metrics http://{where}/metrics{taken}, " if where else ""
+    progress(f"agent running (pid {pid}), {served}"
+             f"log {paths.state_dir(prefix) / 'agent.log'}")
 
 
 def _since_process_start(now: float) -> float | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from common import paths
+from common.excerpt import shown
 from netns_topology.state import (TestbedError, queueing_of, read_state, regime_of, require_root,
                                   write_state)
 
@@ -132,7 +133,7 @@ def set_regime(prefix: str, *, buffer: str = "deep", ecn: bool = False, tcp_cc: 
     from netns_topology import buffers, topology_from_dict
 
     if buffer not in buffers.BUFFERS:
-        raise TestbedError(f"--buffer: one of {', '.join(buffers.BUFFERS)}, got {buffer!r}")
+        raise TestbedError(f"--buffer: one of {', '.join(buffers.BUFFERS)}, got {shown(buffer)}")
     if buffer == "scaled" and time_scale is None:
         raise TestbedError("--buffer scaled: needs the run's time scale (training runs have one; "
                            "background-only runs do not)")

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from common.excerpt import shown
 from workload.netexec import ns_popen, stop
 
 CDF_DIR = Path(__file__).resolve().parent / "cdfs"
@@ -90,7 +91,7 @@ class FlowSizeCDF:
                 x, p = line.split()
                 points.append((float(x), float(p)))
             except ValueError:
-                raise ValueError(f"{path}:{n}: expected 'bytes fraction', got {line!r}") from None
+                raise ValueError(f"{path}:{n}: expected 'bytes fraction', got {shown(line)}") from None
         return cls(points, name or path.stem)
 
     @classmethod
@@ -123,13 +124,13 @@ class FlowSizeCDF:
     def scaled(self, factor: float) -> "FlowSizeCDF":
         """Every size multiplied by ``factor`` (the run's byte scale)."""
         if not factor > 0:
-            raise ValueError(f"size_scale: must be positive, got {factor!r}")
+            raise ValueError(f"size_scale: must be positive, got {shown(factor)}")
         return FlowSizeCDF([(x * factor, p) for x, p in self.points], self.name)
 
     def capped(self, cap: float) -> "FlowSizeCDF":
         """The distribution of min(X, cap): the mass above ``cap`` sits on it."""
         if not cap > 0:
-            raise ValueError(f"max_flow_bytes: must be positive, got {cap!r}")
+            raise ValueError(f"max_flow_bytes: must be positive, got {shown(cap)}")
         pts = [(x, p) for x, p in self.points if x < cap]
         if not pts:
             return FlowSizeCDF([(cap, 0.0), (cap, 1.0)], self.name)
@@ -180,7 +181,7 @@ def check_options(cdf: str, duration_s: float | None, size_scale: float | None) 
     ValueError naming the flag of the first out of range."""
     def need(cond: bool, flag: str, value, what: str) -> None:
         if not cond:
-            raise ValueError(f"{flag}: {what}, got {value!r}")
+            raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
     need(cdf in CDF_FILES, "--background-cdf", cdf, f"one of {', '.join(CDF_FILES)}")
     need(duration_s is None or duration_s > 0, "--background-duration", duration_s,
@@ -191,7 +192,7 @@ def check_options(cdf: str, duration_s: float | None, size_scale: float | None) 
 
 def _check_load(load) -> float:
     if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0.0 <= load <= 1.0:
-        raise ValueError(f"load: must be within [0, 1] (fraction of capacity_bps), got {load!r}")
+        raise ValueError(f"load: must be within [0, 1] (fraction of capacity_bps), got {shown(load)}")
     return float(load)
 
 
@@ -202,9 +203,9 @@ def plan_flows(hosts: Sequence[BgHost], *, load: float, capacity_bps: float, cdf
     sender is a Poisson source of its own) to a host on another leaf."""
     load = _check_load(load)
     if not capacity_bps > 0:
-        raise ValueError(f"capacity_bps: must be positive, got {capacity_bps!r}")
+        raise ValueError(f"capacity_bps: must be positive, got {shown(capacity_bps)}")
     if not duration_s > 0:
-        raise ValueError(f"duration_s: must be positive, got {duration_s!r}")
+        raise ValueError(f"duration_s: must be positive, got {shown(duration_s)}")
     by_name = {h.name: h for h in hosts}
     names = list(senders) if senders is not None else [h.name for h in hosts]
     unknown = [n for n in names if n not in by_name]
@@ -338,7 +339,7 @@ class BackgroundLoad:
         if max_flow_bytes is not None:
             dist = dist.capped(max_flow_bytes)
         if not 1 <= port <= 65535:
-            raise ValueError(f"port: must be 1..65535, got {port!r}")
+            raise ValueError(f"port: must be 1..65535, got {shown(port)}")
         self.hosts = {h.name: h for h in hosts}
         self.cdf = dist
         self.port = port
@@ -611,7 +612,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         line = sys.stdin.readline()       # "go T0_NS": the flows' time origin (BackgroundLoad.go)
         word, _, value = line.strip().partition(" ")
         if word != "go" or not value.isdigit():
-            sys.stderr.write(f"source: expected 'go T0_NS' on stdin, got {line!r}\n")
+            sys.stderr.write(f"source: expected 'go T0_NS' on stdin, got {shown(line)}\n")
             return 2
         asyncio.run(_source(schedule, int(value)))
     return 0

@@ -47,16 +47,17 @@ import statistics
 import time
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import paths
+from common.excerpt import shown
 from common.machine import machine_info
 from netns_topology.state import (PROGRAM_DATAPATHS, TestbedError, load_topology_of, queueing_of, read_state,
                                   regime_of,
                                   rto_min_of)
 from workload import measure
-from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
+from workload.run_record import RunRecord, agent_settings, software_versions, write_record
 from workload.testbed_use import rto_min_for_run, rto_min_setting, testbed_for
 
 NO_MODEL = "none"
@@ -211,7 +212,7 @@ def headline(scheme: str, cfg, classes: dict, extra: dict) -> dict:
 # --- validation ----------------------------------------------------------------------------
 def _need(cond: bool, flag: str, value, what: str) -> None:
     if not cond:
-        raise ValueError(f"{flag}: {what}, got {value!r}")
+        raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
 
 def validate(cfg) -> None:
@@ -313,35 +314,79 @@ def _sleep_until(t_mono: float, t0: float, total: float, on_progress) -> None:
             on_progress(min(total, time.monotonic() - t0), total)
 
 
-def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
-    from workload.background import BackgroundLoad, fabric_hosts
+@dataclass(frozen=True)
+class _Timeline:
+    """The run's plan in time (the module's docstring): window, warm-up =
+    fill margin, the longest drain, and the capacity and size scale they
+    follow from."""
 
-    topo = load_topology_of(cfg.prefix)
-    fabric = _fabric(cfg.prefix, topo, cfg.scheme)
-    fabric["built_for_run"] = built
-    rates = {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts}
+    capacity_bps: float
+    size_scale: float
+    window_s: float
+    margin_s: float
+    drain_s: float
+
+    @property
+    def total_s(self) -> float:
+        """Warm-up, window and fill: while flows are planned to start."""
+        return 2 * self.margin_s + self.window_s
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """The counters at one edge of the window."""
+
+    t: float                    # time.monotonic()
+    ports: dict                 # the switches' port counters (PortCounters.read)
+    queues: dict | None         # {(switch, port): (drops, sent_bytes)} (read_qdisc_counters)
+
+
+@dataclass
+class _Measured:
+    """What the flows' run gave: the flows' result, the window's edges, the
+    counters around it and the CPU samples."""
+
+    result: object              # BackgroundResult
+    window_start: _Snapshot
+    window_end: _Snapshot
+    tcp_before: dict
+    tcp_after: dict
+    queues_before: dict | None
+    queues_after: dict | None
+    samples: list
+    t_end: float
+
+
+def _timeline(cfg, topo) -> _Timeline:
     capacity = even_capacity_bps(topo)
     scale = size_scale_of(cfg.background_cdf, cfg.background_size_scale)
     window = cfg.background_s or default_window_s(cfg.background_cdf, scale, cfg.load, capacity)
-    margin = margin_s(window)
-    drain = max(DRAIN_MIN_S, window)
-    t_run = time.monotonic()
+    return _Timeline(capacity, scale, window, margin_s(window), max(DRAIN_MIN_S, window))
 
-    say("idle-fabric probe: 1-byte flows for the ideal's base latency")
-    probe = probe_base_latency(topo, cfg.prefix, capacity, cfg.seed)
-    base = probe["base_s"]
 
-    hosts = fabric_hosts(topo, cfg.prefix)
-    bg = BackgroundLoad(hosts, load=cfg.load, capacity_bps=capacity, seed=cfg.seed,
-                        duration_s=margin + window + margin, cdf=cfg.background_cdf,
-                        size_scale=scale, port=PORT, drain_s=drain)
+def _planned_load(cfg, hosts, plan: _Timeline, say):
+    """The background flows of the run, planned (not started)."""
+    from workload.background import BackgroundLoad
+
+    bg = BackgroundLoad(hosts, load=cfg.load, capacity_bps=plan.capacity_bps, seed=cfg.seed,
+                        duration_s=plan.margin_s + plan.window_s + plan.margin_s,
+                        cdf=cfg.background_cdf,
+                        size_scale=plan.size_scale, port=PORT, drain_s=plan.drain_s)
     rate = bg.params["arrival_rate_per_s"]
     if rate > MAX_FLOWS_PER_S:
         say(f"warning: {rate:.0f} flows/s planned, over the {MAX_FLOWS_PER_S}/s the hosts open "
             f"without saturating the CPUs; --background-size-scale makes flows larger and fewer")
-    say(f"{cfg.background_cdf} x{scale:g} at load {cfg.load:g} of {capacity / 1e6:g} Mbit/s: "
-        f"{bg.params['planned_flows']} flows planned ({rate:.1f}/s), window {window:g} s "
+    margin = plan.margin_s
+    say(f"{cfg.background_cdf} x{plan.size_scale:g} at load {cfg.load:g} of "
+        f"{plan.capacity_bps / 1e6:g} Mbit/s: "
+        f"{bg.params['planned_flows']} flows planned ({rate:.1f}/s), window {plan.window_s:g} s "
         f"after {margin:g} s of warm-up, {margin:g} s of fill")
+    return bg
+
+
+def _run_flows(cfg, topo, hosts, bg, plan: _Timeline, say, on_progress) -> _Measured:
+    """Start the flows, read the counters at the window's edges, wait for
+    the flows to finish; every path: processes ended, maps closed."""
     host_ports = {(h.leaf, p.name): p.rate_bps for h in topo.hosts
                   for p in topo.ports(h.leaf) if p.peer == h.name}
     with ExitStack() as stack:       # every path: processes ended, maps closed, files removed
@@ -350,20 +395,24 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
         stack.callback(ports.close)
         window_ports = measure.PortCounters(cfg.prefix, topo)   # this thread's: maps of its own
         stack.callback(window_ports.close)
+
+        def snapshot() -> _Snapshot:
+            return _Snapshot(time.monotonic(), window_ports.read(),
+                             measure.read_qdisc_counters(cfg.prefix, topo))
+
         tcp_before = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
         queues_before = measure.read_qdisc_counters(cfg.prefix, topo)
         with measure.Sampler(ports, host_ports) as sampler:
             try:
                 bg.start()
-                t0 = bg.t0_ns / 1e9
-                total = 2 * margin + window
-                _sleep_until(t0 + margin, t0, total, on_progress)
-                w0 = (time.monotonic(), window_ports.read(), measure.read_qdisc_counters(cfg.prefix, topo))
-                _sleep_until(t0 + margin + window, t0, total, on_progress)
-                w1 = (time.monotonic(), window_ports.read(), measure.read_qdisc_counters(cfg.prefix, topo))
+                t0, total = bg.t0_ns / 1e9, plan.total_s
+                _sleep_until(t0 + plan.margin_s, t0, total, on_progress)
+                start = snapshot()
+                _sleep_until(t0 + plan.margin_s + plan.window_s, t0, total, on_progress)
+                end = snapshot()
                 _sleep_until(t0 + total, t0, total, on_progress)
-                say(f"window done; waiting for the flows to finish (at most {drain:g} s)")
-                result = bg.stop(drain_s=drain)
+                say(f"window done; waiting for the flows to finish (at most {plan.drain_s:g} s)")
+                result = bg.stop(drain_s=plan.drain_s)
             except BaseException:
                 if bg.t0_ns is not None:
                     bg.stop(drain_s=-1e9)        # now: every process ended by its pid
@@ -371,70 +420,116 @@ def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
         t_end = time.monotonic()
         queues_after = measure.read_qdisc_counters(cfg.prefix, topo)
         tcp_after = {h.name: measure.read_tcp_counters(h.netns) for h in hosts}
-    fabric["agent"] = agent_settings(cfg.prefix)
+    return _Measured(result, start, end, tcp_before, tcp_after, queues_before, queues_after,
+                     sampler.samples, t_end)
 
-    flows = flow_rows(result.to_dict()["flows"], t0_ns=bg.t0_ns, warmup_s=margin,
-                      window_s=window, size_scale=scale, host_rate_bps=rates, base_s=base)
-    classes = class_summary(flows)
-    span = (w0[0], w1[0])
-    window_real = w1[0] - w0[0]
+
+def _uplink_sent_bytes(topo, m: _Measured) -> int | None:
+    """Bytes the leaves' uplink queues sent during the window; None without
+    queue counters (an unshaped fabric)."""
+    before, after = m.window_start.queues, m.window_end.queues
+    if not (before and after):
+        return None
     leaf_up = [(sw.name, p.name) for sw in topo.switches if sw.role == "leaf"
                for p in topo.ports(sw.name) if p.kind == "fabric"]
-    wire = (sum(w1[2][k][1] - w0[2][k][1] for k in leaf_up) if w0[2] and w1[2] else None)
-    load_block = {
+    sent = 1                                        # (drops, sent_bytes)
+    return sum(after[k][sent] - before[k][sent] for k in leaf_up)
+
+
+def _load_block(cfg, topo, plan: _Timeline, classes: dict, m: _Measured, rate: float) -> dict:
+    """The results' load: offered, realised in the window, delivered on the wire."""
+    capacity = plan.capacity_bps
+    wire = _uplink_sent_bytes(topo, m)
+    window_real = m.window_end.t - m.window_start.t
+    return {
         "offered": cfg.load, "capacity_bps": capacity,
         "capacity_rule": "min over leaves of uplink capacity x hosts / the leaf's hosts "
                          "(workload/background_only.py even_capacity_bps)",
-        "offered_realised": 8 * classes["all"]["bytes"] / (window * capacity),
+        "offered_realised": 8 * classes["all"]["bytes"] / (plan.window_s * capacity),
         "delivered_wire": 8 * wire / (window_real * capacity) if wire is not None else None,
         "delivered_what": "bytes the leaves' uplink queues sent during the window (headers, "
                           "ACKs and warm-up/fill flows included) over the window x capacity",
         "flows_per_s": rate,
     }
-    guard = measure.cpu_guard(sampler.samples, True, span)
-    tcp = measure.tcp_summary({h: measure.counter_delta(tcp_before[h], tcp_after[h])
-                               for h in tcp_after})
+
+
+def _headline_extra(plan: _Timeline, base: float, load_block: dict, tcp: dict,
+                    guard: dict) -> dict:
+    """The headline's fields beside the classes' FCTs."""
     tot = tcp["total"]
-    extra = {"base_latency_s": base, "offered_realised": load_block["offered_realised"],
-             "delivered_load": load_block["delivered_wire"],
-             "reorder_per_kseg": 1000 * tot["reordering"] / tot["out_segs"] if tot["out_segs"] else None,
-             "retrans_pct": 100 * tot["retrans_segs"] / tot["out_segs"] if tot["out_segs"] else None,
-             "timeouts": tot.get("timeouts"), "window_s": window, "cpu_bound": guard["flagged"]}
+    return {"base_latency_s": base, "offered_realised": load_block["offered_realised"],
+            "delivered_load": load_block["delivered_wire"],
+            "reorder_per_kseg": 1000 * tot["reordering"] / tot["out_segs"] if tot["out_segs"] else None,
+            "retrans_pct": 100 * tot["retrans_segs"] / tot["out_segs"] if tot["out_segs"] else None,
+            "timeouts": tot.get("timeouts"), "window_s": plan.window_s,
+            "cpu_bound": guard["flagged"]}
+
+
+def _run_on_fabric(cfg, built: bool, say, on_progress) -> dict:
+    from workload.background import fabric_hosts
+
+    topo = load_topology_of(cfg.prefix)
+    fabric = _fabric(cfg.prefix, topo, cfg.scheme)
+    fabric["built_for_run"] = built
+    plan = _timeline(cfg, topo)
+    t_run = time.monotonic()
+
+    say("idle-fabric probe: 1-byte flows for the ideal's base latency")
+    probe = probe_base_latency(topo, cfg.prefix, plan.capacity_bps, cfg.seed)
+    hosts = fabric_hosts(topo, cfg.prefix)
+    bg = _planned_load(cfg, hosts, plan, say)
+    m = _run_flows(cfg, topo, hosts, bg, plan, say, on_progress)
+    fabric["agent"] = agent_settings(cfg.prefix)
+    record = _record(cfg, topo, fabric, plan, probe, hosts, bg, m, t_run)
+    return write_record(record, _results_path(cfg))
+
+
+def _record(cfg, topo, fabric: dict, plan: _Timeline, probe: dict, hosts, bg, m: _Measured,
+            t_run: float) -> RunRecord:
+    """A background-only run's results record."""
+    base = probe["base_s"]
+    rates = {h.name: topo.ports(h.name)[0].rate_bps for h in topo.hosts}
+    flows = flow_rows(m.result.to_dict()["flows"], t0_ns=bg.t0_ns, warmup_s=plan.margin_s,
+                      window_s=plan.window_s, size_scale=plan.size_scale, host_rate_bps=rates,
+                      base_s=base)
+    classes = class_summary(flows)
+    load_block = _load_block(cfg, topo, plan, classes, m, bg.params["arrival_rate_per_s"])
+    guard = measure.cpu_guard(m.samples, True, (m.window_start.t, m.window_end.t))
+    tcp = measure.tcp_summary({h: measure.counter_delta(m.tcp_before[h], m.tcp_after[h])
+                               for h in m.tcp_after})
     schemes = sorted({c["scheme"] for c in fabric["switch_config"].values()})
-    config = asdict(cfg)
-    results = {
-        "format": RESULTS_FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": config,
-        "software": software_versions(),
+    return RunRecord(
+        config=asdict(cfg),
+        software=software_versions(),
         # where it ran: host name, kernel, CPU model, cores (common/machine.py)
-        "machine": machine_info(),
-        "fabric": fabric,
-        "model": None,
-        "scaling": None,
-        "placement": {"senders": [h.name for h in hosts], "destinations": "hosts on other leaves"},
-        "load": {**load_block, "cdf": cfg.background_cdf,
-                 "background": {"params": result.params, "flows": flows}},
-        "background_only": {
-            "window_s": window, "warmup_s": margin, "fill_s": margin, "drain_s": drain,
-            "size_scale": scale, "probe": probe,
+        machine=machine_info(),
+        fabric=fabric,
+        model=None,
+        scaling=None,
+        placement={"senders": [h.name for h in hosts], "destinations": "hosts on other leaves"},
+        load={**load_block, "cdf": cfg.background_cdf,
+              "background": {"params": m.result.params, "flows": flows}},
+        background_only={
+            "window_s": plan.window_s, "warmup_s": plan.margin_s, "fill_s": plan.margin_s,
+            "drain_s": plan.drain_s, "size_scale": plan.size_scale, "probe": probe,
             "ideal": "8 x size / min(host link rates) + base latency B (the probe's median)",
             "classes": "by size / size_scale: short <= 100 KB, long >= 1 MB",
         },
-        "duration_s": t_end - t_run,
-        "summary": {
+        duration_s=m.t_end - t_run,
+        summary={
             "background": {**classes, "load": load_block, "base_latency_s": base,
                            "flows_planned": len(flows),
                            "by_phase": dict(Counter(f["phase"] for f in flows))},
             "tcp": tcp,
-            "uplinks": measure.uplink_spread(topo, w0[1], w1[1], window_real, (w0[2], w1[2])),
-            "port_drops": measure.port_drops(topo, queues_before, queues_after)
-            if queues_before and queues_after else None,
+            "uplinks": measure.uplink_spread(topo, m.window_start.ports, m.window_end.ports,
+                                             m.window_end.t - m.window_start.t,
+                                             (m.window_start.queues, m.window_end.queues)),
+            "port_drops": measure.port_drops(topo, m.queues_before, m.queues_after)
+            if m.queues_before and m.queues_after else None,
             "cpu_guard": guard,
         },
-        "flags": {"cpu_bound": guard["flagged"]},
-        "headline": headline(",".join(schemes) or "bridge", cfg, classes, extra),
-        "cpu_samples": sampler.samples,
-    }
-    write_results(results, _results_path(cfg))
-    return results
+        flags={"cpu_bound": guard["flagged"]},
+        headline=headline(",".join(schemes) or "bridge", cfg, classes,
+                          _headline_extra(plan, base, load_block, tcp, guard)),
+        cpu_samples=m.samples,
+    )

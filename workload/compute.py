@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.excerpt import shown
+
 BWD_PER_FWD = 2.0
 
 
@@ -62,7 +64,7 @@ def lookup_gpu(name: str) -> Gpu:
 
 def check_gpu_speed(gpu_speed) -> float:
     if not isinstance(gpu_speed, (int, float)) or isinstance(gpu_speed, bool) or not gpu_speed > 0:
-        raise ValueError(f"gpu_speed: must be a positive number, got {gpu_speed!r}")
+        raise ValueError(f"gpu_speed: must be a positive number, got {shown(gpu_speed)}")
     return float(gpu_speed)
 
 
@@ -72,7 +74,7 @@ def layer_times(fwd_flops_per_sample: float, *, batch_size: int, gpu: str = "V10
     if fwd_flops_per_sample < 0:
         raise ValueError(f"fwd_flops: must be >= 0, got {fwd_flops_per_sample}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
+        raise ValueError(f"batch_size: must be a positive integer, got {shown(batch_size)}")
     rate = lookup_gpu(gpu).sustained_flops * check_gpu_speed(gpu_speed)
     fwd = batch_size * fwd_flops_per_sample / rate
     return fwd, BWD_PER_FWD * fwd

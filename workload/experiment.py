@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common import paths
+from common.excerpt import shown
 from common.machine import machine_info
 from netns_topology.state import (PROGRAM_DATAPATHS, TestbedError, load_topology_of, queueing_of, read_state,
                                   regime_of, rto_min_of)
@@ -40,7 +41,7 @@ from workload.netexec import ns_popen
 from workload.patterns import PATTERNS, get_pattern
 from workload.patterns.common import HEADER
 from workload.placement import mode_of
-from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
+from workload.run_record import RunRecord, agent_settings, software_versions, write_record
 from workload.scaling import MSS_BYTES
 from workload.scheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES
 from workload.tensor_sender import MAX_TENSOR_PKTS
@@ -143,7 +144,7 @@ class RunConfig:
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
     if not cond:
-        raise ValueError(f"{flag}: {what}, got {value!r}")
+        raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
 
 def validate(cfg: RunConfig, *, profile_needed: bool = True) -> None:
@@ -675,28 +676,21 @@ def _train_and_report(cfg, run, on_event, on_nodes, say) -> dict:
     finally:
         fault = held.close()
 
-    c = held.counters
-    results = _results(cfg, run.profile, run.scaling, run.parts, run.plan, run.pattern,
-                       run.fabric, run.hosts, held.nodes.events, trained.duration,
-                       c.tcp_before, c.tcp_after, c.before, c.after, run.topo,
-                       trained.samples, c.have_links, trained.background,
-                       queues=(c.queues_before, c.queues_after), pairing=trained.pairing,
-                       wire=trained.wire)
-    _add_osf(cfg, run, results)
+    record = _record(cfg, run, held.nodes.events, trained, held.counters)
+    _add_osf(cfg, run, record)
     if run.schedule is not None:
-        results["scheduler"] = run.schedule             # workload/schedules.py
+        record.scheduler = run.schedule                 # workload/schedules.py
         if cfg.scheduler != "bytescheduler":            # earlier runs' rows stay as they were
-            results["headline"]["scheduler"] = cfg.scheduler
+            record.headline["scheduler"] = cfg.scheduler
         if cfg.fusion is not None:
-            results["headline"]["fusion"] = cfg.fusion
+            record.headline["fusion"] = cfg.fusion
         if cfg.comm != "ps":
-            results["headline"]["comm"] = cfg.comm
+            record.headline["comm"] = cfg.comm
     if fault is not None:
         from workload import faults
 
-        results["fault"] = faults.report(fault, results["tensors"])
-    write_results(results, _results_path(cfg))
-    return results
+        record.fault = faults.report(fault, record.tensors)
+    return write_record(record, _results_path(cfg))
 
 
 def _train(cfg: RunConfig, run: _Setup, held: _Held, on_nodes, say) -> _Trained:
@@ -807,18 +801,18 @@ def _setup(cfg: RunConfig, profile, scaling, built: bool) -> _Setup:
                   pattern.nodes(plan), sched)
 
 
-def _add_osf(cfg: RunConfig, run: _Setup, results: dict) -> None:
+def _add_osf(cfg: RunConfig, run: _Setup, record: RunRecord) -> None:
     """OSF's modelled iteration beside the measured one (workload/osf.py), at target scale."""
     from workload import osf, schedules
 
     b = schedules.seconds_per_byte(cfg.arch, cfg.workers, cfg.servers, cfg.target_link_bps)
     pred = osf.prediction(run.profile, run.parts, b=b, workers=cfg.workers,
-                          measured_s=results["summary"]["speed"]["target_iteration_time_s"],
+                          measured_s=record.summary["speed"]["target_iteration_time_s"],
                           sfb=run.plan.get("sfb", ()),
                           b_sfb=schedules.sfb_seconds_per_byte(cfg.workers, cfg.target_link_bps))
-    results["osf"] = pred
-    results["summary"]["osf"] = {k: pred[k] for k in ("predicted_iteration_s",
-                                                      "measured_iteration_s", "error")}
+    record.osf = pred
+    record.summary["osf"] = {k: pred[k] for k in ("predicted_iteration_s",
+                                                  "measured_iteration_s", "error")}
 
 
 def _schedule(cfg: RunConfig, profile, tensor_bytes=None):
@@ -1095,20 +1089,26 @@ def _target_bytes_fn(cfg, parts, n_workers):
     return target
 
 
-def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events, duration,
-             tcp_before, tcp_after, c_before, c_after, topo, samples, have_links,
-             background, queues=(None, None), pairing=None, wire=(None, None)) -> dict:
+def _record(cfg, run: _Setup, events: list[dict], trained: _Trained, c: _Counters) -> RunRecord:
+    """A training run's results record from its setup, its nodes' records,
+    what training gave and the counters read around it."""
+    profile, scaling, parts, plan, fabric, hosts, topo = (run.profile, run.scaling, run.parts,
+                                                          run.plan, run.fabric, run.hosts, run.topo)
+    duration, samples, background, pairing, wire = (trained.duration, trained.samples,
+                                                    trained.background, trained.pairing,
+                                                    trained.wire)
+    queues = (c.queues_before, c.queues_after)
     n = cfg.workers
     tensors = measure.join_tensors(events, _target_bytes_fn(cfg, parts, n), cfg.warmup, wire[0])
     iterations = measure.iteration_records(events, n, cfg.warmup)
     if cfg.arch == "ps":
-        expected = pattern.bytes_per_iteration(parts, n, cfg.servers, plan.get("sfb", ()))
+        expected = run.pattern.bytes_per_iteration(parts, n, cfg.servers, plan.get("sfb", ()))
     else:
-        expected = pattern.bytes_per_iteration(parts, n, scaling.min_tensor_bytes)
+        expected = run.pattern.bytes_per_iteration(parts, n, scaling.min_tensor_bytes)
     payload_sent = sum(t["bytes"] - HEADER.size for t in tensors)
     span = measure.training_span_s(events)
     training_s = span[1] - span[0] if span else None
-    guard = measure.cpu_guard(samples, have_links, span)
+    guard = measure.cpu_guard(samples, c.have_links, span)
     summary_tensors = measure.tensor_summary(tensors, n)
     speed_ = measure.speed(iterations, n, profile.batch_size, scaling.time_scale)
     model = {"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
@@ -1117,62 +1117,60 @@ def _results(cfg, profile, scaling, parts, plan, pattern, fabric, hosts, events,
              "partitions": len(parts),
              "layer_fwd_s": [l.fwd_s for l in profile.layers],
              "layer_bwd_s": [l.bwd_s for l in profile.layers]}
-    out = {
-        "format": RESULTS_FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "config": asdict(cfg),
-        "software": software_versions(),
+    record = RunRecord(
+        config=asdict(cfg),
+        software=software_versions(),
         # where it ran: host name, kernel, CPU model, cores (common/machine.py)
-        "machine": machine_info(),
-        "fabric": fabric,
-        "model": model,
-        "scaling": scaling.describe([p.target_bytes for p in parts]),
-        "scheduler": {"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
-                      "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
+        machine=machine_info(),
+        fabric=fabric,
+        model=model,
+        scaling=scaling.describe([p.target_bytes for p in parts]),
+        scheduler={"name": "bytescheduler", "partition_bytes": cfg.partition_bytes,
+                   "credit_bytes": cfg.credit_bytes, "priority": "layer index, front first"},
         # where the nodes sat, and the --placement that put them there (workload/placement.py)
-        "placement": {**{k: [h.name for h in v] for k, v in hosts.items()},
-                      "mode": mode_of(cfg.placement), "spec": cfg.placement},
+        placement={**{k: [h.name for h in v] for k, v in hosts.items()},
+                   "mode": mode_of(cfg.placement), "spec": cfg.placement},
         # the connection model in effect and what it cost (docs/workload.md, "Connections")
-        "connections": connections_record(cfg, plan, events),
-        "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
-                 # who sends the background (workload/placement.py bg_senders); None at load 0
-                 **_senders_record(cfg, topo, hosts),
-                 "background_covered": pairing["background"]["covered"]
-                 if background and pairing else None,
-                 "background": background},
-        "duration_s": duration,               # nodes started to nodes done
-        "training_s": training_s,             # first tensor sent to last received
-        "pairing": pairing,                   # the start instant and what each run saw of the plan
-        "wire": wire[1],                      # where the tensors' wire times come from
-        "summary": {
+        connections=connections_record(cfg, plan, events),
+        load={"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
+              # who sends the background (workload/placement.py bg_senders); None at load 0
+              **_senders_record(cfg, topo, hosts),
+              "background_covered": pairing["background"]["covered"]
+              if background and pairing else None,
+              "background": background},
+        duration_s=duration,               # nodes started to nodes done
+        training_s=training_s,             # first tensor sent to last received
+        pairing=pairing,                   # the start instant and what each run saw of the plan
+        wire=wire[1],                      # where the tensors' wire times come from
+        summary={
             "tensors": summary_tensors,
             "layers": measure.layer_records(events, cfg.warmup),
             "speed": speed_,
             "bytes": {"expected_per_iteration": expected,
                       "payload_sent_all_iterations": payload_sent,
                       "expected_all_iterations": expected["total"] * cfg.iterations},
-            "tcp": measure.tcp_summary({h: measure.counter_delta(tcp_before[h], tcp_after[h])
-                                        for h in tcp_after}),
+            "tcp": measure.tcp_summary({h: measure.counter_delta(c.tcp_before[h], c.tcp_after[h])
+                                        for h in c.tcp_after}),
             # utilisation over the time tensors flowed (not the nodes' start-up)
-            "uplinks": measure.uplink_spread(topo, c_before, c_after, training_s or duration,
+            "uplinks": measure.uplink_spread(topo, c.before, c.after, training_s or duration,
                                              queues)
-            if c_before else None,
+            if c.before else None,
             # drops per switch port queue, by where the port leads (measure.port_drops)
             "port_drops": measure.port_drops(topo, *queues) if all(queues) else None,
             "cpu_guard": guard,
             "background": background["summary"] if background else None,
         },
-        "flags": {"cpu_bound": guard["flagged"]},
-        "headline": _headline(cfg, fabric, summary_tensors, speed_, guard),
-        "iterations": iterations,
-        "layers": measure.layer_events(events),
-        "tensors": tensors,
-        "cpu_samples": samples,
-    }
+        flags={"cpu_bound": guard["flagged"]},
+        headline=_headline(cfg, fabric, summary_tensors, speed_, guard),
+        iterations=iterations,
+        layers=measure.layer_events(events),
+        tensors=tensors,
+        cpu_samples=samples,
+    )
     # training + background bytes offered to other leaves, per leaf, over its uplinks
-    s = out["summary"]
+    s = record.summary
     s["offered_load"] = measure.offered_load(
         topo, [n["host"] for n in plan["workers"] + plan["servers"]], tensors,
         background and background["flows"], measure.training_span_ns(events), s["uplinks"],
         s["port_drops"])
-    return out
+    return record

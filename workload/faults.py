@@ -53,6 +53,7 @@ import time
 from dataclasses import dataclass, field
 
 from common import paths
+from common.excerpt import shown
 
 DEFAULT_FOR_S = 1.0
 KINDS: dict[str, dict[str, object]] = {   # kind -> {key: default}; None: chosen from the fabric
@@ -95,7 +96,7 @@ def parse_seconds(value: str, what: str, text: str) -> float:
     parses its --at and --for with it too."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*", value)
     if not m:
-        raise ValueError(f"--fault: {what} must be a time like 2s, 500ms or 1.5, got {value!r} "
+        raise ValueError(f"--fault: {what} must be a time like 2s, 500ms or 1.5, got {shown(value)} "
                          f"in {text!r}")
     v = float(m.group(1))
     return v / 1e3 if m.group(2) == "ms" else v
@@ -108,35 +109,35 @@ def parse_fault(text: str) -> FaultSpec:
     kind, at_sep, at = head.partition("@")
     kind = kind.strip().lower()
     if kind not in KINDS:
-        raise ValueError(f"--fault: unknown kind {kind!r} (kinds: {', '.join(KINDS)}), got {raw!r}")
+        raise ValueError(f"--fault: unknown kind {kind!r} (kinds: {', '.join(KINDS)}), got {shown(raw)}")
     if not at_sep or not at.strip():
-        raise ValueError(f"--fault: when? expected {SYNTAX}, got {raw!r}")
+        raise ValueError(f"--fault: when? expected {SYNTAX}, got {shown(raw)}")
     at_s = parse_seconds(at, "AT", raw)
     params = dict(KINDS[kind])
     for item in (rest.split(",") if sep else []):
         key, eq, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not eq or not key or not value:
-            raise ValueError(f"--fault: expected key=value, got {item.strip()!r} in {raw!r}")
+            raise ValueError(f"--fault: expected key=value, got {shown(item.strip())} in {raw!r}")
         if key not in KINDS[kind]:
             takes = ", ".join(KINDS[kind]) or "no keys"
             raise ValueError(f"--fault: {kind} takes {takes}; got {key}={value} in {raw!r}")
         if key == "for":
             params[key] = parse_seconds(value, "for", raw)
             if params[key] <= 0:
-                raise ValueError(f"--fault: for must be > 0, got {value!r} in {raw!r}")
+                raise ValueError(f"--fault: for must be > 0, got {shown(value)} in {raw!r}")
         elif key in ("limit", "rate"):
             try:
                 params[key] = int(value)
             except ValueError:
-                raise ValueError(f"--fault: {key} must be an integer, got {value!r} in {raw!r}") \
+                raise ValueError(f"--fault: {key} must be an integer, got {shown(value)} in {raw!r}") \
                     from None
             if params[key] < 1:
-                raise ValueError(f"--fault: {key} must be >= 1, got {value!r} in {raw!r}")
+                raise ValueError(f"--fault: {key} must be >= 1, got {shown(value)} in {raw!r}")
         elif key == "agent":
             if value not in AGENT_MODES:
                 raise ValueError(f"--fault: agent must be one of {', '.join(AGENT_MODES)}, "
-                                 f"got {value!r} in {raw!r}")
+                                 f"got {shown(value)} in {raw!r}")
             params[key] = value
         else:
             params[key] = value

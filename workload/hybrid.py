@@ -26,6 +26,7 @@ most the parameter server's, every other layer by PS.
 """
 from __future__ import annotations
 
+from common.excerpt import shown
 from workload.models.base import GRAD_BYTES
 
 COMMS = ("ps", "sfb", "hybrid")
@@ -33,7 +34,7 @@ COMMS = ("ps", "sfb", "hybrid")
 
 def check(comm: str) -> str:
     if comm not in COMMS:
-        raise ValueError(f"--comm: one of {', '.join(COMMS)}, got {comm!r}")
+        raise ValueError(f"--comm: one of {', '.join(COMMS)}, got {shown(comm)}")
     return comm
 
 

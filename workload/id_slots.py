@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Callable
 
 from common import paths
+from common.excerpt import shown
 from workload.snowflake import (DEFAULT_SEQUENCE_BITS, DEFAULT_UNIT_NS, DEFAULT_WORKER_BITS, ID_BITS,
                                 Snowflake)
 
@@ -86,7 +87,7 @@ class SlotIds:
                  unit_ns: int = DEFAULT_UNIT_NS, clock: Callable[[], int] = time.monotonic_ns,
                  sleep: Callable[[float], None] = time.sleep):
         if not timeout >= 0:
-            raise ValueError(f"timeout: must be >= 0 seconds, got {timeout!r}")
+            raise ValueError(f"timeout: must be >= 0 seconds, got {shown(timeout)}")
         self.directory = Path(directory)
         self.label = label or str(self.directory)
         self.timeout = timeout

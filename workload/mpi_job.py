@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Sequence
 
 from common import paths
+from common.excerpt import shown
 
 RANK_PROGRAM = Path(__file__).resolve().parent / "mpi_rank.py"
 #: the ranks' Python: the system's, where Debian's mpi4py is
@@ -86,10 +87,10 @@ def check_ports(port_min: int, port_range: int, ranks: int) -> tuple[int, int]:
     """(lo, hi) inclusive of the btl's listening ports; ValueError naming the flag."""
     if not (isinstance(port_min, int) and 1024 <= port_min <= 65535 - port_range):
         raise ValueError(f"--mpi-ports: the first port must be in 1024..{65535 - port_range}, "
-                         f"got {port_min!r}")
+                         f"got {shown(port_min)}")
     if not (isinstance(port_range, int) and ranks <= port_range <= 4096):
         raise ValueError(f"--mpi-ports: the range must hold at least one port per rank "
-                         f"({ranks}) and at most 4096, got {port_range!r}")
+                         f"({ranks}) and at most 4096, got {shown(port_range)}")
     return port_min, port_min + port_range - 1
 
 
@@ -100,11 +101,11 @@ def rank_hosts(prefix: str, topo, names: Sequence[str]) -> list[MpiHost]:
     known = {h.name: h for h in topo.hosts}
     if len(names) < 2:
         raise ValueError(f"--mpi-hosts: an MPI job across the fabric needs at least 2 hosts, "
-                         f"got {','.join(names) or 'none'!r}")
+                         f"got {shown(','.join(names) or 'none')}")
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"--mpi-hosts: no host {', '.join(unknown)} in the fabric (hosts: "
-                         f"{', '.join(known)}), got {','.join(names)!r}")
+                         f"{', '.join(known)}), got {shown(','.join(names))}")
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"--mpi-hosts: one rank per host, {', '.join(dup)} named twice, got "

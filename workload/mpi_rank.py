@@ -90,44 +90,91 @@ class _Waiting:
         _complete(reqs, self.poll_s)
 
 
-def _training(comm, spec: dict) -> dict:
-    """The data-parallel loop of mode ``allreduce`` or ``ps``."""
-    from mpi4py import MPI
+class _DataParallel:
+    """One rank of the data-parallel loop (mode ``allreduce`` or ``ps``): its
+    buffers, one iteration's exchange, and the check of what came back.
+    Under ps rank 0 is the server (no gradients of its own), ranks 1.. the
+    workers; every rank's "gradient" in iteration ``it`` is rank + 1 + it,
+    so the sum each message must come back as is known."""
 
-    rank, n = comm.Get_rank(), comm.Get_size()
-    w8 = _Waiting(comm, float(spec.get("poll_s", POLL_S)))
-    ps = spec["mode"] == "ps"
-    counts = [int(c) for c in spec["counts"]]
-    compute = [float(x) for x in spec.get("compute_s") or [0.0] * len(counts)]
-    fwd_s = float(spec.get("fwd_s", 0.0))
-    iterations, warmup = int(spec["iterations"]), int(spec.get("warmup", 0))
-    # ps: rank 0 is the server (no gradients of its own), ranks 1.. the workers
-    contributors = range(1, n) if ps else range(n)
-    server = ps and rank == 0
-    send = [array("f", bytes(4 * c)) for c in counts]
-    recv = [array("f", bytes(4 * c)) for c in counts]
-    inbox = {w: [array("f", bytes(4 * c)) for c in counts] for w in range(1, n)} if server else {}
-    errors, its = [], []
+    def __init__(self, comm, spec: dict):
+        self.comm = comm
+        self.rank, n = comm.Get_rank(), comm.Get_size()
+        self.w8 = _Waiting(comm, float(spec.get("poll_s", POLL_S)))
+        self.ps = spec["mode"] == "ps"
+        self.counts = [int(c) for c in spec["counts"]]
+        self.compute = [float(x) for x in spec.get("compute_s") or [0.0] * len(self.counts)]
+        self.fwd_s = float(spec.get("fwd_s", 0.0))
+        self.contributors = range(1, n) if self.ps else range(n)
+        self.server = self.ps and self.rank == 0
+        self.send = [array("f", bytes(4 * c)) for c in self.counts]
+        self.recv = [array("f", bytes(4 * c)) for c in self.counts]
+        self.inbox = {w: [array("f", bytes(4 * c)) for c in self.counts]
+                      for w in range(1, n)} if self.server else {}
+        self.errors: list[str] = []
 
-    def want(it: int) -> float:
-        return float(sum(r + 1 + it for r in contributors))
+    def want(self, it: int) -> float:
+        """Every element of every message after iteration ``it``: the contributors' sum."""
+        return float(sum(r + 1 + it for r in self.contributors))
 
-    def exchange(i: int, it: int) -> None:
-        if not ps:
+    def exchange(self, i: int, it: int) -> None:
+        """Message ``i`` of iteration ``it``: all-reduced, or pushed to the server and pulled back."""
+        from mpi4py import MPI
+
+        w8, send, recv = self.w8, self.send, self.recv
+        if not self.ps:
             w8.allreduce([send[i], MPI.FLOAT], [recv[i], MPI.FLOAT], op=MPI.SUM)
-        elif server:        # every worker's push at once, then the aggregate back to each
+        elif self.server:   # every worker's push at once, then the aggregate back to each
+            comm, inbox = self.comm, self.inbox
             w8.all([comm.Irecv([inbox[w][i], MPI.FLOAT], source=w, tag=i) for w in inbox])
             for w in inbox:
-                if inbox[w][i].count(float(w + 1 + it)) != counts[i]:
-                    errors.append(f"server iteration {it} message {i}: worker {w}'s push "
-                                  f"is not {w + 1 + it}")
-            recv[i][:] = array("f", [want(it)]) * counts[i]
+                if inbox[w][i].count(float(w + 1 + it)) != self.counts[i]:
+                    self.errors.append(f"server iteration {it} message {i}: worker {w}'s push "
+                                       f"is not {w + 1 + it}")
+            recv[i][:] = array("f", [self.want(it)]) * self.counts[i]
             w8.all([comm.Isend([recv[i], MPI.FLOAT], dest=w, tag=i) for w in inbox])
         else:
             w8.send([send[i], MPI.FLOAT], dest=0, tag=i)
             w8.recv([recv[i], MPI.FLOAT], source=0, tag=i)
 
-    w8.barrier()
+    def iteration(self, it: int, warmup: int) -> dict:
+        """One iteration: this rank's gradients, the forward compute, per
+        message its layer's compute and its exchange, between two barriers;
+        the results checked."""
+        mine = float(self.rank + 1 + it)
+        for buf, c in zip(self.send, self.counts):     # the "gradients" of this iteration
+            buf[:] = array("f", [mine]) * c
+        self.w8.barrier()
+        t0 = time.perf_counter()
+        if self.fwd_s > 0:
+            time.sleep(self.fwd_s)
+        comm_s, msg_s = 0.0, []
+        for i in range(len(self.counts)):
+            if self.compute[i] > 0:
+                time.sleep(self.compute[i])
+            t = time.perf_counter()
+            self.exchange(i, it)
+            took = time.perf_counter() - t
+            comm_s += took
+            msg_s.append(took)
+        self.w8.barrier()
+        took_it = time.perf_counter() - t0
+        self.check(it)
+        return {"it": it, "warmup": it < warmup, "time_s": took_it, "comm_s": comm_s,
+                "message_s": msg_s}
+
+    def check(self, it: int) -> None:
+        want = self.want(it)
+        for i, c in enumerate(self.counts):
+            if self.recv[i].count(want) != c:
+                bad = next(j for j, v in enumerate(self.recv[i]) if v != want)
+                self.errors.append(f"rank {self.rank} iteration {it} message {i}: element {bad} is "
+                                   f"{self.recv[i][bad]!r}, expected {want!r}")
+
+
+def _wait_for_start(spec: dict) -> float:
+    """After the barrier that says every rank is ready: sleep until
+    ``spec["start_at"]``; returns when the ranks were ready (monotonic s)."""
     ready = time.monotonic()          # CLOCK_MONOTONIC: the machine's, every namespace's
     # every scheme's run of a seed starts training at the same instant after the
     # background's origin (spec["start_at"]), however long mpirun took to launch
@@ -136,42 +183,28 @@ def _training(comm, spec: dict) -> dict:
     # the first iteration begins with one)
     if spec.get("start_at") and spec["start_at"] > ready:
         time.sleep(spec["start_at"] - ready)
+    return ready
+
+
+def _training(comm, spec: dict) -> dict:
+    """The data-parallel loop of mode ``allreduce`` or ``ps``; rank 0
+    returns the job's record (every rank's errors and CPU time gathered)."""
+    job = _DataParallel(comm, spec)
+    iterations, warmup = int(spec["iterations"]), int(spec.get("warmup", 0))
+    job.w8.barrier()
+    ready = _wait_for_start(spec)
     start = time.monotonic()
     cpu0 = time.process_time()
-    for it in range(iterations):
-        mine = float(rank + 1 + it)
-        for buf, c in zip(send, counts):     # the "gradients" of this iteration
-            buf[:] = array("f", [mine]) * c
-        w8.barrier()
-        t0 = time.perf_counter()
-        if fwd_s > 0:
-            time.sleep(fwd_s)
-        comm_s, msg_s = 0.0, []
-        for i, c in enumerate(counts):
-            if compute[i] > 0:
-                time.sleep(compute[i])
-            t = time.perf_counter()
-            exchange(i, it)
-            took = time.perf_counter() - t
-            comm_s += took
-            msg_s.append(took)
-        w8.barrier()
-        took_it = time.perf_counter() - t0
-        for i, c in enumerate(counts):
-            if recv[i].count(want(it)) != c:
-                bad = next(j for j, v in enumerate(recv[i]) if v != want(it))
-                errors.append(f"rank {rank} iteration {it} message {i}: element {bad} is "
-                              f"{recv[i][bad]!r}, expected {want(it)!r}")
-        its.append({"it": it, "warmup": it < warmup, "time_s": took_it, "comm_s": comm_s,
-                    "message_s": msg_s})
+    its = [job.iteration(it, warmup) for it in range(iterations)]
     end = time.monotonic()
     cpu = comm.gather(time.process_time() - cpu0, root=0)
-    w8.barrier()
-    all_errors = comm.gather(errors[:5], root=0)
-    if rank != 0:
+    job.w8.barrier()
+    all_errors = comm.gather(job.errors[:5], root=0)
+    if job.rank != 0:
         return {}
     flat = [e for es in all_errors for e in es]
-    return {"mode": spec["mode"], "ranks": n, "iterations": its,
+    counts = job.counts
+    return {"mode": spec["mode"], "ranks": comm.Get_size(), "iterations": its,
             "message_bytes": [4 * c for c in counts],
             "bytes_per_iteration": 4 * sum(counts),
             "correct": not flat, "errors": flat[:10], "t_ready_s": ready, "t_start_s": start,

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack, nullcontext
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from types import SimpleNamespace
 
+from common.excerpt import shown
 from common.machine import machine_info
 from netns_topology.state import load_topology_of
 from workload import measure, mpi_rank
@@ -36,7 +37,7 @@ from workload.experiment import (DEFAULT_TOPOLOGY, GO_LEAD_S, RunError, _Counter
                                  place)
 from workload.mpi_job import MpiError, check_ports, check_tools, run_job
 from workload.placement import mode_of
-from workload.run_record import RESULTS_FORMAT, agent_settings, software_versions, write_results
+from workload.run_record import RunRecord, agent_settings, software_versions, write_record
 from workload.testbed_use import queueing_for_run, rto_min_for_run, testbed_for
 from workload.transparent_tag import TransparentTagger
 
@@ -50,7 +51,7 @@ NOT_FOR_MPI = {"fault": "--fault", "connections": "--connections"}
 
 def _need(cond: bool, flag: str, value, what: str) -> None:
     if not cond:
-        raise ValueError(f"{flag}: {what}, got {value!r}")
+        raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
 
 def validate(cfg) -> None:
@@ -159,7 +160,7 @@ class MpiJob:
     here Open MPI's; workload/torch_run.py has PyTorch's. ``prepare`` plans the
     job, ``tagger`` selects its connections for the transparent tagger,
     ``launch`` runs it (its ``output``: t_ready_s, t_start_s, t_end_s, ...),
-    ``results`` writes the results file's dict."""
+    ``outcome`` says what the job gave (:class:`JobOutcome`)."""
 
     client = "mpi"
 
@@ -189,18 +190,76 @@ class MpiJob:
     def close(self) -> None:
         pass
 
-    def results(self, *args) -> dict:
-        return _results(*args)
+    def outcome(self, cfg, profile, hosts, job, spec: dict, tagging: dict) -> JobOutcome:
+        return _outcome(cfg, hosts, job, spec, tagging)
 
 
 def _run_on_fabric(cfg, built: bool, say) -> dict:
     return run_on_fabric(cfg, built, say, MpiJob(), cfg.mpi_tag)
 
 
+@dataclass
+class _JobSetup:
+    """A real job's run as derived from its configuration and the fabric, before anything starts."""
+
+    topo: object
+    fabric: dict                # the results' "fabric" record (fabric_settings)
+    profile: object
+    hosts: dict                 # {"workers": [...], "servers": [...]} (place)
+    rank_hosts: list            # rank 0 first: the server under ps, then the workers
+    link_bps: float             # the slowest host link the ranks use
+    scaling: object
+    tag: bool                   # the transparent tagger on?
+    tagging: dict               # the results' tagging record, filled as the job runs
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.rank_hosts]
+
+
+@dataclass
+class _JobRun:
+    """What the job's run gave, beside the counters."""
+
+    job: object                 # the kind's launch() result (its ``output``)
+    spec: dict                  # the job's input as launched
+    samples: list               # the CPU sampler's
+    duration: float             # job prepared to job done, s
+    background: dict | None
+    pairing: dict
+
+
+@dataclass
+class JobOutcome:
+    """What a kind of job says of its run (``kind.outcome``), for the record
+    :func:`job_record` builds."""
+
+    block: dict                 # the results' "mpi" / "torch" block
+    iterations: list            # the iterations measured (one rank's), each complete
+    correct: bool               # the job's arithmetic checked
+    testbed_bytes: int          # bytes an iteration sends (model.testbed_bytes)
+    tensors: int                # messages an iteration (model.tensors)
+    servers: list               # the placement's server names
+    headline: dict = field(default_factory=dict)   # the kind's own headline fields
+
+
 def run_on_fabric(cfg, built: bool, say, kind, tag_mode: str) -> dict:
     """A real job (``kind``: :class:`MpiJob`, workload/torch_run.TorchJob) on
     the fabric that is up, with a normal run's background, counters, CPU
     samples and pairing; its results written."""
+    setup = _job_setup(cfg, built, tag_mode)
+    counters = _Counters(cfg.prefix, SimpleNamespace(topo=setup.topo, node_hosts=setup.rank_hosts,
+                                                     fabric=setup.fabric))
+    try:
+        ran = _run_job(cfg, setup, kind, counters, say)
+    finally:
+        counters.close()
+    outcome = kind.outcome(cfg, setup.profile, setup.hosts, ran.job, ran.spec, setup.tagging)
+    return write_record(job_record(cfg, kind.client, setup, counters, ran, outcome),
+                        _results_path(cfg))
+
+
+def _job_setup(cfg, built: bool, tag_mode: str) -> _JobSetup:
     topo = load_topology_of(cfg.prefix)
     fabric = fabric_settings(cfg.prefix, topo, cfg.scheme)
     fabric["built_for_run"] = built
@@ -213,73 +272,166 @@ def run_on_fabric(cfg, built: bool, say, kind, tag_mode: str) -> dict:
     scaling = _scaling(cfg, link_bps, target_sizes)
     schemes = {c["scheme"] for c in fabric["switch_config"].values()}
     tag, why = tagging_decision(tag_mode, schemes)
-    names = [h.name for h in rank_hosts]
-
-    run = SimpleNamespace(topo=topo, node_hosts=rank_hosts, fabric=fabric)
-    counters = _Counters(cfg.prefix, run)
-    bg = None
     tagging = {"mode": tag_mode, "on": tag, "why": why, "rule": None, "counters": None}
+    return _JobSetup(topo, fabric, profile, hosts, rank_hosts, link_bps, scaling, tag, tagging)
+
+
+def _run_job(cfg, setup: _JobSetup, kind, counters, say) -> _JobRun:
+    """Tagger, job and background started, the job run, the background to
+    its end; on any failure the background stopped now."""
+    bg = None
     try:
         with ExitStack() as stack:
             stack.callback(kind.close)
-            spec = kind.prepare(cfg, profile, scaling, names, tag, why, say)
+            spec = kind.prepare(cfg, setup.profile, setup.scaling, setup.names, setup.tag,
+                                setup.tagging["why"], say)
             # the tagger first (it compiles and attaches its programs): the job and the
             # background start together after it, as in an untagged run
-            tagger = stack.enter_context(kind.tagger(cfg, names) if tag else nullcontext())
+            tagger = stack.enter_context(kind.tagger(cfg, setup.names) if setup.tag
+                                         else nullcontext())
             t0 = time.monotonic()
-            kind.start(cfg, topo, names, spec, say)   # a job that starts before its go
+            kind.start(cfg, setup.topo, setup.names, spec, say)   # a job that starts before its go
             counters.read_before()
             counters.read_queues_before()
             start_s = getattr(kind, "start_s", MPI_START_S)
-            bg = _prepare_background(replace(cfg, background_s=mpi_background_s(cfg, spec, link_bps,
-                                                                                start_s)),
-                                     topo, hosts, scaling, _estimate_plan(spec), link_bps, say)
+            bg = _job_background(cfg, setup, spec, start_s, say)
             if bg is not None:
-                say(f"background load {cfg.load:g}: {bg.params['planned_flows']} "
-                    f"{cfg.background_cdf} flows planned over {bg.duration_s:.1f} s")
                 bg.wait_ready()
-            start_ns = time.monotonic_ns()
-            if bg is not None:
-                start_ns += int(GO_LEAD_S * 1e9)
-                bg.go(start_ns)
+            start_ns = _go(bg)
             with measure.Sampler(counters.ports, counters.host_ports) as sampler:
                 # training starts a fixed time after the background's origin in every
                 # run (pairing), whatever the launch took
                 spec = {**spec, "start_at": start_ns / 1e9 + start_s}
-                job = kind.launch(cfg, topo, names, spec)
+                job = kind.launch(cfg, setup.topo, setup.names, spec)
             duration = time.monotonic() - t0
             training_end_ns = time.monotonic_ns()
             counters.read_after()
-            if tag:
-                tagging["rule"] = tagger.rule
-                tagging["counters"] = dict(tagger.counters())
-                # each host's Snowflake worker slot: the low bits of its tags' ids
-                tagging["workers"] = dict(tagger.workers)
-        fabric["agent"] = agent_settings(cfg.prefix)
+            if setup.tag:
+                _record_tagger(setup.tagging, tagger)
+        setup.fabric["agent"] = agent_settings(cfg.prefix)
         background = None
         if bg is not None:
             background = _finish_background(bg, duration, say)
             bg = None
-        pairing = pairing_record([], start_ns, background, training_end_ns, time.monotonic_ns())
-        out = job.output
-        pairing.update(start_offset_s=out["t_start_s"] - start_ns / 1e9,
-                       first_send_offset_s=out["t_start_s"] - start_ns / 1e9,
-                       mpi_ready_s=out["t_ready_s"] - start_ns / 1e9)
-        if pairing["mpi_ready_s"] > start_s:
-            say(f"[warn] the ranks were ready {pairing['mpi_ready_s']:.2f} s after the "
-                f"background's origin, past the {start_s:g} s planned: this run's training "
-                "starts later than its seed's other runs")
+        pairing = _job_pairing(job.output, start_ns, start_s, background, training_end_ns, say)
     except BaseException:
         if bg is not None:
             _stop_now(bg)
             bg.close()
         raise
-    finally:
-        counters.close()
-    results = kind.results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging,
-                           counters, sampler.samples, duration, background, pairing)
-    write_results(results, _results_path(cfg))
-    return results
+    return _JobRun(job, spec, sampler.samples, duration, background, pairing)
+
+
+def _job_background(cfg, setup: _JobSetup, spec: dict, start_s: float, say):
+    """The run's background load, planned over the job's estimate (its
+    processes started, not yet ready); None at load 0."""
+    bg = _prepare_background(replace(cfg, background_s=mpi_background_s(cfg, spec, setup.link_bps,
+                                                                        start_s)),
+                             setup.topo, setup.hosts, setup.scaling, _estimate_plan(spec),
+                             setup.link_bps, say)
+    if bg is not None:
+        say(f"background load {cfg.load:g}: {bg.params['planned_flows']} "
+            f"{cfg.background_cdf} flows planned over {bg.duration_s:.1f} s")
+    return bg
+
+
+def _go(bg) -> int:
+    """The background's time origin (monotonic ns): now, or GO_LEAD_S ahead
+    when there is a background (its processes told to start then)."""
+    start_ns = time.monotonic_ns()
+    if bg is not None:
+        start_ns += int(GO_LEAD_S * 1e9)
+        bg.go(start_ns)
+    return start_ns
+
+
+def _record_tagger(tagging: dict, tagger) -> None:
+    tagging["rule"] = tagger.rule
+    tagging["counters"] = dict(tagger.counters())
+    # each host's Snowflake worker slot: the low bits of its tags' ids
+    tagging["workers"] = dict(tagger.workers)
+
+
+def _job_pairing(out: dict, start_ns: int, start_s: float, background, training_end_ns: int,
+                 say) -> dict:
+    """The pairing record with the job's own start; a warning when its ranks
+    were ready later than planned."""
+    pairing = pairing_record([], start_ns, background, training_end_ns, time.monotonic_ns())
+    pairing.update(start_offset_s=out["t_start_s"] - start_ns / 1e9,
+                   first_send_offset_s=out["t_start_s"] - start_ns / 1e9,
+                   mpi_ready_s=out["t_ready_s"] - start_ns / 1e9)
+    if pairing["mpi_ready_s"] > start_s:
+        say(f"[warn] the ranks were ready {pairing['mpi_ready_s']:.2f} s after the "
+            f"background's origin, past the {start_s:g} s planned: this run's training "
+            "starts later than its seed's other runs")
+    return pairing
+
+
+def job_record(cfg, client: str, setup: _JobSetup, c, ran: _JobRun,
+               outcome: JobOutcome) -> RunRecord:
+    """A real job's results record (MPI, PyTorch): what every run records,
+    the kind's block under its client's name."""
+    from workload.experiment import _senders_record
+
+    profile, scaling, fabric, hosts, topo = (setup.profile, setup.scaling, setup.fabric,
+                                             setup.hosts, setup.topo)
+    out, background, pairing = ran.job.output, ran.background, ran.pairing
+    speed = measure.speed(outcome.iterations, cfg.workers, profile.batch_size,
+                          scaling.time_scale)
+    span = (out["t_start_s"], out["t_end_s"])
+    guard = measure.cpu_guard(ran.samples, c.have_links, span)
+    uplinks = measure.uplink_spread(topo, c.before, c.after, span[1] - span[0],
+                                    (c.queues_before, c.queues_after)) if c.before else None
+    schemes = sorted({x["scheme"] for x in fabric["switch_config"].values()})
+    headline = {"scheme": ",".join(schemes), "queueing": fabric["queueing"]["mode"],
+                "client": client, "connections": client, "placement": cfg.placement,
+                "rto_min_ms": fabric.get("rto_min_ms"), "model": cfg.model, "arch": cfg.arch,
+                "workers": cfg.workers, "servers": len(outcome.servers), "load": cfg.load,
+                "seed": cfg.seed, "samples_per_s": speed["samples_per_s"],
+                "iteration_time_s": speed["iteration_time_s"], **outcome.headline,
+                "mpi_correct": outcome.correct, "mpi_tagged": setup.tagging["on"],
+                "cpu_bound": guard["flagged"]}
+    return RunRecord(
+        client=client,
+        config=asdict(cfg),
+        software=software_versions(),
+        machine=machine_info(),
+        fabric=fabric,
+        model={"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
+               "layers": len(profile.layers), "params": profile.total_params,
+               "target_bytes": profile.total_bytes, "testbed_bytes": outcome.testbed_bytes,
+               "tensors": outcome.tensors,
+               "layer_fwd_s": [x.fwd_s for x in profile.layers],
+               "layer_bwd_s": [x.bwd_s for x in profile.layers]},
+        scaling=scaling.describe([t.nbytes for t in profile.backward_order()]),
+        placement={"workers": [h.name for h in hosts["workers"]], "servers": outcome.servers,
+                   "mode": mode_of(cfg.placement), "spec": cfg.placement},
+        **{client: outcome.block},
+        load={"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
+              **_senders_record(cfg, topo, hosts),
+              "background_covered": pairing["background"]["covered"]
+              if background and pairing.get("background") else None,
+              "background": background},
+        duration_s=ran.duration,
+        training_s=span[1] - span[0],
+        pairing=pairing,
+        summary={
+            "speed": speed,
+            "bytes": {f"{client}_per_iteration": outcome.testbed_bytes},
+            "tcp": measure.tcp_summary({h: measure.counter_delta(c.tcp_before[h], c.tcp_after[h])
+                                        for h in c.tcp_after}),
+            "uplinks": uplinks,
+            "port_drops": measure.port_drops(topo, c.queues_before, c.queues_after)
+            if c.queues_before and c.queues_after else None,
+            "cpu_guard": guard,
+            "background": background["summary"] if background else None,
+        },
+        flags={"cpu_bound": guard["flagged"], "mpi_incorrect": not outcome.correct},
+        headline=headline,
+        iterations=outcome.iterations,
+        tensors=[],
+        cpu_samples=ran.samples,
+    )
 
 
 def _open_mpi_version() -> str | None:
@@ -293,16 +445,10 @@ def _open_mpi_version() -> str | None:
     return out.splitlines()[0].strip() if out else None
 
 
-def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, samples,
-             duration, background, pairing) -> dict:
+def _outcome(cfg, hosts, job, spec: dict, tagging: dict) -> JobOutcome:
+    """An MPI job's outcome: its block (launch, transport, messages, checks)."""
     out = job.output
-    iterations = [{**i, "complete": True} for i in out["iterations"]]
-    speed = measure.speed(iterations, cfg.workers, profile.batch_size, scaling.time_scale)
     measured = [i for i in out["iterations"] if not i["warmup"]]
-    span = (out["t_start_s"], out["t_end_s"])
-    guard = measure.cpu_guard(samples, c.have_links, span)
-    uplinks = measure.uplink_spread(topo, c.before, c.after, span[1] - span[0],
-                                    (c.queues_before, c.queues_after)) if c.before else None
     mpi = {
         "pattern": cfg.mpi_pattern, "ranks": out["ranks"], "hosts": job.hosts, "one_rank_per_host": True,
         "launcher": "mpirun in the first host's namespace, rsh agent = ip netns exec",
@@ -321,59 +467,8 @@ def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, 
         # every rank's CPU seconds over the measured span (start to end barrier)
         "rank_cpu_s": out.get("rank_cpu_s"),
     }
-    schemes = sorted({x["scheme"] for x in fabric["switch_config"].values()})
-    headline = {"scheme": ",".join(schemes), "queueing": fabric["queueing"]["mode"],
-                "client": "mpi", "connections": "mpi", "placement": cfg.placement,
-                "rto_min_ms": fabric.get("rto_min_ms"), "model": cfg.model, "arch": cfg.arch,
-                "workers": cfg.workers, "servers": len(hosts["servers"]), "load": cfg.load, "seed": cfg.seed,
-                "samples_per_s": speed["samples_per_s"],
-                "iteration_time_s": speed["iteration_time_s"],
-                "mpi_comm_s": mpi["comm_s_mean"], "mpi_correct": out["correct"],
-                "mpi_tagged": tagging["on"], "cpu_bound": guard["flagged"]}
-    from workload.experiment import _senders_record
-
-    return {
-        "format": RESULTS_FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "client": "mpi",
-        "config": asdict(cfg),
-        "software": software_versions(),
-        "machine": machine_info(),
-        "fabric": fabric,
-        "model": {"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
-                  "layers": len(profile.layers), "params": profile.total_params,
-                  "target_bytes": profile.total_bytes,
-                  "testbed_bytes": out["bytes_per_iteration"],
-                  "tensors": len(out["message_bytes"]),
-                  "layer_fwd_s": [x.fwd_s for x in profile.layers],
-                  "layer_bwd_s": [x.bwd_s for x in profile.layers]},
-        "scaling": scaling.describe([t.nbytes for t in profile.backward_order()]),
-        "placement": {"workers": [h.name for h in hosts["workers"]],
-                      "servers": [h.name for h in hosts["servers"]],
-                      "mode": mode_of(cfg.placement), "spec": cfg.placement},
-        "mpi": mpi,
-        "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
-                 **_senders_record(cfg, topo, hosts),
-                 "background_covered": pairing["background"]["covered"]
-                 if background and pairing.get("background") else None,
-                 "background": background},
-        "duration_s": duration,
-        "training_s": span[1] - span[0],
-        "pairing": pairing,
-        "summary": {
-            "speed": speed,
-            "bytes": {"mpi_per_iteration": out["bytes_per_iteration"]},
-            "tcp": measure.tcp_summary({h: measure.counter_delta(c.tcp_before[h], c.tcp_after[h])
-                                        for h in c.tcp_after}),
-            "uplinks": uplinks,
-            "port_drops": measure.port_drops(topo, c.queues_before, c.queues_after)
-            if c.queues_before and c.queues_after else None,
-            "cpu_guard": guard,
-            "background": background["summary"] if background else None,
-        },
-        "flags": {"cpu_bound": guard["flagged"], "mpi_incorrect": not out["correct"]},
-        "headline": headline,
-        "iterations": iterations,
-        "tensors": [],
-        "cpu_samples": samples,
-    }
+    return JobOutcome(block=mpi, iterations=[{**i, "complete": True} for i in out["iterations"]],
+                      correct=out["correct"], testbed_bytes=out["bytes_per_iteration"],
+                      tensors=len(out["message_bytes"]),
+                      servers=[h.name for h in hosts["servers"]],
+                      headline={"mpi_comm_s": mpi["comm_s_mean"]})

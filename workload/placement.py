@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 
+from common.excerpt import shown
+
 #: the named placements (an explicit one is anything else that parses)
 MODES = ("spread", "remote")
 _HOST = re.compile(r"^[a-z][a-z0-9_]{0,31}\Z")      # a topology's node names (params.check_word)
@@ -29,7 +31,7 @@ SYNTAX = "spread, remote, or WORKERS/SERVERS with hosts joined by + (h0+h1+h4+h5
 
 def _need(cond: bool, value, what: str) -> None:
     if not cond:
-        raise ValueError(f"--placement: {what}, got {value!r}")
+        raise ValueError(f"--placement: {what}, got {shown(value)}")
 
 
 def parse(value: str, arch: str = "ps") -> tuple[str, list[str], list[str]]:

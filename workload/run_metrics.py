@@ -35,6 +35,7 @@ from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram,
                                disable_created_metrics, start_http_server)
 
 from common import paths
+from common.excerpt import shown
 
 DEFAULT_PORT = 9479  # the agent's default is 9477
 
@@ -73,7 +74,7 @@ class RunMetrics:
                  port: int | None = DEFAULT_PORT):
         paths.check_prefix(testbed)
         if not run_id:
-            raise ValueError(f"run_id: must be a non-empty string, got {run_id!r}")
+            raise ValueError(f"run_id: must be a non-empty string, got {shown(run_id)}")
         self.labels = {"run_id": str(run_id), "scheme": str(scheme), "model": str(model),
                        "arch": str(arch), "load": f"{float(load):g}"}
         self.testbed, self.addr, self.port = testbed, addr, port
@@ -173,7 +174,7 @@ class RunMetrics:
         """One tensor: ``fct_s`` None = censored (never finished)."""
         if size_class not in TENSOR_CLASSES:
             raise ValueError(f"size_class: must be one of {', '.join(TENSOR_CLASSES)}, "
-                             f"got {size_class!r}")
+                             f"got {shown(size_class)}")
         if fct_s is None:
             self._censored.labels(**self.labels, **{"class": size_class}).inc()
             return
@@ -245,7 +246,7 @@ def spread_ratio(values: list[float]) -> float:
 
 def _check_time(name: str, value: float) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name}: must be a finite number of seconds >= 0, got {value!r}")
+        raise ValueError(f"{name}: must be a finite number of seconds >= 0, got {shown(value)}")
 
 
 def watched() -> bool:

@@ -39,6 +39,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
+from common.excerpt import shown
+
 MSS_BYTES = 1448                     # TCP payload of a 1500-byte MTU segment with timestamps
 MIN_PACKETS = 4
 DEFAULT_MIN_TENSOR_BYTES = MIN_PACKETS * MSS_BYTES
@@ -48,7 +50,7 @@ MODES = ("bytes", "time", "both", "fit")
 def _positive(field: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
             or not math.isfinite(value):
-        raise ValueError(f"{field}: must be a positive number, got {value!r}")
+        raise ValueError(f"{field}: must be a positive number, got {shown(value)}")
     return float(value)
 
 
@@ -67,14 +69,14 @@ class Scaling:
             _positive(f, getattr(self, f))
         if isinstance(self.min_tensor_bytes, bool) or not isinstance(self.min_tensor_bytes, int) \
                 or self.min_tensor_bytes < 1:
-            raise ValueError(f"min_tensor_bytes: must be a positive integer, got {self.min_tensor_bytes!r}")
+            raise ValueError(f"min_tensor_bytes: must be a positive integer, got {shown(self.min_tensor_bytes)}")
         if self.mode not in MODES:
-            raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {self.mode!r}")
+            raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {shown(self.mode)}")
 
     def tensor_bytes(self, target_bytes: int) -> int:
         """The testbed size of a tensor (or partition) of ``target_bytes``."""
         if isinstance(target_bytes, bool) or not isinstance(target_bytes, int) or target_bytes < 1:
-            raise ValueError(f"target_bytes: must be a positive integer, got {target_bytes!r}")
+            raise ValueError(f"target_bytes: must be a positive integer, got {shown(target_bytes)}")
         return max(round(target_bytes * self.byte_scale), min(target_bytes, self.min_tensor_bytes))
 
     def compute_s(self, target_s: float) -> float:
@@ -155,7 +157,7 @@ def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = 
             b = _positive("byte_scale", byte_scale)
             if not lo <= b <= hi:
                 raise ValueError(f"byte_scale: must be within [{lo:g}, {hi:g}] (testbed/target "
-                                 f"link rate .. 1), got {byte_scale!r}")
+                                 f"link rate .. 1), got {shown(byte_scale)}")
         elif smallest_bytes is not None:
             b = min(max(min_tensor_bytes / _positive("smallest_bytes", smallest_bytes), lo), hi)
         elif sizes is not None:
@@ -163,7 +165,7 @@ def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = 
             if not sizes or min(sizes) < 1:
                 raise ValueError("sizes: must be a non-empty list of positive byte counts")
             if _positive("max_inflation", max_inflation) < 1:
-                raise ValueError(f"max_inflation: must be >= 1, got {max_inflation!r}")
+                raise ValueError(f"max_inflation: must be >= 1, got {shown(max_inflation)}")
             # the inflation falls as byte_scale grows: bisect on a log scale
             b = hi
             if _inflation(sizes, lo, min_tensor_bytes) <= max_inflation:
@@ -180,5 +182,5 @@ def scaling_for(target_link_bps: float, testbed_link_bps: float, *, mode: str = 
         else:
             raise ValueError("byte_scale: mode 'both' needs byte_scale, smallest_bytes or sizes")
     else:
-        raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+        raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {shown(mode)}")
     return Scaling(target, testbed, b, b / link_ratio, min_tensor_bytes, mode, target_gpu)

@@ -35,6 +35,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
+from common.excerpt import shown
+
 # ByteScheduler tunes both by Bayesian optimisation (TaLB section IV uses its
 # defaults); these are the starting points of its search space for PS.
 DEFAULT_PARTITION_BYTES = 4_000_000
@@ -66,7 +68,7 @@ def partition_model(profile, partition_bytes: int, tensor_bytes=None) -> list[Pa
     target size to testbed bytes (``Scaling.tensor_bytes``; default: same).
     Priority: the layer, or with ``profile.send_order`` the position in it."""
     if isinstance(partition_bytes, bool) or not isinstance(partition_bytes, int) or partition_bytes < 1:
-        raise ValueError(f"partition_bytes: must be a positive integer, got {partition_bytes!r}")
+        raise ValueError(f"partition_bytes: must be a positive integer, got {shown(partition_bytes)}")
     scale = tensor_bytes or (lambda b: b)
     parts: list[Partition] = []
     fixed = getattr(profile, "send_order", None) is not None
@@ -85,7 +87,7 @@ class ByteScheduler:
 
     def __init__(self, credit_bytes: int = DEFAULT_CREDIT_BYTES):
         if isinstance(credit_bytes, bool) or not isinstance(credit_bytes, int) or credit_bytes < 1:
-            raise ValueError(f"credit_bytes: must be a positive integer, got {credit_bytes!r}")
+            raise ValueError(f"credit_bytes: must be a positive integer, got {shown(credit_bytes)}")
         self.credit_bytes = credit_bytes
         self._ready: list[tuple] = []           # heap of (iteration, priority, seq, partition)
         self._seq = itertools.count()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+from common.excerpt import shown
 from workload.scheduler import Partition, partition_model
 
 SCHEDULERS = ("bytescheduler", "usbyte", "wfbp", "fifo")
@@ -35,7 +36,7 @@ DEFAULT_SCHEDULER = "bytescheduler"
 
 def check(name: str) -> str:
     if name not in SCHEDULERS:
-        raise ValueError(f"--scheduler: one of {', '.join(SCHEDULERS)}, got {name!r}")
+        raise ValueError(f"--scheduler: one of {', '.join(SCHEDULERS)}, got {shown(name)}")
     return name
 
 
@@ -124,7 +125,7 @@ def parse_fusion(spec: str | None) -> tuple[str, int | None] | None:
     kind, _, size = spec.partition(":")
     n = _size(size) if kind == "constant" else None
     if n is None or n < 1:
-        raise ValueError(f"--fusion: adaptive or constant:SIZE (e.g. constant:64mb), got {spec!r}")
+        raise ValueError(f"--fusion: adaptive or constant:SIZE (e.g. constant:64mb), got {shown(spec)}")
     return "constant", n
 
 

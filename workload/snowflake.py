@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from common.excerpt import shown
+
 __all__ = ["ID_BITS", "Snowflake", "SnowflakeId"]
 
 ID_BITS = 32  # the TaLB option's tensor_id field (docs/design.md §4)
@@ -45,13 +47,13 @@ DEFAULT_UNIT_NS = 1_000_000  # 1 ms
 
 def _positive_int(field: str, value) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"{field}: must be an integer >= 1, got {value!r}")
+        raise ValueError(f"{field}: must be an integer >= 1, got {shown(value)}")
     try:
         value = operator.index(value)
     except TypeError:
-        raise ValueError(f"{field}: must be an integer >= 1, got {value!r}") from None
+        raise ValueError(f"{field}: must be an integer >= 1, got {shown(value)}") from None
     if value < 1:
-        raise ValueError(f"{field}: must be an integer >= 1, got {value!r}")
+        raise ValueError(f"{field}: must be an integer >= 1, got {shown(value)}")
     return value
 
 
@@ -88,7 +90,7 @@ class Snowflake:
         if isinstance(worker_id, bool) or not isinstance(worker_id, int) \
                 or not 0 <= worker_id <= self.max_worker_id:
             raise ValueError(f"worker_id: must be an integer 0..{self.max_worker_id} for "
-                             f"worker_bits={self.worker_bits}, got {worker_id!r}")
+                             f"worker_bits={self.worker_bits}, got {shown(worker_id)}")
         self.worker_id = worker_id
         self._clock = clock
         self._sleep = sleep
@@ -134,7 +136,7 @@ class Snowflake:
         if isinstance(tensor_id, bool) or not isinstance(tensor_id, int) \
                 or not 0 <= tensor_id < 1 << ID_BITS:
             raise ValueError(f"tensor_id: must be an integer 0..{(1 << ID_BITS) - 1}, "
-                             f"got {tensor_id!r}")
+                             f"got {shown(tensor_id)}")
         return SnowflakeId(
             timestamp=tensor_id >> (self.sequence_bits + self.worker_bits),
             sequence=(tensor_id >> self.worker_bits) & self.max_sequence,

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import paths
+from common.excerpt import shown
 from datapath import bpf_syscall as sc
 from datapath.host_maps import (HOST_MAX_TAGGED_FLOWS, HOST_RING_SLOTS, HostDesc, HostFlowKey,
                                 HostMaps, HostRing)
@@ -251,7 +252,7 @@ class TensorSender:
             raise TensorSenderError(f"sock: not connected ({_describe(sock)}); connect() or "
                                     "accept() first") from None
         if overrun_timeout is not None and not overrun_timeout >= 0:
-            raise ValueError(f"overrun_timeout: must be >= 0 seconds or None, got {overrun_timeout!r}")
+            raise ValueError(f"overrun_timeout: must be >= 0 seconds or None, got {shown(overrun_timeout)}")
         self.sock = sock
         self.key = HostFlowKey.of_socket(sock)
         self.overrun_timeout = overrun_timeout
@@ -392,7 +393,7 @@ class TensorSender:
         if nbytes == 0:
             raise ValueError("data: empty tensor (0 bytes); a tensor has at least one byte")
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= 255:
-            raise ValueError(f"layer: must be an integer 0..255 (8-bit tensor_layer), got {layer!r}")
+            raise ValueError(f"layer: must be an integer 0..255 (8-bit tensor_layer), got {shown(layer)}")
         if self._closed:
             raise TensorSenderError(f"socket {_describe(self.sock)}: this TensorSender is closed")
         mss = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)

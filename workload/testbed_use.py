@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from common import paths
+from common.excerpt import shown
 from netns_topology.state import exists, queueing_of, require_root, rto_min_of
 from testbed import lifecycle
 
@@ -31,7 +32,7 @@ def testbed_for(prefix: str, topology: str | None, default_topology: Path,
     if exists(prefix):
         if topology:
             raise ValueError(f"--topology: testbed '{prefix}' is already up; the run uses it "
-                             f"(drop --topology, or pick another --prefix), got {topology!r}")
+                             f"(drop --topology, or pick another --prefix), got {shown(topology)}")
         yield False
         return
     from netns_topology import load_topology

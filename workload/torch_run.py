@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
 
-from common.machine import machine_info
-from workload import measure
-from workload.experiment import DEFAULT_TOPOLOGY, RunError, _senders_record
-from workload.mpi_run import TAG_MODES, job_spec, run_on_fabric
-from workload.placement import mode_of
-from workload.run_record import RESULTS_FORMAT, software_versions
+from common.excerpt import shown
+from workload.experiment import DEFAULT_TOPOLOGY, RunError
+from workload.mpi_run import TAG_MODES, JobOutcome, job_spec, run_on_fabric
 from workload.testbed_use import queueing_for_run, rto_min_for_run, testbed_for
 from workload.transparent_tag import TransparentTagger
 
@@ -54,7 +50,7 @@ def validate(cfg) -> None:
 
     def need(cond, flag, value, what):
         if not cond:
-            raise ValueError(f"{flag}: {what}, got {value!r}")
+            raise ValueError(f"{flag}: {what}, got {shown(value)}")
 
     need(cfg.model in MODELS, "--model", cfg.model,
          f"--client torch builds {', '.join(MODELS)} (workload/torch_rank.py)")
@@ -148,10 +144,8 @@ class TorchJob:
         if self.job is not None:
             self.job.close()
 
-    def results(self, cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c,
-                samples, duration, background, pairing) -> dict:
-        return _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c,
-                        samples, duration, background, pairing)
+    def outcome(self, cfg, profile, hosts, job, spec: dict, tagging: dict) -> JobOutcome:
+        return _outcome(cfg, profile, job, spec, tagging)
 
 
 def run(cfg, *, say=lambda _m: None) -> dict:
@@ -174,17 +168,11 @@ def run(cfg, *, say=lambda _m: None) -> dict:
         return run_on_fabric(cfg, built, say, TorchJob(), cfg.mpi_tag)
 
 
-def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, samples,
-             duration, background, pairing) -> dict:
+def _outcome(cfg, profile, job, spec: dict, tagging: dict) -> JobOutcome:
+    """A DDP job's outcome: its block (ranks, model, buckets, compute, checks)."""
     res, out = job.result, job.output
     ranks = res.ranks
     r0 = ranks[0]
-    iterations = [{**i, "complete": True} for i in r0["iterations"]]
-    speed = measure.speed(iterations, cfg.workers, profile.batch_size, scaling.time_scale)
-    span = (out["t_start_s"], out["t_end_s"])
-    guard = measure.cpu_guard(samples, c.have_links, span)
-    uplinks = measure.uplink_spread(topo, c.before, c.after, span[1] - span[0],
-                                    (c.queues_before, c.queues_after)) if c.before else None
     sums = {r["checksum"] for r in ranks}
     ref = r0["reference"]
     correct = len(sums) == 1 and ref["equal"]
@@ -225,56 +213,6 @@ def _results(cfg, profile, scaling, fabric, hosts, topo, job, spec, tagging, c, 
         "wall_s": res.wall_s, "tagging": tagging,
         "rank_cpu_s": [r["cpu_s"] for r in ranks],
     }
-    schemes = sorted({x["scheme"] for x in fabric["switch_config"].values()})
-    headline = {"scheme": ",".join(schemes), "queueing": fabric["queueing"]["mode"],
-                "client": "torch", "connections": "torch", "placement": cfg.placement,
-                "rto_min_ms": fabric.get("rto_min_ms"), "model": cfg.model, "arch": cfg.arch,
-                "workers": cfg.workers, "servers": 0, "load": cfg.load, "seed": cfg.seed,
-                "samples_per_s": speed["samples_per_s"],
-                "iteration_time_s": speed["iteration_time_s"],
-                "mpi_correct": correct, "mpi_tagged": tagging["on"], "cpu_bound": guard["flagged"]}
-    return {
-        "format": RESULTS_FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "client": "torch",
-        "config": asdict(cfg),
-        "software": software_versions(),
-        "machine": machine_info(),
-        "fabric": fabric,
-        "model": {"name": profile.name, "batch_size": profile.batch_size, "gpu": profile.gpu,
-                  "layers": len(profile.layers), "params": profile.total_params,
-                  "target_bytes": profile.total_bytes,
-                  "testbed_bytes": torch["bytes_per_iteration"],
-                  "tensors": len(profile.tensors),
-                  "layer_fwd_s": [x.fwd_s for x in profile.layers],
-                  "layer_bwd_s": [x.bwd_s for x in profile.layers]},
-        "scaling": scaling.describe([t.nbytes for t in profile.backward_order()]),
-        "placement": {"workers": [h.name for h in hosts["workers"]], "servers": [],
-                      "mode": mode_of(cfg.placement), "spec": cfg.placement},
-        "torch": torch,
-        "load": {"offered": cfg.load, "cdf": cfg.background_cdf if cfg.load else None,
-                 **_senders_record(cfg, topo, hosts),
-                 "background_covered": pairing["background"]["covered"]
-                 if background and pairing.get("background") else None,
-                 "background": background},
-        "duration_s": duration,
-        "training_s": span[1] - span[0],
-        "pairing": pairing,
-        "summary": {
-            "speed": speed,
-            "bytes": {"torch_per_iteration": torch["bytes_per_iteration"]},
-            "tcp": measure.tcp_summary({h: measure.counter_delta(c.tcp_before[h], c.tcp_after[h])
-                                        for h in c.tcp_after}),
-            "uplinks": uplinks,
-            "port_drops": measure.port_drops(topo, c.queues_before, c.queues_after)
-            if c.queues_before and c.queues_after else None,
-            "cpu_guard": guard,
-            "background": background["summary"] if background else None,
-        },
-        "flags": {"cpu_bound": guard["flagged"], "mpi_incorrect": not correct},
-        "headline": headline,
-        "iterations": iterations,
-        "tensors": [],
-        "cpu_samples": samples,
-    }
-
+    return JobOutcome(block=torch, iterations=[{**i, "complete": True} for i in r0["iterations"]],
+                      correct=correct, testbed_bytes=torch["bytes_per_iteration"],
+                      tensors=len(profile.tensors), servers=[])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from common import paths
+from common.excerpt import shown
 from datapath.sendmsg_tagger import UNIT_NS, Selector, SendmsgTagger, parse_priority, syscall_numbers
 from workload.id_slots import SlotIds, slot_dir
 
@@ -70,7 +71,7 @@ class TransparentTagger:
         if ports is not None:
             lo, hi = ports
             if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi <= 65535):
-                raise ValueError(f"ports: a range 1 <= lo <= hi <= 65535, got {ports!r}")
+                raise ValueError(f"ports: a range 1 <= lo <= hi <= 65535, got {shown(ports)}")
             selector = Selector(ports=(lo, hi))
         elif cgroup is not None:
             selector = cgroup_selector(cgroup)

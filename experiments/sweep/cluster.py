@@ -48,6 +48,7 @@ from common import dask_client
 from experiments.sweep.layout import result_path
 from experiments.sweep.plan import Plan, RunSpec
 from experiments.sweep.runner import Fabric, progress_bar, real_run, start_out
+from workload.run_record import RecordError, read_record
 
 RESOURCE = "testbed"
 #: workers of one sweep on one machine at most (slot k's testbed prefix ends in k)
@@ -185,8 +186,8 @@ def run_on_worker(spec: RunSpec, prefix: str, timeout_s: float = 600.0) -> dict:
             real_run(fab.prefix, timeout_s)(spec, path)
             try:
                 text = path.read_text()
-                json.loads(text)
-            except (OSError, json.JSONDecodeError):
+                read_record(text, str(path))
+            except (OSError, RecordError):
                 raise RuntimeError(f"the run left no results file on {host}") from None
         return {"results": text, "host": host, "testbed": fab.prefix,
                 "run_s": time.monotonic() - t0}

@@ -2,7 +2,6 @@
 and whether a run is finished: shared by the runner and the report."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from experiments.sweep.plan import RunSpec
@@ -13,8 +12,14 @@ def result_path(out: Path, spec: RunSpec) -> Path:
 
 
 def is_done(out: Path, spec: RunSpec) -> bool:
-    path = result_path(out, spec)
+    """A results file this code reads is there (workload/run_record.py
+    read_record); one of a newer format: NewerFormatError, never "not done"."""
+    from workload.run_record import NewerFormatError, RecordError, read_record
+
     try:
-        return isinstance(json.loads(path.read_text()), dict)
-    except (OSError, json.JSONDecodeError):
+        read_record(result_path(out, spec))
+    except NewerFormatError:
+        raise
+    except (OSError, RecordError):
         return False
+    return True

@@ -30,6 +30,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.excerpt import shown
 from experiments.sweep import labels, plots, results
 from experiments.sweep.plan import Plan, PlanError, RunSpec, SeedRule, topology_path
 from experiments.sweep.results import find, read_rows
@@ -82,24 +83,24 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
     for field, flag in TRAINING_FIELDS.items():
         if field == "queueing" and field in changed:
             raise PlanError(f"--queueing: {name.split('+')[0]} runs on its fabrics' own queues "
-                            f"(one FIFO per port), got {changed[field]!r}")
+                            f"(one FIFO per port), got {shown(changed[field])}")
         if field in changed:
             raise PlanError(f"{flag}: {name.split('+')[0]} runs no training (background flows "
-                            f"only), got {changed[field]!r}")
+                            f"only), got {shown(changed[field])}")
     if "rto_min" in changed:
         raise PlanError(f"--rto-min: {name.split('+')[0]} runs with its fabrics' own minimum RTO "
                         f"(the kernel's; not an axis of the background-only sweeps), got "
                         f"{changed['rto_min']!r}")
     for ld in base["loads"]:
         if not 0 < ld < 1:
-            raise PlanError(f"--loads: background-only runs need a load in (0, 1), got {ld!r}")
+            raise PlanError(f"--loads: background-only runs need a load in (0, 1), got {shown(ld)}")
     cdfs = base.get("cdfs") or ["websearch"]
     for c in cdfs:
         if c not in CDF_FILES:
-            raise PlanError(f"--cdfs: one of {', '.join(CDF_FILES)}, got {c!r}")
+            raise PlanError(f"--cdfs: one of {', '.join(CDF_FILES)}, got {shown(c)}")
     scale_given = base.get("background_size_scale")
     if scale_given is not None and not 0 < scale_given <= 1:
-        raise PlanError(f"--background-size-scale: a factor in (0, 1], got {scale_given!r}")
+        raise PlanError(f"--background-size-scale: a factor in (0, 1], got {shown(scale_given)}")
     runs = []
     for topo in (topology_path(t) for t in base["topologies"]):
         path = Path(topo) if Path(topo).is_absolute() else paths.REPO_ROOT / topo
@@ -173,22 +174,28 @@ def _class_metrics(flows: list[tuple], base_s: float) -> dict:
     return out
 
 
+def fill_row(row: dict, res, rel: str) -> None:
+    """A run's own columns of its row from its results record (the pooled
+    base latency's come after every run is read: :func:`load_rows`)."""
+    head = res["headline"]
+    guard = results.cpu_guard_of(res)
+    row.update(status="cpu_bound" if guard["flagged"] else "ok",
+               scheme_in_effect=head["scheme"], commit=(res.get("software") or {}).get("commit"),
+               base_latency_run_s=head["base_latency_s"], results=rel,
+               **{k: head.get(k) for k in ("reorder_per_kseg", "retrans_pct", "timeouts",
+                                           "offered_realised", "delivered_load")},
+               flows_per_s=res["load"].get("flows_per_s"),
+               **results.guard_fields(guard),
+               **results.machine_fields(res))
+
+
 def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> tuple[list[dict], dict]:
     """One row per planned run (status ok, cpu_bound, failed, missing) and
     {topology: pooled base latency B}. Results from OUT/runs/ or OUT/runs.tar.xz."""
     flows = {}
 
     def fill(row, res, rel):
-        head = res["headline"]
-        guard = results.cpu_guard_of(res)
-        row.update(status="cpu_bound" if guard["flagged"] else "ok",
-                   scheme_in_effect=head["scheme"], commit=(res.get("software") or {}).get("commit"),
-                   base_latency_run_s=head["base_latency_s"], results=rel,
-                   **{k: head.get(k) for k in ("reorder_per_kseg", "retrans_pct", "timeouts",
-                                               "offered_realised", "delivered_load")},
-                   flows_per_s=res["load"].get("flows_per_s"),
-                   **results.guard_fields(guard),
-                   **results.machine_fields(res))
+        fill_row(row, res, rel)
         flows[row["key"]] = _window_flows(res)
 
     def new_row(spec: RunSpec) -> dict:

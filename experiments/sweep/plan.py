@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from common import paths
 from common.c_constants import SCHEMES
+from common.excerpt import shown
 
 ALL_SCHEMES = tuple(SCHEMES)      # the registry's (constants.h), in id order
 PAPER_BASELINES = ("ecmp", "rps", "conga")      # the paper's comparisons (sec. IV-V)
@@ -763,7 +764,7 @@ def resolve(preset: str | None = None, *, skip_missing: bool = False,
     ``skip_missing``, left out (``Request.missing``). ``seed_*``: see
     :func:`training_plan`."""
     if preset is not None and preset not in PRESETS:
-        raise PlanError(f"--preset: one of {', '.join(PRESETS)}, got {preset!r}")
+        raise PlanError(f"--preset: one of {', '.join(PRESETS)}, got {shown(preset)}")
     base = dict(PRESETS[preset or "quick"])
     unknown = set(overrides) - set(SWEEP_FIELDS)
     if unknown:
@@ -794,7 +795,7 @@ def resolve(preset: str | None = None, *, skip_missing: bool = False,
             raise PlanError(f"--agents: unknown setting {a!r} (known: {', '.join(AGENT_SETTINGS)})")
     for ld in base["loads"]:
         if not 0 <= ld < 1:
-            raise PlanError(f"--loads: a fraction in [0, 1), got {ld!r}")
+            raise PlanError(f"--loads: a fraction in [0, 1), got {shown(ld)}")
     seeds = base["seeds"]
     seed_list = list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
@@ -899,7 +900,7 @@ def _queueings(value, schemes: list[str]) -> dict[str, list[str]]:
         for m in modes:
             if m not in _QUEUEING_ORDER:
                 raise PlanError(f"--queueing: one of {', '.join(_QUEUEING_ORDER)} (for every "
-                                f"scheme, or SCHEME=QUEUEING), got {m!r}")
+                                f"scheme, or SCHEME=QUEUEING), got {shown(m)}")
     default = spec.get("*", ["bands"])
     return {s: [q for q in _QUEUEING_ORDER if q in spec.get(s, default)] for s in schemes}
 
@@ -993,7 +994,7 @@ def _regimes(value, clients: list[str]) -> list:
     out = []
     for v in values:
         if v is not None and v not in NAMED:
-            raise PlanError(f"--regime: one of {', '.join(NAMED)}, got {v!r}")
+            raise PlanError(f"--regime: one of {', '.join(NAMED)}, got {shown(v)}")
         c = None if v == "deep" else v
         if c not in out:
             out.append(c)
@@ -1018,7 +1019,7 @@ def _clients(value, base: dict, conns: list[str]) -> list[str]:
     out = []
     for v in values:
         if v not in CLIENTS:
-            raise PlanError(f"--clients: one of {', '.join(CLIENTS)}, got {v!r}")
+            raise PlanError(f"--clients: one of {', '.join(CLIENTS)}, got {shown(v)}")
         if v not in out:
             out.append(v)
     for job, who in (("mpi", "Open MPI"), ("torch", "gloo")):
@@ -1029,7 +1030,7 @@ def _clients(value, base: dict, conns: list[str]) -> list[str]:
                             f"needs at least 2 ranks, got {base['workers']}")
         if conns != ["pair"]:
             raise PlanError(f"--connections: {who} opens its own connections; --clients {job} "
-                            f"takes pair only, got {','.join(conns)!r}")
+                            f"takes pair only, got {shown(','.join(conns))}")
     return out
 
 
@@ -1044,7 +1045,7 @@ def _schedulers(value, clients: list[str]) -> list[str]:
     out = []
     for v in values:
         if v not in schedules.SCHEDULERS:
-            raise PlanError(f"--schedulers: one of {', '.join(schedules.SCHEDULERS)}, got {v!r}")
+            raise PlanError(f"--schedulers: one of {', '.join(schedules.SCHEDULERS)}, got {shown(v)}")
         if v not in out:
             out.append(v)
     if "talb" not in clients and out != ["bytescheduler"]:
@@ -1062,10 +1063,10 @@ def _comms(value, clients: list[str]) -> list[str]:
         raise PlanError(f"--comms: at least one of {', '.join(hybrid.COMMS)}")
     for v in values:
         if v not in hybrid.COMMS:
-            raise PlanError(f"--comms: one of {', '.join(hybrid.COMMS)}, got {v!r}")
+            raise PlanError(f"--comms: one of {', '.join(hybrid.COMMS)}, got {shown(v)}")
     out = list(dict.fromkeys(values))
     if "talb" not in clients and out != ["ps"]:
-        raise PlanError(f"--comms: our own nodes' axis (--clients talb), got {','.join(out)!r}")
+        raise PlanError(f"--comms: our own nodes' axis (--clients talb), got {shown(','.join(out))}")
     return out
 
 
@@ -1099,10 +1100,10 @@ def _seed_rule(base: dict, seeds, arms: list[str], cap: int | None, width: float
     ``conns`` (TaLB and a baseline on the same connections)."""
     spec = base.get("seed_rule")
     if cap is not None and cap < 1:
-        raise PlanError(f"--seed-cap: at least 1, got {cap!r}")
+        raise PlanError(f"--seed-cap: at least 1, got {shown(cap)}")
     if width is not None and not 0 < width < 2:
         raise PlanError(f"--seed-width: a width of the ratio's interval in (0, 2), e.g. 0.2 "
-                        f"for ±10%, got {width!r}")
+                        f"for ±10%, got {shown(width)}")
     asked = cap is not None or width is not None
     why = ("the preset has no seed rule (its seeds are fixed)" if spec is None else
            "--fixed-seeds turns the seed rule off" if fixed else

@@ -11,6 +11,7 @@ from experiments.sweep import pairing
 from experiments.sweep.layout import result_path
 from experiments.sweep.plan import Plan, RunSpec
 from experiments.sweep.stats import Estimate, estimate
+from workload.run_record import NewerFormatError, RecordError, read_record
 
 #: the numbers a point reports: outcomes (headline fields of the results file,
 #: plus the ideal gap) and where the time went (mechanism)
@@ -185,18 +186,24 @@ def offered(results: dict) -> dict:
 
 
 def archived_results(out: Path, keys: set[str]):
-    """(key, results) for each run of ``keys`` found in ``out``'s archive
-    parts (experiments/sweep/archive.py), one file at a time."""
+    """(key, RunRecord) for each run of ``keys`` found in ``out``'s archive
+    parts (experiments/sweep/archive.py), one file at a time (read by
+    workload/run_record.py read_record; a member it cannot read is skipped,
+    one of a newer format raises NewerFormatError)."""
     from experiments.sweep.archive import archived_bytes
 
     for key, data in archived_bytes(Path(out), keys):
         try:
-            yield key, json.loads(data)
-        except json.JSONDecodeError:
+            record = read_record(data, f"{out}: runs/{key}.json")
+        except NewerFormatError:
+            raise
+        except RecordError:
             continue
+        yield key, record
 
 
-def _fill(row: dict, res: dict, rel: str) -> None:
+def fill_row(row: dict, res, rel: str) -> None:
+    """A training run's columns of its row from its results record."""
     head = res["headline"]
     guard = cpu_guard_of(res)
     # a real MPI job whose all-reduce gave a wrong sum (--clients mpi) is left out as CPU-bound runs are
@@ -333,12 +340,12 @@ def load_rows(plan: Plan, out: Path, failed: dict | None = None) -> list[dict]:
         return {"key": spec.key(), **{f: getattr(spec, f) for f in SPEC_FIELDS},
                 "agent_opts": json.dumps(dict(spec.agent_opts), sort_keys=True)}
 
-    return read_rows(plan, out, failed, new_row, _fill)
+    return read_rows(plan, out, failed, new_row, fill_row)
 
 
 def read_rows(plan: Plan, out: Path, failed: dict | None, new_row, fill) -> list[dict]:
     """``new_row(spec)`` per planned run, in plan order, filled by
-    ``fill(row, results, path relative to out)`` from its results file in
+    ``fill(row, record, path relative to out)`` from its results file in
     ``out``/runs/, or, when not there, in ``out``'s archive parts (runs.tar.xz,
     runs-2.tar.xz, ...: a committed directory; no need to unpack it to redo
     the report). A run with
@@ -349,9 +356,13 @@ def read_rows(plan: Plan, out: Path, failed: dict | None, new_row, fill) -> list
         row = new_row(spec)
         path = result_path(out, spec)
         try:
-            fill(row, json.loads(path.read_text()), str(path.relative_to(out)))
-        except (OSError, json.JSONDecodeError):
+            record = read_record(path)
+        except NewerFormatError:
+            raise
+        except (OSError, RecordError):
             lacking[spec.key()] = row
+        else:
+            fill(row, record, str(path.relative_to(out)))
         rows.append(row)
     for key, res in archived_results(out, set(lacking)):
         fill(lacking.pop(key), res, f"runs/{key}.json")

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as _st
 
+from common.excerpt import shown
+
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
 #: default equivalence margin of the TOST: the ratio within 1 ± 10%
@@ -53,7 +55,7 @@ def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
     """Two-sided critical value of Student's t with ``df`` degrees of freedom
     (the 97.5% quantile for 95%)."""
     if not isinstance(df, int) or df < 1:
-        raise ValueError(f"df: a positive integer, got {df!r}")
+        raise ValueError(f"df: a positive integer, got {shown(df)}")
     return float(_st.t.ppf(1 - (1 - confidence) / 2, df))
 
 
@@ -251,7 +253,7 @@ def paired(a, b, lower_is_better: bool = True, margin: float = EQUIV_MARGIN) -> 
     if len(a) != len(b):
         raise ValueError("paired: a and b must be aligned, one entry per seed")
     if not 0 < margin < 1:
-        raise ValueError(f"margin: between 0 and 1, got {margin!r}")
+        raise ValueError(f"margin: between 0 and 1, got {shown(margin)}")
     pairs = [(x, y) for x, y in zip(a, b) if _numbers([x]) and _numbers([y])]
     d = [float(x) - float(y) for x, y in pairs]
     logs = [math.log(float(x) / float(y)) for x, y in pairs] \

@@ -1006,9 +1006,32 @@ def tails_md(rows, pts) -> list[str]:
 
 
 def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str = "") -> str:
-    first = plan.runs[0] if plan.runs else None
+    """A training sweep's summary.md: its sections in order."""
     L = report_head(plan, rows, wall_s)
-    L += ["## Effective parameters", ""]
+    L += _parameters_md(plan)
+    L += _paper_vs_ours_md(rows, pvo, pairs)
+    L += _factorial_md(factorial_table(rows, pts))
+    L += _regime_shift_md(regime_shift.shift_table(rows, pts, _GROUP))
+    L += directions.markdown(directions.table(rows))
+    L += _seeds_md(plan, rows)
+    L += _talb_pairs_md(rows, pts)
+    L += pairing.markdown(pairs)
+    if plan.figure == "ablation":
+        L += _ablation_md(rows, pts)
+    L += _analysis_md(out)
+    L += _points_md(pts)
+    L += _where_time_goes_md(pts)
+    L += tails_md(rows, pts)
+    L += _excluded_md(rows)
+    L += ["## Figures", ""] + [f"![{name}]({name})" for name in manifest] + [""]
+    L += _statistics_md(pts, pairs, boot)
+    return "\n".join(L)
+
+
+def _parameters_md(plan) -> list[str]:
+    """Every parameter's values over the plan, the agent's settings, what was kept and changed."""
+    first = plan.runs[0] if plan.runs else None
+    L = ["## Effective parameters", ""]
     if first:
         dims = {f: sorted({getattr(r, f) for r in plan.runs}, key=str) for f in SPEC_FIELDS}
         L += [md_table(["parameter", "values"], [[k, ", ".join(str(v) for v in vs)]
@@ -1020,7 +1043,12 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
         L += ["Kept from the paper:", ""] + [f"- {k}" for k in plan.keeps] + [""]
     if plan.changes:
         L += ["Changed to fit this machine:", ""] + [f"- {c}" for c in plan.changes] + [""]
-    L += ["## Paper vs ours", "",
+    return L
+
+
+def _paper_vs_ours_md(rows, pvo, pairs) -> list[str]:
+    """How ours is compared with the paper's, and the comparison's table."""
+    L = ["## Paper vs ours", "",
           "Ours: TaLB against the baseline at the same point of this sweep, **paired by seed** "
           "(each seed's TaLB run against the same seed's baseline run): the ratio TaLB/baseline "
           "(geometric mean of the per-seed ratios, 95% interval from the paired t on the "
@@ -1049,19 +1077,22 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
           *_headline_md(pvo), "",
           _fct_units(rows) + " Speeds in samples/s at target scale. n: seeds with a counted "
           "run on both sides." + _sides_md(pvo), "", pairing.verdict_line(pairs), ""]
-    L += _factorial_md(factorial_table(rows, pts))
-    L += _regime_shift_md(regime_shift.shift_table(rows, pts, _GROUP))
-    L += directions.markdown(directions.table(rows))
-    L += _seeds_md(plan, rows)
-    L += _talb_pairs_md(rows, pts)
-    L += pairing.markdown(pairs)
-    if plan.figure == "ablation":
-        L += _ablation_md(rows, pts)
+    return L
+
+
+def _analysis_md(out) -> list[str]:
+    """The hand-written findings of ANALYSIS_FILE, kept when the report is redone."""
+    L = []
     analysis = out / ANALYSIS_FILE
     if analysis.exists():      # hand-written findings, kept when the report is redone
         L += ["## Analysis: why ours differ from the paper's", "",
               f"(from `{ANALYSIS_FILE}` in this directory)", "", analysis.read_text().strip(), ""]
-    L += ["## Points", "", "Mean ± 95% half-width over the counted seeds (n); FCT in ms of "
+    return L
+
+
+def _points_md(pts) -> list[str]:
+    """The points' outcomes with their intervals, and the offered load."""
+    L = ["## Points", "", "Mean ± 95% half-width over the counted seeds (n); FCT in ms of "
           "testbed wall-clock (see *Paper vs ours*). The intervals draw the plots' error bars; "
           "whether two schemes differ is the paired comparisons' call, not whether these "
           "overlap.", ""]
@@ -1072,7 +1103,12 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
           "`*_wire_missing`). `ideal gap` in % (1 − samples/s over the "
           "compute-bound speed); censored tensors (sent, never received) are counted in "
           "runs.csv, never given an FCT.", ""]
-    L += ["### Where the time goes", "",
+    return L
+
+
+def _where_time_goes_md(pts) -> list[str]:
+    """The points' mechanism metrics and what each means."""
+    L = ["### Where the time goes", "",
           "Per point: `hol` % of all tensors' FCT spent behind earlier tensors of the same "
           "TCP connection (head of line: TCP delivers a connection's bytes in order, so no "
           "path or queue priority shortens it); `sendbuf` % of the FCT of the tensors with "
@@ -1091,9 +1127,13 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
           "by where the port leads: to a host (the incast), leaf up to a spine (the "
           "balancer's choice), spine down to a leaf ('-': runs from before drops were read).", "",
           _points_table(pts, MECHANISM_METRICS), ""]
-    L += tails_md(rows, pts)
+    return L
+
+
+def _excluded_md(rows) -> list[str]:
+    """The runs left out: CPU-bound, failed or not run."""
     flagged = [r for r in rows if r["status"] == "cpu_bound"]
-    L += ["## Runs excluded", ""]
+    L = ["## Runs excluded", ""]
     if flagged:
         L += ["CPU-bound (the CPU guard, docs/workload.md):", ""] + \
              [f"- `{r['key']}` {r['scheme']} load {r['load']:g} seed {r['seed']}: {r.get('cpu_guard')}"
@@ -1105,9 +1145,13 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
               f"{r['status']}{': ' + r['error'] if r.get('error') else ''}" for r in bad] + [""]
     if not flagged and not bad:
         L += ["None.", ""]
-    L += ["## Figures", ""] + [f"![{name}]({name})" for name in manifest] + [""]
+    return L
+
+
+def _statistics_md(pts, pairs, boot: str) -> list[str]:
+    """How the intervals, tests and verdicts are made."""
     max_pairs = max([p["counted"] for p in pts] + [0])      # no pair has more seeds
-    L += ["## Statistics", "", "Per point: mean over the seeds and a two-sided 95% confidence "
+    L = ["## Statistics", "", "Per point: mean over the seeds and a two-sided 95% confidence "
           "interval mean ± t(0.975, n−1)·s/√n (Student t, scipy). CPU-bound runs are excluded. "
           "Comparisons are paired by seed (experiments/sweep/stats.py): one test decides, the "
           "paired t on the per-seed log-ratios ln(a/b) (p, and the ratio's interval: an "
@@ -1124,4 +1168,4 @@ def _summary_md(plan, out, rows, pts, pvo, manifest, wall_s, pairs=(), boot: str
           "never reach p < 0.05 (its smallest two-sided p is 2/32 = 0.0625); the t test can, "
           "assuming roughly normal differences. Unpaired interval overlap is a plot aid only.",
           "", pairing.verdict_line(pairs), ""]
-    return "\n".join(L)
+    return L

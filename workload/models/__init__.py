@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from common.excerpt import shown
 from workload.compute import check_gpu_speed, lookup_gpu
 from workload.models import alexnet, bert, gpt2, resnet, threelayer, vgg
 from workload.models.base import GRAD_BYTES, MAX_LAYERS, Layer, ModelProfile, ParamTensor
@@ -34,7 +35,7 @@ def get_profile(name: str, *, batch_size: int | None = None, gpu: str = "V100",
         raise ValueError(f"model: unknown model {name!r}; known: {', '.join(MODELS)}") from None
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or batch_size < 1):
-        raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
+        raise ValueError(f"batch_size: must be a positive integer, got {shown(batch_size)}")
     lookup_gpu(gpu)
     check_gpu_speed(gpu_speed)
     return make(batch_size=batch_size, gpu=gpu, gpu_speed=gpu_speed, **options)

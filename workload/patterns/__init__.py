@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import importlib
 
+from common.excerpt import shown
+
 PATTERNS = {"ps": "workload.patterns.ps", "allreduce": "workload.patterns.allreduce"}
 
 
 def get_pattern(name: str):
     if name not in PATTERNS:
-        raise ValueError(f"arch: one of {', '.join(PATTERNS)}, got {name!r}")
+        raise ValueError(f"arch: one of {', '.join(PATTERNS)}, got {shown(name)}")
     return importlib.import_module(PATTERNS[name])

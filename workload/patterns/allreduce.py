@@ -34,6 +34,7 @@ import math
 import socket
 import time
 
+from common.excerpt import shown
 from workload.patterns import connections
 from workload.patterns.common import (
     WorkerLoop, accept_indexed, connect, emit, recv_message, send_message, thread, wait_for_go)
@@ -62,7 +63,7 @@ def nodes(plan: dict) -> list[tuple[str, int]]:
 
 def run(plan: dict, role: str, rank: int) -> None:
     if role != "worker":
-        raise ValueError(f"role: allreduce has {', '.join(ROLES)}, got {role!r}")
+        raise ValueError(f"role: allreduce has {', '.join(ROLES)}, got {shown(role)}")
     _worker(plan, rank)
 
 

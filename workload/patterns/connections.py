@@ -27,6 +27,7 @@ import itertools
 import socket
 import threading
 
+from common.excerpt import shown
 from workload.patterns.common import thread
 
 MODELS = ("pair", "class", "pool")
@@ -48,8 +49,8 @@ def parse(value) -> tuple[str, int | None]:
         if n.isdigit() and 1 <= int(n) <= POOL_MAX:
             return "pool", int(n)
         raise ValueError(f"--connections: pool:N needs N a whole number 1..{POOL_MAX} (connections "
-                         f"per worker-server pair), got {value!r}")
-    raise ValueError(f"--connections: one of pair, class, pool:N (N 1..{POOL_MAX}), got {value!r}")
+                         f"per worker-server pair), got {shown(value)}")
+    raise ValueError(f"--connections: one of pair, class, pool:N (N 1..{POOL_MAX}), got {shown(value)}")
 
 
 def canonical(value) -> str:
@@ -149,7 +150,7 @@ class Lanes:
     def __init__(self, model: str, socks, senders, *, classes: list[int] | None = None,
                  inline: bool = False):
         if model not in MODELS:
-            raise ValueError(f"model: one of {', '.join(MODELS)}, got {model!r}")
+            raise ValueError(f"model: one of {', '.join(MODELS)}, got {shown(model)}")
         if model == "class" and (classes is None or len(classes) != len(socks)):
             raise ValueError("classes: one per connection under the class model")
         if inline and (model != "pair" or len(socks) != 1):

@@ -37,6 +37,7 @@ import threading
 import time
 from collections import defaultdict
 
+from common.excerpt import shown
 from workload.patterns import connections
 from workload.patterns.common import (
     WorkerLoop, accept_indexed, connect, emit, partitions_of, recv_message, send_ack,
@@ -85,7 +86,7 @@ def run(plan: dict, role: str, rank: int) -> None:
     elif role == "worker":
         _worker(plan, rank)
     else:
-        raise ValueError(f"role: ps has {', '.join(ROLES)}, got {role!r}")
+        raise ValueError(f"role: ps has {', '.join(ROLES)}, got {shown(role)}")
 
 
 def _server(plan: dict, rank: int) -> None:
