@@ -72,7 +72,7 @@ TALB_MAP("lru_hash", struct tensor_key, struct tensor_egress, tensor_egress, TAL
 /* ---- one program per scheme (switch_tc.c) ---- */
 /* scheme id -> its program (tail call); filled by datapath/loader.py. Pinned:
  * a prog array loses its entries when no user-space reference is left. */
-TALB_MAP("prog", __u32, __u32, scheme_progs, TALB_NR_SCHEMES);
+TALB_MAP("prog", __u32, __u32, scheme_progs, TALB_MAX_SCHEMES);
 /* [0] -> the packet as the main program parsed it, per CPU */
 TALB_MAP("percpu_array", __u32, struct talb_scratch, scheme_scratch, 1);
 
