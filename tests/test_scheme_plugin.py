@@ -71,7 +71,7 @@ def test_a_missing_scheme_directory_is_refused_by_name():
     out = subprocess.run([str(TALB), "scheme", "--list"], capture_output=True, text=True,
                          cwd=REPO, env=e, timeout=60)
     assert out.returncode != 0
-    assert f"TALB_SCHEME_PATH: {FIXTURES / 'nowhere'} is not a directory" in out.stderr
+    assert out.stderr.strip() == f"talb: TALB_SCHEME_PATH: {FIXTURES / 'nowhere'} is not a directory"
 
 
 def test_attach_topology_metrics_and_the_registry_take_it():
@@ -178,3 +178,20 @@ from datapath.maps import SwitchMaps
 print(json.dumps(read_counters(SwitchMaps(paths.pin_dir("{prefix}", "leaf0")))))
 """)
     assert got["decision_roundrobin"] >= 20, got
+
+
+def test_a_plugin_whose_module_and_header_disagree_is_refused_naming_both(tmp_path):
+    """The header says 15, the module 14: `talb` stops with one line naming
+    both files, whatever the command."""
+    import shutil
+
+    shutil.copy(FIXTURES / "roundrobin.h", tmp_path / "roundrobin.h")
+    (tmp_path / "roundrobin.py").write_text(
+        (FIXTURES / "roundrobin.py").read_text().replace("id=15", "id=14"))
+    e = env()
+    e["TALB_SCHEME_PATH"] = str(tmp_path)
+    out = subprocess.run([str(TALB), "scheme", "--list"], capture_output=True, text=True,
+                         cwd=REPO, env=e, timeout=60)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (f"talb: {tmp_path / 'roundrobin.py'}: SCHEME.id is 14, but "
+                                  f"{tmp_path / 'roundrobin.h'} says TALB_SCHEME_ROUNDROBIN 15")
