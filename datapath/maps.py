@@ -298,7 +298,7 @@ class MapSet:
 
 
 # --- one switch -------------------------------------------------------------------
-#: map name (as declared in bpf/include/talb/maps.h and pinned) ->
+#: map name (as declared in bpf/include/talb/maps.h, or a scheme's header, and pinned) ->
 #: (key type, value type, kernel map type)
 MAP_SPECS = MappingProxyType({
     "ports": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_HASH),

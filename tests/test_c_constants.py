@@ -74,9 +74,11 @@ def test_shared_c_names_no_scheme():
     scheme's header defines. Comments aside."""
     shared = [BPF_SRC_DIR / "switch_tc.c", BPF_SRC_DIR / "switch_xdp.c",
               *(BPF_SRC_DIR / "include" / "talb" / h for h in
-                ("decision.h", "scheme_api.h", "scheme_dispatch.h", "constants.h", "pkt.h"))]
+                ("decision.h", "scheme_api.h", "scheme_dispatch.h", "constants.h", "pkt.h",
+                 "maps.h"))]
     own = set().union(*(_defined_in(h.path) for h in SCHEME_HEADERS.values()))
-    assert {"talb_scheme_select", "conga_select", "drill_account", "TALB_SCHEME_CONGA"} <= own
+    assert {"talb_scheme_select", "conga_select", "drill_account", "TALB_SCHEME_CONGA",
+            "tensors", "drill_mem", "conga_dre"} <= own
     for path in shared:
         code = re.sub(r"/\*.*?\*/", " ", path.read_text(), flags=re.S)
         used = set(re.findall(r"\b\w+\b", code)) & own

@@ -49,6 +49,18 @@
 
 #define TALB_CONGA_NO_LEAF      TALB_CONGA_MAX_LEAVES
 
+/* ---- its state ---- */
+/* port_id -> DRE */
+TALB_MAP("array", __u32, struct conga_dre, conga_dre, TALB_MAX_PORTS);
+/* dst leaf, LBTag -> metric fed back (source leaf's congestion-to-leaf) */
+TALB_MAP("array", __u32, struct conga_metric, conga_to_leaf, TALB_CONGA_TABLE_SIZE);
+/* src leaf, LBTag -> CE seen (destination leaf's congestion-from-leaf) */
+TALB_MAP("array", __u32, struct conga_metric, conga_from_leaf, TALB_CONGA_TABLE_SIZE);
+/* leaf -> next LBTag to feed back to it (round-robin) */
+TALB_MAP("array", __u32, __u32, conga_fb_cursor, TALB_CONGA_MAX_LEAVES);
+/* host IPv4 address (network byte order) -> its leaf id (user space) */
+TALB_MAP("hash", __be32, __u32, conga_leaf_of, TALB_MAX_ROUTES);
+
 struct conga_params {
 	__u64 period_ns;
 	__u64 age_ns;

@@ -37,6 +37,14 @@
 
 #define TALB_NS_PER_S           1000000000ULL
 
+/* ---- its state ---- */
+/* port_id -> link rate and queue limit (user space only) */
+TALB_MAP("array", __u32, struct port_rate, port_rate, TALB_MAX_PORTS);
+/* port_id -> queue estimate (data path only) */
+TALB_MAP("array", __u32, struct port_queue, port_queue, TALB_MAX_PORTS);
+/* group id -> one DRILL engine's memory, per CPU */
+TALB_MAP("percpu_array", __u32, struct drill_mem, drill_mem, TALB_MAX_GROUPS);
+
 /* A port's shaper as the estimate models it: the backlog, and the token
  * bucket's credit -- HTB sends up to `burst` bytes at once after an idle
  * spell, so a packet meeting an empty queue and enough credit leaves at

@@ -56,6 +56,34 @@
 #include "talb/pkt.h"
 #include "talb/schemes/pick.h"      /* talb_port_index */
 
+/* ---- its state (declared here, not in the shared maps.h) ---- */
+/* (source address, tensor_id) -> tensor (Table I). A plain hash, never an
+ * LRU: the kernel must not evict a live entry (its tensor would split, and
+ * its live count would leak). Live entries stop at config tensor_limit
+ * (<= half the size); done ones use the rest, and when it is full a new
+ * tensor takes the fallback (CNT_TALB_TABLE_FULL). */
+TALB_MAP("hash", struct tensor_key, struct tensor_entry, tensors, TALB_TENSOR_MAP_SIZE);
+/* group id -> WRR cursor and live-layer counts (data path, atomic adds) */
+TALB_MAP("array", __u32, struct group_state, group_state, TALB_MAX_GROUPS);
+/* group id -> entries removed by user space (sweep_tensors; user space
+ * only): the live count of layer l is group_state.live[l] - this.live[l] */
+TALB_MAP("array", __u32, struct group_state, group_swept, TALB_MAX_GROUPS);
+/* [TALB_COUNT_LIVE] entries inserted - removed by the data path (atomic);
+ * [TALB_COUNT_SWEPT] entries removed by user space. Occupancy = [0] - [1]. */
+TALB_MAP("array", __u32, __u32, tensor_count, 2);
+
+#ifdef TALB_TEST_INTERLEAVE
+/* Tests only (tests/test_talb_races.py compiles with -DTALB_TEST_INTERLEAVE):
+ * what another CPU writes between this CPU's tensor lookup and its insert
+ * (schemes/talb.h talb_other_cpu). Never in a switch's program. */
+struct talb_interleave {
+	struct tensor_key key;
+	__u64 armed;
+	struct tensor_entry entry;
+};
+TALB_MAP("array", __u32, struct talb_interleave, test_interleave, 1);
+#endif
+
 /* Untagged packets, new tensors of a full table and unknown tensors met
  * midway go to the configured fallback scheme (config fallback_scheme:
  * ECMP by default, or RPS, LetFlow, DRILL): talb_scheme_select returns
