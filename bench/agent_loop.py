@@ -4,8 +4,8 @@ the highest window rate the loop sustains, with the loop's CPU share.
 No program is loaded: each switch is a namespace whose ports are veth ends
 with the testbed's link emulation (HTB root, bfifo leaf; the peers sit in
 another namespace, as on the fabric), and a set of maps with the data
-path's exact layout (sizes from bpf/include/talb/maps.h), pinned on the
-project's bpffs and programmed by ``program_switch`` (groups of 8 ports).
+path's exact layout (sizes from bpf/include/talb/maps.h and the schemes'
+headers), pinned on the project's bpffs and programmed by ``program_switch`` (groups of 8 ports).
 The agent opens them as it opens a testbed's, so a window does all its
 real work: link notifications, counter reads, qdisc dumps (measured mode),
 PCM maths and publishing (one batch read and one batch write of the
@@ -63,9 +63,12 @@ WINDOWS_MS = (20.0, 10.0, 5.0, 2.0, 1.0, 0.5)
 
 
 def _max_entries() -> dict[str, int]:
-    """Each map's size as bpf/include/talb/maps.h declares it (a size is a
-    number or a constant of constants.h, possibly a product of them)."""
-    text = (paths.BPF_SRC_DIR / "include" / "talb" / "maps.h").read_text()
+    """Each map's size as the switch's source declares it -- bpf/include/talb/maps.h
+    for the shared maps, each scheme's header for its own (a size is a number
+    or a constant of constants.h, possibly a product of them)."""
+    from datapath.loader import SWITCH_SRC, expand_source
+
+    text = expand_source(SWITCH_SRC)
     sizes = {}
     for name, size in re.findall(r'^TALB_MAP\("[^"]+",[^,]+,[^,]+,\s*(\w+),\s*([^;]+)\);',
                                  text, re.M):
@@ -76,7 +79,7 @@ def _max_entries() -> dict[str, int]:
         sizes[name] = value
     missing = [n for n in MAP_SPECS if n not in sizes]
     if missing:
-        raise RuntimeError(f"maps.h declares no size for map(s) {', '.join(missing)}")
+        raise RuntimeError(f"{SWITCH_SRC} and its headers declare no size for map(s) {', '.join(missing)}")
     return sizes
 
 

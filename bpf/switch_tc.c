@@ -56,16 +56,11 @@
 #include "talb/ctx.h"      /* TC here; XDP in switch_xdp.c */
 #include "talb/ipopt.h"
 #include "talb/ecn.h"
-
-/* Raise CONGA's CE to `ce` (the option's 16-bit word with FB_LBTag). */
-static __always_inline int conga_raise(struct __ctx_buff *skb, const struct conga_opt *o,
-				       __u8 ce)
-{
-	__u8 old[2] = { o->ce, o->fb_lbtag }, new[2] = { ce, o->fb_lbtag };
-
-	return ipopt_store16(skb, offsetof(struct conga_opt, ce), *(__be16 *)old,
-			     *(__be16 *)new);
-}
+#include "talb/scheme_api.h"
+/* Every registered scheme's header, and the lists of them by flag: made
+ * by the loader from the registry (datapath/source.py), not a file. */
+#include "talb/schemes/all.h"
+#include "talb/scheme_dispatch.h"
 
 /* Act on a forwarding verdict: the last hop's strip, the band, the
  * first-hop release, the redirect. The end of every entry point. */
@@ -118,7 +113,7 @@ static __always_inline int talb_finish(struct __ctx_buff *skb, struct talb_pkt *
 
 /* Hand the packet to scheme `scheme`'s program: the packet is in the
  * per-CPU slot `s` already (talb_switch_tc parses into it). Returns only
- * when there is none (the caller decides by ECMP and counts
+ * when there is none (the caller decides by the default scheme and counts
  * CNT_SCHEME_FALLBACK). */
 static __always_inline void talb_tail(struct __ctx_buff *skb, struct talb_scratch *s,
 				      __u32 gid, __u64 now, __u32 scheme, __u32 flags)
@@ -155,28 +150,29 @@ static __always_inline struct talb_scratch *talb_scratch_take(const struct talb_
 	return s;
 }
 
-/* TaLB's fallback for what it does not place (untagged, table full,
- * unknown midway; `rem`: TaLB remembers the fallback's port): a tail call
- * to RPS's, LetFlow's or DRILL's program; returns only for ECMP -- the
- * caller's -- or when that program is missing (counted). */
+/* A scheme that decides inline handed the packet on (TALB_USE_FALLBACK*;
+ * `rem`: it remembers the fallback's port): a tail call to the fallback
+ * scheme's program; returns only for the default -- the caller's -- or
+ * when that program is missing (counted). */
 static __always_inline void talb_fallback(struct __ctx_buff *skb, struct talb_scratch *s,
 					  const struct talb_config *cfg, __u32 gid, __u64 now,
 					  __u32 rem)
 {
 	__u32 fb = cfg->fallback_scheme;
 
-	if (fb == TALB_SCHEME_RPS || fb == TALB_SCHEME_LETFLOW || fb == TALB_SCHEME_DRILL)
+	if (talb_scheme_has_program(fb))
 		talb_tail(skb, s, gid, now, fb, rem ? TALB_SCRATCH_REMEMBER : 0);
-	if (fb != TALB_SCHEME_ECMP)
+	if (!talb_scheme_is_default(fb))
 		talb_count(CNT_SCHEME_FALLBACK);
 }
 
-/* The main program: parse, route; single-port groups, ECMP and TaLB
- * decide here, every other scheme in its own program (talb_scheme_entry),
- * reached by a tail call -- each program is verified on its own, so the
- * schemes do not add up in one verifier budget (docs/schemes.md). TaLB
- * is inline: a tail call and the hand-over of the packet cost more than
- * its whole table hit (docs/schemes.md "Cost per packet"). */
+/* The main program: parse, route; single-port groups and the schemes that
+ * decide inline (TALB_SF_INLINE) decide here, every other scheme in its
+ * own program (TALB_SF_PROGRAM), reached by a tail call -- each program is
+ * verified on its own, so the schemes do not add up in one verifier budget
+ * (docs/schemes.md). Inline is for the cheap and the hot: a tail call and
+ * the hand-over of the packet cost about what a table hit does
+ * (docs/schemes.md "Cost per packet"). */
 int talb_switch_tc(struct __ctx_buff *skb)
 {
 	struct talb_verdict v = {};
@@ -233,162 +229,30 @@ int talb_switch_tc(struct __ctx_buff *skb)
 	}
 	if (talb_scheme_clock(cfg, pkt))
 		now = bpf_ktime_get_ns();
-	if (cfg->scheme == TALB_SCHEME_CONGA ||   /* every hop: CE, options */
-	    (g->n_ports > 1 && cfg->scheme != TALB_SCHEME_ECMP &&
-	     cfg->scheme != TALB_SCHEME_TALB)) {
+	if (talb_scheme_wants_program(cfg, g->n_ports)) {
 		talb_tail(skb, s, gid, now, cfg->scheme, 0);
 		talb_count(CNT_SCHEME_FALLBACK);        /* no such program */
 	}
 	if (g->n_ports > 1) {
-		idx = TALB_USE_FALLBACK;
-		if (cfg->scheme == TALB_SCHEME_TALB) {
-			idx = talb_scheme_select(pkt, g, gid, cfg, now);
-			dcnt = CNT_DECISION_TALB;
-			if (idx >= TALB_USE_FALLBACK)
-				talb_fallback(skb, s, cfg, gid, now,
-					      idx == TALB_USE_FALLBACK_REMEMBER);
-		}
-		/* ECMP: the scheme, or TaLB's fallback (one call site) */
+		idx = talb_scheme_inline(pkt, g, gid, cfg, now, &dcnt);
+		if (idx == TALB_USE_FALLBACK || idx == TALB_USE_FALLBACK_REMEMBER)
+			talb_fallback(skb, s, cfg, gid, now,
+				      idx == TALB_USE_FALLBACK_REMEMBER);
+		/* the default: the scheme, or a fallback (one call site) */
 		if (idx >= TALB_USE_FALLBACK) {
 			__u32 rem = idx == TALB_USE_FALLBACK_REMEMBER;
 
-			idx = talb_scheme_pick(TALB_SCHEME_ECMP, pkt, g, gid, cfg, now, &dcnt);
+			idx = talb_scheme_default(pkt, g, gid, cfg, now, &dcnt);
 			if (rem)
-				idx = talb_remember_midstream(pkt, g, gid, idx, now);
+				idx = talb_scheme_after_fallback(cfg, pkt, g, gid, idx, now);
 		}
 	}
 	return talb_finish(skb, pkt, g, cfg, idx, dcnt, now);
 }
 
-/* A scheme's program: the packet from scheme_scratch, the scheme's
- * choice, then as the main program. TaLB's fallback comes here marked
- * TALB_SCRATCH_REMEMBER when TaLB remembers the fallback's port. */
-static __always_inline int talb_scheme_entry(struct __ctx_buff *skb, __u32 scheme)
-{
-	__u32 idx, flags, gid, dcnt = CNT_DECISION_ECMP;
-	const struct talb_config *cfg = talb_config_get();
-	struct talb_scratch *s;
-	struct talb_pkt pkt;
-	struct fwd_group *g;
-	__u64 now;
-
-	s = talb_scratch_take(cfg, &pkt, &g);
-	if (!s)
-		return CTX_ACT_OK;
-	now = s->now;
-	gid = s->gid;
-	flags = s->flags;
-	idx = talb_scheme_pick(scheme, &pkt, g, gid, cfg, now, &dcnt);
-	if (flags & TALB_SCRATCH_REMEMBER)
-		idx = talb_remember_midstream(&pkt, g, gid, idx, now);
-	return talb_finish(skb, &pkt, g, cfg, idx, dcnt, now);
-}
-
-/* One program per scheme, in scheme_progs at its TALB_SCHEME_* id
- * (datapath/loader.py SCHEME_PROGS). */
-int talb_scheme_rps(struct __ctx_buff *skb)
-{
-	return talb_scheme_entry(skb, TALB_SCHEME_RPS);
-}
-
-int talb_scheme_letflow(struct __ctx_buff *skb)
-{
-	return talb_scheme_entry(skb, TALB_SCHEME_LETFLOW);
-}
-
-int talb_scheme_drill(struct __ctx_buff *skb)
-{
-	return talb_scheme_entry(skb, TALB_SCHEME_DRILL);
-}
-
-/* CONGA's program: every packet of a switch running CONGA comes here (the
- * option is pushed, raised or stripped at every hop, schemes/conga.h). */
-int talb_scheme_conga(struct __ctx_buff *skb)
-{
-	__u32 idx = 0, dcnt = CNT_DECISION_SINGLE, dst_leaf;
-	const struct talb_config *cfg = talb_config_get();
-	struct talb_scratch *s;
-	struct talb_verdict v = {};
-	struct conga_opt opt = {};
-	struct conga_params pp;
-	struct talb_pkt pkt;
-	struct fwd_group *g;
-	struct port_info in = {};
-	struct iphdr *iph;
-	void *data, *data_end;
-	__u32 *leaf, in_flags, q;
-	__u64 now;
-	int has;
-
-	s = talb_scratch_take(cfg, &pkt, &g);
-	if (!s)
-		return CTX_ACT_OK;
-	now = s->now;
-	conga_params_of(cfg, &pp);
-	in_flags = talb_port_get(pkt.ingress_ifindex, &in) ? in.flags : 0;
-	leaf = conga_leaf_of.lookup(&pkt.daddr_be);
-	dst_leaf = leaf && *leaf < TALB_CONGA_MAX_LEAVES ? *leaf : TALB_CONGA_NO_LEAF;
-
-	data = ctx_data(skb);
-	data_end = ctx_data_end(skb);
-	iph = data + sizeof(struct ethhdr);
-	if ((void *)(iph + 1) > data_end) {
-		talb_count(CNT_PASS_MALFORMED);
-		return CTX_ACT_OK;
-	}
-	has = parse_conga_option(iph, data_end, &opt);
-
-	if (g->n_ports > 1) {
-		dcnt = CNT_DECISION_CONGA;
-		idx = conga_select(&pkt, g, g->n_ports, cfg, now, dst_leaf);
-		/* through a map value: the verifier forgets how idx was
-		 * computed (conga_select's verifier note) */
-		s->flags = idx;
-		idx = s->flags;
-	}
-	if (!talb_verdict_for(&pkt, g, cfg, idx, dcnt, now, &v)) {
-		talb_count(v.reason);
-		return CTX_ACT_OK;
-	}
-	q = conga_port_metric(v.egress_port_id, &pp, now);
-	if (!(v.egress_flags & PORT_HOST)) {
-		if (!has && cfg->conga_leaf && (in_flags & PORT_HOST)) {
-			struct conga_opt o = {
-				.type = TALB_CONGA_IPOPT_TYPE, .len = TALB_CONGA_IPOPT_LEN,
-				.src_leaf = cfg->conga_leaf - 1, .lbtag = idx, .ce = q,
-				.flags = TALB_CONGA_VERSION,
-			};
-			int r;
-
-			conga_feedback(dst_leaf, &pp, now, &o);
-			r = ipopt_push(skb, &o, TALB_CONGA_IPOPT_LEN);
-			if (r == TALB_OPT_DONE) {
-				talb_count(CNT_CONGA_PUSHED);
-				pkt.len = ctx_len(skb);
-			} else {
-				talb_count(CNT_CONGA_PUSH_FAIL);
-				if (r == TALB_OPT_BROKEN)
-					return CTX_ACT_DROP;    /* half-written */
-			}
-		} else if (has && q > opt.ce) {
-			if (conga_raise(skb, &opt, q) == 0)
-				talb_count(CNT_CONGA_CE_RAISED);
-		}
-	} else if (has) {
-		conga_record(&opt, now);
-		if (ipopt_strip(skb, TALB_CONGA_IPOPT_LEN)) {
-			talb_count(CNT_CONGA_DROP_STRIP_FAIL);
-			return CTX_ACT_DROP;
-		}
-		talb_count(CNT_CONGA_STRIPPED);
-		pkt.len = ctx_len(skb);
-		/* The TaLB option, if any, is first now: strippable when it is
-		 * as a host sent it (checked without parsing it all again). */
-		data = ctx_data(skb);
-		data_end = ctx_data_end(skb);
-		iph = data + sizeof(struct ethhdr);
-		if (parse_strippable_talb_option(iph, data_end))
-			pkt.flags |= TALB_PKT_OPT_STRIP;
-	}
-	return talb_act(skb, &pkt, &v);
-}
+/* One program per scheme that decides by its <name>_pick, in scheme_progs
+ * at its id (datapath/loader.py SCHEME_PROGS); a TALB_SF_OWN_PROGRAM
+ * scheme's header has written its own. */
+#define TALB_X(name, sid) TALB_SCHEME_PICK_PROGRAM(name, sid)
+TALB_SCHEMES_PICK_PROGRAM(TALB_X)
+#undef TALB_X

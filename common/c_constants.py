@@ -13,6 +13,7 @@ import ast
 import operator
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -125,22 +126,154 @@ TALB_DRILL_MAX_M = _constants_h("TALB_DRILL_MAX_M")
 #: priority bands of a port's egress queue (skb->priority classids 1:10..1:17)
 MAX_BANDS = _constants_h("TALB_MAX_BANDS")
 
-#: The schemes' names and ids, from the TALB_SCHEME_<NAME> defines in id order:
-#: what the layers below datapath (topology and fabric files) check names
-#: against. What each scheme declares about itself (parameters, XDP, counters,
-#: model) is datapath/schemes/registry.py's, which checks its records against
-#: these ids.
-SCHEMES = MappingProxyType(dict(sorted(
-    ((k[len("TALB_SCHEME_"):].lower(), v) for k, v in CONST.items() if k.startswith("TALB_SCHEME_")),
-    key=lambda item: item[1])))
+# --- the schemes: one header each -------------------------------------------------
+#: Where scheme headers are found: the project's, then each directory of
+#: $TALB_SCHEME_PATH (os.pathsep-separated; docs/add-a-scheme.md), where a
+#: scheme brought from outside the tree keeps its <name>.h beside its <name>.py.
+SCHEME_PATH_ENV = "TALB_SCHEME_PATH"
+BUILTIN_SCHEME_DIR = Path(BPF_SRC_DIR) / "include" / "talb" / "schemes"
+TALB_MAX_SCHEMES = _c("TALB_MAX_SCHEMES")
+_SCHEME_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}\Z")
+
+
+class SchemeHeaderError(RuntimeError):
+    """A scheme's header is missing its id or flags, or clashes with another."""
+
+
+@dataclass(frozen=True)
+class SchemeHeader:
+    """What a scheme's C header declares: TALB_SCHEME_<NAME> and _FLAGS."""
+
+    name: str
+    id: int
+    flags: int          # TALB_SF_*
+    path: Path
+
+    def has(self, flag: str) -> bool:
+        return bool(self.flags & CONST[f"TALB_SF_{flag}"])
+
+
+def scheme_dirs(env: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """The project's scheme directory, then $TALB_SCHEME_PATH's."""
+    env = os.environ if env is None else env
+    extra = [Path(d) for d in env.get(SCHEME_PATH_ENV, "").split(os.pathsep) if d.strip()]
+    return (BUILTIN_SCHEME_DIR, *extra)
+
+
+def _header_defines(path: Path) -> dict[str, str]:
+    """NAME -> value text of a header's #defines (continuation lines joined)."""
+    text = re.sub(r"/\*.*?\*/", " ", path.read_text(), flags=re.S)
+    text = text.replace("\\\n", " ")
+    out = {}
+    for line in text.splitlines():
+        m = _DEFINE_RE.match(line.split("//", 1)[0])
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def read_scheme_header(path: str | os.PathLike) -> SchemeHeader | None:
+    """The declaration of the scheme whose header is ``path`` (<name>.h), or
+    None for a helper header (no TALB_SCHEME_<NAME>: pick.h, flowlet.h)."""
+    path = Path(path)
+    name = path.stem
+    key = f"TALB_SCHEME_{name.upper()}"
+    defines = _header_defines(path)
+    if key not in defines:
+        return None
+    if not _SCHEME_NAME_RE.match(name):
+        raise SchemeHeaderError(f"{path}: a scheme's name is lower case letters, digits and _ "
+                                f"(at most 16), starting with a letter: not {name!r}")
+    names = dict(CONST)
+    sid = _eval_expr(defines[key], names)
+    if sid is None:
+        raise SchemeHeaderError(f"{path}: #define {key} {defines[key]}: not an integer")
+    if not 0 <= sid < TALB_MAX_SCHEMES:
+        raise SchemeHeaderError(f"{path}: #define {key} {sid}: ids are 0..{TALB_MAX_SCHEMES - 1} "
+                                f"(TALB_MAX_SCHEMES, {CONSTANTS_H})")
+    if f"{key}_FLAGS" not in defines:
+        raise SchemeHeaderError(f"{path}: no #define {key}_FLAGS (its TALB_SF_* hooks, "
+                                f"talb/scheme_api.h)")
+    flags = _eval_expr(defines[f"{key}_FLAGS"], names)
+    if flags is None:
+        raise SchemeHeaderError(f"{path}: #define {key}_FLAGS {defines[f'{key}_FLAGS']}: not "
+                                f"an expression of TALB_SF_* flags")
+    h = SchemeHeader(name, sid, flags, path)
+    _check_flags(h)
+    return h
+
+
+#: flag -> the flags it needs (a scheme's hooks that make sense together)
+_FLAG_NEEDS = {"DEFAULT": "INLINE", "EVERY_HOP": "PROGRAM", "OWN_PROGRAM": "PROGRAM"}
+
+
+def _check_flags(h: SchemeHeader) -> None:
+    where = f"{h.path}: TALB_SCHEME_{h.name.upper()}_FLAGS"
+    known = 0
+    for k, v in CONST.items():
+        if k.startswith("TALB_SF_"):
+            known |= v
+    if h.flags & ~known:
+        raise SchemeHeaderError(f"{where} {h.flags:#x}: bits {h.flags & ~known:#x} are no TALB_SF_*")
+    if h.has("INLINE") == h.has("PROGRAM"):
+        raise SchemeHeaderError(f"{where}: exactly one of TALB_SF_INLINE (decides in the main "
+                                f"program) and TALB_SF_PROGRAM (a program of its own)")
+    for flag, needs in _FLAG_NEEDS.items():
+        if h.has(flag) and not h.has(needs):
+            raise SchemeHeaderError(f"{where}: TALB_SF_{flag} needs TALB_SF_{needs}")
+
+
+def scheme_headers(env: Mapping[str, str] | None = None) -> tuple[SchemeHeader, ...]:
+    """Every scheme header of :func:`scheme_dirs`, in id order; a name or an
+    id declared twice is refused naming both files."""
+    by_name: dict[str, SchemeHeader] = {}
+    by_id: dict[int, SchemeHeader] = {}
+    for d in scheme_dirs(env):
+        if not d.is_dir():
+            raise SchemeHeaderError(f"{SCHEME_PATH_ENV}: {d} is not a directory")
+        for path in sorted(d.glob("*.h")):
+            h = read_scheme_header(path)
+            if h is None:
+                continue
+            for seen, what in ((by_name.get(h.name), "name"), (by_id.get(h.id), "id")):
+                if seen is not None:
+                    raise SchemeHeaderError(f"{path}: scheme {h.name!r} id {h.id}: the {what} of "
+                                            f"{seen.path} (scheme {seen.name!r} id {seen.id})")
+            by_name[h.name] = by_id[h.id] = h
+    defaults = [h for h in by_name.values() if h.has("DEFAULT")]
+    if len(defaults) != 1:
+        raise SchemeHeaderError("exactly one scheme is TALB_SF_DEFAULT (the main program's last "
+                                "resort), not " + (", ".join(str(h.path) for h in defaults) or "none"))
+    return tuple(sorted(by_name.values(), key=lambda h: h.id))
+
+
+#: every scheme's header (the project's and $TALB_SCHEME_PATH's), in id order
+SCHEME_HEADERS = MappingProxyType({h.name: h for h in scheme_headers()})
+#: The schemes' names and ids, in id order: what the layers below datapath
+#: (topology and fabric files) check names against. What each scheme
+#: declares about itself (parameters, XDP, counters, model) is
+#: datapath/schemes/registry.py's, which checks its records against these.
+SCHEMES = MappingProxyType({h.name: h.id for h in SCHEME_HEADERS.values()})
 SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
 #: Schemes the data path implements: all of them. The name stays for the
 #: check user space makes before it sets one (an id without a program falls
-#: back to ECMP in the data path); the loader loads a program for every
-#: scheme, so a define without its entry point fails the load, not a run.
+#: back to the default scheme in the data path); the loader loads a program
+#: for every scheme, so a header without its program fails the load, not a run.
 IMPLEMENTED_SCHEMES = frozenset(SCHEMES)
 
 
+def _counter_names() -> tuple[str, ...]:
+    """The CNT_* defines, and decision_<scheme> at CNT_DECISION_BASE + id."""
+    names = list(counter_names(CONST, "CNT_", TALB_NR_COUNTERS, CONSTANTS_H,
+                               exclude=frozenset({"CNT_DECISION_BASE"})))
+    base = _c("CNT_DECISION_BASE")
+    for name, sid in SCHEMES.items():
+        if names[base + sid] != f"reserved_{base + sid}":
+            raise RuntimeError(f"{CONSTANTS_H}: CNT_{names[base + sid].upper()} is "
+                               f"CNT_DECISION_BASE + {sid}, the decision counter of {name}")
+        names[base + sid] = f"decision_{name}"
+    return tuple(names)
+
+
 #: counter index -> name ("pass_no_route", "released", "decision_ecmp", ...)
-COUNTER_NAMES = counter_names(CONST, "CNT_", TALB_NR_COUNTERS, CONSTANTS_H,
-                              exclude=frozenset({"CNT_DECISION_BASE"}))
+COUNTER_NAMES = _counter_names()

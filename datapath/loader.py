@@ -21,7 +21,7 @@ import os
 import zlib
 from pathlib import Path
 
-from common.c_constants import CFG_RELEASE_SK, CONST, SCHEMES
+from common.c_constants import CFG_RELEASE_SK, CONST, SCHEME_HEADERS, SCHEMES
 from datapath import program
 from datapath.maps import SwitchMaps
 from datapath.program import (  # noqa: F401  (re-exported: other modules import them from here)
@@ -30,6 +30,7 @@ from datapath.program import (  # noqa: F401  (re-exported: other modules import
     remove_pins,
 )
 from datapath.schemes import registry as scheme_registry
+from datapath.schemes.spec import SCHEME_NAME
 from datapath.structs import TalbConfig
 
 __all__ = [
@@ -50,6 +51,12 @@ INLINE_SCHEMES = tuple(s.name for s in scheme_registry.SCHEMES if s.inline)
 #: scheme of the registry has one: a TALB_SCHEME_* define without its entry
 #: point fails the load.
 SCHEME_PROGS = {name: f"talb_scheme_{name}" for name in SCHEMES if name not in INLINE_SCHEMES}
+#: the scheme a fresh switch starts with: the one whose header is TALB_SF_DEFAULT
+DEFAULT_SCHEME_ID = next(h.id for h in SCHEME_HEADERS.values() if h.has("DEFAULT"))
+#: config field -> its default, from every scheme's declared parameters
+#: (a scheme-name parameter, TaLB's fallback, as the scheme's id)
+PARAM_DEFAULTS = {p.field: SCHEMES[p.default] if p.type == SCHEME_NAME else p.default
+                  for s in scheme_registry.SCHEMES for p in s.params}
 
 
 def expand_source(path: str | os.PathLike = SWITCH_SRC,
@@ -91,12 +98,13 @@ class SwitchDatapath(BpfDatapath):
         builds (datapath/compiled.py), verified for this switch with maps of
         its own.
 
-        Fresh maps get the default config: ECMP, ``hash_seed`` (default:
-        per-switch, from the namespace name), CFG_RELEASE_SK if
-        ``release_sk``; for TaLB: ECMP as the fallback for untagged
-        packets, TALB_MAX_TENSORS live tensors, TALB_DEFAULT_IDLE_US idle
-        timeout, one priority band; the baselines' defaults (LetFlow's
-        flowlet gap, DRILL's d and m, CONGA's DRE and aging: docs/schemes.md). datapath.control's
+        Fresh maps get the default config: the default scheme (the header
+        with TALB_SF_DEFAULT: ECMP), ``hash_seed`` (default: per-switch,
+        from the namespace name), CFG_RELEASE_SK if ``release_sk``, one
+        priority band, and every scheme's parameters at the defaults its
+        record declares (:data:`PARAM_DEFAULTS`: TaLB's fallback, table
+        size and idle timeout, LetFlow's flowlet gap, DRILL's d and m,
+        CONGA's DRE and aging: docs/schemes.md). datapath.control's
         set_scheme and set_talb_config change them. ``reuse_pins=True`` binds the program to the maps
         already pinned in ``pin_dir`` (state and config kept) when they all
         exist."""
@@ -122,15 +130,7 @@ class SwitchDatapath(BpfDatapath):
         if hash_seed is None:
             hash_seed = default_hash_seed(self.netns or str(self.pin_dir))
         self.maps.config[0] = TalbConfig(
-            scheme=SCHEMES["ecmp"], hash_seed=hash_seed,
+            scheme=DEFAULT_SCHEME_ID, hash_seed=hash_seed,
             flags=CFG_RELEASE_SK if release_sk else 0,
-            fallback_scheme=SCHEMES["ecmp"],
-            tensor_limit=CONST["TALB_MAX_TENSORS"],
-            tensor_idle_us=CONST["TALB_DEFAULT_IDLE_US"],
             n_bands=1, layers_per_band=CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
-            flowlet_timeout_us=CONST["TALB_DEFAULT_FLOWLET_US"],
-            drill_d=CONST["TALB_DEFAULT_DRILL_D"], drill_m=CONST["TALB_DEFAULT_DRILL_M"],
-            conga_dre_us=CONST["TALB_DEFAULT_CONGA_DRE_US"],
-            conga_age_us=CONST["TALB_DEFAULT_CONGA_AGE_US"],
-            conga_alpha_shift=CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
-            conga_q_bits=CONST["TALB_DEFAULT_CONGA_Q_BITS"])
+            **PARAM_DEFAULTS)

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
+from common.c_constants import CONST
 from datapath import bpf_syscall as sc
 from datapath.structs import (CongaDre, CongaMetric, DrillMem, EcnPort, EcnQueue, Flowlet, FlowKey,
                               FwdGroup,
@@ -74,7 +75,7 @@ class Map:
 
     def __init__(self, fd: int, key_type, value_type, *, name: str | None = None,
                  expect_type: int | None = None, owns_fd: bool = True,
-                 where: str | None = None):
+                 where: str | None = None, expect_entries: int | None = None):
         self.fd = -1
         self._owns_fd = False
         self.key_type = key_type
@@ -84,11 +85,13 @@ class Map:
         self.info = sc.map_info(fd)
         self.name = name or self.info.name
         self.percpu = self.info.percpu
-        self._check(where or f"map {self.name!r} (id {self.info.id})", expect_type)
+        self._check(where or f"map {self.name!r} (id {self.info.id})", expect_type,
+                    expect_entries)
         self.fd = fd  # the caller keeps the fd if the checks fail
         self._owns_fd = owns_fd
 
-    def _check(self, where: str, expect_type: int | None = None) -> None:
+    def _check(self, where: str, expect_type: int | None = None,
+               expect_entries: int | None = None) -> None:
         info = self.info
         problems = []
         if info.key_size != self.key_size:
@@ -100,6 +103,8 @@ class Map:
         if expect_type is not None and info.type != expect_type:
             problems.append(f"type {info.type_name} != "
                             f"{sc.BPF_MAP_TYPE_NAMES.get(expect_type, expect_type)}")
+        if expect_entries is not None and info.max_entries != expect_entries:
+            problems.append(f"max_entries {info.max_entries} != {expect_entries}")
         if problems:
             raise MapLayoutError(
                 f"{where}: kernel map layout does not match datapath/structs.py: "
@@ -109,12 +114,12 @@ class Map:
 
     @classmethod
     def from_pin(cls, path: str | os.PathLike, key_type, value_type, *,
-                 expect_type: int | None = None) -> "Map":
+                 expect_type: int | None = None, expect_entries: int | None = None) -> "Map":
         """Open the map pinned at ``path``; MapLayoutError if it does not fit."""
         fd = sc.obj_get(path)
         try:
             return cls(fd, key_type, value_type, name=Path(path).name,
-                       expect_type=expect_type, where=str(path))
+                       expect_type=expect_type, where=str(path), expect_entries=expect_entries)
         except BaseException:
             os.close(fd)
             raise
@@ -226,6 +231,9 @@ class MapSet:
     """
 
     SPECS: MappingProxyType = MappingProxyType({})
+    #: map name -> max_entries, for maps whose size is part of the layout
+    #: (an index past an older map's end would be lost, not refused)
+    ENTRIES: MappingProxyType = MappingProxyType({})
     NAMES: tuple[str, ...] = ()
     MISSING_HINT = ""
 
@@ -244,7 +252,8 @@ class MapSet:
                 f"{self.pin_dir}: no pinned map(s) {', '.join(missing)}{self.MISSING_HINT}")
         try:
             for n, (kt, vt, mtype) in self.SPECS.items():
-                self.maps[n] = Map.from_pin(self.pin_dir / n, kt, vt, expect_type=mtype)
+                self.maps[n] = Map.from_pin(self.pin_dir / n, kt, vt, expect_type=mtype,
+                                            expect_entries=self.ENTRIES.get(n))
         except BaseException:
             self.close()
             raise
@@ -257,7 +266,8 @@ class MapSet:
             for n, (kt, vt, mtype) in cls.SPECS.items():
                 fd = os.dup(fds[n])
                 try:
-                    self.maps[n] = Map(fd, kt, vt, name=n, expect_type=mtype)
+                    self.maps[n] = Map(fd, kt, vt, name=n, expect_type=mtype,
+                                       expect_entries=cls.ENTRIES.get(n))
                 except BaseException:
                     os.close(fd)
                     raise
@@ -288,7 +298,7 @@ class MapSet:
 
 
 # --- one switch -------------------------------------------------------------------
-#: map name (as declared in bpf/include/talb/maps.h and pinned) ->
+#: map name (as declared in bpf/include/talb/maps.h, or a scheme's header, and pinned) ->
 #: (key type, value type, kernel map type)
 MAP_SPECS = MappingProxyType({
     "ports": (ctypes.c_uint32, PortInfo, sc.BPF_MAP_TYPE_HASH),
@@ -331,4 +341,8 @@ class SwitchMaps(MapSet):
     any process, no bcc) or ``SwitchMaps.from_fds({name: fd})``."""
 
     SPECS = MAP_SPECS
+    #: counters: a decision counter per scheme id at CNT_DECISION_BASE + id;
+    #: scheme_progs: a program per id (issue 37 grew both to 16 schemes)
+    ENTRIES = MappingProxyType({"counters": CONST["TALB_NR_COUNTERS"],
+                                "scheme_progs": CONST["TALB_MAX_SCHEMES"]})
     MISSING_HINT = " (is the switch's data path loaded? `talb testbed status`)"

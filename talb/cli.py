@@ -30,8 +30,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from common import paths
-from common.bcc_bindings import BccUnavailable
+# The schemes' headers and modules ($TALB_SCHEME_PATH's too) are read and
+# checked at their first import: a bad one ends the command with its message
+# (naming the file or the variable), not a traceback.
+try:
+    from datapath.schemes import registry as _scheme_registry  # noqa: F401
+except RuntimeError as _exc:
+    if type(_exc).__name__ not in ("SchemeHeaderError", "RegistryError"):
+        raise
+    sys.exit(f"talb: {_exc}")
+
+from common import paths  # noqa: E402
+from common.bcc_bindings import BccUnavailable  # noqa: E402
 from netns_topology.state import (DATAPATHS, PROGRAM_DATAPATHS, TestbedError, load_topology_of, node_namespace,
                                   read_state, require_root)
 from talb.cli_scheme import SCHEME_CHOICES, TIMER_FIELDS, param_help, scheme_table

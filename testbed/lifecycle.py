@@ -375,6 +375,11 @@ def _agent_window(prefix: str) -> float | None:
 def _switch_counters(prefix: str, switch: str) -> dict:
     from datapath.control import read_config, read_counters, read_port_stats
     from datapath.maps import SwitchMaps
+    from datapath.schemes.registry import SCHEMES
+
+    # the config fields whose defaults follow the link rate: each scheme's
+    # parameters with a timer (datapath/schemes/<name>.py)
+    timer_fields = tuple(dict.fromkeys(p.field for s in SCHEMES for p in s.params if p.timer))
 
     pin = paths.pin_dir(prefix, switch)
     if not pin.exists():
@@ -385,7 +390,6 @@ def _switch_counters(prefix: str, switch: str) -> dict:
         return {"ports": read_port_stats(maps), "counters": read_counters(maps),
                 "scheme": cfg["scheme"],
                 # in force on the switch: derived at `up` (datapath/timers.py) or set since
-                "timers": {k: cfg[k] for k in ("flowlet_timeout_us", "conga_dre_us",
-                                               "conga_alpha_shift", "conga_age_us")}}
+                "timers": {k: cfg[k] for k in timer_fields}}
     finally:
         maps.close()

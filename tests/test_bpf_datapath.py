@@ -136,8 +136,8 @@ def test_constants_come_from_the_header():
 
     assert C.SCHEMES["ecmp"] == 0 and C.SCHEMES["talb"] == 5
     assert C.COUNTER_NAMES[C.CONST["CNT_RELEASED"]] == "released"
-    assert C.COUNTER_NAMES[C.CONST["CNT_DECISION_ECMP"]] == "decision_ecmp"
-    assert C.CONST["CNT_DECISION_TALB"] == C.CONST["CNT_DECISION_BASE"] + 5
+    assert C.COUNTER_NAMES[C.CONST["CNT_DECISION_BASE"]] == "decision_ecmp"
+    assert C.COUNTER_NAMES[C.CONST["CNT_DECISION_BASE"] + 5] == "decision_talb"
     assert C.PORT_UP and C.PORT_HOST and C.PORT_UP != C.PORT_HOST
 
 
@@ -158,6 +158,36 @@ def test_pinned_map_with_wrong_layout_is_refused(root):
             maps.SwitchMaps(d)
     finally:
         os.close(fd)
+        for p in d.iterdir():
+            p.unlink()
+        d.rmdir()
+
+
+def test_maps_pinned_before_the_counters_grew_are_refused_by_name(switch):
+    """Issue 37 moved the decision counters to CNT_DECISION_BASE + id (64..79)
+    and sized scheme_progs for 16 schemes: a switch pinned by an older build
+    (counters of 64 entries) is refused naming the map and both sizes, not
+    read with its decision counters missing."""
+    from common.c_constants import TALB_NR_COUNTERS
+    from datapath import bpf_syscall as sc
+    from datapath import maps
+    from datapath.loader import ensure_bpffs
+
+    d = ensure_bpffs() / new_prefix()
+    d.mkdir()
+    old = sc.map_create(sc.BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 64, name="counters")
+    try:
+        for name in maps.SwitchMaps.SPECS:
+            sc.obj_pin(old if name == "counters" else switch.dp.map_fd(name), d / name)
+        with pytest.raises(maps.MapLayoutError) as ei:
+            maps.SwitchMaps(d)
+        assert f"{d / 'counters'}: kernel map layout does not match" in str(ei.value)
+        assert f"max_entries 64 != {TALB_NR_COUNTERS}" in str(ei.value)
+        (d / "counters").unlink()
+        sc.obj_pin(switch.dp.map_fd("counters"), d / "counters")
+        maps.SwitchMaps(d).close()          # this build's own pins open
+    finally:
+        os.close(old)
         for p in d.iterdir():
             p.unlink()
         d.rmdir()
@@ -656,6 +686,7 @@ def test_source_expansion_for_bcc():
     text = expand_source()
     assert not any(line.lstrip().startswith('#include "') for line in text.splitlines())
     for h in ("constants.h", "structs.h", "maps.h", "parsing_helpers.h", "hash.h",
-              "pkt.h", "decision.h", "schemes/ecmp.h", "schemes/talb.h", "talb_option.h"):
+              "pkt.h", "decision.h", "schemes/ecmp.h", "schemes/talb.h", "talb_option.h",
+              "scheme_api.h", "scheme_dispatch.h"):
         assert text.count(f'#line 1 "{INCLUDE_DIR / "talb" / h}"') == 1, h
     assert text.startswith(f'#line 1 "{SWITCH_SRC}"')

@@ -1,7 +1,8 @@
 """A scheme is declared once: its ``SCHEME`` record in datapath/schemes/<name>.py,
-found by datapath/schemes/registry.py and checked against the C
-(bpf/include/talb/constants.h, decision.h, switch_tc.c, structs.h -- read
-here from their text, independently of the parser). The places that list
+found by datapath/schemes/registry.py and checked against its C header
+(bpf/include/talb/schemes/<name>.h: TALB_SCHEME_<NAME> and its flags;
+constants.h's room, structs.h -- read here from their text, independently
+of the parser). The places that list
 schemes take them from the registry; `talb scheme --list` and the README
 show it."""
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from common.c_constants import CONST, CONSTANTS_H, COUNTER_NAMES
+from common.c_constants import CONST, COUNTER_NAMES, SCHEME_HEADERS
 from common.paths import BPF_SRC_DIR
 from datapath.schemes import registry
 from datapath.schemes.spec import SCHEME_NAME, Scheme
@@ -32,37 +33,46 @@ def c_function_body(path: Path, name: str) -> str:
 
 # --- the registry is the C's ----------------------------------------------------------------------
 def test_every_define_has_its_module_and_the_same_id_in_id_order():
-    text = CONSTANTS_H.read_text()
-    defines = {m.group(1).lower(): int(m.group(2))
-               for m in re.finditer(r"^#define\s+TALB_SCHEME_(\w+)\s+(\d+)\b", text, re.M)}
+    schemes_dir = BPF_SRC_DIR / "include" / "talb" / "schemes"
+    defines = {}
+    for path in schemes_dir.glob("*.h"):
+        m = re.search(rf"^#define\s+TALB_SCHEME_{path.stem.upper()}\s+(\d+)\b",
+                      path.read_text(), re.M)
+        if m:
+            defines[path.stem] = int(m.group(1))
     assert {s.name: s.id for s in registry.SCHEMES} == defines
     assert [s.id for s in registry.SCHEMES] == sorted(defines.values())
     for s in registry.SCHEMES:
         assert (REPO / "datapath" / "schemes" / f"{s.name}.py").is_file()
-        assert (BPF_SRC_DIR / "include" / "talb" / "schemes" / f"{s.name}.h").is_file()
+        assert (schemes_dir / f"{s.name}.h").is_file()
 
 
-def test_decision_counters_fit_below_the_option_counters():
-    """CNT_DECISION_BASE + id for every scheme, all below CNT_OPT_TAGGED: the
-    room the registry states (MAX_SCHEMES) is the C's."""
-    assert registry.MAX_SCHEMES == CONST["CNT_OPT_TAGGED"] - CONST["CNT_DECISION_BASE"]
+def test_decision_counters_have_room_for_every_id():
+    """CNT_DECISION_BASE + id for ids 0..MAX_SCHEMES-1 (16), all inside the
+    counters array and past every named counter: the room the registry
+    states (MAX_SCHEMES) is the C's."""
+    assert registry.MAX_SCHEMES == CONST["TALB_MAX_SCHEMES"] >= 16
+    base = CONST["CNT_DECISION_BASE"]
+    assert base + registry.MAX_SCHEMES <= CONST["TALB_NR_COUNTERS"]
+    named = [v for k, v in CONST.items() if k.startswith("CNT_") and k != "CNT_DECISION_BASE"]
+    assert max(named) < base
     assert len(registry.SCHEMES) <= registry.MAX_SCHEMES
     for s in registry.SCHEMES:
-        assert COUNTER_NAMES[CONST["CNT_DECISION_BASE"] + s.id] == f"decision_{s.name}"
+        assert COUNTER_NAMES[base + s.id] == f"decision_{s.name}"
         for counter, _case in s.decisions:
             assert counter in COUNTER_NAMES, (s.name, counter)
 
 
-def test_clock_need_and_entry_points_are_the_programs():
-    """SCHEME.clock is decision.h's talb_scheme_clock(); SCHEME.inline: no
-    talb_scheme_<name> entry point in switch_tc.c, the others have one."""
-    clock = c_function_body(BPF_SRC_DIR / "include" / "talb" / "decision.h", "talb_scheme_clock")
-    in_c = {n.lower() for n in re.findall(r"TALB_SCHEME_(\w+)", clock)}
-    assert {s.name for s in registry.SCHEMES if s.clock} == in_c
-    source = (BPF_SRC_DIR / "switch_tc.c").read_text()
+def test_clock_need_and_entry_points_are_the_headers_flags():
+    """SCHEME.clock is the header's TALB_SF_CLOCK / TALB_SF_CLOCK_HOOK;
+    SCHEME.inline its TALB_SF_INLINE (no program of its own)."""
     for s in registry.SCHEMES:
-        has_entry = re.search(rf"^int talb_scheme_{s.name}\(", source, re.M) is not None
-        assert has_entry is not s.inline, s.name
+        text = (BPF_SRC_DIR / "include" / "talb" / "schemes" / f"{s.name}.h").read_text()
+        flags = re.search(rf"^#define\s+TALB_SCHEME_{s.name.upper()}_FLAGS\s+(.*?)(?<!\\)$",
+                          text.replace("\\\n", " "), re.M).group(1)
+        assert ("TALB_SF_CLOCK" in flags) is s.clock, s.name
+        assert ("TALB_SF_INLINE" in flags) is s.inline, s.name
+        assert ("TALB_SF_PROGRAM" in flags) is not s.inline, s.name
 
 
 def test_parameters_are_config_fields_with_their_defaults_in_range():
@@ -127,7 +137,8 @@ SCHEME = Scheme(name={name!r}, id={id}, title="X", description="x", paper="x", d
 def test_a_new_module_without_its_define_is_refused_by_name(monkeypatch, tmp_path):
     _with_module(monkeypatch, tmp_path, "hula", RECORD.format(name="hula", id=6))
     with pytest.raises(registry.RegistryError,
-                       match=r"datapath/schemes/hula.py: .*constants.h has no #define TALB_SCHEME_HULA"):
+                       match=r"datapath/schemes/hula.py: no header hula.h with #define "
+                             r"TALB_SCHEME_HULA"):
         registry.discover()
 
 
@@ -142,15 +153,15 @@ def test_a_new_module_with_its_define_joins_the_registry(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("name,id,message", [
-    ("hula", 3, r"SCHEME.id is 3, but .*constants.h says TALB_SCHEME_HULA 6"),
-    ("hula", 9, r"id 9: its decision counter CNT_DECISION_BASE \+ id would reach CNT_OPT_TAGGED"),
+    ("hula", 3, r"SCHEME.id is 3, but .* says TALB_SCHEME_HULA 6"),
+    ("hula", 16, r"id 16: ids 0..15 fit \(TALB_MAX_SCHEMES"),
 ])
 def test_a_module_whose_id_is_not_the_define_is_refused(monkeypatch, tmp_path, name, id, message):
     from types import MappingProxyType
 
     _with_module(monkeypatch, tmp_path, name, RECORD.format(name=name, id=id))
     monkeypatch.setattr(registry, "C_SCHEMES",
-                        MappingProxyType({**registry.C_SCHEMES, name: 6 if id < 9 else 9}))
+                        MappingProxyType({**registry.C_SCHEMES, name: 6 if id < 16 else 16}))
     with pytest.raises(registry.RegistryError, match=message):
         registry.discover()
 
@@ -160,8 +171,58 @@ def test_a_define_without_its_module_is_refused_by_name(monkeypatch):
 
     monkeypatch.setattr(registry, "C_SCHEMES", MappingProxyType({**registry.C_SCHEMES, "hula": 6}))
     with pytest.raises(registry.RegistryError,
-                       match=r"defines TALB_SCHEME_HULA without its module: datapath/schemes/hula.py"):
+                       match=r"defines TALB_SCHEME_HULA without its module: hula.py beside it"):
         registry.discover()
+
+
+def test_a_module_whose_inline_or_clock_is_not_the_headers_is_refused(monkeypatch, tmp_path):
+    """rps.h says TALB_SF_PROGRAM and no clock: a record saying otherwise is refused."""
+    from dataclasses import replace
+
+    from datapath.schemes import rps
+
+    original = rps.SCHEME
+    monkeypatch.setattr(rps, "SCHEME", replace(original, inline=True))
+    with pytest.raises(registry.RegistryError,
+                       match=r"datapath/schemes/rps.py: SCHEME.inline is True, but .*rps.h's "
+                             r"TALB_SCHEME_RPS_FLAGS lack TALB_SF_INLINE"):
+        registry.discover()
+    monkeypatch.setattr(rps, "SCHEME", replace(original, clock=True))
+    with pytest.raises(registry.RegistryError, match=r"SCHEME.clock is True, but .*rps.h's"):
+        registry.discover()
+
+
+# --- scheme headers: what the C side refuses ----------------------------------------------------
+HEADER = """#define TALB_SCHEME_{up} {id}
+#define TALB_SCHEME_{up}_FLAGS {flags}
+"""
+
+
+@pytest.mark.parametrize("id,flags,message", [
+    ("16", "(TALB_SF_PROGRAM)", r"TALB_SCHEME_HULA 16: ids are 0..15"),
+    ("3", "(TALB_SF_PROGRAM)", r"scheme 'hula' id 3: the id of .*drill.h \(scheme 'drill' id 3\)"),
+    ("9", "(TALB_SF_PROGRAM | TALB_SF_INLINE)", r"exactly one of TALB_SF_INLINE .* and TALB_SF_PROGRAM"),
+    ("9", "(TALB_SF_INLINE | TALB_SF_DEFAULT)", r"exactly one scheme is TALB_SF_DEFAULT"),
+    ("9", "(TALB_SF_INLINE | TALB_SF_EVERY_HOP)", r"TALB_SF_EVERY_HOP needs TALB_SF_PROGRAM"),
+    ("9", "(1U << 20 | TALB_SF_PROGRAM)", r"bits 0x100000 are no TALB_SF_\*"),
+])
+def test_a_bad_scheme_header_is_refused_naming_it(tmp_path, id, flags, message):
+    from common.c_constants import SchemeHeaderError, scheme_headers
+
+    (tmp_path / "hula.h").write_text(HEADER.format(up="HULA", id=id, flags=flags))
+    with pytest.raises(SchemeHeaderError, match=message) as ei:
+        scheme_headers({"TALB_SCHEME_PATH": str(tmp_path)})
+    assert "hula.h" in str(ei.value)
+
+
+def test_a_header_without_flags_and_a_missing_directory_are_refused(tmp_path):
+    from common.c_constants import SchemeHeaderError, scheme_headers
+
+    (tmp_path / "hula.h").write_text("#define TALB_SCHEME_HULA 9\n")
+    with pytest.raises(SchemeHeaderError, match=r"hula.h: no #define TALB_SCHEME_HULA_FLAGS"):
+        scheme_headers({"TALB_SCHEME_PATH": str(tmp_path)})
+    with pytest.raises(SchemeHeaderError, match=r"TALB_SCHEME_PATH: .*nowhere is not a directory"):
+        scheme_headers({"TALB_SCHEME_PATH": str(tmp_path / "nowhere")})
 
 
 # --- the places that list schemes take the registry's list --------------------------------------------
@@ -258,15 +319,20 @@ def test_help_texts_list_the_registry():
 
 
 def test_readme_and_docs_list_the_registry():
-    """README's status names every scheme, in id order; docs/schemes.md's
-    table has a row per scheme with its header and its model."""
+    """README's status names every scheme of the project, in id order;
+    docs/schemes.md's table has a row per scheme with its header and its
+    model (a scheme from $TALB_SCHEME_PATH is its author's to document)."""
+    from common.c_constants import BUILTIN_SCHEME_DIR
+
+    ours = [s for s in registry.SCHEMES
+            if SCHEME_HEADERS[s.name].path.parent.resolve() == BUILTIN_SCHEME_DIR.resolve()]
     readme = (REPO / "README.md").read_text()
     status = re.search(r"data path with\s+(.*?)\s+\(tensor", readme, re.S).group(1)
-    titles = [s.title for s in registry.SCHEMES]
+    titles = [s.title for s in ours]
     assert re.findall(r"\*\*(\w+)\*\*", status) == titles
     assert "talb scheme --list" in readme
     docs = (REPO / "docs" / "schemes.md").read_text()
-    for s in registry.SCHEMES:
+    for s in ours:
         assert re.search(rf"^\| {s.title} +\| `bpf/include/talb/schemes/{s.name}.h` +\| "
                          rf"`datapath/schemes/{s.name}.py`", docs, re.M), s.name
         # and its parameters in the parameter table ("| `d` | DRILL | 2 | 1..4 |")

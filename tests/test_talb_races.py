@@ -148,7 +148,7 @@ def hooked(bcc):
 
 
 def _interleave_type():
-    """Mirror of bpf's struct talb_interleave (maps.h, TALB_TEST_INTERLEAVE)."""
+    """Mirror of bpf's struct talb_interleave (schemes/talb.h, TALB_TEST_INTERLEAVE)."""
     import ctypes
 
     from datapath.structs import TensorEntry, TensorKey

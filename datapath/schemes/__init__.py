@@ -14,8 +14,10 @@ file, so that the C and the Python of a scheme can be read side by side:
 
 Each scheme module ends with its ``SCHEME`` record (spec.py: id, parameters,
 XDP, fallback, decision counters, clock, model); registry.py finds them by
-walking this package and checks them against constants.h. Everything that
-lists schemes iterates ``registry.SCHEMES`` (docs/schemes.md, "The registry").
+walking this package (and the directories of $TALB_SCHEME_PATH) and checks
+each against its header's id and flags. Everything that lists schemes
+iterates ``registry.SCHEMES`` (docs/schemes.md, "The registry"; a new
+scheme: docs/add-a-scheme.md).
 
 The models hold no kernel state; the property tests
 (tests/test_schemes_switch.py, tests/test_talb_switch.py) run them beside

@@ -1,72 +1,117 @@
-"""The registry of schemes: every ``SCHEME`` record of ``datapath/schemes/``,
-found by walking the package (a new ``<name>.py`` is found without editing
-a list), checked against ``bpf/include/talb/constants.h``, in id order.
+"""The registry of schemes: every ``SCHEME`` record of ``datapath/schemes/``
+and of each directory of $TALB_SCHEME_PATH, found by walking them (a new
+``<name>.py`` is found without editing a list), checked against its C
+header (``<name>.h``: ``TALB_SCHEME_<NAME>`` and its flags), in id order.
 
     from datapath.schemes.registry import SCHEMES, get
     for s in SCHEMES: ...          # Scheme records, ecmp first
     get("drill").param("d").hi     # 4
 
 The names and ids themselves stay the C's (``common.c_constants.SCHEMES``,
-from the TALB_SCHEME_* defines, for the layers below this one); this module
-adds what each scheme declares about itself, and refuses to import when the
-two disagree: a define without its module, a module without its define, an
-id that is not the define's, or a scheme past the room the C leaves
-(:data:`MAX_SCHEMES`, docs/schemes.md "Limits").
+from the headers' TALB_SCHEME_<NAME> defines, for the layers below this
+one); this module adds what each scheme declares about itself, and refuses
+to import when the two disagree: a header without its module, a module
+without its header, an id that is not the header's, a clock need or an
+inline decision the header's flags do not say, or a scheme past the room
+the C leaves (:data:`MAX_SCHEMES`, docs/schemes.md "Limits").
+docs/add-a-scheme.md is the tutorial.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import sys
+from pathlib import Path
 from types import MappingProxyType
 
-from common.c_constants import CONST, CONSTANTS_H
+from common.c_constants import CONSTANTS_H, SCHEME_HEADERS, SCHEME_PATH_ENV, TALB_MAX_SCHEMES
 from common.c_constants import SCHEMES as C_SCHEMES
+from common.c_constants import scheme_dirs
 from datapath import schemes as _package
 from datapath.schemes.spec import Scheme
 
 __all__ = ["SCHEMES", "BY_NAME", "MAX_SCHEMES", "RegistryError", "get", "names", "discover"]
 
-#: Decision counters sit at CNT_DECISION_BASE + id, below CNT_OPT_TAGGED
-#: (constants.h): ids 0..MAX_SCHEMES-1 fit (8 today: six used, two spare).
-#: A ninth scheme needs the counters moved in the C first.
-MAX_SCHEMES = CONST["CNT_OPT_TAGGED"] - CONST["CNT_DECISION_BASE"]
+#: Scheme ids 0..MAX_SCHEMES-1: decision counters (CNT_DECISION_BASE + id)
+#: and the scheme_progs array are sized for TALB_MAX_SCHEMES (constants.h).
+MAX_SCHEMES = TALB_MAX_SCHEMES
+#: the module name a scheme from $TALB_SCHEME_PATH is imported under
+EXTERNAL_PACKAGE = "talb_external_schemes"
 
 
 class RegistryError(RuntimeError):
-    """A scheme module and constants.h disagree (the message names both)."""
+    """A scheme module and its C header disagree (the message names both)."""
+
+
+def _modules():
+    """(name, where, module) of every module of datapath/schemes/, then of
+    each $TALB_SCHEME_PATH directory's <name>.py."""
+    for info in pkgutil.iter_modules(_package.__path__):
+        yield (info.name, f"datapath/schemes/{info.name}.py",
+               importlib.import_module(f"{_package.__name__}.{info.name}"))
+    for d in scheme_dirs()[1:]:
+        for path in sorted(Path(d).glob("*.py")):
+            qual = f"{EXTERNAL_PACKAGE}.{path.stem}"
+            module = sys.modules.get(qual)
+            if module is None:
+                spec = importlib.util.spec_from_file_location(qual, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[qual] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[qual]
+                    raise
+            yield path.stem, str(path), module
 
 
 def discover() -> tuple[Scheme, ...]:
-    """Every module of datapath/schemes/ that declares ``SCHEME``, checked
-    against constants.h, in id order."""
+    """Every scheme module (datapath/schemes/, $TALB_SCHEME_PATH) that
+    declares ``SCHEME``, checked against its header, in id order."""
     found: dict[str, Scheme] = {}
-    for info in pkgutil.iter_modules(_package.__path__):
-        module = importlib.import_module(f"{_package.__name__}.{info.name}")
+    for name, where, module in _modules():
         scheme = getattr(module, "SCHEME", None)
         if scheme is None:          # a helper (pick.py, spec.py, this module)
             continue
-        where = f"datapath/schemes/{info.name}.py"
         if not isinstance(scheme, Scheme):
             raise RegistryError(f"{where}: SCHEME is a {type(scheme).__name__}, not a Scheme")
-        if scheme.name != info.name:
+        if scheme.name != name:
             raise RegistryError(f"{where}: SCHEME.name is {scheme.name!r}: a scheme's module is "
                                 f"named after it ({scheme.name}.py)")
+        if scheme.name in found:
+            raise RegistryError(f"{where}: a second module of scheme {scheme.name!r}")
         define = f"TALB_SCHEME_{scheme.name.upper()}"
         if scheme.name not in C_SCHEMES:
-            raise RegistryError(f"{where}: {CONSTANTS_H} has no #define {define} (the scheme's id)")
+            raise RegistryError(f"{where}: no header {scheme.name}.h with #define {define} (the "
+                                f"scheme's id) in " + " or ".join(map(str, scheme_dirs()))
+                                + f" (${SCHEME_PATH_ENV})")
+        header = SCHEME_HEADERS.get(scheme.name)
+        hpath = header.path if header else CONSTANTS_H
         if scheme.id != C_SCHEMES[scheme.name]:
-            raise RegistryError(f"{where}: SCHEME.id is {scheme.id}, but {CONSTANTS_H} "
+            raise RegistryError(f"{where}: SCHEME.id is {scheme.id}, but {hpath} "
                                 f"says {define} {C_SCHEMES[scheme.name]}")
         if not 0 <= scheme.id < MAX_SCHEMES:
-            raise RegistryError(f"{where}: id {scheme.id}: its decision counter "
-                                f"CNT_DECISION_BASE + id would reach CNT_OPT_TAGGED; ids "
-                                f"0..{MAX_SCHEMES - 1} fit ({CONSTANTS_H})")
+            raise RegistryError(f"{where}: id {scheme.id}: ids 0..{MAX_SCHEMES - 1} fit "
+                                f"(TALB_MAX_SCHEMES, {CONSTANTS_H})")
+        if header is not None:
+            if scheme.inline != header.has("INLINE"):
+                raise RegistryError(f"{where}: SCHEME.inline is {scheme.inline}, but {hpath}'s "
+                                    f"{define}_FLAGS {'lack' if scheme.inline else 'have'} "
+                                    f"TALB_SF_INLINE")
+            clock = header.has("CLOCK") or header.has("CLOCK_HOOK")
+            if scheme.clock != clock:
+                raise RegistryError(f"{where}: SCHEME.clock is {scheme.clock}, but {hpath}'s "
+                                    f"{define}_FLAGS {'have' if clock else 'lack'} "
+                                    f"TALB_SF_CLOCK(_HOOK)")
         found[scheme.name] = scheme
     missing = [n for n in C_SCHEMES if n not in found]
     if missing:
-        raise RegistryError(f"{CONSTANTS_H} defines " + ", ".join(
-            f"TALB_SCHEME_{n.upper()}" for n in missing) + " without its module: "
-            + ", ".join(f"datapath/schemes/{n}.py (with a SCHEME record)" for n in missing))
+        raise RegistryError(", ".join(
+            f"{SCHEME_HEADERS[n].path if n in SCHEME_HEADERS else CONSTANTS_H} defines "
+            f"TALB_SCHEME_{n.upper()}" for n in missing) + " without its module: " + ", ".join(
+            f"{n}.py beside it (datapath/schemes/{n}.py for the project's), with a SCHEME "
+            f"record" for n in missing))
     return tuple(sorted(found.values(), key=lambda s: s.id))
 
 

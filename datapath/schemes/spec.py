@@ -62,9 +62,10 @@ class Scheme:
     #: decision counter (datapath.control.read_counters name) -> the case it
     #: counts (the agent's talb_decisions_total{scheme, case})
     decisions: tuple[tuple[str, str], ...]
-    clock: bool                 # reads bpf_ktime_get_ns (decision.h talb_scheme_clock)
+    clock: bool                 # reads bpf_ktime_get_ns (its header: TALB_SF_CLOCK or _CLOCK_HOOK)
     #: decided in the main program (no program of its own, no tail call:
-    #: datapath/loader.py INLINE_SCHEMES); else bpf/switch_tc.c has talb_scheme_<name>
+    #: datapath/loader.py INLINE_SCHEMES, its header TALB_SF_INLINE); else its program
+    #: talb_scheme_<name> (TALB_SF_PROGRAM)
     inline: bool
     model: Callable             # the Python model's entry point, checked against the C
 

@@ -47,17 +47,40 @@
 #define TALB_EGRESS_STALE_NS    (300ULL * 1000 * 1000 * 1000)   /* 300 s */
 
 /* ---- load-balancing schemes (talb_config.scheme) ----------------------
- * One header each under schemes/ (decision.h dispatches). Implemented:
- * ECMP, RPS, LetFlow, DRILL, CONGA and TaLB. A configured scheme that is not
- * implemented falls back to ECMP and counts CNT_SCHEME_FALLBACK (user
- * space refuses to set one: datapath/control.py, IMPLEMENTED_SCHEMES). */
-#define TALB_SCHEME_ECMP        0
-#define TALB_SCHEME_RPS         1
-#define TALB_SCHEME_LETFLOW     2
-#define TALB_SCHEME_DRILL       3
-#define TALB_SCHEME_CONGA       4
-#define TALB_SCHEME_TALB        5
-#define TALB_NR_SCHEMES         6
+ * A scheme is its header, bpf/include/talb/schemes/<name>.h (or one in a
+ * directory of TALB_SCHEME_PATH), and its Python module beside it: the
+ * header defines TALB_SCHEME_<NAME> (its id, < TALB_MAX_SCHEMES) and
+ * TALB_SCHEME_<NAME>_FLAGS (the TALB_SF_* below: which hooks it has); the
+ * loader includes every registered header (talb/schemes/all.h, generated
+ * by datapath/source.py) and talb/scheme_dispatch.h calls the hooks. No
+ * shared file names a scheme (docs/add-a-scheme.md). A configured id
+ * without a program falls back to the default scheme and counts
+ * CNT_SCHEME_FALLBACK (user space refuses to set one). */
+#define TALB_MAX_SCHEMES        16      /* ids 0..15: decision counters, programs */
+/* TALB_SCHEME_<NAME>_FLAGS: what the scheme's header provides. Every
+ * scheme has <name>_pick(pkt, g, gid, cfg, now) -> index < g->n_ports
+ * unless it brings a program of its own (TALB_SF_OWN_PROGRAM). */
+#define TALB_SF_INLINE          (1U << 0) /* decides in the main program: no
+					     tail call (per-packet cost) */
+#define TALB_SF_DEFAULT         (1U << 1) /* the main program's last resort
+					     (one scheme: ECMP) */
+#define TALB_SF_PROGRAM         (1U << 2) /* a program of its own,
+					     talb_scheme_<name>, tail-called
+					     for multipath groups */
+#define TALB_SF_EVERY_HOP       (1U << 3) /* ... for every packet, single-
+					     port groups too (CONGA's option) */
+#define TALB_SF_CLOCK           (1U << 4) /* always reads bpf_ktime_get_ns */
+#define TALB_SF_CLOCK_HOOK      (1U << 5) /* reads it when <name>_clock(cfg,
+					     pkt) says so */
+#define TALB_SF_EGRESS          (1U << 6) /* <name>_egress(port_id, len, cfg,
+					     now) on every forwarded packet
+					     while it decides (or is the
+					     fallback of the one that does) */
+#define TALB_SF_FALLBACK        (1U << 7) /* hands packets to
+					     cfg->fallback_scheme; then
+					     <name>_after_fallback() */
+#define TALB_SF_OWN_PROGRAM     (1U << 8) /* its header writes its program
+					     itself (no <name>_pick) */
 
 /* ---- baseline schemes: limits and defaults (docs/schemes.md says why) -- */
 #define TALB_FLOWLET_TABLE_SIZE 16384   /* flowlets: 5-tuples (LRU)          */
@@ -138,13 +161,6 @@
 #define CNT_IP_OPTIONS          11  /* IHL > 5, no valid TaLB option         */
 #define CNT_SCHEME_FALLBACK     12  /* configured scheme not implemented     */
 #define CNT_DECISION_SINGLE     13  /* group of one port: no choice to make  */
-#define CNT_DECISION_BASE       16  /* + scheme id: multipath decisions      */
-#define CNT_DECISION_ECMP       (CNT_DECISION_BASE + TALB_SCHEME_ECMP)
-#define CNT_DECISION_RPS        (CNT_DECISION_BASE + TALB_SCHEME_RPS)
-#define CNT_DECISION_LETFLOW    (CNT_DECISION_BASE + TALB_SCHEME_LETFLOW)
-#define CNT_DECISION_DRILL      (CNT_DECISION_BASE + TALB_SCHEME_DRILL)
-#define CNT_DECISION_CONGA      (CNT_DECISION_BASE + TALB_SCHEME_CONGA)
-#define CNT_DECISION_TALB       (CNT_DECISION_BASE + TALB_SCHEME_TALB)
 /* TaLB option parsing (parse_talb_option): a packet with a malformed
  * option is untagged (fallback scheme), counted by the first reason. */
 #define CNT_OPT_TAGGED          24  /* valid TaLB option                     */
@@ -155,7 +171,7 @@
 #define CNT_OPT_OVERRUN         29  /* another option's length < 2 or past
                                        IHL before ours: the walk stops      */
 #define CNT_OPT_NOT_FIRST       30  /* valid, after other options            */
-/* TaLB decisions (schemes/talb.h), with CNT_DECISION_TALB for each
+/* TaLB decisions (schemes/talb.h), with its decision counter for each
  * tagged multipath decision. */
 #define CNT_TALB_HIT            32  /* table hit, previous port (integrity)  */
 #define CNT_TALB_CASE1          33  /* new tensor, several layers live       */
@@ -193,7 +209,11 @@
 #define CNT_ECN_MARKED          58  /* ECT packet left with CE (or was CE)   */
 #define CNT_ECN_NOT_ECT         59  /* Not-ECT: never marked (RFC 3168)      */
 #define CNT_ECN_MARK_FAIL       60  /* load/store/checksum helper failed     */
-#define TALB_NR_COUNTERS        64
+/* Multipath decisions, one counter per scheme id: CNT_DECISION_BASE + id
+ * (room for TALB_MAX_SCHEMES; 16..23 held them before issue 37 and stay
+ * unused). */
+#define CNT_DECISION_BASE       64
+#define TALB_NR_COUNTERS        (CNT_DECISION_BASE + TALB_MAX_SCHEMES)
 
 /* ---- wire format (docs/design.md §4, bpf/include/talb/talb_option.h) --- */
 #define TALB_IPOPT_TYPE         0x9E    /* copied=1, class 0, number 30     */

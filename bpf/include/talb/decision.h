@@ -5,8 +5,8 @@
  *   talb_extract()     packet bytes [data, data_end) -> struct talb_pkt
  *                      (Ethernet, IPv4 with the TaLB option, L4 ports)
  *   talb_route()       packet -> its forwarding group
- *   talb_scheme_pick() packet + group + config -> index into the group,
- *                      by one scheme (schemes/<name>.h)
+ *   (the scheme's choice: its header's hooks, called through
+ *                      talb/scheme_dispatch.h -- no scheme is named here)
  *   talb_verdict_for() index -> verdict: forward to (egress ifindex, port
  *                      id, port flags, skb->priority of the band) or pass
  *                      to the stack, with the reason (a CNT_* index)
@@ -15,8 +15,8 @@
  * into the fabric marks its tensor's egress port (talb_note_egress,
  * tensor_egress.h), the record `talb send` checks tensor integrity on.
  *
- * Which scheme runs where is the entry point's (switch_tc.c): ECMP, TaLB
- * and single-port groups in the main program, every other scheme in a
+ * Which scheme runs where is each scheme's own declaration
+ * (TALB_SCHEME_<NAME>_FLAGS): in the main program (TALB_SF_INLINE) or in a
  * program of its own, reached by a tail call (the verifier budget and the
  * cost per packet: docs/schemes.md).
  *
@@ -31,13 +31,12 @@
 
 #include "talb/parsing_helpers.h"
 #include "talb/pkt.h"
-#include "talb/schemes/ecmp.h"
-#include "talb/schemes/rps.h"
-#include "talb/schemes/letflow.h"
-#include "talb/schemes/drill.h"
-#include "talb/schemes/conga.h"
-#include "talb/schemes/talb.h"
 #include "talb/tensor_egress.h"
+
+/* The egress hooks of the scheme in force (talb/scheme_dispatch.h, built
+ * after the schemes' headers). */
+static __always_inline void talb_scheme_egress(const struct talb_config *cfg, __u32 port_id,
+					       __u32 len, __u64 now);
 
 /* Parse Ethernet -> IPv4 -> TCP/UDP ports. Returns 1 for an IPv4 packet
  * with all the headers it claims, 0 (with v->reason) otherwise. */
@@ -124,30 +123,6 @@ static __always_inline int talb_extract(void *data, void *data_end,
 	return 1;
 }
 
-/* Whether the decision for packet p reads the clock (TaLB: table ages, for
- * a tagged packet, and its fallback's clock; LetFlow: flowlet gaps; DRILL:
- * queue drain; CONGA: the DRE), and whether DRILL decides (then every
- * redirected packet feeds the queue estimates). An untagged packet under
- * TaLB with a fallback that reads no clock (ECMP, RPS) reads none:
- * bpf_ktime_get_ns is ~32 ns, a third of its cost (docs/schemes.md "Cost
- * per packet (issue 43)"). */
-static __always_inline int talb_scheme_clock(const struct talb_config *cfg,
-					     const struct talb_pkt *p)
-{
-	if (cfg->scheme == TALB_SCHEME_TALB)
-		return (p->flags & TALB_PKT_TAGGED) ||
-		       cfg->fallback_scheme == TALB_SCHEME_LETFLOW ||
-		       cfg->fallback_scheme == TALB_SCHEME_DRILL;
-	return cfg->scheme == TALB_SCHEME_LETFLOW || cfg->scheme == TALB_SCHEME_DRILL ||
-	       cfg->scheme == TALB_SCHEME_CONGA;
-}
-
-static __always_inline int talb_drill_in_use(const struct talb_config *cfg)
-{
-	return cfg->scheme == TALB_SCHEME_DRILL ||
-	       (cfg->scheme == TALB_SCHEME_TALB && cfg->fallback_scheme == TALB_SCHEME_DRILL);
-}
-
 /* The configuration in force (config[0]). */
 static __always_inline const struct talb_config *talb_config_get(void)
 {
@@ -193,6 +168,27 @@ static __always_inline int talb_route(const struct talb_pkt *p, struct talb_verd
 	return 1;
 }
 
+/* Priority band of a packet (any scheme): untagged traffic in band 0 --
+ * HTB's default class, where everything unmarked lands too -- and tagged
+ * tensors by layer in bands 1..n_bands-1, front layers (small numbers, the
+ * ones the next iteration's forward pass needs first) in the higher
+ * priority bands: band = 1 + layer / layers_per_band, the last band taking
+ * the rest. With one band everything shares it. */
+static __always_inline __u32 talb_band(const struct talb_pkt *p,
+				       const struct talb_config *cfg)
+{
+	__u32 nb = cfg->n_bands, per = cfg->layers_per_band, b;
+
+	if (nb > TALB_MAX_BANDS)
+		nb = TALB_MAX_BANDS;
+	if (nb <= 1 || !(p->flags & TALB_PKT_TAGGED))
+		return TALB_BAND_UNTAGGED;
+	if (per == 0)
+		per = TALB_DEFAULT_LAYERS_PER_BAND;
+	b = 1 + p->layer / per;
+	return b < nb ? b : nb - 1;
+}
+
 /* The verdict for index idx of group g, chosen by the decision counted as
  * dcnt: 1 with v->egress_* set (v->reason = CNT_REDIRECTED; the entry point
  * may turn it into CNT_RELEASED), or 0 with v->reason = CNT_PASS_*. Never
@@ -226,40 +222,8 @@ static __always_inline int talb_verdict_for(const struct talb_pkt *p,
 	v->egress_flags = out.flags;
 	v->priority = TALB_HTB_MAJOR | (TALB_BAND_MINOR_BASE + talb_band(p, cfg));
 	talb_note_egress(p, out.port_id, out.flags, now);
-	if (talb_drill_in_use(cfg))
-		drill_account(out.port_id, p->len, now);
-	if (cfg->scheme == TALB_SCHEME_CONGA) {
-		struct conga_params pp;
-
-		conga_params_of(cfg, &pp);
-		conga_dre_account(out.port_id, p->len, &pp, now);
-	}
+	talb_scheme_egress(cfg, out.port_id, p->len, now);
 	return 1;
-}
-
-/* One scheme's choice for a group of n >= 2 ports (scheme a constant at
- * every call site: the others fold away). ECMP for an unknown id. */
-static __always_inline __u32 talb_scheme_pick(__u32 scheme, const struct talb_pkt *p,
-					      const struct fwd_group *g, __u32 gid,
-					      const struct talb_config *cfg, __u64 now,
-					      __u32 *dcnt)
-{
-	__u32 n = g->n_ports;
-
-	switch (scheme) {
-	case TALB_SCHEME_RPS:
-		*dcnt = CNT_DECISION_RPS;
-		return rps_select(g, n);
-	case TALB_SCHEME_LETFLOW:
-		*dcnt = CNT_DECISION_LETFLOW;
-		return letflow_select(p, g, n, cfg, now);
-	case TALB_SCHEME_DRILL:
-		*dcnt = CNT_DECISION_DRILL;
-		return drill_select(g, n, gid, cfg, now);
-	default:
-		*dcnt = CNT_DECISION_ECMP;
-		return ecmp_select(p, g, cfg);
-	}
 }
 
 #endif /* TALB_DECISION_H */

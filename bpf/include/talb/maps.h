@@ -48,22 +48,6 @@ TALB_MAP("array", __u32, struct talb_config, config, 1);
 /* CNT_* -> packets, per CPU */
 TALB_MAP("percpu_array", __u32, __u64, counters, TALB_NR_COUNTERS);
 
-/* ---- TaLB (schemes/talb.h) ---- */
-/* (source address, tensor_id) -> tensor (Table I). A plain hash, never an
- * LRU: the kernel must not evict a live entry (its tensor would split, and
- * its live count would leak). Live entries stop at config tensor_limit
- * (<= half the size); done ones use the rest, and when it is full a new
- * tensor takes the fallback (CNT_TALB_TABLE_FULL). */
-TALB_MAP("hash", struct tensor_key, struct tensor_entry, tensors, TALB_TENSOR_MAP_SIZE);
-/* group id -> WRR cursor and live-layer counts (data path, atomic adds) */
-TALB_MAP("array", __u32, struct group_state, group_state, TALB_MAX_GROUPS);
-/* group id -> entries removed by user space (sweep_tensors; user space
- * only): the live count of layer l is group_state.live[l] - this.live[l] */
-TALB_MAP("array", __u32, struct group_state, group_swept, TALB_MAX_GROUPS);
-/* [TALB_COUNT_LIVE] entries inserted - removed by the data path (atomic);
- * [TALB_COUNT_SWEPT] entries removed by user space. Occupancy = [0] - [1]. */
-TALB_MAP("array", __u32, __u32, tensor_count, 2);
-
 /* ---- tensor integrity, every scheme (talb/tensor_egress.h) ---- */
 /* (source address, tensor_id) -> ports it left by. LRU: nobody deletes
  * entries; `talb send` reads its own tensors' after a run. */
@@ -72,33 +56,9 @@ TALB_MAP("lru_hash", struct tensor_key, struct tensor_egress, tensor_egress, TAL
 /* ---- one program per scheme (switch_tc.c) ---- */
 /* scheme id -> its program (tail call); filled by datapath/loader.py. Pinned:
  * a prog array loses its entries when no user-space reference is left. */
-TALB_MAP("prog", __u32, __u32, scheme_progs, TALB_NR_SCHEMES);
+TALB_MAP("prog", __u32, __u32, scheme_progs, TALB_MAX_SCHEMES);
 /* [0] -> the packet as the main program parsed it, per CPU */
 TALB_MAP("percpu_array", __u32, struct talb_scratch, scheme_scratch, 1);
-
-/* ---- RPS, LetFlow, DRILL (schemes/pick.h, letflow.h, drill.h) ---- */
-/* [0] -> this CPU's xorshift32 state (0: not seeded yet) */
-TALB_MAP("percpu_array", __u32, __u32, rng, 1);
-/* 5-tuple -> its current flowlet (LetFlow) */
-TALB_MAP("lru_hash", struct flow_key, struct flowlet, flowlets, TALB_FLOWLET_TABLE_SIZE);
-/* port_id -> link rate and queue limit (user space only) */
-TALB_MAP("array", __u32, struct port_rate, port_rate, TALB_MAX_PORTS);
-/* port_id -> queue estimate (data path only) */
-TALB_MAP("array", __u32, struct port_queue, port_queue, TALB_MAX_PORTS);
-/* group id -> one DRILL engine's memory, per CPU */
-TALB_MAP("percpu_array", __u32, struct drill_mem, drill_mem, TALB_MAX_GROUPS);
-
-/* ---- CONGA (schemes/conga.h) ---- */
-/* port_id -> DRE */
-TALB_MAP("array", __u32, struct conga_dre, conga_dre, TALB_MAX_PORTS);
-/* dst leaf, LBTag -> metric fed back (source leaf's congestion-to-leaf) */
-TALB_MAP("array", __u32, struct conga_metric, conga_to_leaf, TALB_CONGA_TABLE_SIZE);
-/* src leaf, LBTag -> CE seen (destination leaf's congestion-from-leaf) */
-TALB_MAP("array", __u32, struct conga_metric, conga_from_leaf, TALB_CONGA_TABLE_SIZE);
-/* leaf -> next LBTag to feed back to it (round-robin) */
-TALB_MAP("array", __u32, __u32, conga_fb_cursor, TALB_CONGA_MAX_LEAVES);
-/* host IPv4 address (network byte order) -> its leaf id (user space) */
-TALB_MAP("hash", __be32, __u32, conga_leaf_of, TALB_MAX_ROUTES);
 
 /* ---- ECN, every scheme (talb/ecn.h) ---- */
 /* port_id -> marking setup: rate, K, limit, burst, band weights (user space) */
@@ -106,17 +66,8 @@ TALB_MAP("array", __u32, struct ecn_port, ecn_port, TALB_MAX_PORTS);
 /* port_id -> phantom queue per band (data path only) */
 TALB_MAP("array", __u32, struct ecn_queue, ecn_queue, TALB_MAX_PORTS);
 
-#ifdef TALB_TEST_INTERLEAVE
-/* Tests only (tests/test_talb_races.py compiles with -DTALB_TEST_INTERLEAVE):
- * what another CPU writes between this CPU's tensor lookup and its insert
- * (schemes/talb.h talb_other_cpu). Never in a switch's program. */
-struct talb_interleave {
-	struct tensor_key key;
-	__u64 armed;
-	struct tensor_entry entry;
-};
-TALB_MAP("array", __u32, struct talb_interleave, test_interleave, 1);
-#endif
+/* A scheme's own state is declared in its header (schemes/<name>.h, and
+ * schemes/pick.h, flowlet.h for what several share). */
 
 /* The port of `ifindex` into *out: 1, or 0 when it is not ours (an empty
  * slot, or another device's whose ifindex shares it). Only port_slots:

@@ -26,14 +26,21 @@
  *   aging      a remote metric older than age_us counts as 0, and an entry
  *              older than that is not fed back.
  *
- * The option and the table writes are the TC entry point's (switch_tc.c
- * talb_scheme_conga); the decision and the tables are here.
+ * The decision, the tables and CONGA's program (talb_scheme_conga: the
+ * option and the table writes) are all here.
  * datapath/schemes/conga.py is the model.
  *
- * Needs talb/maps.h included before it.
+ * Needs talb/maps.h, talb/ipopt.h and talb/scheme_api.h included before it.
  */
 #ifndef TALB_SCHEMES_CONGA_H
 #define TALB_SCHEMES_CONGA_H
+
+/* id; a program of its own for every packet (the option at every hop),
+ * written here; the clock (the DRE); every forwarded packet feeds the DRE
+ * (conga_egress). */
+#define TALB_SCHEME_CONGA       4
+#define TALB_SCHEME_CONGA_FLAGS (TALB_SF_PROGRAM | TALB_SF_EVERY_HOP | TALB_SF_OWN_PROGRAM | \
+				 TALB_SF_CLOCK | TALB_SF_EGRESS)
 
 #include "talb/pkt.h"
 #include "talb/conga_option.h"
@@ -41,6 +48,18 @@
 #include "talb/schemes/flowlet.h"    /* the flowlet step LetFlow shares */
 
 #define TALB_CONGA_NO_LEAF      TALB_CONGA_MAX_LEAVES
+
+/* ---- its state ---- */
+/* port_id -> DRE */
+TALB_MAP("array", __u32, struct conga_dre, conga_dre, TALB_MAX_PORTS);
+/* dst leaf, LBTag -> metric fed back (source leaf's congestion-to-leaf) */
+TALB_MAP("array", __u32, struct conga_metric, conga_to_leaf, TALB_CONGA_TABLE_SIZE);
+/* src leaf, LBTag -> CE seen (destination leaf's congestion-from-leaf) */
+TALB_MAP("array", __u32, struct conga_metric, conga_from_leaf, TALB_CONGA_TABLE_SIZE);
+/* leaf -> next LBTag to feed back to it (round-robin) */
+TALB_MAP("array", __u32, __u32, conga_fb_cursor, TALB_CONGA_MAX_LEAVES);
+/* host IPv4 address (network byte order) -> its leaf id (user space) */
+TALB_MAP("hash", __be32, __u32, conga_leaf_of, TALB_MAX_ROUTES);
 
 struct conga_params {
 	__u64 period_ns;
@@ -318,6 +337,119 @@ static __always_inline void conga_feedback(__u32 leaf, const struct conga_params
 		talb_count(CNT_CONGA_FB_SENT);
 		return;
 	}
+}
+
+/* Every packet sent out of a port while CONGA decides: its DRE. */
+static __always_inline void conga_egress(__u32 port_id, __u32 len,
+					 const struct talb_config *cfg, __u64 now)
+{
+	struct conga_params pp;
+
+	conga_params_of(cfg, &pp);
+	conga_dre_account(port_id, len, &pp, now);
+}
+
+/* Raise CONGA's CE to `ce` (the option's 16-bit word with FB_LBTag). */
+static __always_inline int conga_raise(struct __ctx_buff *skb, const struct conga_opt *o,
+				       __u8 ce)
+{
+	__u8 old[2] = { o->ce, o->fb_lbtag }, new[2] = { ce, o->fb_lbtag };
+
+	return ipopt_store16(skb, offsetof(struct conga_opt, ce), *(__be16 *)old,
+			     *(__be16 *)new);
+}
+
+/* CONGA's program (TALB_SF_OWN_PROGRAM | TALB_SF_EVERY_HOP): every packet
+ * of a switch running CONGA comes here -- the option is pushed, raised or
+ * stripped at every hop. */
+int talb_scheme_conga(struct __ctx_buff *skb)
+{
+	__u32 idx = 0, dcnt = CNT_DECISION_SINGLE, dst_leaf;
+	const struct talb_config *cfg = talb_config_get();
+	struct talb_scratch *s;
+	struct talb_verdict v = {};
+	struct conga_opt opt = {};
+	struct conga_params pp;
+	struct talb_pkt pkt;
+	struct fwd_group *g;
+	struct port_info in = {};
+	struct iphdr *iph;
+	void *data, *data_end;
+	__u32 *leaf, in_flags, q;
+	__u64 now;
+	int has;
+
+	s = talb_scratch_take(cfg, &pkt, &g);
+	if (!s)
+		return CTX_ACT_OK;
+	now = s->now;
+	conga_params_of(cfg, &pp);
+	in_flags = talb_port_get(pkt.ingress_ifindex, &in) ? in.flags : 0;
+	leaf = conga_leaf_of.lookup(&pkt.daddr_be);
+	dst_leaf = leaf && *leaf < TALB_CONGA_MAX_LEAVES ? *leaf : TALB_CONGA_NO_LEAF;
+
+	data = ctx_data(skb);
+	data_end = ctx_data_end(skb);
+	iph = data + sizeof(struct ethhdr);
+	if ((void *)(iph + 1) > data_end) {
+		talb_count(CNT_PASS_MALFORMED);
+		return CTX_ACT_OK;
+	}
+	has = parse_conga_option(iph, data_end, &opt);
+
+	if (g->n_ports > 1) {
+		dcnt = CNT_DECISION_BASE + TALB_SCHEME_CONGA;
+		idx = conga_select(&pkt, g, g->n_ports, cfg, now, dst_leaf);
+		/* through a map value: the verifier forgets how idx was
+		 * computed (conga_select's verifier note) */
+		s->flags = idx;
+		idx = s->flags;
+	}
+	if (!talb_verdict_for(&pkt, g, cfg, idx, dcnt, now, &v)) {
+		talb_count(v.reason);
+		return CTX_ACT_OK;
+	}
+	q = conga_port_metric(v.egress_port_id, &pp, now);
+	if (!(v.egress_flags & PORT_HOST)) {
+		if (!has && cfg->conga_leaf && (in_flags & PORT_HOST)) {
+			struct conga_opt o = {
+				.type = TALB_CONGA_IPOPT_TYPE, .len = TALB_CONGA_IPOPT_LEN,
+				.src_leaf = cfg->conga_leaf - 1, .lbtag = idx, .ce = q,
+				.flags = TALB_CONGA_VERSION,
+			};
+			int r;
+
+			conga_feedback(dst_leaf, &pp, now, &o);
+			r = ipopt_push(skb, &o, TALB_CONGA_IPOPT_LEN);
+			if (r == TALB_OPT_DONE) {
+				talb_count(CNT_CONGA_PUSHED);
+				pkt.len = ctx_len(skb);
+			} else {
+				talb_count(CNT_CONGA_PUSH_FAIL);
+				if (r == TALB_OPT_BROKEN)
+					return CTX_ACT_DROP;    /* half-written */
+			}
+		} else if (has && q > opt.ce) {
+			if (conga_raise(skb, &opt, q) == 0)
+				talb_count(CNT_CONGA_CE_RAISED);
+		}
+	} else if (has) {
+		conga_record(&opt, now);
+		if (ipopt_strip(skb, TALB_CONGA_IPOPT_LEN)) {
+			talb_count(CNT_CONGA_DROP_STRIP_FAIL);
+			return CTX_ACT_DROP;
+		}
+		talb_count(CNT_CONGA_STRIPPED);
+		pkt.len = ctx_len(skb);
+		/* The TaLB option, if any, is first now: strippable when it is
+		 * as a host sent it (checked without parsing it all again). */
+		data = ctx_data(skb);
+		data_end = ctx_data_end(skb);
+		iph = data + sizeof(struct ethhdr);
+		if (parse_strippable_talb_option(iph, data_end))
+			pkt.flags |= TALB_PKT_OPT_STRIP;
+	}
+	return talb_act(skb, &pkt, &v);
 }
 
 #endif /* TALB_SCHEMES_CONGA_H */

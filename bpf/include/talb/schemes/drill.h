@@ -28,9 +28,22 @@
 #ifndef TALB_SCHEMES_DRILL_H
 #define TALB_SCHEMES_DRILL_H
 
+/* id; a program of its own, the clock (queues drain), and every
+ * forwarded packet feeds the queue estimates (drill_egress) */
+#define TALB_SCHEME_DRILL       3
+#define TALB_SCHEME_DRILL_FLAGS (TALB_SF_PROGRAM | TALB_SF_CLOCK | TALB_SF_EGRESS)
+
 #include "talb/schemes/pick.h"
 
 #define TALB_NS_PER_S           1000000000ULL
+
+/* ---- its state ---- */
+/* port_id -> link rate and queue limit (user space only) */
+TALB_MAP("array", __u32, struct port_rate, port_rate, TALB_MAX_PORTS);
+/* port_id -> queue estimate (data path only) */
+TALB_MAP("array", __u32, struct port_queue, port_queue, TALB_MAX_PORTS);
+/* group id -> one DRILL engine's memory, per CPU */
+TALB_MAP("percpu_array", __u32, struct drill_mem, drill_mem, TALB_MAX_GROUPS);
 
 /* A port's shaper as the estimate models it: the backlog, and the token
  * bucket's credit -- HTB sends up to `burst` bytes at once after an idle
@@ -176,6 +189,18 @@ TALB_SCHEME_FN __u32 drill_select(const struct fwd_group *g, __u32 n, __u32 gid,
 			       g->ifindex[b.i1 & (TALB_MAX_GROUP_PORTS - 1)] : 0;
 	}
 	return b.i0;
+}
+
+TALB_SCHEME_FN __u32 drill_pick(const struct talb_pkt *p, const struct fwd_group *g,
+			       __u32 gid, const struct talb_config *cfg, __u64 now)
+{
+	return drill_select(g, g->n_ports, gid, cfg, now);
+}
+
+static __always_inline void drill_egress(__u32 port_id, __u32 len,
+					 const struct talb_config *cfg, __u64 now)
+{
+	drill_account(port_id, len, now);
 }
 
 #endif /* TALB_SCHEMES_DRILL_H */

@@ -16,6 +16,11 @@
 #ifndef TALB_SCHEMES_ECMP_H
 #define TALB_SCHEMES_ECMP_H
 
+/* The scheme's declaration (talb/scheme_api.h): its id, and its hooks --
+ * it decides in the main program, and is that program's last resort. */
+#define TALB_SCHEME_ECMP        0
+#define TALB_SCHEME_ECMP_FLAGS  (TALB_SF_INLINE | TALB_SF_DEFAULT)
+
 #include "talb/hash.h"
 #include "talb/pkt.h"
 
@@ -27,6 +32,12 @@ TALB_SCHEME_FN __u32 ecmp_select(const struct talb_pkt *p,
 				   p->proto, cfg->hash_seed);
 
 	return h % g->n_ports;
+}
+
+TALB_SCHEME_FN __u32 ecmp_pick(const struct talb_pkt *p, const struct fwd_group *g,
+			      __u32 gid, const struct talb_config *cfg, __u64 now)
+{
+	return ecmp_select(p, g, cfg);
 }
 
 #endif /* TALB_SCHEMES_ECMP_H */

@@ -33,6 +33,10 @@
 #include "talb/pkt.h"
 #include "talb/schemes/pick.h"
 
+/* ---- the flowlet table LetFlow and CONGA share ---- */
+/* 5-tuple -> its current flowlet (LetFlow, CONGA) */
+TALB_MAP("lru_hash", struct flow_key, struct flowlet, flowlets, TALB_FLOWLET_TABLE_SIZE);
+
 /* talb_flowlet_step: no flowlet goes on, the scheme places a new one. */
 #define TALB_FLOWLET_NEW        (-1)
 

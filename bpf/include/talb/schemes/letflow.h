@@ -11,6 +11,10 @@
 #ifndef TALB_SCHEMES_LETFLOW_H
 #define TALB_SCHEMES_LETFLOW_H
 
+/* id; a program of its own, flowlet gaps need the clock */
+#define TALB_SCHEME_LETFLOW     2
+#define TALB_SCHEME_LETFLOW_FLAGS (TALB_SF_PROGRAM | TALB_SF_CLOCK)
+
 #include "talb/pkt.h"
 #include "talb/schemes/pick.h"
 #include "talb/schemes/flowlet.h"
@@ -30,6 +34,12 @@ TALB_SCHEME_FN __u32 letflow_select(const struct talb_pkt *p,
 	idx = talb_pick_up(&up);
 	talb_flowlet_start(&key, g->ifindex[idx], now);
 	return idx;
+}
+
+TALB_SCHEME_FN __u32 letflow_pick(const struct talb_pkt *p, const struct fwd_group *g,
+				 __u32 gid, const struct talb_config *cfg, __u64 now)
+{
+	return letflow_select(p, g, g->n_ports, cfg, now);
 }
 
 #endif /* TALB_SCHEMES_LETFLOW_H */

@@ -21,6 +21,10 @@
 
 #include "talb/parsing_helpers.h"   /* talb_lt */
 
+/* ---- state the randomised schemes share ---- */
+/* [0] -> this CPU's xorshift32 state (0: not seeded yet) */
+TALB_MAP("percpu_array", __u32, __u32, rng, 1);
+
 static __always_inline __u32 talb_xorshift32(__u32 x)
 {
 	x ^= x << 13;

@@ -7,6 +7,10 @@
 #ifndef TALB_SCHEMES_RPS_H
 #define TALB_SCHEMES_RPS_H
 
+/* id; a program of its own (talb/scheme_api.h) */
+#define TALB_SCHEME_RPS         1
+#define TALB_SCHEME_RPS_FLAGS   (TALB_SF_PROGRAM)
+
 #include "talb/schemes/pick.h"
 
 TALB_SCHEME_FN __u32 rps_select(const struct fwd_group *g, __u32 n)
@@ -15,6 +19,12 @@ TALB_SCHEME_FN __u32 rps_select(const struct fwd_group *g, __u32 n)
 
 	talb_up_ports(g, n, &up);
 	return talb_pick_up(&up);
+}
+
+TALB_SCHEME_FN __u32 rps_pick(const struct talb_pkt *p, const struct fwd_group *g,
+			     __u32 gid, const struct talb_config *cfg, __u64 now)
+{
+	return rps_select(g, g->n_ports);
 }
 
 #endif /* TALB_SCHEMES_RPS_H */

@@ -45,20 +45,53 @@
 #ifndef TALB_SCHEMES_TALB_H
 #define TALB_SCHEMES_TALB_H
 
+/* id; decides in the main program (a tail call and the hand-over cost
+ * more than its whole table hit: docs/schemes.md "Cost per packet"), reads
+ * the clock for tagged packets (talb_clock), hands what it does not place
+ * to the fallback scheme and remembers a midstream tensor's port. */
+#define TALB_SCHEME_TALB        5
+#define TALB_SCHEME_TALB_FLAGS  (TALB_SF_INLINE | TALB_SF_CLOCK_HOOK | TALB_SF_FALLBACK)
+
 #include "talb/parsing_helpers.h"
 #include "talb/pkt.h"
 #include "talb/schemes/pick.h"      /* talb_port_index */
 
+/* ---- its state (declared here, not in the shared maps.h) ---- */
+/* (source address, tensor_id) -> tensor (Table I). A plain hash, never an
+ * LRU: the kernel must not evict a live entry (its tensor would split, and
+ * its live count would leak). Live entries stop at config tensor_limit
+ * (<= half the size); done ones use the rest, and when it is full a new
+ * tensor takes the fallback (CNT_TALB_TABLE_FULL). */
+TALB_MAP("hash", struct tensor_key, struct tensor_entry, tensors, TALB_TENSOR_MAP_SIZE);
+/* group id -> WRR cursor and live-layer counts (data path, atomic adds) */
+TALB_MAP("array", __u32, struct group_state, group_state, TALB_MAX_GROUPS);
+/* group id -> entries removed by user space (sweep_tensors; user space
+ * only): the live count of layer l is group_state.live[l] - this.live[l] */
+TALB_MAP("array", __u32, struct group_state, group_swept, TALB_MAX_GROUPS);
+/* [TALB_COUNT_LIVE] entries inserted - removed by the data path (atomic);
+ * [TALB_COUNT_SWEPT] entries removed by user space. Occupancy = [0] - [1]. */
+TALB_MAP("array", __u32, __u32, tensor_count, 2);
+
+#ifdef TALB_TEST_INTERLEAVE
+/* Tests only (tests/test_talb_races.py compiles with -DTALB_TEST_INTERLEAVE):
+ * what another CPU writes between this CPU's tensor lookup and its insert
+ * (schemes/talb.h talb_other_cpu). Never in a switch's program. */
+struct talb_interleave {
+	struct tensor_key key;
+	__u64 armed;
+	struct tensor_entry entry;
+};
+TALB_MAP("array", __u32, struct talb_interleave, test_interleave, 1);
+#endif
+
 /* Untagged packets, new tensors of a full table and unknown tensors met
  * midway go to the configured fallback scheme (config fallback_scheme:
- * ECMP by default, or RPS, LetFlow, DRILL): talb_scheme_select returns one
- * of these instead of an index, and talb_select (decision.h) runs the
- * fallback -- the one call site of each scheme. _REMEMBER: then record the
- * fallback's port (talb_remember_midstream). A per-flow fallback (ECMP,
- * LetFlow within a flowlet) keeps a flow the table could not hold on one
- * path; a per-packet one (RPS, DRILL) sprays it, as that scheme would. */
-#define TALB_USE_FALLBACK               0x100
-#define TALB_USE_FALLBACK_REMEMBER      0x101
+ * ECMP by default, or RPS, LetFlow, DRILL): talb_scheme_select returns
+ * TALB_USE_FALLBACK* (talb/scheme_api.h) instead of an index, and the
+ * main program runs the fallback; _REMEMBER: then record the fallback's
+ * port (talb_after_fallback). A per-flow fallback (ECMP, LetFlow within a
+ * flowlet) keeps a flow the table could not hold on one path; a per-packet
+ * one (RPS, DRILL) sprays it, as that scheme would. */
 
 /* Comparisons with the group's n_ports go through talb_lt
  * (parsing_helpers.h): a narrowed range of n_ports would be a verifier
@@ -356,7 +389,7 @@ static __always_inline int talb_needs_entry(const struct talb_pkt *p)
 }
 
 /* The TaLB decision for a group of n >= 2 ports: an index < n (counted as
- * CNT_DECISION_TALB by the caller), or TALB_USE_FALLBACK*. */
+ * CNT_DECISION_BASE + TALB_SCHEME_TALB by the caller), or TALB_USE_FALLBACK*. */
 TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 						const struct fwd_group *g,
 						__u32 gid,
@@ -474,25 +507,25 @@ TALB_SCHEME_FN __u32 talb_scheme_select(const struct talb_pkt *p,
 	return idx;
 }
 
-/* Priority band of a packet (any scheme): untagged traffic in band 0 --
- * HTB's default class, where everything unmarked lands too -- and tagged
- * tensors by layer in bands 1..n_bands-1, front layers (small numbers, the
- * ones the next iteration's forward pass needs first) in the higher
- * priority bands: band = 1 + layer / layers_per_band, the last band taking
- * the rest. With one band everything shares it. */
-static __always_inline __u32 talb_band(const struct talb_pkt *p,
-				       const struct talb_config *cfg)
+TALB_SCHEME_FN __u32 talb_pick(const struct talb_pkt *p, const struct fwd_group *g,
+			      __u32 gid, const struct talb_config *cfg, __u64 now)
 {
-	__u32 nb = cfg->n_bands, per = cfg->layers_per_band, b;
+	return talb_scheme_select(p, g, gid, cfg, now);
+}
 
-	if (nb > TALB_MAX_BANDS)
-		nb = TALB_MAX_BANDS;
-	if (nb <= 1 || !(p->flags & TALB_PKT_TAGGED))
-		return TALB_BAND_UNTAGGED;
-	if (per == 0)
-		per = TALB_DEFAULT_LAYERS_PER_BAND;
-	b = 1 + p->layer / per;
-	return b < nb ? b : nb - 1;
+/* Table ages for a tagged packet; an untagged one reads the clock only
+ * when its fallback does (ECMP and RPS do not: ~32 ns saved). */
+static __always_inline int talb_clock(const struct talb_config *cfg,
+				      const struct talb_pkt *p)
+{
+	return (p->flags & TALB_PKT_TAGGED) || talb_scheme_always_clock(cfg->fallback_scheme);
+}
+
+static __always_inline __u32 talb_after_fallback(const struct talb_pkt *p,
+						 const struct fwd_group *g,
+						 __u32 gid, __u32 idx, __u64 now)
+{
+	return talb_remember_midstream(p, g, gid, idx, now);
 }
 
 #endif /* TALB_SCHEMES_TALB_H */
