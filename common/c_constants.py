@@ -132,7 +132,7 @@ MAX_BANDS = _constants_h("TALB_MAX_BANDS")
 #: scheme brought from outside the tree keeps its <name>.h beside its <name>.py.
 SCHEME_PATH_ENV = "TALB_SCHEME_PATH"
 BUILTIN_SCHEME_DIR = Path(BPF_SRC_DIR) / "include" / "talb" / "schemes"
-TALB_MAX_SCHEMES = _c("TALB_MAX_SCHEMES")
+TALB_MAX_SCHEMES = _constants_h("TALB_MAX_SCHEMES")
 _SCHEME_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}\Z")
 
 
@@ -266,7 +266,7 @@ def _counter_names() -> tuple[str, ...]:
     """The CNT_* defines, and decision_<scheme> at CNT_DECISION_BASE + id."""
     names = list(counter_names(CONST, "CNT_", TALB_NR_COUNTERS, CONSTANTS_H,
                                exclude=frozenset({"CNT_DECISION_BASE"})))
-    base = _c("CNT_DECISION_BASE")
+    base = _constants_h("CNT_DECISION_BASE")
     for name, sid in SCHEMES.items():
         if names[base + sid] != f"reserved_{base + sid}":
             raise RuntimeError(f"{CONSTANTS_H}: CNT_{names[base + sid].upper()} is "

@@ -34,21 +34,21 @@ HOST_CONSTANTS_H = Path(BPF_SRC_DIR) / "include" / "talb" / "host_constants.h"
 HOST_CONST = MappingProxyType(parse_constants(HOST_CONSTANTS_H))
 
 
-def _c(name: str) -> int:
+def _host_constants_h(name: str) -> int:
     return constant(HOST_CONST, name, HOST_CONSTANTS_H)
 
 
-HOST_RING_SLOTS = _c("HOST_RING_SLOTS")
-HOST_MAX_TAGGED_FLOWS = _c("HOST_MAX_TAGGED_FLOWS")
-HOST_MAX_FLOWS = _c("HOST_MAX_FLOWS")
-HOST_MAX_WIRE_TENSORS = _c("HOST_MAX_WIRE_TENSORS")
-HOST_MAX_SENDMSG_FLOWS = _c("HOST_MAX_SENDMSG_FLOWS")
-HOST_SEQ_RING_SLOTS = _c("HOST_SEQ_RING_SLOTS")
-HOST_WIRE_STALE_NS = _c("HOST_WIRE_STALE_NS")
-HOST_ISN_ACTIVE = _c("HOST_ISN_ACTIVE")
-HOST_OPT_VERSION = _c("HOST_OPT_VERSION")
-HOST_OPT_F_LAST = _c("HOST_OPT_F_LAST")
-HOST_NR_COUNTERS = _c("HOST_NR_COUNTERS")
+HOST_RING_SLOTS = _host_constants_h("HOST_RING_SLOTS")
+HOST_MAX_TAGGED_FLOWS = _host_constants_h("HOST_MAX_TAGGED_FLOWS")
+HOST_MAX_FLOWS = _host_constants_h("HOST_MAX_FLOWS")
+HOST_MAX_WIRE_TENSORS = _host_constants_h("HOST_MAX_WIRE_TENSORS")
+HOST_MAX_SENDMSG_FLOWS = _host_constants_h("HOST_MAX_SENDMSG_FLOWS")
+HOST_SEQ_RING_SLOTS = _host_constants_h("HOST_SEQ_RING_SLOTS")
+HOST_WIRE_STALE_NS = _host_constants_h("HOST_WIRE_STALE_NS")
+HOST_ISN_ACTIVE = _host_constants_h("HOST_ISN_ACTIVE")
+HOST_OPT_VERSION = _host_constants_h("HOST_OPT_VERSION")
+HOST_OPT_F_LAST = _host_constants_h("HOST_OPT_F_LAST")
+HOST_NR_COUNTERS = _host_constants_h("HOST_NR_COUNTERS")
 
 
 #: counter index -> name ("tagged", "pure_ack", "untagged_no_ring", ...)
