@@ -7,8 +7,8 @@ the ones under the repository's top-level directories (``docs/design.md``,
 include), top-level files, and the relative links of the markdown pages.
 Patterns and placeholders (``cli*.py``, ``runs/<time>-...``) are not paths;
 outputs a command writes are listed in OUTPUTS with the command. And nothing
-points outside the repository: ``scripts/rewrite_design_refs.py --check``,
-run as a user runs it, finds nothing left to rewrite. No root, no runs.
+points outside the repository: no tracked text file names the old design
+document or its sibling folders beside the checkout. No root, no runs.
 """
 from __future__ import annotations
 
@@ -179,10 +179,26 @@ def test_the_checker_finds_a_missing_path():
         "nowhere.md#x"]
 
 
+#: a reference to what lay beside the checkout before the design moved into
+#: docs/design.md (spelt in parts so that this file does not match itself)
+OUTSIDE = re.compile(r"\.\./" + "shared/" + r"|/work/" + "shared" + r"|\bDESIGN\s*(?:§|section\s+\d)")
+
+
 def test_nothing_points_outside_the_repository():
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "rewrite_design_refs.py"),
-                        "--check"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    left = []
+    for name in tracked:
+        # committed results are records of their time, but for the index of them
+        if name.startswith("results/") and name != "results/README.md":
+            continue
+        try:
+            text = (REPO / name).read_text()
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue
+        left += [f"{name}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1)
+                 if OUTSIDE.search(line)]
+    assert not left, "\n".join(left)
 
 
 def test_the_attach_example_is_the_mininet_fabric_docs_attach_shows():
