@@ -8,7 +8,7 @@ run the arms; summary.md shows the table, directions.csv holds it."""
 from __future__ import annotations
 
 from experiments.sweep.results import POINT_FIELDS, field, seed_values
-from experiments.sweep.stats import holm, interaction, paired
+from experiments.sweep.stats import holm_by, interaction, paired
 
 METRIC = "samples_per_s"
 
@@ -90,11 +90,7 @@ def table(rows: list[dict]) -> list[dict]:
                                 "axis": axis, "ours": a, "against": b,
                                 "claim": f"does TaLB's effect depend on the {axis}? (issue 42)",
                                 "pair": pr, "n": pr.n})
-    for kind in ("direction", "interaction"):
-        fam = [r for r in out if r["kind"] == kind]
-        for key in ("p", "p_equiv"):
-            for r, q in zip(fam, holm([getattr(r["pair"], key) for r in fam])):
-                r[key + "_holm"] = q
+    holm_by(out, "kind")
     return out
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from experiments.sweep import plots
 from experiments.sweep.results import seed_values
-from experiments.sweep.stats import Paired, holm, paired
+from experiments.sweep.stats import Paired, holm_by, paired
 
 #: the effects followed across regimes: key -> (what, the two cells of its
 #: ratio as (scheme, queueing) with X the baseline, the sides it can move to)
@@ -95,11 +95,7 @@ def shift_table(rows: list[dict], pts: list[dict], group_fields: tuple) -> list[
                                         lower_is_better=_lower_better(metric))
                             out.append({**kw, "regime": regime, "metric": metric, "baseline": b,
                                         "effect": effect, "pair": pr, "n": pr.n, "seeds": seeds})
-    for metric in SHIFT_METRICS:
-        fam = [r for r in out if r["metric"] == metric]
-        for key in ("p", "p_equiv"):
-            for r, q in zip(fam, holm([getattr(r["pair"], key) for r in fam])):
-                r[key + "_holm"] = q
+    holm_by(out, "metric")
     for r in out:
         r["verdict"] = shift_verdict(r["pair"], r.get("p_holm"), r.get("p_equiv_holm"),
                                      r["effect"], r["baseline"])

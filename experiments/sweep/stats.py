@@ -157,6 +157,17 @@ def holm(pvalues: list[float | None]) -> list[float | None]:
     return out
 
 
+def holm_by(rows: list[dict], family: str) -> None:
+    """Each row's paired test (``row["pair"]``) Holm-corrected within its
+    family (the rows sharing ``row[family]``): sets ``p_holm`` and
+    ``p_equiv_holm`` on every row."""
+    for value in dict.fromkeys(r[family] for r in rows):
+        fam = [r for r in rows if r[family] == value]
+        for key in ("p", "p_equiv"):
+            for r, q in zip(fam, holm([getattr(r["pair"], key) for r in fam])):
+                r[key + "_holm"] = q
+
+
 @dataclass(frozen=True)
 class Paired:
     """a against b on the same seeds."""

@@ -18,7 +18,7 @@ from experiments.sweep.results import (CELL_FIELDS, MECHANISM_METRICS, OUTCOME_M
                                        points, seed_values,
                                        write_csv)
 from workload.measure import OFFERED_SATURATION
-from experiments.sweep.stats import (ALPHA, BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm,
+from experiments.sweep.stats import (ALPHA, BOOTSTRAP_MIN_N, EQUIV_MARGIN, Paired, holm, holm_by,
                                      interaction, paired)
 
 #: issue 11's headline numbers (paper sec. V-B, at 0.8 load): TaLB's reduction
@@ -446,11 +446,7 @@ def factorial_table(rows: list[dict], pts: list[dict]) -> list[dict]:
                             row(b, "queueing_base", _on(xb, xf, four, lower), four),
                             row(b, "interaction", interaction(tb, tf, xb, xf, four, lower), four),
                             row(b, "routing_bands", _on(tb, xb, four, lower), four)]
-    for metric in FACTORIAL_METRICS:
-        fam = [r for r in out if r["metric"] == metric]
-        for key in ("p", "p_equiv"):
-            for r, q in zip(fam, holm([getattr(r["pair"], key) for r in fam])):
-                r[key + "_holm"] = q
+    holm_by(out, "metric")
     for r in out:
         r["verdict"] = _effect_verdict(r)
     return out
