@@ -68,6 +68,21 @@ def test_every_effect_of_a_baseline_rests_on_the_seeds_counted_in_both_regimes()
     assert {tuple(r["seeds"]) for r in table} == {(1, 3, 4)}
 
 
+def test_the_papers_design_follows_the_gain_only():
+    # fig10-paper-regime's arms: TaLB with its bands, the baseline on FIFO ports
+    arms = (("talb", "bands"), ("ecmp", "fifo"))
+    rows = _rows({r: {a: cells[a] for a in arms} for r, cells in ((None, DEEP),
+                                                                  ("scaled", SCALED))})
+    table = shift_table(rows, points(rows), _GROUP)
+    assert {r["effect"] for r in table} == {"gain"}
+    gain = _got(table, "gain")
+    full = _got(shift_table(*(lambda rs: (rs, points(rs)))(_rows({None: DEEP, "scaled": SCALED})),
+                            _GROUP), "gain")
+    # the same seeds and the same ratio of ratios as when all four arms ran
+    assert gain["seeds"] == full["seeds"] == [1, 2, 3, 4]
+    assert gain["pair"].ratio == pytest.approx(full["pair"].ratio)
+
+
 def test_nothing_without_deep_runs_or_another_regime():
     rows = _rows({None: DEEP})
     assert shift_table(rows, points(rows), _GROUP) == []

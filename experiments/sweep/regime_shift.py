@@ -47,17 +47,24 @@ def _cells(rows, metric, kw, base) -> dict:
             for s in ("talb", base) for q in ("bands", "fifo")}
 
 
+def _arms(effect: str, base: str) -> tuple:
+    """The effect's two (scheme, queueing) cells, X named: its ratio's numerator first."""
+    return tuple((base if s == "X" else s, q) for s, q in SHIFT_EFFECTS[effect][1])
+
+
 def _ratio(cells: dict, effect: str, base: str, seed) -> float:
-    (sa, qa), (sb, qb) = ((base if s == "X" else s, q) for s, q in SHIFT_EFFECTS[effect][1])
-    return cells[sa, qa][seed] / cells[sb, qb][seed]
+    a, b = _arms(effect, base)
+    return cells[a][seed] / cells[b][seed]
 
 
 def shift_table(rows: list[dict], pts: list[dict], group_fields: tuple) -> list[dict]:
     """Per group (``group_fields`` but the regime), load, regime other than
     deep, baseline, metric and effect: the per-seed ratio in the regime
     against the same seed's ratio under deep buffers, paired; Holm per
-    metric across the table. Empty unless deep runs and another regime's
-    ran at the same points with TaLB and a baseline under both queueings."""
+    metric across the table. An effect is followed where both of its arms
+    ran under deep buffers and the regime (the factorial: all four; the
+    paper's design, TaLB with bands against FIFO baselines: the gain only).
+    Empty unless deep runs and another regime's ran at the same points."""
     ref = [p for p in pts if p["agent"] == "default"]
     if REFERENCE not in {p.get("regime") for p in ref} or len({p.get("regime") for p in ref}) < 2:
         return []
@@ -74,22 +81,20 @@ def shift_table(rows: list[dict], pts: list[dict], group_fields: tuple) -> list[
             deep_arms = ran(REFERENCE)
             for regime in sorted({p.get("regime") for p in at} - {REFERENCE}):
                 both = deep_arms & ran(regime)
-                if not {("talb", "bands"), ("talb", "fifo")} <= both:
-                    continue
-                bases = [b for b in plots.series_order(sorted({s for s, _ in both} - {"talb"}))
-                         if {(b, "bands"), (b, "fifo")} <= both]
                 kw = {**dict(zip(fields, g)), "load": load, "agent": "default"}
-                for b in bases:
-                    for metric in SHIFT_METRICS:
+                for b in plots.series_order(sorted({s for s, _ in both} - {"talb"})):
+                    effects = [e for e in SHIFT_EFFECTS if set(_arms(e, b)) <= both]
+                    arms = {a for e in effects for a in _arms(e, b)}
+                    for metric in SHIFT_METRICS if effects else ():
                         reg = _cells(rows, metric, {**kw, "regime": regime}, b)
                         deep = _cells(rows, metric, {**kw, "regime": REFERENCE}, b)
-                        # as the factorial: the seeds with all four arms counted, here in
-                        # both regimes, so every effect of a baseline rests on the same seeds
-                        seeds = sorted(set.intersection(*(set(v) for v in (*reg.values(),
-                                                                           *deep.values()))))
+                        # as the factorial: the seeds with every arm followed counted, here
+                        # in both regimes, so every effect of a baseline rests on the same seeds
+                        seeds = sorted(set.intersection(*(set(c[a]) for c in (reg, deep)
+                                                          for a in arms)))
                         if not seeds:
                             continue
-                        for effect in SHIFT_EFFECTS:
+                        for effect in effects:
                             pr = paired([_ratio(reg, effect, b, s) for s in seeds],
                                         [_ratio(deep, effect, b, s) for s in seeds],
                                         lower_is_better=_lower_better(metric))

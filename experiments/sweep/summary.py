@@ -531,7 +531,9 @@ def _regime_shift_md(table: list[dict]) -> list[str]:
     L = ["## From deep buffers to each regime: how the gain and its parts move", "",
          "For each seed, an effect's ratio in a regime (e.g. routing under the bands, "
          "(T,B)/(X,B)) over the same seed's ratio under deep buffers: the ratio of ratios − 1 "
-         "(geometric mean over the seeds with all four runs counted in both regimes) and its "
+         "(geometric mean over the seeds with every arm the baseline's effects compare counted "
+         "in both regimes: all four in a factorial, TaLB's and the baseline's in a design "
+         "that follows TaLB's gain only) and its "
          "95% paired-t interval on the logs, p of that t test Holm-corrected per metric across "
          "this table's rows; the verdict says towards which side the effect moves in the "
          f"regime, or unchanged within ±{EQUIV_MARGIN:.0%} (TOST), else inconclusive. "
