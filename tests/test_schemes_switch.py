@@ -412,6 +412,11 @@ def presto_reset(sw, cell_bytes: int, down=()):
     return flows, cells
 
 
+#: a packet for Presto's tests: 1054 B, so that flowcells of a few packets are
+#: inside cell_bytes' range (1500 B and up)
+PRESTO_PAYLOAD = b"f" * 1000
+
+
 def presto_cells(cells) -> dict[str, int]:
     from datapath.schemes.presto import CELL_COUNTERS
 
@@ -426,7 +431,7 @@ def test_presto_one_flowcell_one_port_then_the_next_port_in_turn(sw):
     from datapath.schemes.presto import first_usable
     from datapath.schemes.pick import up_mask
 
-    data = tcp()
+    data = tcp(payload=PRESTO_PAYLOAD)
     flows, cells = presto_reset(sw, 5 * len(data))
     key = (SRC, DST4, 40000, 5201, 6)
     start = first_usable(up_mask(sw.group, None), key, SEED)
@@ -440,14 +445,14 @@ def test_presto_one_flowcell_one_port_then_the_next_port_in_turn(sw):
                                                                 5 * len(data))
     # a short flow (4 packets, less than a flowcell) stays on its hash's port
     short = (SRC, DST4, 40001, 5201, 6)
-    ports = {sw.send(tcp(sport=40001)) for _ in range(4)}
+    ports = {sw.send(tcp(sport=40001, payload=PRESTO_PAYLOAD)) for _ in range(4)}
     assert ports == {UPLINKS[first_usable(up_mask(sw.group, None), short, SEED)]}, ports
 
 
 def test_presto_a_packet_that_would_overflow_the_flowcell_starts_the_next(sw):
     """The boundary in bytes: a flowcell of exactly 3 packets' bytes takes 3;
     one byte less takes 2 (the third would overflow it)."""
-    data = tcp()
+    data = tcp(payload=PRESTO_PAYLOAD)
     for cell, per in ((3 * len(data), 3), (3 * len(data) - 1, 2)):
         presto_reset(sw, cell)
         got = [sw.send(data) for _ in range(4 * per)]
@@ -463,7 +468,7 @@ def test_presto_skips_a_down_port(sw):
     from datapath.schemes.presto import first_usable
     from datapath.schemes.pick import up_mask
 
-    data = tcp()
+    data = tcp(payload=PRESTO_PAYLOAD)
     flows, cells = presto_reset(sw, 2 * len(data), down=("p2",))
     usable = ["p1", "p3", "p4"]
     key = (SRC, DST4, 40000, 5201, 6)
