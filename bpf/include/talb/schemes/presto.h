@@ -61,11 +61,9 @@
  * before Presto existed): the paper's 64 KB. User space checks the range
  * (datapath/schemes/presto.py CELL_PARAM) before it writes one. */
 #define TALB_PRESTO_DEFAULT_CELL_BYTES  65536
-#define TALB_PRESTO_FLOWS               16384   /* flows followed (LRU) */
 /* presto_cells indices */
 #define TALB_PRESTO_CELL_NEW            0
 #define TALB_PRESTO_CELL_SAME           1
-#define TALB_PRESTO_NR_CELL_COUNTERS    2
 
 /* presto_flows: a flow's current flowcell. */
 struct presto_cell {
@@ -73,11 +71,12 @@ struct presto_cell {
 	__u32 bytes;    /* bytes sent in it so far, this packet's included */
 };
 
-/* ---- its state ---- */
-/* 5-tuple -> its current flowcell */
-TALB_MAP("lru_hash", struct flow_key, struct presto_cell, presto_flows, TALB_PRESTO_FLOWS);
-/* TALB_PRESTO_CELL_* -> packets, per CPU */
-TALB_MAP("percpu_array", __u32, __u64, presto_cells, TALB_PRESTO_NR_CELL_COUNTERS);
+/* ---- its state ---- (a map's size: a number or a constants.h name, which
+ * the agent bench's pinned copies read: bench/agent_loop.py) */
+/* 5-tuple -> its current flowcell; as many flows as LetFlow's flowlets */
+TALB_MAP("lru_hash", struct flow_key, struct presto_cell, presto_flows, TALB_FLOWLET_TABLE_SIZE);
+/* TALB_PRESTO_CELL_NEW, _SAME -> packets, per CPU */
+TALB_MAP("percpu_array", __u32, __u64, presto_cells, 2);
 
 static __always_inline void presto_count(__u32 which)
 {
