@@ -1,4 +1,4 @@
-"""RPS, LetFlow and DRILL in the switch data path (bpf/include/talb/schemes/)
+"""RPS, LetFlow, DRILL and Presto in the switch data path (bpf/include/talb/schemes/)
 under BPF_PROG_TEST_RUN, against their Python models (datapath/schemes/).
 
 Same set-up as test_bpf_datapath.py: the program is loaded (not attached),
