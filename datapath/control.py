@@ -312,6 +312,7 @@ def read_config(maps: SwitchMaps) -> dict:
         "conga_alpha_shift": cfg.conga_alpha_shift or CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
         "conga_q_bits": cfg.conga_q_bits or CONST["TALB_DEFAULT_CONGA_Q_BITS"],
         "conga_leaf": cfg.conga_leaf - 1 if cfg.conga_leaf else None,
+        "presto_cell_bytes": cfg.presto_cell_bytes or _PRESTO_CELL_DEFAULT,
     }
 
 
@@ -345,6 +346,9 @@ def config_update(maps: SwitchMaps):
 #: TaLB's ``fallback`` is a scheme name; TaLB also takes its fallback's parameters.
 SCHEME_PARAMS: Mapping[str, Mapping[str, tuple]] = {
     s.name: {p.name: (p.field, p.lo, p.hi) for p in s.params} for s in scheme_registry.SCHEMES}
+#: Presto's flowcell size when its config field is 0 (its header's default, as the
+#: module declares it: datapath/schemes/presto.py)
+_PRESTO_CELL_DEFAULT = scheme_registry.get("presto").param("cell_bytes").default
 
 
 def parse_params(items: Iterable[str]) -> dict[str, str]:

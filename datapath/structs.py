@@ -205,7 +205,8 @@ class TalbConfig(ctypes.Structure):
         ("conga_q_bits", ctypes.c_uint8),
         ("conga_leaf", ctypes.c_uint8),
         ("conga_pad", ctypes.c_uint8),
-        ("reserved", ctypes.c_uint32 * 3),
+        ("presto_cell_bytes", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 2),
     ]
 
 

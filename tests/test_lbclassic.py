@@ -15,11 +15,11 @@ import pytest
 
 from experiments.sweep.kinds import build_plan
 from experiments.sweep.labels import DRILL_ASYMMETRIC
-from experiments.sweep.plan import PRESETS, PlanError
+from experiments.sweep.plan import ALL_SCHEMES, PRESETS, PlanError
 from workload import background_only as bo
 
 REPO = Path(__file__).resolve().parents[1]
-IMPL = frozenset(("ecmp", "rps", "letflow", "drill", "conga", "talb"))
+IMPL = frozenset(("ecmp", "rps", "letflow", "drill", "conga", "talb", "presto"))
 MS = 1e-3
 
 
@@ -124,14 +124,15 @@ def test_capacity_window_and_cdf_rules():
 
 def test_plan_runs_and_keys():
     p = build_plan("lb-classic", implemented=IMPL)
-    assert len(p.runs) == 2 * 2 * 6 * 6 * 5          # fabrics x CDFs x loads x schemes x seeds
+    assert len(p.runs) == 2 * 2 * 6 * len(IMPL) * 5   # fabrics x CDFs x loads x schemes x seeds
     assert p.counts("scheme") == {s: 120 for s in IMPL}
     assert {r.model for r in p.runs} == {"none"} and {r.background_cdf for r in p.runs} == \
         {"websearch", "datamining"}
     assert all(r.background_s and r.background_size_scale for r in p.runs)
     assert {r.load for r in p.runs} == {0.1, 0.3, 0.5, 0.7, 0.8, 0.9}
     # scheme innermost: what a point compares runs back to back
-    assert [r.scheme for r in p.runs[:6]] == ["ecmp", "rps", "letflow", "drill", "conga", "talb"]
+    assert [r.scheme for r in p.runs[:7]] == ["ecmp", "rps", "letflow", "drill", "conga", "talb",
+                                              "presto"]
     keys = {r.key() for r in p.runs}
     assert len(keys) == len(p.runs)
     training = {r.key() for name, pre in PRESETS.items() if pre.get("kind") != "background"
@@ -171,7 +172,8 @@ def test_seed_rule_watches_the_loads_the_directions_are_tested_at():
     assert rule.where == ((0.1, sym), (0.8, asym), (0.8, sym))
     assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.8],
                       topologies=["lb-classic-asym"]).seed_rule.where == ((0.8, asym),)
-    assert rule.pairs == tuple((s, "ecmp") for s in ("rps", "letflow", "drill", "conga", "talb"))
+    assert rule.pairs == tuple((s, "ecmp") for s in ("rps", "letflow", "drill", "conga", "talb",
+                                                    "presto"))
     assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.5, 0.9]).seed_rule.loads == \
         (0.3, 0.9)
     assert build_plan("lb-classic", implemented=IMPL, loads=[0.8]).seed_rule.loads == (0.8,)
@@ -286,11 +288,14 @@ def test_training_sweeps_refuse_background_options():
 #: each scheme's slowdown factor per fabric kind (constructed: DRILL fastest on the
 #: symmetric fabric, ECMP slow on the asymmetric one, TaLB = ECMP)
 FACTOR = {"symmetric": {"ecmp": 1.6, "rps": 1.3, "letflow": 1.25, "drill": 1.0, "conga": 1.2,
+                        "presto": 1.35,
                         "talb": 1.6},
           "asymmetric": {"ecmp": 4.0, "rps": 3.0, "letflow": 1.3, "drill": 1.4, "conga": 1.2,
+                         "presto": 3.1,
                          "talb": 4.0},
           # the failed link: CONGA 6x below ECMP, LetFlow 10% above CONGA, RPS like ECMP
           "failed": {"ecmp": 6.0, "rps": 5.8, "letflow": 1.1, "drill": 3.0, "conga": 1.0,
+                     "presto": 5.9,
                      "talb": 6.0}}
 
 
@@ -322,7 +327,7 @@ def _fake(spec, path):
         background_cdf, load, seed = spec.background_cdf, spec.load, spec.seed
     head = bo.headline(spec.scheme, Cfg, classes, {
         "base_latency_s": MS, "offered_realised": 0.1 * spec.seed, "delivered_load": spec.load,
-        "reorder_per_kseg": {"rps": 5.0, "drill": 0.5}.get(spec.scheme, 0.1) * noise,
+        "reorder_per_kseg": {"rps": 5.0, "drill": 0.5, "presto": 1.0}.get(spec.scheme, 0.1) * noise,
         "retrans_pct": 0.1, "timeouts": 0, "window_s": 10.0, "cpu_bound": False})
     path.write_text(json.dumps({
         "format": "talb-run/1", "config": {"model": "none", "workers": 0}, "model": None,
@@ -358,6 +363,9 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
     assert by[("asym-conga", "asymmetric", "datamining")]["verdict"] == "holds here"
     assert by[("asym-letflow-conga", "asymmetric", "websearch")]["verdict"] == "holds here"
     assert by[("sym-drill-reorder", "symmetric", "websearch")]["verdict"] == "holds here"
+    # Presto: 1.35 against ECMP's 1.6, one reordering event a kseg against RPS's 5
+    assert by[("sym-presto", "symmetric", "datamining")]["verdict"] == "holds here"
+    assert by[("sym-presto-reorder", "symmetric", "websearch")]["verdict"] == "holds here"
     assert by[("talb-fallback", "asymmetric", "websearch")]["verdict"] == "holds here"
     # ECMP 60% slower at light load: "about as good" does not hold
     assert by[("sym-low-equal", "symmetric", "websearch")]["verdict"] == "does not hold"
@@ -441,9 +449,9 @@ def test_failed_link_preset_tests_congas_and_letflows_failure_claims(tmp_path):
     assert bo.even_capacity_bps(topo) == 150e6 and fabric_kind(topo_path) == "failed"
     p = build_plan("lb-classic-fail", implemented=IMPL, seeds=3, fixed_seeds=True)
     assert {r.topology for r in p.runs} == {topo_path} and {r.load for r in p.runs} == {0.3, 0.5, 0.8}
-    assert len(p.runs) == 6 * 2 * 3 * 3 and {r.scheme for r in p.runs} == set(IMPL)
+    assert len(p.runs) == len(IMPL) * 2 * 3 * 3 and {r.scheme for r in p.runs} == set(IMPL)
     full = build_plan("lb-classic-fail", implemented=IMPL)
-    assert len(full.runs) == 180 and full.seed_rule.where == ((0.8, topo_path),)
+    assert len(full.runs) == 30 * len(IMPL) and full.seed_rule.where == ((0.8, topo_path),)
     run_plan(p, tmp_path, run_fn=_fake, progress=False)
     res = finish(p, tmp_path)
     by = {(r["direction"].id, r["cdf"]): r for r in res["directions"]}
@@ -477,7 +485,7 @@ def test_fifth_test_says_when_the_published_factor_is_missed():
 
 def test_failed_link_preset_dry_run_from_the_command_line(tmp_path):
     """`talb bench --preset lb-classic-fail --dry-run`, as a user runs it: the
-    plan (180 runs on the failed fabric), its wall-time estimate and the
+    plan (30 runs a scheme of the registry on the failed fabric), its wall-time estimate and the
     seed rule at 0.8, nothing built and nothing written."""
     import subprocess
     import sys
@@ -487,9 +495,10 @@ def test_failed_link_preset_dry_run_from_the_command_line(tmp_path):
                         "--out", str(out), "--dry-run"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "180 runs" in r.stdout and "estimated wall time here: " in r.stdout, r.stdout[:600]
+    n = 30 * len(ALL_SCHEMES)           # 2 CDFs x 3 loads x 5 seeds, every scheme
+    assert f"{n} runs" in r.stdout and "estimated wall time here: " in r.stdout, r.stdout[:600]
     assert "headline points (load 0.8)" in r.stdout
     runs = [line for line in r.stdout.splitlines() if " lb-classic-fail " in line]
-    assert len(runs) == 180 and all("load 0.3" in x or "load 0.5" in x or "load 0.8" in x
+    assert len(runs) == n and all("load 0.3" in x or "load 0.5" in x or "load 0.8" in x
                                     for x in runs)
     assert not out.exists()

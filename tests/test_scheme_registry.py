@@ -99,15 +99,21 @@ def test_every_model_is_run_beside_its_program():
         assert re.search(rf"\b{s.model.__name__}\b", parity), (s.name, s.model.__name__)
 
 
-def test_config_keeps_three_spare_words():
-    """docs/schemes.md "Limits": a new scheme's parameters go in struct
-    talb_config's reserved words (the value size stays, old pins still read)."""
+def test_config_keeps_its_size_with_the_spare_words_left():
+    """docs/schemes.md "Limits": a new scheme's parameters take struct
+    talb_config's reserved words (Presto's flowcell size took one of three),
+    so that the value keeps its size: 64 bytes, and a switch pinned by an
+    older build still reads."""
+    import ctypes
+
     from datapath.structs import TalbConfig
 
     text = (BPF_SRC_DIR / "include" / "talb" / "structs.h").read_text()
     body = re.search(r"struct talb_config \{(.*?)\};", text, re.S).group(1)
-    assert re.search(r"__u32 reserved\[3\];", body)
-    assert dict(TalbConfig._fields_)["reserved"]._length_ == 3
+    spare = re.search(r"__u32 reserved\[(\d+)\];", body)
+    assert spare and int(spare.group(1)) >= 1
+    assert dict(TalbConfig._fields_)["reserved"]._length_ == int(spare.group(1))
+    assert ctypes.sizeof(TalbConfig) == 64
 
 
 # --- discovery: a new module is found, and checked --------------------------------------------------
@@ -298,7 +304,8 @@ def test_talb_scheme_list_as_a_user_runs_it():
         assert f"│ {'yes' if s.xdp else 'no'} " in row
     assert "d 2 (1..4)" in r.stdout and "m 1 (0..2)" in r.stdout
     assert "flowlet_us 500 us* (1..10000000)" in r.stdout
-    assert "fallback ecmp: ecmp, rps, letflow, drill" in r.stdout
+    assert "fallback ecmp: ecmp, rps, letflow, drill, presto" in r.stdout
+    assert "cell_bytes 65536 B (1500..1073741824)" in r.stdout
 
 
 def test_talb_scheme_list_takes_no_name():
@@ -311,11 +318,11 @@ def test_talb_scheme_list_takes_no_name():
 def test_help_texts_list_the_registry():
     from talb.cli_scheme import SCHEME_CHOICES, param_help
 
-    assert SCHEME_CHOICES == "ecmp, rps, letflow, drill, conga or talb"
+    assert SCHEME_CHOICES == "ecmp, rps, letflow, drill, conga, talb or presto"
     assert param_help().startswith(
         "A parameter of the scheme (repeatable): letflow flowlet_us; drill d, m; conga "
         "flowlet_us, dre_us, alpha_shift, q_bits, age_us; talb fallback, tensor_limit, idle_us "
-        "(and its fallback's). flowlet_us, dre_us, age_us default to multiples")
+        "(and its fallback's); presto cell_bytes. flowlet_us, dre_us, age_us default to multiples")
 
 
 def test_readme_and_docs_list_the_registry():

@@ -231,7 +231,8 @@ def test_scheme_switch_under_running_transfers(fabric):
     t.start()
     plan = [("ecmp", {}), ("rps", {}), ("letflow", {}), ("drill", {}), ("conga", {}),
             ("talb", {"fallback": "letflow"}), ("talb", {"fallback": "drill"}),
-            ("talb", {"fallback": "rps"}), ("talb", {"fallback": "ecmp"}), ("ecmp", {})]
+            ("talb", {"fallback": "rps"}), ("talb", {"fallback": "ecmp"}), ("presto", {}),
+            ("talb", {"fallback": "presto"}), ("ecmp", {})]
     switched = 0
     try:  # the 8 streams run (for 6 s from here), then switching starts
         wait_for_streams(ns(prefix, "h0"), {5311: 8})

@@ -1,4 +1,4 @@
-"""RPS, LetFlow and DRILL in the switch data path (bpf/include/talb/schemes/)
+"""RPS, LetFlow, DRILL and Presto in the switch data path (bpf/include/talb/schemes/)
 under BPF_PROG_TEST_RUN, against their Python models (datapath/schemes/).
 
 Same set-up as test_bpf_datapath.py: the program is loaded (not attached),
@@ -393,10 +393,143 @@ def test_drill_matches_model(sw):
     check()
 
 
+# --- Presto ---------------------------------------------------------------------------------
+def presto_reset(sw, cell_bytes: int, down=()):
+    """Presto on every port group, flowcells of ``cell_bytes``; its own maps
+    (not a SwitchMaps': a scheme's header declares them) emptied. Returns
+    (presto_flows, presto_cells) as typed maps of the loaded program."""
+    import ctypes
+
+    from datapath.maps import Map
+    from datapath.schemes.presto import PrestoCell
+    from datapath.structs import FlowKey
+
+    sw.reset("presto", {"cell_bytes": cell_bytes}, down=down)
+    flows = Map(os.dup(sw.dp.map_fd("presto_flows")), FlowKey, PrestoCell)
+    cells = Map(os.dup(sw.dp.map_fd("presto_cells")), ctypes.c_uint32, ctypes.c_uint64)
+    flows.clear()
+    cells.clear()
+    return flows, cells
+
+
+#: a packet for Presto's tests: 1054 B, so that flowcells of a few packets are
+#: inside cell_bytes' range (1500 B and up)
+PRESTO_PAYLOAD = b"f" * 1000
+
+
+def presto_cells(cells) -> dict[str, int]:
+    from datapath.schemes.presto import CELL_COUNTERS
+
+    return {name: cells.get(i) for i, name in CELL_COUNTERS.items()}
+
+
+def test_presto_one_flowcell_one_port_then_the_next_port_in_turn(sw):
+    """Flowcells of five packets: packets 1-5 of the flow leave by one port
+    (the one its 5-tuple hash picks, as the model says), 6-10 by the next
+    port of the group, and so on round the four uplinks; a flow shorter
+    than a flowcell never moves."""
+    from datapath.schemes.presto import first_usable
+    from datapath.schemes.pick import up_mask
+
+    data = tcp(payload=PRESTO_PAYLOAD)
+    flows, cells = presto_reset(sw, 5 * len(data))
+    key = (SRC, DST4, 40000, 5201, 6)
+    start = first_usable(up_mask(sw.group, None), key, SEED)
+    got = [sw.send(data) for _ in range(40)]
+    assert got == [UPLINKS[(start + k // 5) % 4] for k in range(40)], got
+    assert presto_cells(cells) == {"new_flowcell": 8, "same_flowcell": 32}
+    c = sw.counters()
+    assert c["decision_presto"] == 40 and c["scheme_fallback"] == 0
+    (fk, cell), = flows.items()
+    assert fk.as_tuple() == key and (cell.port, cell.bytes) == (sw.group[(start + 7) % 4],
+                                                                5 * len(data))
+    # a short flow (4 packets, less than a flowcell) stays on its hash's port
+    short = (SRC, DST4, 40001, 5201, 6)
+    ports = {sw.send(tcp(sport=40001, payload=PRESTO_PAYLOAD)) for _ in range(4)}
+    assert ports == {UPLINKS[first_usable(up_mask(sw.group, None), short, SEED)]}, ports
+
+
+def test_presto_a_packet_that_would_overflow_the_flowcell_starts_the_next(sw):
+    """The boundary in bytes: a flowcell of exactly 3 packets' bytes takes 3;
+    one byte less takes 2 (the third would overflow it)."""
+    data = tcp(payload=PRESTO_PAYLOAD)
+    for cell, per in ((3 * len(data), 3), (3 * len(data) - 1, 2)):
+        presto_reset(sw, cell)
+        got = [sw.send(data) for _ in range(4 * per)]
+        runs = [got[k:k + per] for k in range(0, len(got), per)]
+        assert all(len(set(r)) == 1 for r in runs), (cell, got)
+        assert all(a[0] != b[0] for a, b in zip(runs, runs[1:])), (cell, got)
+
+
+def test_presto_skips_a_down_port(sw):
+    """p2 down (still in the group, before the agent regroups): flowcells
+    go round p1, p3, p4 only. A port going down in the middle of a
+    flowcell: the next packet starts a new flowcell on the next usable port."""
+    from datapath.schemes.presto import first_usable
+    from datapath.schemes.pick import up_mask
+
+    data = tcp(payload=PRESTO_PAYLOAD)
+    flows, cells = presto_reset(sw, 2 * len(data), down=("p2",))
+    usable = ["p1", "p3", "p4"]
+    key = (SRC, DST4, 40000, 5201, 6)
+    start = usable.index(UPLINKS[first_usable(up_mask(sw.group, up_set(sw, ("p2",))), key, SEED)])
+    got = [sw.send(data) for _ in range(12)]
+    assert got == [usable[(start + k // 2) % 3] for k in range(12)], got
+    # the flowcell's port goes down after its first packet
+    sw.set_down(())
+    flows, cells = presto_reset(sw, 4 * len(data))
+    first = sw.send(data)
+    sw.set_down((first,))
+    after = sw.send(data)
+    assert after == UPLINKS[(UPLINKS.index(first) + 1) % 4], (first, after)
+    assert presto_cells(cells) == {"new_flowcell": 2, "same_flowcell": 0}
+
+
+def test_presto_matches_model(sw):
+    """Packets of four flows, of any size, under flowcell sizes from one
+    frame to 64 KB, with ports going down and up: every packet's port, the
+    new/same counts and every flow's flowcell as the model has them."""
+    from datapath.schemes.presto import PrestoModel
+
+    step = st.one_of(
+        st.tuples(st.just("pkt"), st.integers(40000, 40003), st.integers(0, 1400)),
+        st.tuples(st.just("pkt"), st.integers(40000, 40003), st.integers(0, 1400)),
+        st.tuples(st.just("pkt"), st.integers(40000, 40003), st.integers(0, 1400)),
+        st.tuples(st.just("down"), st.sets(st.sampled_from(UPLINKS), max_size=4)),
+    )
+
+    @hypothesis.settings(max_examples=60, deadline=None, derandomize=True)
+    @hypothesis.given(st.sampled_from([1500, 3000, 9000, 65536]),
+                      st.lists(step, min_size=1, max_size=40))
+    def check(cell_bytes, steps):
+        flows, cells = presto_reset(sw, cell_bytes)
+        model = PrestoModel(cell_bytes, seed=SEED)
+        down: set = set()
+        for s in steps:
+            if s[0] == "down":
+                down = set(s[1])
+                sw.set_down(down)
+                continue
+            data = tcp(sport=s[1], payload=b"p" * s[2])
+            port = sw.send(data)
+            want = model.select((SRC, DST4, s[1], 5201, 6), sw.group, up_set(sw, down), len(data))
+            if not up_set(sw, down):
+                assert port is None
+            else:
+                assert port == sw.port_of(sw.group[want]), (s, port)
+        assert presto_cells(cells) == {k: model.counters[k] for k in ("new_flowcell",
+                                                                      "same_flowcell")}
+        assert {k.as_tuple(): (v.port, v.bytes) for k, v in flows.items()} == \
+            {k: (f.port, f.bytes) for k, f in model.flows.items()}
+
+    check()
+
+
 # --- every scheme ---------------------------------------------------------------------------
 #: parameters that make a scheme choose anew for every packet here (flowlet_us
 #: 1: each packet a new flowlet; DRILL sampling every port it may remember)
-PER_PACKET = {"letflow": {"flowlet_us": 1}, "conga": {"flowlet_us": 1}, "drill": {"d": 4, "m": 2}}
+PER_PACKET = {"letflow": {"flowlet_us": 1}, "conga": {"flowlet_us": 1}, "drill": {"d": 4, "m": 2},
+              "presto": {"cell_bytes": 1500}}
 
 
 #: every scheme with a program of its own (the registry's; ECMP hashes a flow

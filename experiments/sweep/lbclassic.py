@@ -272,6 +272,23 @@ DIRECTIONS = (
               "Ghorbani et al., DRILL, SIGCOMM 2017, abstract (its design addresses packet "
               "reordering); the talk's summary, layer9.org, Aug. 2017: very little reordering",
               "symmetric", "high", "reorder_per_kseg", (("drill", "rps", "better"),)),
+    # Presto (issue 37, item 4), written before any run: flowcells round-robin
+    # over the paths (He et al., SIGCOMM 2015, sec. 3.1) against ECMP's
+    # hashing, and flowcells rather than packets as the unit. Its answer to
+    # asymmetry -- the controller's weighted paths -- is not built here (the
+    # round-robin is even), so no asymmetric-fabric direction is its.
+    Direction("sym-presto", "Symmetric fabric, heavy load: Presto's mean FCT below ECMP's "
+              "(flowcells spread what ECMP's hash collisions pile up)",
+              "He et al., Presto, SIGCOMM 2015, abstract (flow hashing congests on collisions; "
+              "Presto closely tracks a single non-blocking switch) and sec. 3.1 (flowcells "
+              "round-robin over the paths)", "symmetric", "high", "all_nfct_mean",
+              (("presto", "ecmp", "better"),)),
+    Direction("sym-presto-reorder", "Presto's flowcells reorder less than per-packet spraying: "
+              "fewer TCP reordering events than RPS, without the paper's receiver GRO",
+              "He et al., Presto, SIGCOMM 2015, sec. 3.1 (a flowcell, up to 64 KB, keeps one "
+              "path: reordering only where a flowcell ends; sec. 3.2's GRO hides that, not "
+              "built here)", "symmetric", "high", "reorder_per_kseg",
+              (("presto", "rps", "better"),)),
     Direction("asym-conga", "Asymmetric fabric: CONGA's FCT well below ECMP's",
               "Alizadeh et al., CONGA, SIGCOMM 2014, abstract (5x better FCT than ECMP in its "
               "testbed even with a single link failure)", "asymmetric", "high", "all_nfct_mean",

@@ -143,7 +143,8 @@ struct talb_config {
 	__u8 conga_q_bits;      /* CONGA: metric bits, 1..8 */
 	__u8 conga_leaf;        /* CONGA: this switch's leaf id + 1 (0: a spine) */
 	__u8 conga_pad;
-	__u32 reserved[3];
+	__u32 presto_cell_bytes; /* Presto: flowcell bytes (0: 64 KB) */
+	__u32 reserved[2];
 };
 
 /* conga_dre[port_id]: the port's discounting rate estimator (bytes,
