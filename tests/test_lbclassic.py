@@ -366,6 +366,7 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
     # Presto: 1.35 against ECMP's 1.6, one reordering event a kseg against RPS's 5
     assert by[("sym-presto", "symmetric", "datamining")]["verdict"] == "holds here"
     assert by[("sym-presto-reorder", "symmetric", "websearch")]["verdict"] == "holds here"
+    assert by[("asym-presto-reorder", "asymmetric", "datamining")]["verdict"] == "holds here"
     assert by[("talb-fallback", "asymmetric", "websearch")]["verdict"] == "holds here"
     # ECMP 60% slower at light load: "about as good" does not hold
     assert by[("sym-low-equal", "symmetric", "websearch")]["verdict"] == "does not hold"

@@ -276,7 +276,8 @@ DIRECTIONS = (
     # over the paths (He et al., SIGCOMM 2015, sec. 3.1) against ECMP's
     # hashing, and flowcells rather than packets as the unit. Its answer to
     # asymmetry -- the controller's weighted paths -- is not built here (the
-    # round-robin is even), so no asymmetric-fabric direction is its.
+    # round-robin is even), so on the asymmetric fabric the directions are
+    # issue 37's expectation, not the paper's: spraying at a coarser grain.
     Direction("sym-presto", "Symmetric fabric, heavy load: Presto's mean FCT below ECMP's "
               "(flowcells spread what ECMP's hash collisions pile up)",
               "He et al., Presto, SIGCOMM 2015, abstract (flow hashing congests on collisions; "
@@ -288,6 +289,17 @@ DIRECTIONS = (
               "He et al., Presto, SIGCOMM 2015, sec. 3.1 (a flowcell, up to 64 KB, keeps one "
               "path: reordering only where a flowcell ends; sec. 3.2's GRO hides that, not "
               "built here)", "symmetric", "high", "reorder_per_kseg",
+              (("presto", "rps", "better"),)),
+    Direction("asym-presto", f"Asymmetric fabric: Presto's mean FCT within {WITHIN:.0%} of "
+              f"RPS's (both spread a flow evenly over paths of unequal rates)",
+              "issue 37 (Presto should behave like spraying on the asymmetric fabric); He et "
+              "al., Presto, SIGCOMM 2015, sec. 3.1 (even round-robin of flowcells without the "
+              "controller's weights)", "asymmetric", "high", "all_nfct_mean",
+              (("presto", "rps", "within"),)),
+    Direction("asym-presto-reorder", "Asymmetric fabric: Presto reorders less than RPS (a "
+              "flowcell keeps one path)",
+              "issue 37 (like spraying, with fewer reorderings); He et al., Presto, SIGCOMM "
+              "2015, sec. 3.1", "asymmetric", "high", "reorder_per_kseg",
               (("presto", "rps", "better"),)),
     Direction("asym-conga", "Asymmetric fabric: CONGA's FCT well below ECMP's",
               "Alizadeh et al., CONGA, SIGCOMM 2014, abstract (5x better FCT than ECMP in its "
