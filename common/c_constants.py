@@ -255,11 +255,9 @@ SCHEME_HEADERS = MappingProxyType({h.name: h for h in scheme_headers()})
 #: datapath/schemes/registry.py's, which checks its records against these.
 SCHEMES = MappingProxyType({h.name: h.id for h in SCHEME_HEADERS.values()})
 SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
-#: Schemes the data path implements: all of them. The name stays for the
-#: check user space makes before it sets one (an id without a program falls
-#: back to the default scheme in the data path); the loader loads a program
-#: for every scheme, so a header without its program fails the load, not a run.
-IMPLEMENTED_SCHEMES = frozenset(SCHEMES)
+# Every scheme the headers declare is implemented: the loader loads a program
+# for each (a header without its program fails the load, not a run), and an id
+# without one falls back to the default scheme in the data path.
 
 
 def _counter_names() -> tuple[str, ...]:

@@ -17,8 +17,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterable, Mapping, Sequence
 
-from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES,
-                                MAX_BANDS, PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
+from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, MAX_BANDS, PORT_HOST,
+                                PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
                                 TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
                                 TALB_MAX_TENSORS, TALB_TENSOR_DONE)
 from datapath import bpf_syscall as sc
@@ -55,20 +55,16 @@ SwitchPortTuple = tuple[str, int, bool, bool]
 
 
 class SchemeError(ValueError):
-    """Unknown scheme name, or one the data path does not implement yet."""
+    """Unknown scheme name, or a parameter it does not take."""
 
 
 def scheme_id_of(name: str) -> int:
     """The data path's id of scheme ``name`` (any case); SchemeError (a
-    ValueError) when no such scheme, or the data path does not implement it.
-    Callers check a user's --scheme with it before touching a fabric."""
+    ValueError) when no such scheme. Callers check a user's --scheme with
+    it before touching a fabric."""
     key = str(name).lower()
     if key not in SCHEMES:
         raise SchemeError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}")
-    if key not in IMPLEMENTED_SCHEMES:
-        raise SchemeError(
-            f"scheme {name!r} is not implemented in the data path yet "
-            f"(implemented: {', '.join(sorted(IMPLEMENTED_SCHEMES))})")
     return SCHEMES[key]
 
 
@@ -574,7 +570,7 @@ def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
                     tensor_limit: int | None = None, tensor_idle_us: int | None = None,
                     n_bands: int | None = None, layers_per_band: int | None = None) -> dict:
     """Set TaLB's run-time knobs (None: keep). ``fallback``: scheme for
-    untagged packets under TaLB (an implemented one other than talb);
+    untagged packets under TaLB (one that may be a fallback: not talb);
     ``tensor_limit``: live tensor entries, 1..TALB_MAX_TENSORS;
     ``tensor_idle_us``: idle timeout of an entry; ``n_bands``: priority
     bands of the egress HTB (1..TALB_MAX_BANDS, as the topology's
