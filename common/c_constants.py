@@ -255,6 +255,9 @@ SCHEME_HEADERS = MappingProxyType({h.name: h for h in scheme_headers()})
 #: datapath/schemes/registry.py's, which checks its records against these.
 SCHEMES = MappingProxyType({h.name: h.id for h in SCHEME_HEADERS.values()})
 SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
+#: the scheme a switch runs unless told (a topology or attach file without
+#: ``scheme``, a fresh data path): the one whose header is TALB_SF_DEFAULT
+DEFAULT_SCHEME = next(h.name for h in SCHEME_HEADERS.values() if h.has("DEFAULT"))
 # Every scheme the headers declare is implemented: the loader loads a program
 # for each (a header without its program fails the load, not a run), and an id
 # without one falls back to the default scheme in the data path.
