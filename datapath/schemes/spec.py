@@ -28,7 +28,7 @@ class Param:
     type: str                   # "int", or SCHEME_NAME
     lo: int | None              # the range checked before anything is written
     hi: int | None
-    default: int | str          # the C default (constants.h TALB_DEFAULT_*), before timers
+    default: int | str          # the C default (its header's TALB_DEFAULT_*), before timers
     unit: str                   # "us", or "" (a count, a shift)
     help: str                   # one line: what it sets
     timer: str | None = None    # the datapath.timers.Timers field it follows (the link rate)
