@@ -280,7 +280,7 @@ def _with_scheme_defines(core: Mapping[str, int], env: Mapping[str, str] | None 
     return merged
 
 
-#: constants.h's defines and the scheme headers' (CONST["TALB_DEFAULT_CONGA_DRE_US"],
+#: constants.h's defines and the scheme headers' (CONST["TALB_DEFAULT_FLOWLET_US"],
 #: CONST["CNT_FLOWLET_NEW"]): what the layers above read, wherever the C keeps it
 CONST = MappingProxyType(_with_scheme_defines(CONST))
 #: the scheme a switch runs unless told (a topology or attach file without
