@@ -350,7 +350,8 @@ def test_a_control_function_name_two_schemes_share_is_refused(monkeypatch, tmp_p
     monkeypatch.setattr(registry, "C_SCHEMES",
                         MappingProxyType({**registry.C_SCHEMES, "hula": 6}))
     with pytest.raises(registry.RegistryError,
-                       match=r"hula\.py: SCHEME\.control read_conga_tables is scheme 'conga's name"):
+                       match=r"hula\.py: SCHEME\.control read_conga_tables: scheme 'conga' has "
+                             r"a control function of that name"):
         registry.discover()
 
 

@@ -108,8 +108,9 @@ def discover() -> tuple[Scheme, ...]:
         for f in scheme.control:
             other = control_of.setdefault(f.__name__, scheme.name)
             if other != scheme.name:
-                raise RegistryError(f"{where}: SCHEME.control {f.__name__} is scheme {other!r}'s "
-                                    f"name too (datapath.control finds both by it)")
+                raise RegistryError(f"{where}: SCHEME.control {f.__name__}: scheme {other!r} has "
+                                    f"a control function of that name (datapath.control "
+                                    f"finds both by it)")
         found[scheme.name] = scheme
     missing = [n for n in C_SCHEMES if n not in found]
     if missing:
