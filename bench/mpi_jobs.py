@@ -18,7 +18,7 @@ import statistics
 from contextlib import nullcontext
 
 from common import paths
-from common.c_constants import IMPLEMENTED_SCHEMES, SCHEMES
+from common.c_constants import SCHEMES
 from common.excerpt import shown
 from netns_topology import load_topology
 from testbed import lifecycle
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         ap.error(f"--tag: off, on or off,on, got {shown(args.tag)}")
     rows = []
     try:
-        for scheme in [s for s in SCHEMES if s in IMPLEMENTED_SCHEMES]:
+        for scheme in SCHEMES:
             for tag in tags:
                 rows.append(measure_scheme(args.prefix, topo, scheme, args.reps, tag == "on"))
                 print(json.dumps(rows[-1]), flush=True)

@@ -255,11 +255,40 @@ SCHEME_HEADERS = MappingProxyType({h.name: h for h in scheme_headers()})
 #: datapath/schemes/registry.py's, which checks its records against these.
 SCHEMES = MappingProxyType({h.name: h.id for h in SCHEME_HEADERS.values()})
 SCHEME_NAMES = MappingProxyType({v: k for k, v in SCHEMES.items()})
-#: Schemes the data path implements: all of them. The name stays for the
-#: check user space makes before it sets one (an id without a program falls
-#: back to the default scheme in the data path); the loader loads a program
-#: for every scheme, so a header without its program fails the load, not a run.
-IMPLEMENTED_SCHEMES = frozenset(SCHEMES)
+
+
+def _with_scheme_defines(core: Mapping[str, int], env: Mapping[str, str] | None = None
+                         ) -> dict[str, int]:
+    """``core`` (constants.h's defines) and every integer #define of every
+    header of :func:`scheme_dirs` (a scheme's limits, defaults and named
+    counters live in its own header; its helpers' too: flowlet.h). A name
+    defined twice with two values is refused naming the header."""
+    merged = dict(core)
+    seen: dict[str, Path] = {}
+    for d in scheme_dirs(env):
+        for path in sorted(Path(d).glob("*.h")):
+            for name, text in _header_defines(path).items():
+                value = _eval_expr(text, merged)
+                if value is None:
+                    continue
+                if name in merged and merged[name] != value:
+                    raise SchemeHeaderError(
+                        f"{path}: #define {name} {text}: {seen.get(name, CONSTANTS_H)} "
+                        f"defines it as {merged[name]}")
+                merged[name] = value
+                seen.setdefault(name, path)
+    return merged
+
+
+#: constants.h's defines and the scheme headers' (CONST["TALB_DEFAULT_FLOWLET_US"],
+#: CONST["CNT_FLOWLET_NEW"]): what the layers above read, wherever the C keeps it
+CONST = MappingProxyType(_with_scheme_defines(CONST))
+#: the scheme a switch runs unless told (a topology or attach file without
+#: ``scheme``, a fresh data path): the one whose header is TALB_SF_DEFAULT
+DEFAULT_SCHEME = next(h.name for h in SCHEME_HEADERS.values() if h.has("DEFAULT"))
+# Every scheme the headers declare is implemented: the loader loads a program
+# for each (a header without its program fails the load, not a run), and an id
+# without one falls back to the default scheme in the data path.
 
 
 def _counter_names() -> tuple[str, ...]:

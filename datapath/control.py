@@ -17,8 +17,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterable, Mapping, Sequence
 
-from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, IMPLEMENTED_SCHEMES,
-                                MAX_BANDS, PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
+from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, DEFAULT_SCHEME, MAX_BANDS,
+                                PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
                                 TALB_COUNT_SWEPT, TALB_MAX_GROUP_PORTS, TALB_MAX_PORTS,
                                 TALB_MAX_TENSORS, TALB_TENSOR_DONE)
 from datapath import bpf_syscall as sc
@@ -26,19 +26,31 @@ from datapath import talb_native
 from datapath.maps import SwitchMaps
 from datapath.schemes import registry as scheme_registry
 from datapath.schemes import talb as talb_scheme
-from datapath.schemes.ecmp import ecmp_index, flow_hash  # noqa: F401  (re-exported)
+from datapath.schemes.spec import SCHEME_NAME
 from datapath.structs import FwdGroup, GroupState, IPv4Key, PortInfo, PortSlot, RouteSlot
 
 __all__ = [
     "SchemeError", "scheme_id_of", "port_flags", "program_switch", "read_port_stats", "read_ports",
     "read_counters",
     "read_config", "config_update", "set_scheme", "scheme_params", "SCHEME_PARAMS", "set_timers",
-    "parse_params", "set_port_rates", "read_queue_estimates", "set_conga_leaves",
-    "read_conga_tables", "set_release", "set_hash_seed", "set_ecn", "read_ecn",
+    "parse_params", "set_port_rates", "set_release", "set_hash_seed", "set_ecn", "read_ecn",
     "set_talb_config",
     "publish_pcm", "GroupPublisher", "read_groups", "read_tensor_table", "read_live_layers", "sweep_tensors",
-    "clear_tensor_table", "flow_hash", "ecmp_index", "TALB_COUNTERS",
+    "clear_tensor_table", "TALB_COUNTERS",
 ]
+#: each scheme's own control-plane functions (``Scheme.control``), by name: they
+#: live in the scheme's module and are found here too (:func:`__getattr__`)
+SCHEME_CONTROL = {f.__name__: f for s in scheme_registry.SCHEMES for f in s.control}
+__all__ += list(SCHEME_CONTROL)
+
+
+def __getattr__(name: str):
+    """``control.<name>`` of a scheme's control-plane function (PEP 562)."""
+    try:
+        return SCHEME_CONTROL[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
 
 #: the counters `talb table` shows (names as in read_counters)
 TALB_COUNTERS = (
@@ -55,20 +67,16 @@ SwitchPortTuple = tuple[str, int, bool, bool]
 
 
 class SchemeError(ValueError):
-    """Unknown scheme name, or one the data path does not implement yet."""
+    """Unknown scheme name, or a parameter it does not take."""
 
 
 def scheme_id_of(name: str) -> int:
     """The data path's id of scheme ``name`` (any case); SchemeError (a
-    ValueError) when no such scheme, or the data path does not implement it.
-    Callers check a user's --scheme with it before touching a fabric."""
+    ValueError) when no such scheme. Callers check a user's --scheme with
+    it before touching a fabric."""
     key = str(name).lower()
     if key not in SCHEMES:
         raise SchemeError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}")
-    if key not in IMPLEMENTED_SCHEMES:
-        raise SchemeError(
-            f"scheme {name!r} is not implemented in the data path yet "
-            f"(implemented: {', '.join(sorted(IMPLEMENTED_SCHEMES))})")
     return SCHEMES[key]
 
 
@@ -87,7 +95,7 @@ def port_flags(is_host: bool, up: bool) -> int:
 
 
 def program_switch(maps: SwitchMaps, ports: Sequence[SwitchPortTuple],
-                   groups: Mapping[str, Sequence[int]], scheme: str | None = "ecmp",
+                   groups: Mapping[str, Sequence[int]], scheme: str | None = DEFAULT_SCHEME,
                    hash_seed: int | None = None) -> dict:
     """Install a switch's ports, forwarding groups and config.
 
@@ -293,27 +301,33 @@ def _remove_groups(maps: SwitchMaps, keep: set[int], gone_ids: set[int]) -> None
 
 # --- runtime config -------------------------------------------------------------
 def read_config(maps: SwitchMaps) -> dict:
+    """``config[0]`` as names and effective values: the shared fields, then
+    every scheme's parameters by their config field (its default where the
+    field holds 0 and 0 is out of the parameter's range: never set) and what
+    its ``config_view`` hook adds (datapath/schemes/spec.py)."""
     cfg = maps.config[0]
-    return {
-        "scheme": SCHEME_NAMES.get(cfg.scheme, f"scheme{cfg.scheme}"),
+    out = {
+        "scheme": _scheme_name(cfg.scheme),
         "hash_seed": cfg.hash_seed,
         "release_sk": bool(cfg.flags & CFG_RELEASE_SK),
         "flags": cfg.flags,
-        "fallback_scheme": SCHEME_NAMES.get(cfg.fallback_scheme, f"scheme{cfg.fallback_scheme}"),
-        "tensor_limit": cfg.tensor_limit or TALB_MAX_TENSORS,
-        "tensor_idle_us": cfg.tensor_idle_us or CONST["TALB_DEFAULT_IDLE_US"],
         "n_bands": max(1, cfg.n_bands),
         "layers_per_band": cfg.layers_per_band or CONST["TALB_DEFAULT_LAYERS_PER_BAND"],
-        "flowlet_timeout_us": cfg.flowlet_timeout_us or CONST["TALB_DEFAULT_FLOWLET_US"],
-        "drill_d": cfg.drill_d or CONST["TALB_DEFAULT_DRILL_D"],
-        "drill_m": cfg.drill_m,
-        "conga_dre_us": cfg.conga_dre_us or CONST["TALB_DEFAULT_CONGA_DRE_US"],
-        "conga_age_us": cfg.conga_age_us or CONST["TALB_DEFAULT_CONGA_AGE_US"],
-        "conga_alpha_shift": cfg.conga_alpha_shift or CONST["TALB_DEFAULT_CONGA_ALPHA_SHIFT"],
-        "conga_q_bits": cfg.conga_q_bits or CONST["TALB_DEFAULT_CONGA_Q_BITS"],
-        "conga_leaf": cfg.conga_leaf - 1 if cfg.conga_leaf else None,
-        "presto_cell_bytes": cfg.presto_cell_bytes or _PRESTO_CELL_DEFAULT,
     }
+    for s in scheme_registry.SCHEMES:
+        for p in s.params:
+            raw = getattr(cfg, p.field)
+            if p.type == SCHEME_NAME:
+                out[p.field] = _scheme_name(raw)
+            else:
+                out[p.field] = p.default if raw == 0 and p.lo is not None and p.lo > 0 else raw
+        if s.config_view is not None:
+            out.update(s.config_view(cfg))
+    return out
+
+
+def _scheme_name(sid: int) -> str:
+    return SCHEME_NAMES.get(sid, f"scheme{sid}")
 
 
 @contextmanager
@@ -343,12 +357,10 @@ def config_update(maps: SwitchMaps):
 #: scheme -> {parameter: (read_config / TalbConfig field, least, largest)}: what
 #: ``talb scheme NAME --param key=value`` sets (docs/schemes.md: defaults and why),
 #: from each scheme's declaration (datapath/schemes/<name>.py, SCHEME.params).
-#: TaLB's ``fallback`` is a scheme name; TaLB also takes its fallback's parameters.
+#: A fallback (a scheme-name parameter) is a scheme name; its scheme also takes
+#: the fallback's parameters.
 SCHEME_PARAMS: Mapping[str, Mapping[str, tuple]] = {
     s.name: {p.name: (p.field, p.lo, p.hi) for p in s.params} for s in scheme_registry.SCHEMES}
-#: Presto's flowcell size when its config field is 0 (its header's default, as the
-#: module declares it: datapath/schemes/presto.py)
-_PRESTO_CELL_DEFAULT = scheme_registry.get("presto").param("cell_bytes").default
 
 
 def parse_params(items: Iterable[str]) -> dict[str, str]:
@@ -375,7 +387,8 @@ def _params_of(scheme: str, fallback: str | None = None) -> dict[str, tuple]:
 
 def scheme_params(maps: SwitchMaps) -> dict:
     """The effective parameters of the scheme in force (defaults resolved),
-    ``{}`` for ECMP and RPS; TaLB's include its fallback's."""
+    ``{}`` for a scheme without any; a scheme with a fallback (a scheme-name
+    parameter) includes its fallback's."""
     cfg = read_config(maps)
     scheme = cfg["scheme"]
     out = {}
@@ -404,7 +417,8 @@ def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
     fallback = SCHEME_NAMES.get(cfg.fallback_scheme)
     if "fallback" in params:
         if not scheme_registry.get(scheme).has_fallback:
-            raise SchemeError(f"--param fallback={params['fallback']}: only TaLB has a "
+            having = "/".join(s.title for s in scheme_registry.SCHEMES if s.has_fallback)
+            raise SchemeError(f"--param fallback={params['fallback']}: only {having} has a "
                               f"fallback scheme (for untagged packets), not {scheme}")
         fid = _fallback_id(params["fallback"], f"--param fallback={params['fallback']}")
         cfg.fallback_scheme = fid
@@ -429,23 +443,28 @@ def _apply_scheme(cfg, scheme_id: int, scheme: str, params: dict) -> None:
 
 def set_timers(maps: SwitchMaps, timers) -> dict:
     """Write the timers derived from the link rate (:class:`datapath.timers.Timers`)
-    into the switch's config in one write: LetFlow's and CONGA's flowlet gap,
-    CONGA's T_dre, alpha and remote-metric age (docs/schemes.md, "Timers
-    follow the link rate"). `talb testbed up` does it once, before any
-    traffic; a later ``talb scheme --param`` overrides any of them. Returns
-    the scheme's effective parameters."""
+    into the switch's config in one write: every scheme parameter that
+    follows one (``Param.timer``: a flowlet gap, a decay period; docs/schemes.md,
+    "Timers follow the link rate").
+    `talb testbed up` does it once, before any traffic; a later ``talb
+    scheme --param`` overrides any of them. Returns the scheme's effective
+    parameters."""
     with config_update(maps) as cfg:
-        cfg.flowlet_timeout_us = int(timers.flowlet_us)
-        cfg.conga_dre_us = int(timers.conga_dre_us)
-        cfg.conga_alpha_shift = int(timers.conga_alpha_shift)
-        cfg.conga_age_us = int(timers.conga_age_us)
+        for p in TIMED_PARAMS:
+            setattr(cfg, p.field, int(getattr(timers, p.timer)))
     return scheme_params(maps)
 
 
-# --- links: what DRILL's queue estimate drains at -----------------------------------
+#: the parameters that follow the link rate, one per config field (a shared
+#: parameter, the flowlet gap, is declared by each scheme that takes it)
+TIMED_PARAMS = tuple({p.field: p for s in scheme_registry.SCHEMES for p in s.params
+                      if p.timer}.values())
+
+
+# --- links: each port's rate and queue, what the data path's queue estimates drain at ---
 def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple]) -> None:
     """``{ifindex: (rate_bps, queue_limit_bytes[, burst_bytes])}`` for
-    installed ports: the data path's queue estimates (DRILL) drain at this
+    installed ports: the data path's queue estimates drain at this
     rate behind a token bucket of this burst (the port's HTB) and never
     exceed this limit. Ports left out keep what they have."""
     from datapath.structs import PortRate
@@ -460,53 +479,6 @@ def set_port_rates(maps: SwitchMaps, rates: Mapping[int, tuple]) -> None:
                              f"limit {limit} B, burst {burst} B out of range")
         maps.port_rate[installed[ifindex]["port_id"]] = PortRate(
             int(rate_bps) // 8, int(limit), int(burst))
-
-
-def set_conga_leaves(maps: SwitchMaps, leaf: int | None, host_leaf: Mapping[str, int]) -> None:
-    """CONGA's view of the fabric: this switch's leaf id (None: a spine) and
-    every host's leaf (``{"198.18.0.1": 0, ...}``): the source leaf pushes
-    its id, and keys its congestion-to-leaf table by the destination's."""
-    from datapath.structs import IPv4Key
-
-    top = CONST["TALB_CONGA_MAX_LEAVES"]
-    for ip, lid in host_leaf.items():
-        if not 0 <= int(lid) < top:
-            raise ValueError(f"set_conga_leaves: host {ip}: leaf id {lid} not in 0..{top - 1}")
-    if leaf is not None and not 0 <= int(leaf) < top:
-        raise ValueError(f"set_conga_leaves: leaf id {leaf} not in 0..{top - 1}")
-    for ip, lid in host_leaf.items():
-        maps.conga_leaf_of[IPv4Key.of(ip)] = int(lid)
-    with config_update(maps) as cfg:
-        cfg.conga_leaf = 0 if leaf is None else int(leaf) + 1
-
-
-def read_conga_tables(maps: SwitchMaps, now_ns: int | None = None) -> dict:
-    """``{"to_leaf": {(leaf, lbtag): (metric, age_s)}, "from_leaf": {...}}``:
-    the entries written so far (CONGA's congestion-to-leaf and -from-leaf)."""
-    now = _monotonic_ns() if now_ns is None else now_ns
-    width = TALB_MAX_GROUP_PORTS
-    out: dict = {"to_leaf": {}, "from_leaf": {}}
-    for name in out:
-        for k, e in getattr(maps, f"conga_{name}").items():
-            if e.valid:
-                out[name][(k // width, k % width)] = (e.metric, max(0, now - e.updated_ns) / 1e9)
-    return out
-
-
-def read_queue_estimates(maps: SwitchMaps, now_ns: int | None = None) -> dict[int, int]:
-    """``{ifindex: bytes}``: the data path's queue estimate of each port now
-    (drained to ``now_ns`` as the data path would, datapath/schemes/drill.py),
-    from the switch's port_queue and port_rate maps. The real queues (the
-    qdiscs' counters) are workload.measure.read_qdisc_counters'."""
-    from datapath.schemes.drill import ModelPortQueue
-
-    now = _monotonic_ns() if now_ns is None else now_ns
-    out = {}
-    for ifindex, p in read_ports(maps).items():
-        q, r = maps.port_queue.get(p["port_id"]), maps.port_rate.get(p["port_id"])
-        out[ifindex] = ModelPortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes,
-                                      q.credit, r.burst_bytes).at(now)
-    return out
 
 
 def set_release(maps: SwitchMaps, on: bool) -> None:
@@ -578,7 +550,7 @@ def set_talb_config(maps: SwitchMaps, *, fallback: str | None = None,
                     tensor_limit: int | None = None, tensor_idle_us: int | None = None,
                     n_bands: int | None = None, layers_per_band: int | None = None) -> dict:
     """Set TaLB's run-time knobs (None: keep). ``fallback``: scheme for
-    untagged packets under TaLB (an implemented one other than talb);
+    untagged packets under TaLB (one that may be a fallback: not talb);
     ``tensor_limit``: live tensor entries, 1..TALB_MAX_TENSORS;
     ``tensor_idle_us``: idle timeout of an entry; ``n_bands``: priority
     bands of the egress HTB (1..TALB_MAX_BANDS, as the topology's
@@ -1118,3 +1090,12 @@ def read_counters(maps: SwitchMaps) -> dict[str, int]:
             continue
         out[name] = maps.counters.get(idx, 0)
     return out
+
+
+# A scheme's control function may not take a name of the control plane's own:
+# the control plane's would win, and the scheme's be unreachable here.
+_TAKEN = sorted(set(SCHEME_CONTROL) & set(globals()))
+if _TAKEN:
+    raise scheme_registry.RegistryError(
+        f"{', '.join(_TAKEN)}: a scheme's control function (Scheme.control) takes a name "
+        f"datapath/control.py defines; name it after the scheme")

@@ -23,13 +23,15 @@ from pyroute2 import netns as nsctl
 
 from common import paths
 from datapath import timers
-from datapath.control import (program_switch, read_config, set_conga_leaves, set_port_rates,
-                              set_scheme, set_talb_config, set_timers)
+from datapath.control import (program_switch, read_config, set_port_rates, set_scheme,
+                              set_talb_config, set_timers)
 from datapath.host_loader import HostDatapath
 from datapath.loader import SwitchDatapath
 from datapath.maps import SwitchMaps
 from datapath.program import (FILTER_HANDLE, FILTER_PRIO, TC_PARENTS, ensure_bpffs,
                               link_ifindexes)
+from datapath.schemes import registry as scheme_registry
+from datapath.schemes.spec import SwitchView
 from netns_topology.netlink_batch import NetlinkBatch, NetlinkError, open_rtnl_socket
 
 
@@ -46,8 +48,8 @@ def program_fabric(topo, prefix: str, switch: str, maps: SwitchMaps,
               for ip, names in topo.forwarding_groups(switch).items()}
     # The hash seed stays the loader's per-switch default (from the namespace
     # name): reproducible, and no two switches hash alike.
-    # CONGA: leaves are numbered in topology order; a switch without hosts
-    # is a spine
+    # Leaves are numbered in topology order (a scheme's install hook gets
+    # them, datapath/schemes/spec.py SwitchView); a switch without hosts is a spine
     leaves = sorted({h.leaf for h in topo.hosts}, key=[s.name for s in topo.switches].index)
     install_switch(
         maps, port_rows, groups, scheme=scheme or topo.scheme,
@@ -68,11 +70,16 @@ def install_switch(maps: SwitchMaps, port_rows, groups, *, scheme: str, n_bands:
     # Packets are marked into the priority bands the topology's queues have
     # (bpf: skb->priority = 1:(0x10+band)); the two must agree.
     set_talb_config(maps, n_bands=n_bands, layers_per_band=layers_per_band)
-    # DRILL's queue estimates model each port's HTB: its rate and burst, and
-    # its queue's size (one bfifo of queue.limit per band).
+    # The data path's queue estimates model each port's HTB: its rate and
+    # burst, and its queue's size (one bfifo of queue.limit per band).
     set_port_rates(maps, port_rates)
-    set_conga_leaves(maps, leaf_id, host_leaves)
-    # Flowlet gap, CONGA's T_dre and aging: multiples of the fabric's frame
+    # Each scheme's own state (datapath/schemes/<name>.py, Scheme.install), for
+    # every scheme: `talb scheme` may switch to any of them later.
+    view = SwitchView(leaf_id=leaf_id, host_leaves=dict(host_leaves))
+    for s in scheme_registry.SCHEMES:
+        if s.install is not None:
+            s.install(maps, view)
+    # The timers (a flowlet gap, a decay period): multiples of the fabric's frame
     # time at its slowest multipath link (datapath/timers.py, docs/schemes.md).
     # Only here, on a fresh data path: `talb scheme --param` overrides them.
     set_timers(maps, timer_values)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import re
 
-from common.c_constants import SCHEMES
+from common.c_constants import DEFAULT_SCHEME, SCHEMES
 from common.excerpt import shown
 from common.paths import NETNS_RE, NODE_RE, PREFIX_RE
 
@@ -280,7 +280,7 @@ def _settings(data: dict) -> _Settings:
         raise TopologyError("queue_limit", str(exc)) from None
     if isinstance(queue_limit, bool) or not isinstance(queue_limit, int) or queue_limit < 1600:
         raise TopologyError("queue_limit", f"must be a size of at least 1600 bytes, got {shown(queue_limit)}")
-    scheme = data.get("scheme", "ecmp")
+    scheme = data.get("scheme", DEFAULT_SCHEME)
     if scheme not in SCHEMES:
         raise TopologyError("scheme", f"must be one of {', '.join(SCHEMES)}, got {shown(scheme)}")
     default_queue = _queue("queue", data.get("queue"))

@@ -8,7 +8,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from common.c_constants import MAX_BANDS, SCHEMES
+from common.c_constants import DEFAULT_SCHEME, MAX_BANDS, SCHEMES
 from common.excerpt import shown
 
 from .errors import TopologyError
@@ -194,7 +194,7 @@ PARAMS = {
     "link_rate": (100_000_000, check_rate),
     "queue": (Queue(), Queue.from_value),
     "tcp_cc": ("cubic", check_word),
-    "scheme": ("ecmp", check_scheme),
+    "scheme": (DEFAULT_SCHEME, check_scheme),
     # false: no HTB/bfifo at all (veth's default noqueue). Only for measuring
     # raw forwarding speed: without link emulation no queue ever forms.
     # batched: HTB in its hysteresis mode, ~1.5x the packets per CPU-second,

@@ -181,14 +181,15 @@ def _arm_options() -> list:
 
 
 def _run_shape_options() -> list:
-    """Each run's size, and what to do with schemes the data path lacks."""
+    """Each run's size."""
     return [
     click.option("--workers", type=click.IntRange(1, 64), help="Workers per run."),
     click.option("--servers", type=click.IntRange(1, 64), help="Parameter servers per run."),
     click.option("--iterations", type=click.IntRange(1, 1000), help="Iterations per run."),
-    click.option("--skip-missing", is_flag=True,
-                 help="Run the schemes the data path implements and list the others as "
-                      "skipped, instead of refusing."),
+    # The data path implements every scheme of the registry, so nothing is left to
+    # skip: kept, hidden and without effect, for command lines written before.
+    click.option("--skip-missing", is_flag=True, hidden=True,
+                 help="No effect (every scheme is implemented); kept for old command lines."),
     ]
 
 
@@ -226,10 +227,11 @@ def sweep_options(f):
 
 
 def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap, seed_width,
-          fixed_seeds, target_rates, queueing, agents, workers, servers, iterations, skip_missing,
+          fixed_seeds, target_rates, queueing, agents, workers, servers, iterations,
           out_dir, sweep_prefix, dry_run, report_only, cdfs=None, connections=None,
           placement=None, rto_min=None, cluster=None, clients=None, regimes=None, schedulers=None,
-          comms=None, fusions=None) -> None:
+          comms=None, fusions=None, skip_missing=False) -> None:
+    del skip_missing        # the hidden no-op flag (_run_shape_options)
     from common import paths
     from experiments.sweep import seeds as seedrule
     from experiments.sweep.kinds import build_plan, finish
@@ -237,7 +239,7 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
     from experiments.sweep.runner import is_done, run_sweep
 
     try:
-        plan = build_plan(preset, skip_missing=skip_missing, schemes=schemes, loads=loads,
+        plan = build_plan(preset, schemes=schemes, loads=loads,
                           topologies=topologies, models=models, archs=archs, seeds=seeds,
                           target_rates=target_rates, queueing=queueing, connections=connections,
                           placement=placement, rto_min=rto_min, clients=clients,
@@ -274,8 +276,6 @@ def sweep(*, preset, schemes, loads, topologies, models, archs, seeds, seed_cap,
                       f"headline points (load {', '.join(f'{x:g}' for x in rule.loads or ())}) "
                       f"until every ratio of {rule.metric} ({pairs}) has a paired 95% interval "
                       f"narrower than {rule.width:g}")
-    if plan.skipped_schemes:
-        console.print(f"  [yellow]skipped (not implemented yet):[/] {', '.join(plan.skipped_schemes)}")
     if plan.figure == "lb_classic":
         from experiments.sweep.lbclassic import estimate_wall_s
 

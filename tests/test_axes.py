@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from common import paths
 from experiments.sweep import plan as plan_mod
 from experiments.sweep.kinds import build_plan, finish
-from experiments.sweep.plan import ALL_SCHEMES, PlanError
+from experiments.sweep.plan import PlanError
 from experiments.sweep.runner import run_plan
 from netns_topology import LeafSpine, load_topology
 from netns_topology.params import check_rto_min_setting
@@ -23,7 +23,6 @@ from talb.cli import main
 from workload import placement
 from workload.testbed_use import rto_min_setting
 
-ALL = frozenset(ALL_SCHEMES)
 FIG10 = load_topology(paths.REPO_ROOT / "topologies" / "fig10.yaml")   # leaf0 h0-h3, leaf1 h4-h7
 
 
@@ -109,7 +108,7 @@ def test_set_rto_min_refuses_a_bad_value_naming_it():
 
 # --- plans -------------------------------------------------------------------------------
 def test_keys_unchanged_at_the_defaults():
-    r = build_plan("fig10-2spine", implemented=ALL).runs[0]
+    r = build_plan("fig10-2spine").runs[0]
     assert (r.placement, r.rto_min) == ("spread", None)
     assert "placement" not in r.params() and "rto_min" not in r.params()
     assert r.key() == "1be7ea1a232f896f"       # results/fig10-2spine/plan.json, first run
@@ -122,7 +121,7 @@ def test_keys_unchanged_at_the_defaults():
 
 
 def test_plan_over_placements_and_rtos():
-    p = build_plan("fig10-2spine", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=[1],
+    p = build_plan("fig10-2spine", schemes=["ecmp", "talb"], loads=[0.8], seeds=[1],
                    placement=["spread", "remote", "remote"], rto_min=["10ms", "kernel", "0.01s"])
     assert p.counts("placement") == {"spread": 4, "remote": 4}
     assert p.counts("rto_min") == {"10ms": 4, "kernel": 4}
@@ -132,7 +131,7 @@ def test_plan_over_placements_and_rtos():
         ("spread", "kernel", "ecmp"), ("spread", "kernel", "talb")]
     assert p.name == "fig10-2spine+loads+placement+rto_min+schemes+seeds"
     # the seed rule's pairs do not name the axes: they hold at each (placement, RTO) point
-    q = build_plan("fig10-2spine", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8],
+    q = build_plan("fig10-2spine", schemes=["ecmp", "talb"], loads=[0.8],
                    rto_min=["10ms", "kernel"])
     assert q.seed_rule.pairs == (("talb", "ecmp"),)
     from experiments.sweep import seeds
@@ -144,7 +143,7 @@ def test_plan_over_placements_and_rtos():
     assert sorted(d["point"]["rto_min"] for d in decided) == ["10ms", "kernel"]
     assert all(d["pairs"][0]["n"] == 5 and d["status"] == "narrow" for d in decided)
     # the reference of the ablation runs under each too
-    a = build_plan("ablation", implemented=ALL, agents=["default"], loads=[0.8], seeds=[1],
+    a = build_plan("ablation", agents=["default"], loads=[0.8], seeds=[1],
                    rto_min=["10ms", "kernel"])
     assert {(r.scheme, r.rto_min) for r in a.runs} == {("talb", "10ms"), ("ecmp", "10ms"),
                                                        ("talb", "kernel"), ("ecmp", "kernel")}
@@ -157,21 +156,21 @@ def test_plan_errors_name_the_flag():
                     (dict(rto_min=["10"]), "--rto-min: must be a duration"),
                     (dict(rto_min=[]), "--rto-min: at least one value")):
         with pytest.raises(PlanError, match=msg):
-            build_plan("fig10-2spine", implemented=ALL, **kw)
+            build_plan("fig10-2spine", **kw)
     for kw, flag in ((dict(placement=["remote"]), "--placement"), (dict(rto_min=["10ms"]),
                                                                    "--rto-min")):
         with pytest.raises(PlanError, match=f"{flag}: lb-classic-quick runs"):
-            build_plan("lb-classic-quick", implemented=ALL, **kw)
+            build_plan("lb-classic-quick", **kw)
 
 
 def test_presets_take_the_keys(monkeypatch):
     monkeypatch.setitem(plan_mod.PRESETS, "t-axes", dict(
         plan_mod.PRESETS["quick"], placement="remote", rto_min="10ms", schemes=["ecmp"],
         seeds=1))
-    p = build_plan("t-axes", implemented=ALL)
+    p = build_plan("t-axes")
     assert {(r.placement, r.rto_min) for r in p.runs} == {("remote", "10ms")}
     # an option changes a preset's value
-    p = build_plan("t-axes", implemented=ALL, rto_min=["kernel"], placement=["spread"])
+    p = build_plan("t-axes", rto_min=["kernel"], placement=["spread"])
     assert {(r.placement, r.rto_min) for r in p.runs} == {("spread", "kernel")}
     assert {"placement", "rto_min"} <= set(plan_mod.SWEEP_FIELDS)
 
@@ -246,7 +245,7 @@ def _fake(spec):
 
 
 def test_sweep_report_over_placements_and_rtos(tmp_path):
-    p = build_plan("fig10-2spine", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=3,
+    p = build_plan("fig10-2spine", schemes=["ecmp", "talb"], loads=[0.8], seeds=3,
                    fixed_seeds=True, placement=["spread", "remote"], rto_min=["10ms", "kernel"])
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake(s))), progress=False)
     res = finish(p, tmp_path)
@@ -282,7 +281,7 @@ def test_sweep_report_over_placements_and_rtos(tmp_path):
 
 
 def test_a_sweep_at_the_defaults_names_neither(tmp_path):
-    p = build_plan("fig10-2spine", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=2,
+    p = build_plan("fig10-2spine", schemes=["ecmp", "talb"], loads=[0.8], seeds=2,
                    fixed_seeds=True)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake(s))), progress=False)
     res = finish(p, tmp_path)

@@ -11,7 +11,7 @@ import socket
 
 from click.testing import CliRunner
 
-from test_sweep import ALL, _fake_results
+from test_sweep import _fake_results
 
 
 def test_machine_record():
@@ -34,7 +34,7 @@ def test_runs_csv_machine_and_mixed_kinds_flagged(tmp_path):
     from experiments.sweep.kinds import build_plan, finish
     from experiments.sweep.runner import run_plan
 
-    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.2], seeds=2,
+    p = build_plan(None, schemes=["ecmp", "talb"], loads=[0.2], seeds=2,
                    fixed_seeds=True)
     # talb's two seeds on two machines of different kinds; ecmp's on two of one kind
     where = {("ecmp", 1): _machine("a"), ("ecmp", 2): _machine("b"),
@@ -60,7 +60,7 @@ def test_summary_without_machine_records_has_no_flag(tmp_path):
     from experiments.sweep.kinds import build_plan, finish
     from experiments.sweep.runner import run_plan
 
-    p = build_plan(None, implemented=ALL, schemes=["ecmp"], loads=[0.2], seeds=2,
+    p = build_plan(None, schemes=["ecmp"], loads=[0.2], seeds=2,
                    fixed_seeds=True)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))),
              progress=False)
@@ -75,7 +75,7 @@ def test_machines_line_counts_runs_without_a_record(tmp_path):
     from experiments.sweep.kinds import build_plan, finish
     from experiments.sweep.runner import run_plan
 
-    p = build_plan(None, implemented=ALL, schemes=["ecmp"], loads=[0.2], seeds=3,
+    p = build_plan(None, schemes=["ecmp"], loads=[0.2], seeds=3,
                    fixed_seeds=True)
 
     def fake(spec, path):
@@ -153,7 +153,7 @@ def test_cluster_seed_rule_and_resume_across_local_runs(tmp_path):
     from experiments.sweep.runner import run_plan, run_sweep
     from test_sweep import _noisy
 
-    p = build_plan("quick", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.2, 0.8],
+    p = build_plan("quick", schemes=["ecmp", "talb"], loads=[0.2, 0.8],
                    seeds=3, fixed_seeds=False)
     p = dataclasses.replace(p, seed_rule=planmod.SeedRule(
         first=3, cap=6, width=0.2, pairs=(("talb", "ecmp"),), loads=(0.8,)))

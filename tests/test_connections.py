@@ -329,7 +329,7 @@ def test_a_sweep_over_models_pairs_by_seed_and_compares_like_with_like(tmp_path)
     from experiments.sweep.kinds import finish
     from experiments.sweep.runner import run_plan
 
-    p = build_plan("quick", implemented=frozenset({"ecmp", "talb"}), schemes=["ecmp", "talb"],
+    p = build_plan("quick", schemes=["ecmp", "talb"],
                    loads=[0.8], seeds=3, connections=["pair", "pool:8"])
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake(s))), progress=False)
     res = finish(p, tmp_path)

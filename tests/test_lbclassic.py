@@ -19,7 +19,8 @@ from experiments.sweep.plan import ALL_SCHEMES, PRESETS, PlanError
 from workload import background_only as bo
 
 REPO = Path(__file__).resolve().parents[1]
-IMPL = frozenset(("ecmp", "rps", "letflow", "drill", "conga", "talb", "presto"))
+#: lb-classic runs every scheme of the registry
+ALL = frozenset(ALL_SCHEMES)
 MS = 1e-3
 
 
@@ -123,9 +124,9 @@ def test_capacity_window_and_cdf_rules():
 
 
 def test_plan_runs_and_keys():
-    p = build_plan("lb-classic", implemented=IMPL)
-    assert len(p.runs) == 2 * 2 * 6 * len(IMPL) * 5   # fabrics x CDFs x loads x schemes x seeds
-    assert p.counts("scheme") == {s: 120 for s in IMPL}
+    p = build_plan("lb-classic")
+    assert len(p.runs) == 2 * 2 * 6 * len(ALL) * 5     # fabrics x CDFs x loads x schemes x seeds
+    assert p.counts("scheme") == {s: 120 for s in ALL}
     assert {r.model for r in p.runs} == {"none"} and {r.background_cdf for r in p.runs} == \
         {"websearch", "datamining"}
     assert all(r.background_s and r.background_size_scale for r in p.runs)
@@ -136,14 +137,14 @@ def test_plan_runs_and_keys():
     keys = {r.key() for r in p.runs}
     assert len(keys) == len(p.runs)
     training = {r.key() for name, pre in PRESETS.items() if pre.get("kind") != "background"
-                for r in build_plan(name, implemented=IMPL).runs}
+                for r in build_plan(name).runs}
     assert not keys & training
     assert all(r.params()["model"] == "none" and "background_s" in r.params() for r in p.runs)
-    q = build_plan("lb-classic-quick", implemented=IMPL)
+    q = build_plan("lb-classic-quick")
     assert len(q.runs) == 8 and {r.background_s for r in q.runs} == {5.0}
     assert q.runs[0].label() == "lb-classic-quick websearch ecmp load 0.3 seed 1"
     # overrides
-    o = build_plan("lb-classic", implemented=IMPL, cdfs=["websearch"], loads=[0.5], seeds=2,
+    o = build_plan("lb-classic", cdfs=["websearch"], loads=[0.5], seeds=2,
                    schemes=["ecmp", "conga"])
     assert len(o.runs) == 2 * 1 * 1 * 2 * 2 and o.name.startswith("lb-classic+")
 
@@ -157,37 +158,36 @@ def test_plan_runs_and_keys():
 ])
 def test_plan_refuses_what_makes_no_sense(over, flag):
     with pytest.raises(PlanError, match=flag):
-        build_plan("lb-classic", implemented=IMPL, **over)
+        build_plan("lb-classic", **over)
 
 
 def test_seed_rule_watches_the_loads_the_directions_are_tested_at():
     """Each balancer against ECMP on the all-flow mean, at the light and the
     heavy load of the sweep (0.1 and 0.8 in the full preset); none where the
     sweep has neither, nor in the quick preview or with fixed seeds."""
-    rule = build_plan("lb-classic", implemented=IMPL).seed_rule
+    rule = build_plan("lb-classic").seed_rule
     assert (rule.first, rule.cap, rule.width, rule.metric, rule.loads) == \
         (5, 10, 0.2, "all_nfct_mean", (0.1, 0.8))
     # the light-load direction is the symmetric fabric's: the asymmetric one gets no seeds there
     sym, asym = "topologies/lb-classic-sym.yaml", "topologies/lb-classic-asym.yaml"
     assert rule.where == ((0.1, sym), (0.8, asym), (0.8, sym))
-    assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.8],
+    assert build_plan("lb-classic", loads=[0.3, 0.8],
                       topologies=["lb-classic-asym"]).seed_rule.where == ((0.8, asym),)
-    assert rule.pairs == tuple((s, "ecmp") for s in ("rps", "letflow", "drill", "conga", "talb",
-                                                    "presto"))
-    assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.5, 0.9]).seed_rule.loads == \
+    assert rule.pairs == tuple((s, "ecmp") for s in ALL_SCHEMES if s != "ecmp")
+    assert build_plan("lb-classic", loads=[0.3, 0.5, 0.9]).seed_rule.loads == \
         (0.3, 0.9)
-    assert build_plan("lb-classic", implemented=IMPL, loads=[0.8]).seed_rule.loads == (0.8,)
-    assert build_plan("lb-classic", implemented=IMPL, loads=[0.5]).seed_rule is None
-    assert build_plan("lb-classic", implemented=IMPL, fixed_seeds=True).seed_rule is None
-    assert build_plan("lb-classic", implemented=IMPL, seeds=[1, 2]).seed_rule is None
-    assert build_plan("lb-classic", implemented=IMPL, seed_cap=12).seed_rule.cap == 12
+    assert build_plan("lb-classic", loads=[0.8]).seed_rule.loads == (0.8,)
+    assert build_plan("lb-classic", loads=[0.5]).seed_rule is None
+    assert build_plan("lb-classic", fixed_seeds=True).seed_rule is None
+    assert build_plan("lb-classic", seeds=[1, 2]).seed_rule is None
+    assert build_plan("lb-classic", seed_cap=12).seed_rule.cap == 12
     # pairs the schemes leave out are dropped; with no ECMP, no pair is left
-    assert build_plan("lb-classic", implemented=IMPL, schemes=["ecmp", "drill"]
+    assert build_plan("lb-classic", schemes=["ecmp", "drill"]
                       ).seed_rule.pairs == (("drill", "ecmp"),)
-    assert build_plan("lb-classic", implemented=IMPL, schemes=["rps", "drill"]).seed_rule is None
-    assert build_plan("lb-classic-quick", implemented=IMPL).seed_rule is None
+    assert build_plan("lb-classic", schemes=["rps", "drill"]).seed_rule is None
+    assert build_plan("lb-classic-quick").seed_rule is None
     with pytest.raises(PlanError, match="--seed-cap: the preset has no seed rule"):
-        build_plan("lb-classic-quick", implemented=IMPL, seed_cap=8)
+        build_plan("lb-classic-quick", seed_cap=8)
 
 
 def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
@@ -208,7 +208,7 @@ def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
                 f["fct_s"] *= k
         path.write_text(json.dumps(res))
 
-    p = build_plan("lb-classic", implemented=IMPL, loads=[0.5, 0.8], seeds=2, seed_cap=4,
+    p = build_plan("lb-classic", loads=[0.5, 0.8], seeds=2, seed_cap=4,
                    schemes=["ecmp", "drill"], cdfs=["websearch"],
                    topologies=["lb-classic-quick"])
     assert p.seed_rule.loads == (0.8,)
@@ -221,12 +221,12 @@ def test_seed_rule_adds_seeds_at_the_direction_points_until_the_cap(tmp_path):
     (pair,) = rec["points"][0]["pairs"]          # decided on the ratios, wider than 0.2
     assert (pair["a"], pair["b"], pair["n"]) == ("drill", "ecmp", 4) and pair["width"] > 0.2
     # --report-only rebuilds the same runs from the record
-    again = with_recorded(build_plan("lb-classic", implemented=IMPL, loads=[0.5, 0.8], seeds=2,
+    again = with_recorded(build_plan("lb-classic", loads=[0.5, 0.8], seeds=2,
                                      seed_cap=4, schemes=["ecmp", "drill"], cdfs=["websearch"],
                                      topologies=["lb-classic-quick"]), tmp_path)
     assert {r.key() for r in again.runs} == {r.key() for r in ran.runs}
     # a sweep or report without load 0.8 does not pick up its recorded seeds
-    other = with_recorded(build_plan("lb-classic", implemented=IMPL, loads=[0.5, 0.9], seeds=2,
+    other = with_recorded(build_plan("lb-classic", loads=[0.5, 0.9], seeds=2,
                                      seed_cap=4, schemes=["ecmp", "drill"], cdfs=["websearch"],
                                      topologies=["lb-classic-quick"]), tmp_path)
     assert {(r.load, r.seed) for r in other.runs} == {(ld, s) for ld in (0.5, 0.9) for s in (1, 2)}
@@ -262,7 +262,7 @@ def test_seed_rule_adds_seeds_only_where_a_direction_is_tested(tmp_path):
                 f["fct_s"] *= k
         path.write_text(json.dumps(res))
 
-    p = build_plan("lb-classic", implemented=IMPL, loads=[0.3], seeds=2, seed_cap=3,
+    p = build_plan("lb-classic", loads=[0.3], seeds=2, seed_cap=3,
                    schemes=["ecmp", "drill"], cdfs=["websearch"],
                    topologies=["lb-classic-sym", "lb-classic-asym"])
     ran, _ = run_sweep(p, tmp_path, run_fn=noisy, progress=False)
@@ -279,9 +279,9 @@ def test_seed_rule_adds_seeds_only_where_a_direction_is_tested(tmp_path):
 
 def test_training_sweeps_refuse_background_options():
     with pytest.raises(PlanError, match="--cdfs"):
-        build_plan("fig10", implemented=IMPL, cdfs=["datamining"])
+        build_plan("fig10", cdfs=["datamining"])
     with pytest.raises(PlanError, match="--models"):
-        build_plan("fig10", implemented=IMPL, models=["none"])
+        build_plan("fig10", models=["none"])
 
 
 # --- the report on constructed runs -------------------------------------------------------
@@ -341,7 +341,7 @@ def _report(tmp_path, **over):
     from experiments.sweep.kinds import finish
     from experiments.sweep.runner import run_plan
 
-    p = build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.8], seeds=3, **over)
+    p = build_plan("lb-classic", loads=[0.3, 0.8], seeds=3, **over)
     run_plan(p, tmp_path, run_fn=_fake, progress=False)
     return p, finish(p, tmp_path)
 
@@ -388,7 +388,7 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
     assert len(res["plots"]) == 4
     drill_asym = f"drill ({DRILL_ASYMMETRIC})"
     for name, panels in res["plots"].items():
-        want = [drill_asym if s == "drill" and "asym" in name else s for s in IMPL]
+        want = [drill_asym if s == "drill" and "asym" in name else s for s in ALL]
         assert len(panels) == 6 and all(sorted(v) == sorted(want) for v in panels.values()), name
     # ... and so do the summary's tables: every DRILL row on that fabric, none on the other
     drill_rows = [line for line in md.splitlines() if line.startswith("| lb-classic-")
@@ -448,11 +448,11 @@ def test_failed_link_preset_tests_congas_and_letflows_failure_claims(tmp_path):
     assert topo.forwarding_groups("spine1")["198.18.0.1"] == ["leaf0"]
     topo_path = "topologies/lb-classic-fail.yaml"
     assert bo.even_capacity_bps(topo) == 150e6 and fabric_kind(topo_path) == "failed"
-    p = build_plan("lb-classic-fail", implemented=IMPL, seeds=3, fixed_seeds=True)
+    p = build_plan("lb-classic-fail", seeds=3, fixed_seeds=True)
     assert {r.topology for r in p.runs} == {topo_path} and {r.load for r in p.runs} == {0.3, 0.5, 0.8}
-    assert len(p.runs) == len(IMPL) * 2 * 3 * 3 and {r.scheme for r in p.runs} == set(IMPL)
-    full = build_plan("lb-classic-fail", implemented=IMPL)
-    assert len(full.runs) == 30 * len(IMPL) and full.seed_rule.where == ((0.8, topo_path),)
+    assert len(p.runs) == len(ALL) * 2 * 3 * 3 and {r.scheme for r in p.runs} == ALL
+    full = build_plan("lb-classic-fail")
+    assert len(full.runs) == len(ALL) * 2 * 3 * 5 and full.seed_rule.where == ((0.8, topo_path),)
     run_plan(p, tmp_path, run_fn=_fake, progress=False)
     res = finish(p, tmp_path)
     by = {(r["direction"].id, r["cdf"]): r for r in res["directions"]}

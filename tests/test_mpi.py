@@ -189,12 +189,12 @@ def test_mpi_presets_compare_the_schemes_on_an_mpi_job():
     from experiments.sweep.kinds import build_plan
     from experiments.sweep.plan import ALL_SCHEMES
 
-    quick = build_plan("mpi-quick", implemented=frozenset(ALL_SCHEMES))
+    quick = build_plan("mpi-quick")
     assert len(quick.runs) == 4 and {r.client for r in quick.runs} == {"mpi"}
     assert {r.scheme for r in quick.runs} == {"ecmp", "talb"}
     assert {r.arch for r in quick.runs} == {"allreduce"} and {r.load for r in quick.runs} == {0.3}
     assert all("client=mpi" in r.label() for r in quick.runs)
-    full = build_plan("mpi", implemented=frozenset(ALL_SCHEMES))
+    full = build_plan("mpi")
     assert {r.scheme for r in full.runs} == set(ALL_SCHEMES)
     assert full.seed_rule.metric == "iteration_time_s"
     assert full.figure == "mpi"
@@ -202,24 +202,23 @@ def test_mpi_presets_compare_the_schemes_on_an_mpi_job():
 
 def test_clients_axis_and_its_errors():
     from experiments.sweep.kinds import build_plan
-    from experiments.sweep.plan import ALL_SCHEMES, PlanError
+    from experiments.sweep.plan import PlanError
 
-    plan = build_plan("quick-ci", implemented=frozenset(ALL_SCHEMES), clients=["talb", "mpi"],
+    plan = build_plan("quick-ci", clients=["talb", "mpi"],
                       fixed_seeds=True)
     assert {r.client for r in plan.runs} == {"talb", "mpi"}
     with pytest.raises(PlanError, match="--clients: one of talb, mpi, torch, got 'horovod'"):
-        build_plan("quick-ci", implemented=frozenset(ALL_SCHEMES), clients=["horovod"])
+        build_plan("quick-ci", clients=["horovod"])
     with pytest.raises(PlanError, match="--connections: Open MPI"):
-        build_plan("quick-ci", implemented=frozenset(ALL_SCHEMES), clients=["mpi"],
+        build_plan("quick-ci", clients=["mpi"],
                    connections=["pool:8"])
 
 
 def test_a_talb_run_keeps_its_key():
     """The client field is left out of a talb run's key: every sweep's results stay found."""
     from experiments.sweep.kinds import build_plan
-    from experiments.sweep.plan import ALL_SCHEMES
 
-    spec = build_plan("quick-ci", implemented=frozenset(ALL_SCHEMES)).runs[0]
+    spec = build_plan("quick-ci").runs[0]
     assert "client" not in spec.params()
     assert "client" in dataclasses.replace(spec, client="mpi").params()
     assert dataclasses.replace(spec, client="mpi").key() != spec.key()
@@ -250,10 +249,9 @@ def test_an_mpi_sweep_pairs_the_schemes_on_the_iteration_time(tmp_path):
     import csv
 
     from experiments.sweep.kinds import build_plan, finish
-    from experiments.sweep.plan import ALL_SCHEMES
     from experiments.sweep.runner import run_plan
 
-    plan = build_plan("mpi-quick", implemented=frozenset(ALL_SCHEMES))
+    plan = build_plan("mpi-quick")
     run_plan(plan, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_mpi_results(s))),
              progress=False)
     finish(plan, tmp_path)
@@ -291,6 +289,6 @@ def test_ps_pattern_checks():
 
 def test_bench_help_and_dry_run_show_the_mpi_sweep():
     assert "--clients" in _cli(["bench", "--help"]).output
-    r = _cli(["bench", "--preset", "mpi-quick", "--skip-missing", "--dry-run"])
+    r = _cli(["bench", "--preset", "mpi-quick", "--dry-run"])
     assert r.exit_code == 0, r.output
     assert "client=mpi" in r.output and "4 runs" in r.output

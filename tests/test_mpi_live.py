@@ -204,9 +204,9 @@ def test_mpi_quick_preset_end_to_end(root, mpi_tools, tmp_path):
     from testbed import lifecycle
 
     prefix, out = new_prefix(), tmp_path / "mpiq"
-    plan = build_plan("mpi-quick", skip_missing=True, iterations=2)
+    plan = build_plan("mpi-quick", iterations=2)
     try:
-        r = CliRunner().invoke(main, ["bench", "--preset", "mpi-quick", "--skip-missing",
+        r = CliRunner().invoke(main, ["bench", "--preset", "mpi-quick",
                                       "--iterations", "2", "--out", str(out), "--prefix", prefix])
         assert r.exit_code == 0, r.output
         assert not namespaces(prefix) and not paths.state_dir(prefix).exists()

@@ -20,8 +20,6 @@ from experiments.sweep.summary import factorial_table, paper_sides
 from netns_topology import load_topology, qdisc
 from talb.cli import main
 
-ALL = frozenset(ALL_SCHEMES)
-
 
 # --- the queues --------------------------------------------------------------------------
 def test_fifo_holds_what_the_bands_hold():
@@ -48,7 +46,7 @@ def test_set_queueing_refuses_a_bad_value_naming_it():
 
 # --- plans -------------------------------------------------------------------------------
 def test_old_keys_unchanged_and_fifo_keys_differ():
-    old = build_plan("fig10-2spine", implemented=ALL)
+    old = build_plan("fig10-2spine")
     r = old.runs[0]
     assert r.queueing == "bands" and "queueing" not in r.params()
     assert r.key() == "1be7ea1a232f896f"       # results/fig10-2spine/plan.json, first run
@@ -58,15 +56,15 @@ def test_old_keys_unchanged_and_fifo_keys_differ():
     assert fifo.params()["queueing"] == "fifo" and fifo.key() != r.key()
     assert replace(fifo, queueing="bands").key() == r.key()
     # the factorial's runs with bands are fig10's runs (a results directory serves both)
-    fig10 = build_plan("fig10", implemented=ALL)
-    fact = build_plan("fig10-factorial", implemented=ALL)
+    fig10 = build_plan("fig10")
+    fact = build_plan("fig10-factorial")
     by_key = {x.key() for x in fig10.runs}
     bands = {x.key() for x in fact.runs if x.queueing == "bands"}
     assert len(bands) == 40 and bands <= by_key
 
 
 def test_factorial_and_paper_presets():
-    fact = build_plan("fig10-factorial", implemented=ALL)
+    fact = build_plan("fig10-factorial")
     # TaLB and the paper's three baselines, each under bands and FIFO, loads 0.2 and 0.4, 5 seeds
     assert len(fact.runs) == 4 * 2 * 2 * 5
     assert fact.counts("queueing") == {"bands": 40, "fifo": 40}
@@ -82,7 +80,7 @@ def test_factorial_and_paper_presets():
     assert rule.loads == (0.2, 0.4) and ("talb/fifo", "ecmp/fifo") in rule.pairs
     assert ("talb", "ecmp") in rule.pairs and len(rule.pairs) == 6
 
-    paper = build_plan("fig10-paper", implemented=ALL)
+    paper = build_plan("fig10-paper")
     assert len(paper.runs) == 4 * 4 * 5
     assert {(x.scheme, x.queueing) for x in paper.runs} == {
         ("talb", "bands"), ("ecmp", "fifo"), ("rps", "fifo"), ("conga", "fifo")}
@@ -96,17 +94,17 @@ def test_factorial_and_paper_presets():
 
 
 def test_queueing_option_of_a_free_sweep():
-    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=[1],
+    p = build_plan(None, schemes=["ecmp", "talb"], loads=[0.8], seeds=[1],
                    queueing={"*": ["fifo"], "talb": ["bands", "fifo"]})
     assert [(x.scheme, x.queueing) for x in p.runs] == [("talb", "bands"), ("ecmp", "fifo"),
                                                         ("talb", "fifo")]
     assert p.name == "sweep"
-    q = build_plan("fig10", implemented=ALL, queueing=["fifo"], loads=[0.8], seeds=[1])
+    q = build_plan("fig10", queueing=["fifo"], loads=[0.8], seeds=[1])
     assert q.name.startswith("fig10+") and q.counts("queueing") == {"fifo": len(ALL_SCHEMES)}
     with pytest.raises(PlanError, match="--queueing: one of bands, fifo .*got 'wfq'"):
-        build_plan(None, implemented=ALL, queueing=["wfq"])
+        build_plan(None, queueing=["wfq"])
     with pytest.raises(PlanError, match="--queueing: unknown scheme 'warp'"):
-        build_plan(None, implemented=ALL, queueing={"warp": ["fifo"]})
+        build_plan(None, queueing={"warp": ["fifo"]})
 
 
 @pytest.mark.parametrize("value, flag_and_value", [
@@ -246,7 +244,7 @@ def _fake(spec):
 
 
 def test_factorial_sweep_report(tmp_path):
-    p = build_plan("fig10-factorial", implemented=ALL, schemes=["ecmp", "talb"], seeds=3,
+    p = build_plan("fig10-factorial", schemes=["ecmp", "talb"], seeds=3,
                    fixed_seeds=True)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake(s))), progress=False)
     res = finish(p, tmp_path)
@@ -280,7 +278,7 @@ def test_factorial_sweep_report(tmp_path):
 
 
 def test_paper_sweep_report(tmp_path):
-    p = build_plan("fig10-paper", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8],
+    p = build_plan("fig10-paper", schemes=["ecmp", "talb"], loads=[0.8],
                    seeds=3, fixed_seeds=True)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake(s))), progress=False)
     res = finish(p, tmp_path)

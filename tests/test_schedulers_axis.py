@@ -13,15 +13,15 @@ from experiments.sweep.plan import PlanError
 
 
 def test_default_scheduler_leaves_the_keys_alone():
-    plain = build_plan("quick", skip_missing=True)
-    same = build_plan("quick", skip_missing=True, schedulers=["bytescheduler"])
+    plain = build_plan("quick")
+    same = build_plan("quick", schedulers=["bytescheduler"])
     assert [r.key() for r in plain.runs] == [r.key() for r in same.runs]
     assert all("scheduler" not in r.params() for r in plain.runs)
 
 
 def test_each_scheduler_runs_every_scheme_at_every_point():
-    plain = build_plan("quick", skip_missing=True)
-    both = build_plan("quick", skip_missing=True, schedulers=["bytescheduler", "usbyte"])
+    plain = build_plan("quick")
+    both = build_plan("quick", schedulers=["bytescheduler", "usbyte"])
     assert len(both.runs) == 2 * len(plain.runs)
     assert {r.key() for r in plain.runs} <= {r.key() for r in both.runs}
     us = [r for r in both.runs if r.scheduler == "usbyte"]
@@ -33,25 +33,25 @@ def test_each_scheduler_runs_every_scheme_at_every_point():
 def test_bad_scheduler_is_named():
     with pytest.raises(PlanError, match="--schedulers: one of bytescheduler, usbyte, wfbp, fifo, "
                                         "got 'pfabric'"):
-        build_plan("quick", skip_missing=True, schedulers=["pfabric"])
+        build_plan("quick", schedulers=["pfabric"])
 
 
 def test_real_jobs_take_no_scheduler():
     with pytest.raises(PlanError, match="--schedulers: our own nodes' axis"):
-        build_plan("mpi-quick", skip_missing=True, schedulers=["wfbp"])
+        build_plan("mpi-quick", schedulers=["wfbp"])
 
 
 def test_bench_dry_run_shows_the_axis(tmp_path):
     out = subprocess.run([sys.executable, "-m", "talb.cli", "bench", "--preset", "quick",
-                          "--skip-missing", "--schedulers", "bytescheduler,wfbp", "--dry-run",
+                          "--schedulers", "bytescheduler,wfbp", "--dry-run",
                           "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "schedulers" in out.stdout and "wfbp" in out.stdout
 
 
 def test_comms_apply_to_ps_runs_and_fusions_to_allreduce_runs():
-    plain = build_plan("quick", skip_missing=True, archs=["ps", "allreduce"])
-    both = build_plan("quick", skip_missing=True, archs=["ps", "allreduce"],
+    plain = build_plan("quick", archs=["ps", "allreduce"])
+    both = build_plan("quick", archs=["ps", "allreduce"],
                       comms=["ps", "hybrid"], fusions=["none", "adaptive"])
     ps_runs = [r for r in plain.runs if r.arch == "ps"]
     ar_runs = [r for r in plain.runs if r.arch == "allreduce"]
@@ -71,7 +71,7 @@ def test_comms_apply_to_ps_runs_and_fusions_to_allreduce_runs():
 ])
 def test_bad_comm_and_fusion_named(field, value, msg):
     with pytest.raises(PlanError, match=msg):
-        build_plan("quick", skip_missing=True, **{field: value})
+        build_plan("quick", **{field: value})
 
 
 @pytest.mark.parametrize("preset,runs,axis,values", [

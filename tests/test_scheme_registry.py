@@ -290,6 +290,78 @@ def test_set_scheme_errors_are_unchanged():
     assert (cfg.scheme, cfg.fallback_scheme, cfg.drill_d) == (5, 3, 3)
 
 
+# --- the control plane calls each scheme's hooks instead of naming it ------------------------------
+def test_shared_control_plane_names_no_scheme_but_talb():
+    """Issue 37: datapath/control.py and datapath/fabric.py reach a scheme's
+    own control through its record (Scheme.install, .config_view, .control,
+    its params' fields and timers). TaLB's groups, PCM and tensor table are
+    still control.py's: not checked here."""
+    others = [s.name for s in registry.SCHEMES if s.name != "talb"]
+    assert {"ecmp", "drill", "conga"} <= set(others)
+    for rel in ("datapath/control.py", "datapath/fabric.py"):
+        named = re.findall("|".join(others), (REPO / rel).read_text(), re.I)
+        assert not named, (rel, named)
+
+
+def test_a_schemes_control_functions_keep_their_names_in_control():
+    from datapath import control
+    from datapath.control import ecmp_index, read_queue_estimates   # as callers always did
+    from datapath.schemes import conga, drill, ecmp
+
+    assert control.set_conga_leaves is conga.set_conga_leaves
+    assert control.read_conga_tables is conga.read_conga_tables
+    assert read_queue_estimates is drill.read_queue_estimates and ecmp_index is ecmp.ecmp_index
+    assert {"set_conga_leaves", "read_queue_estimates", "flow_hash"} <= set(control.__all__)
+    with pytest.raises(AttributeError, match="has no attribute 'hula_tables'"):
+        control.hula_tables
+
+
+class _OneConfig:
+    """A switch's maps as read_config reads them: config[0] only."""
+
+    def __init__(self, cfg):
+        self.config = {0: cfg}
+
+
+def test_read_config_takes_every_schemes_fields_from_its_record():
+    from datapath.control import read_config
+    from datapath.structs import TalbConfig
+
+    cfg = TalbConfig()                      # all 0: nothing set
+    cfg.conga_leaf, cfg.drill_d, cfg.flowlet_timeout_us = 2, 3, 700
+    out = read_config(_OneConfig(cfg))
+    # the keys a run records (results files keep their keys)
+    assert set(out) == {
+        "scheme", "hash_seed", "release_sk", "flags", "fallback_scheme", "tensor_limit",
+        "tensor_idle_us", "n_bands", "layers_per_band", "flowlet_timeout_us", "drill_d",
+        "drill_m", "conga_dre_us", "conga_age_us", "conga_alpha_shift", "conga_q_bits",
+        "conga_leaf", "presto_cell_bytes"}
+    assert (out["scheme"], out["fallback_scheme"]) == ("ecmp", "ecmp")
+    assert out["presto_cell_bytes"] == 65536                # Presto's flowcell, the paper's 64 KB
+    assert (out["drill_d"], out["flowlet_timeout_us"], out["conga_leaf"]) == (3, 700, 1)
+    # 0 out of a parameter's range is its default; 0 in range (DRILL's m) is 0
+    assert out["drill_m"] == 0
+    assert out["conga_dre_us"] == CONST["TALB_DEFAULT_CONGA_DRE_US"]
+    assert out["tensor_limit"] == CONST["TALB_MAX_TENSORS"]
+    assert out["tensor_idle_us"] == CONST["TALB_DEFAULT_IDLE_US"]
+    cfg.conga_leaf = 0
+    assert read_config(_OneConfig(cfg))["conga_leaf"] is None          # a spine
+
+
+def test_a_control_function_name_two_schemes_share_is_refused(monkeypatch, tmp_path):
+    from types import MappingProxyType
+
+    source = "def read_conga_tables(maps):\n    return {}\n" + RECORD.format(
+        name="hula", id=6).replace("model=print)", "model=print, control=(read_conga_tables,))")
+    _with_module(monkeypatch, tmp_path, "hula", source)
+    monkeypatch.setattr(registry, "C_SCHEMES",
+                        MappingProxyType({**registry.C_SCHEMES, "hula": 6}))
+    with pytest.raises(registry.RegistryError,
+                       match=r"hula\.py: SCHEME\.control read_conga_tables: scheme 'conga' has "
+                             r"a control function of that name"):
+        registry.discover()
+
+
 # --- what users see --------------------------------------------------------------------------------
 def test_talb_scheme_list_as_a_user_runs_it():
     r = subprocess.run([str(TALB), "scheme", "--list"], capture_output=True, text=True,

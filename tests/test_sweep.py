@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -59,7 +61,7 @@ def test_overlap_is_a_plot_aid():
 
 # --- plans ---------------------------------------------------------------------------------
 def test_fig10_plan_matches_its_description():
-    p = build_plan("fig10", implemented=ALL)
+    p = build_plan("fig10")
     # every scheme x 4 background loads (0.1..0.4) x 5 seeds on the 4-spine fabric, workers
     # off the server's leaf, PS 4:1 three-layer model
     assert len(p.runs) == S * 4 * 5
@@ -70,7 +72,7 @@ def test_fig10_plan_matches_its_description():
     assert p.counts("placement") == {"remote": S * 20}
     assert load_topology(REPO / "topologies/fig10-4spine.yaml").rto_min == 10   # ms
     assert p.seed_rule.loads == (0.4,)
-    old = build_plan("fig10-2spine", implemented=ALL)
+    old = build_plan("fig10-2spine")
     assert old.counts("load") == {ld: S * 5 for ld in (0.2, 0.4, 0.6, 0.8)}
     assert old.counts("topology") == {"topologies/fig10.yaml": S * 20}
     assert old.counts("placement") == {"spread": S * 20}
@@ -79,29 +81,29 @@ def test_fig10_plan_matches_its_description():
 
 
 def test_other_presets_plans():
-    f11 = build_plan("fig11", implemented=ALL)
+    f11 = build_plan("fig11")
     assert f11.counts("topology") == {"topologies/fig11-4spine.yaml": S * 20}
-    assert build_plan("fig11-2spine", implemented=ALL).counts("topology") == {
+    assert build_plan("fig11-2spine").counts("topology") == {
         "topologies/fig11.yaml": S * 20}
-    rto = build_plan("fig10-rto", implemented=ALL)
+    rto = build_plan("fig10-rto")
     assert len(rto.runs) == 4 * 2 * 5 and rto.counts("load") == {0.4: 40}
     assert set(rto.counts("rto_min")) == {None, "kernel"}     # None: the topology's 10 ms
-    conns = build_plan("fig10-conns", implemented=ALL)
+    conns = build_plan("fig10-conns")
     assert conns.counts("connections") == {"pair": 20, "pool:8": 20}
     assert sorted(conns.seed_rule.pairs) == sorted(
         [("talb", b) for b in ("ecmp", "rps", "conga")]
         + [("talb/pool:8", f"{b}/pool:8") for b in ("ecmp", "rps", "conga")])
     # their runs with the fabric's own settings are fig10's runs
-    fig10_keys = {x.key() for x in build_plan("fig10", implemented=ALL).runs}
+    fig10_keys = {x.key() for x in build_plan("fig10").runs}
     assert {x.key() for x in conns.runs if x.connections == "pair"} <= fig10_keys
     assert {x.key() for x in rto.runs if x.rto_min is None} <= fig10_keys
-    pp = build_plan("fig10-paper-pool", implemented=ALL)
+    pp = build_plan("fig10-paper-pool")
     assert {(x.scheme, x.queueing, x.connections) for x in pp.runs} == {
         ("talb", "bands", "pool:8"), *((b, "fifo", "pool:8") for b in ("ecmp", "rps", "conga"))}
     # TaLB's runs are fig10-conns' (the same keys); the rule pairs it with FIFO baselines
     assert {x.key() for x in pp.runs if x.scheme == "talb"} <= {x.key() for x in conns.runs}
     assert ("talb/pool:8", "ecmp/fifo/pool:8") in pp.seed_rule.pairs
-    f9 = build_plan("fig9", implemented=ALL)
+    f9 = build_plan("fig9")
     assert len(f9.runs) == S * 3 * 4 * 5
     assert f9.counts("model") == {m: S * 20 for m in ("alexnet", "resnet50", "vgg19")}
     assert f9.counts("target_link_bps") == {r: S * 15 for r in (10e9, 25e9, 50e9, 100e9)}
@@ -109,16 +111,16 @@ def test_other_presets_plans():
     # fig9 and fig4 scale by `fit`: the 4-packet floor would inflate VGG19's bytes 6.5x
     # at 100G under pure byte scaling (tests/test_scaling.py)
     assert {r.scaling_mode for r in f9.runs} == {"fit"}
-    f4 = build_plan("fig4", implemented=ALL)
+    f4 = build_plan("fig4")
     assert f4.counts("scheme") == {"ecmp": 20, "rps": 20, "conga": 20}
     assert {(r.model, r.workers, r.servers, r.scaling_mode, r.background_size_scale)
             for r in f4.runs} == {("vgg19", 15, 1, "fit", 0.1)}
-    fifo = build_plan("fig10-fifo", implemented=ALL)
+    fifo = build_plan("fig10-fifo")
     assert fifo.counts("topology") == {"topologies/fig10-fifo.yaml": S * 10}
     assert fifo.counts("load") == {0.2: S * 5, 0.8: S * 5}
-    q = build_plan("quick", implemented=ALL)
+    q = build_plan("quick")
     assert len(q.runs) == S * 2 * 3 and q.counts("load") == {0.2: S * 3, 0.4: S * 3}
-    ab = build_plan("ablation", implemented=ALL)
+    ab = build_plan("ablation")
     settings = planmod.PRESETS["ablation"]["agents"]
     assert "paper" in settings and "default" in settings
     # TaLB under every setting at 0.5 and 0.8 x 5 seeds, plus ECMP once per point
@@ -133,33 +135,49 @@ def test_other_presets_plans():
     assert dict(next(r for r in ab.runs if r.agent == "paper").agent_opts)["threshold"] == "max"
 
 
-def test_missing_schemes_refused_or_skipped():
-    with pytest.raises(PlanError, match="does not implement.*rps") as exc:
-        build_plan("fig10", implemented=frozenset({"ecmp", "talb"}))
-    assert "conga" in str(exc.value)
-    p = build_plan("fig10", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
-    assert p.counts("scheme") == {"ecmp": 20, "talb": 20}
-    assert p.skipped_schemes == [s for s in ALL_SCHEMES if s not in ("ecmp", "talb")]
-    with pytest.raises(PlanError, match="unknown scheme.*warp"):
-        build_plan(None, schemes=["warp"], implemented=ALL)
+def test_unknown_scheme_refused_naming_it():
+    with pytest.raises(PlanError, match="unknown scheme.*warp") as exc:
+        build_plan(None, schemes=["ecmp", "warp"])
+    assert all(s in str(exc.value) for s in ALL_SCHEMES)        # the known ones listed
+    assert set(build_plan("fig10").counts("scheme")) == ALL     # every scheme: none skipped
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "talb.cli", "bench", *args],
+                          capture_output=True, text=True, cwd=REPO)
+
+
+def test_old_skip_missing_command_line_still_runs_the_same_plan(tmp_path):
+    # every scheme is implemented, so --skip-missing (issue 37) has nothing to
+    # skip: old command lines keep working, with the same plan, and --help no
+    # longer offers it
+    out = str(tmp_path / "o")
+    old = _bench("--preset", "fig10", "--skip-missing", "--dry-run", "--out", out)
+    new = _bench("--preset", "fig10", "--dry-run", "--out", out)
+    assert old.returncode == 0, old.stderr[-2000:]
+    assert old.stdout == new.stdout
+    assert f"{len(build_plan('fig10').runs)} runs" in old.stdout
+    helped = _bench("--help")
+    assert helped.returncode == 0 and "--dry-run" in helped.stdout
+    assert "--skip-missing" not in helped.stdout
 
 
 def test_overrides_and_bad_values():
-    p = build_plan("fig10", implemented=ALL, schemes=["ecmp"], loads=[0.5], seeds=[3, 4])
+    p = build_plan("fig10", schemes=["ecmp"], loads=[0.5], seeds=[3, 4])
     assert p.name.startswith("fig10+") and len(p.runs) == 2
     assert {(r.load, r.seed) for r in p.runs} == {(0.5, 3), (0.5, 4)}
     with pytest.raises(PlanError, match="--loads.*1.5"):
-        build_plan(None, loads=[1.5], implemented=ALL)
+        build_plan(None, loads=[1.5])
     with pytest.raises(PlanError, match="--topologies.*nosuch"):
-        build_plan(None, topologies=["nosuch.yaml"], implemented=ALL)
+        build_plan(None, topologies=["nosuch.yaml"])
     with pytest.raises(PlanError, match="--agents.*fastest"):
-        build_plan(None, agents=["fastest"], implemented=ALL)
+        build_plan(None, agents=["fastest"])
     with pytest.raises(PlanError, match="--preset.*fig99"):
         build_plan("fig99")
 
 
 def test_key_covers_every_parameter():
-    r = build_plan("quick", implemented=ALL).runs[0]
+    r = build_plan("quick").runs[0]
     from dataclasses import replace
 
     for change in (dict(seed=99), dict(load=0.3), dict(agent_opts=(("w1", 0.0),)),
@@ -171,7 +189,7 @@ def test_key_covers_every_parameter():
 def test_keys_of_committed_sweeps_are_stable():
     """A field added later, at its default, leaves old keys alone: the
     committed fig10 results stay the resume and report set of `--preset fig10-2spine`."""
-    r = build_plan("fig10-2spine", implemented=ALL).runs[0]
+    r = build_plan("fig10-2spine").runs[0]
     assert "background_size_scale" not in r.params()
     assert r.key() == "1be7ea1a232f896f"       # results/fig10-2spine/plan.json, first run
 
@@ -239,7 +257,7 @@ def _fake_results(spec, *, cpu_bound=False, wire=True, offered=None):
 
 
 def test_resumed_sweep_does_not_repeat_finished_runs(tmp_path):
-    p = build_plan("quick", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
+    p = build_plan("quick", schemes=["ecmp", "talb"])
     calls = []
 
     def fake(spec, path, stop_after=None):
@@ -263,7 +281,7 @@ def test_resumed_sweep_does_not_repeat_finished_runs(tmp_path):
 
 
 def test_failed_run_recorded_and_retried(tmp_path):
-    p = build_plan(None, implemented=ALL, schemes=["ecmp"], loads=[0.2], seeds=2)
+    p = build_plan(None, schemes=["ecmp"], loads=[0.2], seeds=2)
     bad = p.runs[0].key()
 
     def flaky(spec, path):
@@ -280,7 +298,7 @@ def test_failed_run_recorded_and_retried(tmp_path):
 
 
 def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
-    p = build_plan("quick", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
+    p = build_plan("quick", schemes=["ecmp", "talb"])
     flagged = p.runs[0]
 
     def fake(spec, path):
@@ -317,7 +335,6 @@ def test_outputs_exclude_cpu_bound_and_fill_the_tables(tmp_path):
     assert row0["short_service_mean_s"] == pytest.approx(0.050)
     assert ("| hol | sendbuf | short service mean | access gap | tcp retrans | tcp timeouts "
             "| rto tail |") in md
-    assert "rps, letflow, drill, conga" in md
     # ecmp at 0.8: talb has half ecmp's FCT at every seed in the fake -> -50%, paired;
     # the seed whose ecmp run is CPU-bound (if at 0.8) has nothing to pair
     row = next(r for r in res["paper_vs_ours"] if r["number"] == "short-flow AFCT vs ECMP")
@@ -351,7 +368,7 @@ def test_offered_uplink_load_in_the_csv_and_summary(tmp_path):
     at or past saturation; runs from before the block say n/a."""
     import csv
 
-    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.2, 0.8], seeds=2)
+    p = build_plan(None, schemes=["ecmp", "talb"], loads=[0.2, 0.8], seeds=2)
 
     def fake(spec, path):
         bg = {0.2: 0.25, 0.8: 0.85}[spec.load] + 0.1 * spec.seed
@@ -383,13 +400,13 @@ def test_offered_uplink_load_in_the_csv_and_summary(tmp_path):
     assert "n/a: runs recorded before the offered load was." in points
 
 
-def test_cli_refuses_missing_scheme_naming_it(tmp_path):
+def test_cli_refuses_unknown_scheme_naming_it(tmp_path):
     from talb.cli import main
 
     r = CliRunner().invoke(main, ["bench", "--schemes", "ecmp,warp", "--dry-run", "--out",
                                   str(tmp_path)])
     assert r.exit_code == 1 and "warp" in r.output
-    r = CliRunner().invoke(main, ["bench", "--preset", "fig10", "--skip-missing", "--dry-run",
+    r = CliRunner().invoke(main, ["bench", "--preset", "fig10", "--dry-run",
                                   "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["bench", "datapath", "--help"])
@@ -397,7 +414,7 @@ def test_cli_refuses_missing_scheme_naming_it(tmp_path):
 
 
 def test_point_with_every_seed_cpu_bound_says_so(tmp_path):
-    p = build_plan("quick-ci", implemented=frozenset({"ecmp", "talb"}), skip_missing=True)
+    p = build_plan("quick-ci", schemes=["ecmp", "talb"])
 
     def fake(spec, path):
         bound = spec.scheme == "talb" and spec.load == 0.4
@@ -412,7 +429,7 @@ def test_point_with_every_seed_cpu_bound_says_so(tmp_path):
 
 
 def _sweep(tmp_path, schemes, seeds, bound=lambda spec: False, wire=True):
-    p = build_plan(None, implemented=ALL, schemes=schemes, loads=[0.8], seeds=seeds)
+    p = build_plan(None, schemes=schemes, loads=[0.8], seeds=seeds)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(
         json.dumps(_fake_results(s, cpu_bound=bound(s), wire=wire))), progress=False)
     return finish(p, tmp_path)
@@ -491,7 +508,7 @@ def test_report_reads_runs_from_the_archive(tmp_path):
     import shutil
     import tarfile
 
-    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=2)
+    p = build_plan(None, schemes=["ecmp", "talb"], loads=[0.8], seeds=2)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))),
              progress=False)
     direct = finish(p, tmp_path)["rows"]
@@ -514,7 +531,7 @@ def test_archive_parts_are_append_only_and_the_newest_wins(tmp_path):
 
     from experiments.sweep.archive import ArchiveError, pack_new_runs, parts
 
-    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=3)
+    p = build_plan(None, schemes=["ecmp", "talb"], loads=[0.8], seeds=3)
     first, later = [r for r in p.runs if r.seed < 3], [r for r in p.runs if r.seed == 3]
     run_plan(dataclasses.replace(p, runs=first), tmp_path,
              run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))), progress=False)
@@ -551,7 +568,7 @@ def test_talb_bench_archive_command(tmp_path):
 
     from talb.cli import main
 
-    p = build_plan(None, implemented=ALL, schemes=["ecmp", "talb"], loads=[0.8], seeds=1)
+    p = build_plan(None, schemes=["ecmp", "talb"], loads=[0.8], seeds=1)
     run_plan(p, tmp_path, run_fn=lambda s, q: q.write_text(json.dumps(_fake_results(s))),
              progress=False)
     r = CliRunner().invoke(main, ["bench", "archive", str(tmp_path)])
@@ -564,17 +581,17 @@ def test_talb_bench_archive_command(tmp_path):
 
 # --- seeds chosen by the interval they reach (experiments/sweep/seeds.py) ------------------------
 def test_presets_carry_a_seed_rule_and_previews_do_not():
-    fig10 = build_plan("fig10", implemented=ALL).seed_rule
+    fig10 = build_plan("fig10").seed_rule
     assert (fig10.first, fig10.cap, fig10.width, fig10.metric, fig10.loads) == \
         (5, 10, 0.2, "short_netfct_mean_s", (0.4,))
     assert {b for _, b in fig10.pairs} == {"ecmp", "rps", "conga"}
-    assert build_plan("fig9", implemented=ALL).seed_rule.metric == "samples_per_s"
-    assert build_plan("quick", implemented=ALL).seed_rule is None
-    assert build_plan("fig10", implemented=ALL, seeds=[1, 2, 3]).seed_rule is None
-    assert build_plan("fig10", implemented=ALL, fixed_seeds=True).seed_rule is None
-    assert build_plan("fig10", implemented=ALL, seeds=3, seed_cap=12).seed_rule.cap == 12
+    assert build_plan("fig9").seed_rule.metric == "samples_per_s"
+    assert build_plan("quick").seed_rule is None
+    assert build_plan("fig10", seeds=[1, 2, 3]).seed_rule is None
+    assert build_plan("fig10", fixed_seeds=True).seed_rule is None
+    assert build_plan("fig10", seeds=3, seed_cap=12).seed_rule.cap == 12
     # without TaLB, or with no pair of the rule's schemes, there is nothing to watch
-    assert build_plan("fig10", implemented=ALL, schemes=["ecmp", "rps"]).seed_rule is None
+    assert build_plan("fig10", schemes=["ecmp", "rps"]).seed_rule is None
 
 
 @pytest.mark.parametrize("kw, flag", [
@@ -587,7 +604,7 @@ def test_presets_carry_a_seed_rule_and_previews_do_not():
 def test_seed_rule_options_refused_with_the_flag_named(kw, flag):
     preset = kw.pop("preset")
     with pytest.raises(PlanError, match=flag):
-        build_plan(preset, implemented=ALL, **kw)
+        build_plan(preset, **kw)
 
 
 def _noisy(noise_of):
@@ -605,7 +622,7 @@ def _noisy(noise_of):
 def _rule_sweep(tmp_path, noise_of, **kw):
     from experiments.sweep.runner import run_sweep
 
-    p = build_plan("quick", implemented=ALL, schemes=["ecmp", "talb"], loads=[0.2, 0.8],
+    p = build_plan("quick", schemes=["ecmp", "talb"], loads=[0.2, 0.8],
                    seeds=3, fixed_seeds=False)
     rule = planmod.SeedRule(first=3, cap=kw.get("cap", 6), width=0.2, pairs=(("talb", "ecmp"),),
                             loads=(0.8,))
@@ -679,7 +696,7 @@ def test_rto_weight_on_known_numbers():
 def test_rto_tail_is_200_ms_whatever_the_minimum_rto():
     from experiments.sweep.results import mechanism
 
-    spec = build_plan("quick", implemented=ALL).runs[0]
+    spec = build_plan("quick").runs[0]
     res = _fake_results(spec)          # measured tensors of 50 and 70 ms
     tail = {}
     for ms in (None, 10):

@@ -112,16 +112,16 @@ def test_torch_presets():
     from experiments.sweep.kinds import build_plan
     from experiments.sweep.plan import ALL_SCHEMES, PlanError
 
-    full = build_plan("torch", implemented=frozenset(ALL_SCHEMES))
+    full = build_plan("torch")
     assert {r.scheme for r in full.runs} == set(ALL_SCHEMES)
     assert {r.client for r in full.runs} == {"torch"} and {r.load for r in full.runs} == {0.3}
     assert {r.model for r in full.runs} == {"resnet50", "gpt2-small"}
     assert {r.arch for r in full.runs} == {"allreduce"} and {r.workers for r in full.runs} == {4}
     assert full.seed_rule.metric == "iteration_time_s" and full.figure == "torch"
     assert len(full.runs) == len(ALL_SCHEMES) * 2 * 5
-    quick = build_plan("torch-quick", implemented=frozenset(ALL_SCHEMES))
+    quick = build_plan("torch-quick")
     assert len(quick.runs) == 4 and {r.scheme for r in quick.runs} == {"ecmp", "talb"}
     assert all("client=torch" in r.label() for r in quick.runs)
     with pytest.raises(PlanError, match="--connections: gloo opens its own connections"):
-        build_plan("quick-ci", implemented=frozenset(ALL_SCHEMES), clients=["torch"],
+        build_plan("quick-ci", clients=["torch"],
                    connections=["pool:8"])

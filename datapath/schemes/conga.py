@@ -2,17 +2,19 @@
 SIGCOMM 2014) leaf to leaf -- the DRE, its quantised metric, the source
 leaf's choice for a new flowlet, and the two tables the option feeds. The
 flowlet step is LetFlow's (``bpf/include/talb/schemes/flowlet.h``, modelled
-by letflow.py's flowlet_keep and flowlet_start)."""
+by letflow.py's flowlet_keep and flowlet_start). Also its control plane: the
+leaf table a switch is given when installed, and reading the two tables."""
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Collection, Sequence
+from typing import Collection, Mapping, Sequence
 
-from common.c_constants import CONST
+from common.c_constants import CONST, TALB_MAX_GROUP_PORTS
 from datapath.schemes.letflow import FLOWLET_PARAM, flowlet_keep, flowlet_start, signed64
 from datapath.schemes.pick import Rng, up_mask
-from datapath.schemes.spec import Param, Scheme
+from datapath.schemes.spec import Param, Scheme, SwitchView
 
 DEFAULT_DRE_US = CONST["TALB_DEFAULT_CONGA_DRE_US"]
 DEFAULT_AGE_US = CONST["TALB_DEFAULT_CONGA_AGE_US"]
@@ -157,6 +159,48 @@ class CongaModel:
         return None
 
 
+# --- control plane: CONGA's view of the fabric and its tables on a switch ---------------
+def set_conga_leaves(maps, leaf: int | None, host_leaf: Mapping[str, int]) -> None:
+    """CONGA's view of the fabric: this switch's leaf id (None: a spine) and
+    every host's leaf (``{"198.18.0.1": 0, ...}``): the source leaf pushes
+    its id, and keys its congestion-to-leaf table by the destination's."""
+    from datapath.control import config_update
+    from datapath.structs import IPv4Key
+
+    top = MAX_LEAVES
+    for ip, lid in host_leaf.items():
+        if not 0 <= int(lid) < top:
+            raise ValueError(f"set_conga_leaves: host {ip}: leaf id {lid} not in 0..{top - 1}")
+    if leaf is not None and not 0 <= int(leaf) < top:
+        raise ValueError(f"set_conga_leaves: leaf id {leaf} not in 0..{top - 1}")
+    for ip, lid in host_leaf.items():
+        maps.conga_leaf_of[IPv4Key.of(ip)] = int(lid)
+    with config_update(maps) as cfg:
+        cfg.conga_leaf = 0 if leaf is None else int(leaf) + 1
+
+
+def read_conga_tables(maps, now_ns: int | None = None) -> dict:
+    """``{"to_leaf": {(leaf, lbtag): (metric, age_s)}, "from_leaf": {...}}``:
+    the entries written so far (CONGA's congestion-to-leaf and -from-leaf)."""
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC) if now_ns is None else now_ns
+    width = TALB_MAX_GROUP_PORTS
+    out: dict = {"to_leaf": {}, "from_leaf": {}}
+    for name in out:
+        for k, e in getattr(maps, f"conga_{name}").items():
+            if e.valid:
+                out[name][(k // width, k % width)] = (e.metric, max(0, now - e.updated_ns) / 1e9)
+    return out
+
+
+def _install(maps, view: SwitchView) -> None:
+    set_conga_leaves(maps, view.leaf_id, view.host_leaves)
+
+
+def _config_view(cfg) -> dict:
+    """read_config's ``conga_leaf``: this switch's leaf, None on a spine."""
+    return {"conga_leaf": cfg.conga_leaf - 1 if cfg.conga_leaf else None}
+
+
 SCHEME = Scheme(
     name="conga", id=4, title="CONGA",
     description="a new flowlet takes the uplink least congested to the destination leaf "
@@ -176,4 +220,5 @@ SCHEME = Scheme(
     not_a_fallback="CONGA cannot be TaLB's fallback (it needs every packet of the fabric, "
                    "to carry its option leaf to leaf)",
     decisions=(("decision_conga", "flowlet"),),
-    clock=True, inline=False, model=CongaModel)
+    clock=True, inline=False, model=CongaModel,
+    install=_install, config_view=_config_view, control=(set_conga_leaves, read_conga_tables))

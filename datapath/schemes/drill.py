@@ -89,6 +89,25 @@ def drill_select(ifindexes: Sequence[int], up: Collection[int] | None, rng: Rng,
     return i0
 
 
+# --- control plane -----------------------------------------------------------------------
+def read_queue_estimates(maps, now_ns: int | None = None) -> dict[int, int]:
+    """``{ifindex: bytes}``: the data path's queue estimate of each port now
+    (drained to ``now_ns`` as the data path would, :class:`ModelPortQueue`),
+    from the switch's port_queue and port_rate maps. The real queues (the
+    qdiscs' counters) are workload.measure.read_qdisc_counters'."""
+    import time
+
+    from datapath.control import read_ports
+
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC) if now_ns is None else now_ns
+    out = {}
+    for ifindex, p in read_ports(maps).items():
+        q, r = maps.port_queue.get(p["port_id"]), maps.port_rate.get(p["port_id"])
+        out[ifindex] = ModelPortQueue(q.bytes, q.last_ns, r.bytes_per_s, r.limit_bytes,
+                                      q.credit, r.burst_bytes).at(now)
+    return out
+
+
 SCHEME = Scheme(
     name="drill", id=3, title="DRILL",
     description="the shortest egress queue of d random and m remembered ports, every packet",
@@ -103,4 +122,4 @@ SCHEME = Scheme(
             "the egress qdisc: there is no queue to read",
     not_a_fallback=None,
     decisions=(("decision_drill", "shortest_queue"),),
-    clock=True, inline=False, model=drill_select)
+    clock=True, inline=False, model=drill_select, control=(read_queue_estimates,))

@@ -56,4 +56,5 @@ SCHEME = Scheme(
     xdp=True, xdp_why="a hash of the 5-tuple",
     not_a_fallback=None,
     decisions=(("decision_ecmp", "hash"),),
-    clock=False, inline=True, model=ecmp_index)
+    clock=False, inline=True, model=ecmp_index,
+    control=(flow_hash, ecmp_index))      # datapath.control.ecmp_index: where a flow goes

@@ -70,6 +70,7 @@ def discover() -> tuple[Scheme, ...]:
     """Every scheme module (datapath/schemes/, $TALB_SCHEME_PATH) that
     declares ``SCHEME``, checked against its header, in id order."""
     found: dict[str, Scheme] = {}
+    control_of: dict[str, str] = {}         # a control function's name -> its scheme
     for name, where, module in _modules():
         scheme = getattr(module, "SCHEME", None)
         if scheme is None:          # a helper (pick.py, spec.py, this module)
@@ -104,6 +105,12 @@ def discover() -> tuple[Scheme, ...]:
                 raise RegistryError(f"{where}: SCHEME.clock is {scheme.clock}, but {hpath}'s "
                                     f"{define}_FLAGS {'have' if clock else 'lack'} "
                                     f"TALB_SF_CLOCK(_HOOK)")
+        for f in scheme.control:
+            other = control_of.setdefault(f.__name__, scheme.name)
+            if other != scheme.name:
+                raise RegistryError(f"{where}: SCHEME.control {f.__name__}: scheme {other!r} has "
+                                    f"a control function of that name (datapath.control "
+                                    f"finds both by it)")
         found[scheme.name] = scheme
     missing = [n for n in C_SCHEMES if n not in found]
     if missing:

@@ -13,7 +13,7 @@ Everything that lists schemes iterates the registry (docs/schemes.md,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 #: Param.type of a parameter whose value is another scheme's name (TaLB's fallback)
 SCHEME_NAME = "scheme"
@@ -28,7 +28,7 @@ class Param:
     type: str                   # "int", or SCHEME_NAME
     lo: int | None              # the range checked before anything is written
     hi: int | None
-    default: int | str          # the C default (constants.h TALB_DEFAULT_*), before timers
+    default: int | str          # the C default (its header's TALB_DEFAULT_*), before timers
     unit: str                   # "us", or "" (a count, a shift)
     help: str                   # one line: what it sets
     timer: str | None = None    # the datapath.timers.Timers field it follows (the link rate)
@@ -41,6 +41,15 @@ class Param:
         derived = "*" if self.timer else ""
         bounds = f" ({self.lo}..{self.hi})" if self.lo is not None else ""
         return f"{self.name} {self.default}{unit}{derived}{bounds}"
+
+
+@dataclass(frozen=True)
+class SwitchView:
+    """Where a switch sits in its fabric, as a scheme's ``install`` hook gets
+    it (datapath.fabric.install_switch)."""
+
+    leaf_id: int | None                 # its leaf's number (topology order); None: a spine
+    host_leaves: Mapping[str, int]      # every host's IPv4 address -> its leaf's number
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,21 @@ class Scheme:
     #: talb_scheme_<name> (TALB_SF_PROGRAM)
     inline: bool
     model: Callable             # the Python model's entry point, checked against the C
+    # --- optional hooks (leave them out when the scheme has none) -----------------------
+    # The shared control plane (datapath/control.py, datapath/fabric.py) calls
+    # them for every scheme that has them, so that it names no scheme.
+    #: ``install(maps, view: SwitchView)``: the scheme's own state, written when
+    #: a switch's forwarding state is installed, whatever scheme is in force
+    #: (a later ``talb scheme`` switches to it without a reinstall)
+    install: Callable | None = None
+    #: ``config_view(cfg: datapath.structs.TalbConfig) -> dict``: what
+    #: ``control.read_config`` shows of config fields the scheme uses that are
+    #: not its parameters (those it shows from ``params``)
+    config_view: Callable | None = None
+    #: functions the scheme adds to the control plane (on a switch's maps, or
+    #: what a caller needs to predict the data path), reachable as
+    #: ``datapath.control.<function name>`` as well as from its module
+    control: tuple[Callable, ...] = ()
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

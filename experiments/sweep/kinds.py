@@ -14,22 +14,19 @@ from experiments.sweep import lbclassic, summary
 from experiments.sweep.plan import Plan, resolve, seed_rule_of, training_plan
 
 
-def build_plan(preset: str | None = None, *, skip_missing: bool = False,
-               implemented: frozenset | None = None, seed_cap: int | None = None,
+def build_plan(preset: str | None = None, *, seed_cap: int | None = None,
                seed_width: float | None = None, fixed_seeds: bool = False, **overrides) -> Plan:
     """The runs of ``preset`` (or of the quick preset's setup when None: a
     free sweep), with any of SWEEP_FIELDS overridden (None = keep).
-    Schemes the data path does not implement: PlanError naming them, or,
-    with ``skip_missing``, left out and listed in ``Plan.skipped_schemes``.
+    A scheme the registry does not know: PlanError naming it.
     The preset's seed rule (SeedRule; ``seeds`` a count is its first
     seeds, ``seed_cap``/``seed_width`` change it) unless ``fixed_seeds`` or
     ``seeds`` is a list."""
-    req = resolve(preset, skip_missing=skip_missing, implemented=implemented, seed_cap=seed_cap,
-                  seed_width=seed_width, fixed_seeds=fixed_seeds, **overrides)
+    req = resolve(preset, seed_cap=seed_cap, seed_width=seed_width, fixed_seeds=fixed_seeds,
+                  **overrides)
     if req.base.get("kind") == "background":      # no training: lbclassic.py
         return lbclassic.background_plan(req.name, req.base, req.schemes, req.seed_list,
-                                         req.changed, req.missing,
-                                         rule=seed_rule_of(req, req.schemes))
+                                         req.changed, rule=seed_rule_of(req, req.schemes))
     return training_plan(req)
 
 

@@ -67,7 +67,7 @@ RATIO_BOUNDS = {"within": 1 + WITHIN, "fifth": FIFTH}
 
 # --- the plan -------------------------------------------------------------------------------
 def background_plan(name: str, base: dict, schemes: list, seed_list: list, changed: dict,
-                    missing: list, rule: SeedRule | None = None) -> Plan:
+                    rule: SeedRule | None = None) -> Plan:
     """lb-classic's runs: topology, CDF, seed, load, agent setting, with the
     scheme innermost (what the sweep compares runs back to back). ``rule``
     (the preset's, plan.seed_rule_of) watches the points the published
@@ -128,7 +128,7 @@ def background_plan(name: str, base: dict, schemes: list, seed_list: list, chang
                                where=watched) if rule and watched else None
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
                 keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
-                skipped_schemes=missing, seed_rule=rule)
+                seed_rule=rule)
 
 
 #: a run's wall time beyond its plan (W + D + F): agent restart, the idle-fabric

@@ -207,7 +207,6 @@ class Plan:
     runs: list[RunSpec]
     keeps: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
-    skipped_schemes: list[str] = field(default_factory=list)
     seed_rule: SeedRule | None = None  # None: the seeds listed, no more
 
     def counts(self, attr: str) -> dict:
@@ -219,7 +218,9 @@ class Plan:
     def to_dict(self) -> dict:
         return {"name": self.name, "description": self.description, "figure": self.figure,
                 "keeps": self.keeps, "changes": self.changes,
-                "skipped_schemes": self.skipped_schemes,
+                # always empty since every scheme is implemented; kept so that
+                # plan.json keeps its keys (issue 37: results files keep theirs)
+                "skipped_schemes": [],
                 "seed_rule": self.seed_rule.to_dict() if self.seed_rule else None,
                 "runs": [{"key": r.key(), **r.params()} for r in self.runs]}
 
@@ -724,13 +725,6 @@ def topology_path(t: str) -> str:
         return str(p.resolve())
 
 
-def implemented_schemes() -> frozenset:
-    """What the data path implements (common/c_constants.py)."""
-    from common.c_constants import IMPLEMENTED_SCHEMES
-
-    return frozenset(IMPLEMENTED_SCHEMES)
-
-
 def known_schemes() -> tuple:
     return tuple(SCHEMES)
 
@@ -745,23 +739,19 @@ class Request:
     name: str
     base: dict
     changed: dict
-    schemes: list          # implemented, in the preset's order
-    missing: list          # not implemented, left out (skip_missing)
+    schemes: list          # in the preset's order
     seed_list: list
-    implemented: frozenset
     seed_cap: int | None = None
     seed_width: float | None = None
     fixed_seeds: bool = False
 
 
-def resolve(preset: str | None = None, *, skip_missing: bool = False,
-            implemented: frozenset | None = None, seed_cap: int | None = None,
+def resolve(preset: str | None = None, *, seed_cap: int | None = None,
             seed_width: float | None = None, fixed_seeds: bool = False,
             **overrides) -> Request:
     """``preset`` (or the quick preset's setup when None: a free sweep) with
-    any of SWEEP_FIELDS overridden (None = keep), checked. Schemes the data
-    path does not implement: PlanError naming them, or, with
-    ``skip_missing``, left out (``Request.missing``). ``seed_*``: see
+    any of SWEEP_FIELDS overridden (None = keep), checked; a scheme the
+    registry does not know is a PlanError naming it. ``seed_*``: see
     :func:`training_plan`."""
     if preset is not None and preset not in PRESETS:
         raise PlanError(f"--preset: one of {', '.join(PRESETS)}, got {shown(preset)}")
@@ -779,17 +769,9 @@ def resolve(preset: str | None = None, *, skip_missing: bool = False,
     bad = [s for s in base["schemes"] if s not in known]
     if bad:
         raise PlanError(f"--schemes: unknown scheme(s) {', '.join(bad)} (known: {', '.join(known)})")
-    implemented = implemented_schemes() if implemented is None else implemented
-    missing = [s for s in base["schemes"] if s not in implemented]
-    if missing and not skip_missing:
-        raise PlanError(
-            f"--schemes: the data path does not implement {', '.join(missing)} yet "
-            f"(implemented: {', '.join(sorted(implemented))}); pass --skip-missing to run the "
-            f"rest, or --schemes to choose")
-    schemes = [s for s in base["schemes"] if s in implemented]
+    schemes = list(base["schemes"])
     if not schemes:
-        raise PlanError(f"--schemes: none of {', '.join(base['schemes'])} is implemented "
-                        f"(implemented: {', '.join(sorted(implemented))})")
+        raise PlanError(f"--schemes: at least one of {', '.join(known)}")
     for a in base["agents"]:
         if a not in AGENT_SETTINGS:
             raise PlanError(f"--agents: unknown setting {a!r} (known: {', '.join(AGENT_SETTINGS)})")
@@ -800,9 +782,8 @@ def resolve(preset: str | None = None, *, skip_missing: bool = False,
     seed_list = list(range(1, seeds + 1)) if isinstance(seeds, int) else list(seeds)
     if not seed_list:
         raise PlanError("--seeds: at least one seed")
-    return Request(name=name, base=base, changed=changed, schemes=schemes, missing=missing,
-                   seed_list=seed_list, implemented=frozenset(implemented), seed_cap=seed_cap,
-                   seed_width=seed_width, fixed_seeds=fixed_seeds)
+    return Request(name=name, base=base, changed=changed, schemes=schemes, seed_list=seed_list,
+                   seed_cap=seed_cap, seed_width=seed_width, fixed_seeds=fixed_seeds)
 
 
 def seed_rule_of(req: Request, arms: list[str]) -> SeedRule | None:
@@ -816,14 +797,10 @@ def seed_rule_of(req: Request, arms: list[str]) -> SeedRule | None:
 def training_plan(req: Request) -> Plan:
     """The runs of a training sweep, with the preset's seed rule (SeedRule;
     ``seeds`` a count is its first seeds, ``seed_cap``/``seed_width`` change
-    it) unless ``fixed_seeds`` or ``seeds`` is a list. Skipped schemes are
-    listed in ``Plan.skipped_schemes``."""
-    name, base, changed, schemes, missing = (req.name, req.base, req.changed, req.schemes,
-                                             req.missing)
+    it) unless ``fixed_seeds`` or ``seeds`` is a list."""
+    name, base, changed, schemes = req.name, req.base, req.changed, req.schemes
     seeds, seed_list = base["seeds"], req.seed_list
     reference = base.get("reference")
-    if reference and reference not in req.implemented:
-        reference = None
     if "cdfs" in changed:
         raise PlanError("--cdfs: the lb-classic presets' option (training sweeps use websearch)")
     if "none" in base["models"]:
@@ -874,7 +851,7 @@ def training_plan(req: Request) -> Plan:
                                   "default", **axes))
     return Plan(name=name, description=base["description"], figure=base["figure"], runs=runs,
                 keeps=list(base.get("keeps", [])), changes=list(base.get("changes", [])),
-                skipped_schemes=missing, seed_rule=rule)
+                seed_rule=rule)
 
 
 _QUEUEING_ORDER = ("bands", "fifo")     # netns_topology/qdisc.py QUEUEINGS

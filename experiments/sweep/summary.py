@@ -908,9 +908,6 @@ def report_head(plan: Plan, rows: list[dict], wall_s: float | None) -> list[str]
          f"Runs: {len(rows)} planned, {st['ok']} counted, {st['cpu_bound']} CPU-bound (excluded), "
          f"{st['failed']} failed, {st['missing']} not run yet.", ""]
     L += caveat_md(plan.runs)
-    if plan.skipped_schemes:
-        L += [f"**Schemes skipped** (not implemented by the data path yet, --skip-missing): "
-              f"{', '.join(plan.skipped_schemes)}.", ""]
     return L + machines_md(plan, rows)
 
 

@@ -82,22 +82,11 @@
 #define TALB_SF_OWN_PROGRAM     (1U << 8) /* its header writes its program
 					     itself (no <name>_pick) */
 
-/* ---- baseline schemes: limits and defaults (docs/schemes.md says why) -- */
-#define TALB_FLOWLET_TABLE_SIZE 16384   /* flowlets: 5-tuples (LRU)          */
-#define TALB_DEFAULT_FLOWLET_US 500     /* LetFlow flowlet gap               */
-#define TALB_DEFAULT_DRILL_D    2       /* DRILL random samples per packet   */
-#define TALB_DEFAULT_DRILL_M    1       /* DRILL ports remembered            */
+/* ---- schemes: the limits that size shared structs (structs.h struct
+ * drill_mem); each scheme's own limits, defaults and counters are in its
+ * header (schemes/<name>.h; docs/schemes.md says why) ---- */
 #define TALB_DRILL_MAX_D        4
 #define TALB_DRILL_MAX_M        2
-/* CONGA (schemes/conga.h, docs/schemes.md) */
-#define TALB_CONGA_MAX_LEAVES   64      /* leaf ids 0..63                    */
-#define TALB_CONGA_TABLE_SIZE   (TALB_CONGA_MAX_LEAVES * TALB_MAX_GROUP_PORTS)
-#define TALB_DEFAULT_CONGA_DRE_US 125   /* T_dre: one 1514 B frame at 100M   */
-#define TALB_DEFAULT_CONGA_ALPHA_SHIFT 3 /* alpha = 2^-3: tau = 8 T_dre = 1 ms */
-#define TALB_DEFAULT_CONGA_Q_BITS 3     /* metric 0..7, as the paper's CE    */
-#define TALB_DEFAULT_CONGA_AGE_US 20000 /* a remote metric older is 0        */
-#define TALB_CONGA_DECAY_MAX    64      /* DRE idle this many periods: 0     */
-#define TALB_CONGA_Q16          65536   /* DRE decay factors, fixed point    */
 /* Queue estimates (DRILL): a port idle this long is empty whatever its
  * rate, and dt * bytes_per_s stays below 2^64 up to 4.6 GB/s. */
 #define TALB_QUEUE_DT_MAX_NS    4000000000ULL
@@ -171,37 +160,15 @@
 #define CNT_OPT_OVERRUN         29  /* another option's length < 2 or past
                                        IHL before ours: the walk stops      */
 #define CNT_OPT_NOT_FIRST       30  /* valid, after other options            */
-/* TaLB decisions (schemes/talb.h), with its decision counter for each
- * tagged multipath decision. */
-#define CNT_TALB_HIT            32  /* table hit, previous port (integrity)  */
-#define CNT_TALB_CASE1          33  /* new tensor, several layers live       */
-#define CNT_TALB_CASE2          34  /* new tensor, one layer live: WRR       */
-#define CNT_TALB_THRESHOLD      35  /* CASE 1 port PCM >= S: lowest PCM port */
-#define CNT_TALB_FALLBACK       36  /* untagged under TaLB: fallback scheme  */
-#define CNT_TALB_TABLE_FULL     37  /* new tensor, table full: fallback      */
-#define CNT_TALB_REROUTE        38  /* hit, previous port no longer usable   */
-#define CNT_TALB_AGED           39  /* hit on an idle entry: removed, new    */
-#define CNT_TALB_COMPLETED      40  /* LAST / last index: entry marked done  */
-#define CNT_TALB_INSERTED       41  /* entry inserted                        */
-#define CNT_TALB_LATE           42  /* hit on a done tensor (retransmission) */
-#define CNT_TALB_MIDSTREAM      43  /* unknown tensor, pkt_idx > 0: fallback */
+/* 32..43: TaLB's tensor-table counters, in schemes/talb.h (with 56). */
 /* Last hop (docs/design.md §4): the option never reaches a host. */
 #define CNT_STRIPPED            44  /* option removed before a host port     */
 #define CNT_DROP_OPT_POSITION   45  /* option not first at a host edge       */
 #define CNT_DROP_STRIP_FAIL     46  /* bpf_skb_adjust_room failed            */
-/* Flowlets (schemes/letflow.h) */
-#define CNT_FLOWLET_NEW         47  /* new flowlet: random usable port       */
-#define CNT_FLOWLET_SAME        48  /* within the gap: the flowlet's port    */
-/* CONGA (schemes/conga.h) */
-#define CNT_CONGA_PUSHED        49  /* source leaf: option pushed            */
-#define CNT_CONGA_CE_RAISED     50  /* a hop raised CE                       */
-#define CNT_CONGA_STRIPPED      51  /* destination leaf: option removed      */
-#define CNT_CONGA_FB_SENT       52  /* option carried a feedback metric      */
-#define CNT_CONGA_FB_RECEIVED   53  /* feedback stored (congestion-to-leaf)  */
-#define CNT_CONGA_PUSH_FAIL     54  /* no room (IHL) or adjust_room failed   */
-#define CNT_CONGA_DROP_STRIP_FAIL 55 /* strip failed at a host edge: dropped */
-#define CNT_TALB_JOINED         56  /* another CPU placed the tensor first:
-                                       its port, not this packet's choice */
+/* 47..56: the schemes' own counters, in their headers: 47-48 the flowlet
+ * step's (schemes/flowlet.h), 49-55 CONGA's, 56 TaLB's. A scheme's header may
+ * name a free index below CNT_DECISION_BASE (common/c_constants.py
+ * COUNTER_NAMES: reserved_<i>) as CNT_<NAME>: the agent exports it by name. */
 /* Tensor integrity as the switch saw it (talb/tensor_egress.h) */
 #define CNT_TENSOR_SPLIT        57  /* a tagged tensor left by a port new to
                                        it (tensor_egress): split here      */

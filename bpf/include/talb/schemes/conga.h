@@ -47,6 +47,23 @@
 #include "talb/schemes/pick.h"
 #include "talb/schemes/flowlet.h"    /* the flowlet step LetFlow shares */
 
+/* ---- its limits, defaults (docs/schemes.md) and counters ---- */
+#define TALB_CONGA_MAX_LEAVES   64      /* leaf ids 0..63                    */
+#define TALB_CONGA_TABLE_SIZE   (TALB_CONGA_MAX_LEAVES * TALB_MAX_GROUP_PORTS)
+#define TALB_DEFAULT_CONGA_DRE_US 125   /* T_dre: one 1514 B frame at 100M   */
+#define TALB_DEFAULT_CONGA_ALPHA_SHIFT 3 /* alpha = 2^-3: tau = 8 T_dre = 1 ms */
+#define TALB_DEFAULT_CONGA_Q_BITS 3     /* metric 0..7, as the paper's CE    */
+#define TALB_DEFAULT_CONGA_AGE_US 20000 /* a remote metric older is 0        */
+#define TALB_CONGA_DECAY_MAX    64      /* DRE idle this many periods: 0     */
+#define TALB_CONGA_Q16          65536   /* DRE decay factors, fixed point    */
+#define CNT_CONGA_PUSHED        49  /* source leaf: option pushed            */
+#define CNT_CONGA_CE_RAISED     50  /* a hop raised CE                       */
+#define CNT_CONGA_STRIPPED      51  /* destination leaf: option removed      */
+#define CNT_CONGA_FB_SENT       52  /* option carried a feedback metric      */
+#define CNT_CONGA_FB_RECEIVED   53  /* feedback stored (congestion-to-leaf)  */
+#define CNT_CONGA_PUSH_FAIL     54  /* no room (IHL) or adjust_room failed   */
+#define CNT_CONGA_DROP_STRIP_FAIL 55 /* strip failed at a host edge: dropped */
+
 #define TALB_CONGA_NO_LEAF      TALB_CONGA_MAX_LEAVES
 
 /* ---- its state ---- */

@@ -37,6 +37,11 @@
 
 #define TALB_NS_PER_S           1000000000ULL
 
+/* its defaults (docs/schemes.md says why; the limits, TALB_DRILL_MAX_*,
+ * size struct drill_mem: constants.h) */
+#define TALB_DEFAULT_DRILL_D    2       /* random samples per packet         */
+#define TALB_DEFAULT_DRILL_M    1       /* ports remembered                  */
+
 /* ---- its state ---- */
 /* port_id -> link rate and queue limit (user space only) */
 TALB_MAP("array", __u32, struct port_rate, port_rate, TALB_MAX_PORTS);

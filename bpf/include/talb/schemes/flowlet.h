@@ -33,6 +33,13 @@
 #include "talb/pkt.h"
 #include "talb/schemes/pick.h"
 
+/* ---- its limits, default and counters (counters[] indices: free ones
+ * below CNT_DECISION_BASE, constants.h; the agent exports them by name) ---- */
+#define TALB_FLOWLET_TABLE_SIZE 16384   /* flowlets: 5-tuples (LRU)          */
+#define TALB_DEFAULT_FLOWLET_US 500     /* LetFlow flowlet gap               */
+#define CNT_FLOWLET_NEW         47      /* new flowlet: random usable port   */
+#define CNT_FLOWLET_SAME        48      /* within the gap: the flowlet's port */
+
 /* ---- the flowlet table LetFlow and CONGA share ---- */
 /* 5-tuple -> its current flowlet (LetFlow, CONGA) */
 TALB_MAP("lru_hash", struct flow_key, struct flowlet, flowlets, TALB_FLOWLET_TABLE_SIZE);

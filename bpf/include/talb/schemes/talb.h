@@ -56,6 +56,23 @@
 #include "talb/pkt.h"
 #include "talb/schemes/pick.h"      /* talb_port_index */
 
+/* ---- its counters (with its decision counter for each tagged multipath
+ * decision, CNT_DECISION_BASE + its id) ---- */
+#define CNT_TALB_HIT            32  /* table hit, previous port (integrity)  */
+#define CNT_TALB_CASE1          33  /* new tensor, several layers live       */
+#define CNT_TALB_CASE2          34  /* new tensor, one layer live: WRR       */
+#define CNT_TALB_THRESHOLD      35  /* CASE 1 port PCM >= S: lowest PCM port */
+#define CNT_TALB_FALLBACK       36  /* untagged under TaLB: fallback scheme  */
+#define CNT_TALB_TABLE_FULL     37  /* new tensor, table full: fallback      */
+#define CNT_TALB_REROUTE        38  /* hit, previous port no longer usable   */
+#define CNT_TALB_AGED           39  /* hit on an idle entry: removed, new    */
+#define CNT_TALB_COMPLETED      40  /* LAST / last index: entry marked done  */
+#define CNT_TALB_INSERTED       41  /* entry inserted                        */
+#define CNT_TALB_LATE           42  /* hit on a done tensor (retransmission) */
+#define CNT_TALB_MIDSTREAM      43  /* unknown tensor, pkt_idx > 0: fallback */
+#define CNT_TALB_JOINED         56  /* another CPU placed the tensor first:
+                                       its port, not this packet's choice */
+
 /* ---- its state (declared here, not in the shared maps.h) ---- */
 /* (source address, tensor_id) -> tensor (Table I). A plain hash, never an
  * LRU: the kernel must not evict a live entry (its tensor would split, and
