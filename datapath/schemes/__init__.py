@@ -11,6 +11,7 @@ file, so that the C and the Python of a scheme can be read side by side:
     drill.py    schemes/drill.h    DRILL(d, m) over per-port queue estimates
     conga.py    schemes/conga.h    CONGA: DRE, leaf-to-leaf tables, flowlets
     talb.py     schemes/talb.h     TaLB (and what the agent publishes for it)
+    wcmp.py     schemes/wcmp.h     ECMP weighted by the ports' link rates
 
 Each scheme module ends with its ``SCHEME`` record (spec.py: id, parameters,
 XDP, fallback, decision counters, clock, model); registry.py finds them by
