@@ -19,7 +19,7 @@ from experiments.sweep.plan import PRESETS, PlanError
 from workload import background_only as bo
 
 REPO = Path(__file__).resolve().parents[1]
-IMPL = frozenset(("ecmp", "rps", "letflow", "drill", "conga", "talb"))
+IMPL = frozenset(("ecmp", "rps", "letflow", "drill", "conga", "talb", "wcmp"))
 MS = 1e-3
 
 
@@ -124,7 +124,7 @@ def test_capacity_window_and_cdf_rules():
 
 def test_plan_runs_and_keys():
     p = build_plan("lb-classic", implemented=IMPL)
-    assert len(p.runs) == 2 * 2 * 6 * 6 * 5          # fabrics x CDFs x loads x schemes x seeds
+    assert len(p.runs) == 2 * 2 * 6 * len(IMPL) * 5   # fabrics x CDFs x loads x schemes x seeds
     assert p.counts("scheme") == {s: 120 for s in IMPL}
     assert {r.model for r in p.runs} == {"none"} and {r.background_cdf for r in p.runs} == \
         {"websearch", "datamining"}
@@ -171,7 +171,8 @@ def test_seed_rule_watches_the_loads_the_directions_are_tested_at():
     assert rule.where == ((0.1, sym), (0.8, asym), (0.8, sym))
     assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.8],
                       topologies=["lb-classic-asym"]).seed_rule.where == ((0.8, asym),)
-    assert rule.pairs == tuple((s, "ecmp") for s in ("rps", "letflow", "drill", "conga", "talb"))
+    assert rule.pairs == tuple((s, "ecmp")
+                               for s in ("rps", "letflow", "drill", "conga", "talb", "wcmp"))
     assert build_plan("lb-classic", implemented=IMPL, loads=[0.3, 0.5, 0.9]).seed_rule.loads == \
         (0.3, 0.9)
     assert build_plan("lb-classic", implemented=IMPL, loads=[0.8]).seed_rule.loads == (0.8,)
@@ -284,14 +285,15 @@ def test_training_sweeps_refuse_background_options():
 
 # --- the report on constructed runs -------------------------------------------------------
 #: each scheme's slowdown factor per fabric kind (constructed: DRILL fastest on the
-#: symmetric fabric, ECMP slow on the asymmetric one, TaLB = ECMP)
+#: symmetric fabric, ECMP slow on the asymmetric one, TaLB = ECMP, WCMP = ECMP where the
+#: ports weigh alike and half ECMP's where they do not)
 FACTOR = {"symmetric": {"ecmp": 1.6, "rps": 1.3, "letflow": 1.25, "drill": 1.0, "conga": 1.2,
-                        "talb": 1.6},
+                        "talb": 1.6, "wcmp": 1.6},
           "asymmetric": {"ecmp": 4.0, "rps": 3.0, "letflow": 1.3, "drill": 1.4, "conga": 1.2,
-                         "talb": 4.0},
+                         "talb": 4.0, "wcmp": 2.0},
           # the failed link: CONGA 6x below ECMP, LetFlow 10% above CONGA, RPS like ECMP
           "failed": {"ecmp": 6.0, "rps": 5.8, "letflow": 1.1, "drill": 3.0, "conga": 1.0,
-                     "talb": 6.0}}
+                     "talb": 6.0, "wcmp": 4.0}}
 
 
 def _fake(spec, path):
@@ -301,10 +303,12 @@ def _fake(spec, path):
     kind = fabric_kind(spec.topology)
     # crc32, not hash(): hash() of a str is salted per process, so the made-up
     # FCTs (and the 3-seed verdicts on them) would change from run to run
-    like = "ecmp" if spec.scheme == "talb" else spec.scheme
+    ecmp_like = spec.scheme == "talb" or (spec.scheme == "wcmp" and kind == "symmetric")
+    like = "ecmp" if ecmp_like else spec.scheme
     rng = random.Random(zlib.crc32(f"{spec.seed}/{spec.load}/{spec.background_cdf}/{like}".encode()))
     noise = 1 + 0.01 * rng.random()
-    if spec.scheme == "talb":        # TaLB forwards untagged packets by ECMP: ECMP's run ±0.2%
+    if ecmp_like:        # TaLB forwards untagged packets by ECMP (and WCMP on equal weights
+        #                 decides as ECMP): ECMP's run ±0.2%
         noise *= 1 + 0.002 * (-1) ** spec.seed
     f = FACTOR[kind][spec.scheme] * (1 + spec.load) * noise
     seed_rng = random.Random(spec.seed)          # same flows for every scheme of a seed
@@ -359,6 +363,8 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
     assert by[("asym-letflow-conga", "asymmetric", "websearch")]["verdict"] == "holds here"
     assert by[("sym-drill-reorder", "symmetric", "websearch")]["verdict"] == "holds here"
     assert by[("talb-fallback", "asymmetric", "websearch")]["verdict"] == "holds here"
+    assert by[("asym-wcmp", "asymmetric", "datamining")]["verdict"] == "holds here"
+    assert by[("sym-wcmp-ecmp", "symmetric", "websearch")]["verdict"] == "holds here"
     # ECMP 60% slower at light load: "about as good" does not hold
     assert by[("sym-low-equal", "symmetric", "websearch")]["verdict"] == "does not hold"
     # RPS 30% slower than ECMP? no: faster (1.3 vs 1.6): not worse holds
@@ -441,9 +447,9 @@ def test_failed_link_preset_tests_congas_and_letflows_failure_claims(tmp_path):
     assert bo.even_capacity_bps(topo) == 150e6 and fabric_kind(topo_path) == "failed"
     p = build_plan("lb-classic-fail", implemented=IMPL, seeds=3, fixed_seeds=True)
     assert {r.topology for r in p.runs} == {topo_path} and {r.load for r in p.runs} == {0.3, 0.5, 0.8}
-    assert len(p.runs) == 6 * 2 * 3 * 3 and {r.scheme for r in p.runs} == set(IMPL)
+    assert len(p.runs) == len(IMPL) * 2 * 3 * 3 and {r.scheme for r in p.runs} == set(IMPL)
     full = build_plan("lb-classic-fail", implemented=IMPL)
-    assert len(full.runs) == 180 and full.seed_rule.where == ((0.8, topo_path),)
+    assert len(full.runs) == 30 * len(IMPL) and full.seed_rule.where == ((0.8, topo_path),)
     run_plan(p, tmp_path, run_fn=_fake, progress=False)
     res = finish(p, tmp_path)
     by = {(r["direction"].id, r["cdf"]): r for r in res["directions"]}
@@ -477,19 +483,27 @@ def test_fifth_test_says_when_the_published_factor_is_missed():
 
 def test_failed_link_preset_dry_run_from_the_command_line(tmp_path):
     """`talb bench --preset lb-classic-fail --dry-run`, as a user runs it: the
-    plan (180 runs on the failed fabric), its wall-time estimate and the
-    seed rule at 0.8, nothing built and nothing written."""
+    plan (30 runs a scheme on the failed fabric: 2 CDFs x 3 loads x 5 seeds, every
+    scheme of the registry), its wall-time estimate and the seed rule at 0.8,
+    nothing built and nothing written."""
     import subprocess
     import sys
+
+    from experiments.sweep.plan import ALL_SCHEMES
+
+    n = 30 * len(ALL_SCHEMES)
 
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "talb.cli", "bench", "--preset", "lb-classic-fail",
                         "--out", str(out), "--dry-run"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "180 runs" in r.stdout and "estimated wall time here: " in r.stdout, r.stdout[:600]
+    assert f"{n} runs" in r.stdout and "estimated wall time here: " in r.stdout, r.stdout[:600]
     assert "headline points (load 0.8)" in r.stdout
     runs = [line for line in r.stdout.splitlines() if " lb-classic-fail " in line]
-    assert len(runs) == 180 and all("load 0.3" in x or "load 0.5" in x or "load 0.8" in x
+    assert len(runs) == n and all("load 0.3" in x or "load 0.5" in x or "load 0.8" in x
                                     for x in runs)
+    # every scheme of the registry (its "all schemes"), each in 30 runs
+    assert {s: sum(x.split()[3] == s for x in runs) for s in ALL_SCHEMES} == \
+        {s: 30 for s in ALL_SCHEMES}
     assert not out.exists()

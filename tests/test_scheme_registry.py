@@ -298,7 +298,7 @@ def test_talb_scheme_list_as_a_user_runs_it():
         assert f"│ {'yes' if s.xdp else 'no'} " in row
     assert "d 2 (1..4)" in r.stdout and "m 1 (0..2)" in r.stdout
     assert "flowlet_us 500 us* (1..10000000)" in r.stdout
-    assert "fallback ecmp: ecmp, rps, letflow, drill" in r.stdout
+    assert "fallback ecmp: ecmp, rps, letflow, drill, wcmp" in r.stdout
 
 
 def test_talb_scheme_list_takes_no_name():
@@ -311,7 +311,7 @@ def test_talb_scheme_list_takes_no_name():
 def test_help_texts_list_the_registry():
     from talb.cli_scheme import SCHEME_CHOICES, param_help
 
-    assert SCHEME_CHOICES == "ecmp, rps, letflow, drill, conga or talb"
+    assert SCHEME_CHOICES == "ecmp, rps, letflow, drill, conga, talb or wcmp"
     assert param_help().startswith(
         "A parameter of the scheme (repeatable): letflow flowlet_us; drill d, m; conga "
         "flowlet_us, dre_us, alpha_shift, q_bits, age_us; talb fallback, tensor_limit, idle_us "

@@ -20,6 +20,8 @@ from netns_topology import load_topology
 from markdown_tables import verdict_cells
 
 ALL = frozenset(ALL_SCHEMES)
+#: the presets of "all schemes" run every scheme of the registry
+N = len(ALL_SCHEMES)
 
 
 # --- statistics --------------------------------------------------------------------------
@@ -58,29 +60,29 @@ def test_overlap_is_a_plot_aid():
 # --- plans ---------------------------------------------------------------------------------
 def test_fig10_plan_matches_its_description():
     p = build_plan("fig10", implemented=ALL)
-    # 6 schemes x 4 background loads (0.1..0.4) x 5 seeds on the 4-spine fabric, workers
+    # every scheme x 4 background loads (0.1..0.4) x 5 seeds on the 4-spine fabric, workers
     # off the server's leaf, PS 4:1 three-layer model
-    assert len(p.runs) == 6 * 4 * 5
+    assert len(p.runs) == N * 4 * 5
     assert p.counts("scheme") == {s: 20 for s in ALL_SCHEMES}
-    assert p.counts("load") == {0.1: 30, 0.2: 30, 0.3: 30, 0.4: 30}
-    assert p.counts("seed") == {s: 24 for s in range(1, 6)}
-    assert p.counts("topology") == {"topologies/fig10-4spine.yaml": 120}
-    assert p.counts("placement") == {"remote": 120}
+    assert p.counts("load") == {0.1: N * 5, 0.2: N * 5, 0.3: N * 5, 0.4: N * 5}
+    assert p.counts("seed") == {s: N * 4 for s in range(1, 6)}
+    assert p.counts("topology") == {"topologies/fig10-4spine.yaml": N * 20}
+    assert p.counts("placement") == {"remote": N * 20}
     assert load_topology(REPO / "topologies/fig10-4spine.yaml").rto_min == 10   # ms
     assert p.seed_rule.loads == (0.4,)
     old = build_plan("fig10-2spine", implemented=ALL)
-    assert old.counts("load") == {0.2: 30, 0.4: 30, 0.6: 30, 0.8: 30}
-    assert old.counts("topology") == {"topologies/fig10.yaml": 120}
-    assert old.counts("placement") == {"spread": 120}
+    assert old.counts("load") == {0.2: N * 5, 0.4: N * 5, 0.6: N * 5, 0.8: N * 5}
+    assert old.counts("topology") == {"topologies/fig10.yaml": N * 20}
+    assert old.counts("placement") == {"spread": N * 20}
     assert {(r.model, r.arch, r.workers, r.servers) for r in p.runs} == {("threelayer", "ps", 4, 1)}
     assert len({r.key() for r in p.runs}) == len(p.runs)
 
 
 def test_other_presets_plans():
     f11 = build_plan("fig11", implemented=ALL)
-    assert f11.counts("topology") == {"topologies/fig11-4spine.yaml": 120}
+    assert f11.counts("topology") == {"topologies/fig11-4spine.yaml": N * 20}
     assert build_plan("fig11-2spine", implemented=ALL).counts("topology") == {
-        "topologies/fig11.yaml": 120}
+        "topologies/fig11.yaml": N * 20}
     rto = build_plan("fig10-rto", implemented=ALL)
     assert len(rto.runs) == 4 * 2 * 5 and rto.counts("load") == {0.4: 40}
     assert set(rto.counts("rto_min")) == {None, "kernel"}     # None: the topology's 10 ms
@@ -100,10 +102,10 @@ def test_other_presets_plans():
     assert {x.key() for x in pp.runs if x.scheme == "talb"} <= {x.key() for x in conns.runs}
     assert ("talb/pool:8", "ecmp/fifo/pool:8") in pp.seed_rule.pairs
     f9 = build_plan("fig9", implemented=ALL)
-    assert len(f9.runs) == 6 * 3 * 4 * 5
-    assert f9.counts("model") == {m: 120 for m in ("alexnet", "resnet50", "vgg19")}
-    assert f9.counts("target_link_bps") == {r: 90 for r in (10e9, 25e9, 50e9, 100e9)}
-    assert f9.counts("topology") == {"topologies/testbed4x4.yaml": 360}
+    assert len(f9.runs) == N * 3 * 4 * 5
+    assert f9.counts("model") == {m: N * 20 for m in ("alexnet", "resnet50", "vgg19")}
+    assert f9.counts("target_link_bps") == {r: N * 15 for r in (10e9, 25e9, 50e9, 100e9)}
+    assert f9.counts("topology") == {"topologies/testbed4x4.yaml": N * 60}
     # fig9 and fig4 scale by `fit`: the 4-packet floor would inflate VGG19's bytes 6.5x
     # at 100G under pure byte scaling (tests/test_scaling.py)
     assert {r.scaling_mode for r in f9.runs} == {"fit"}
@@ -112,10 +114,10 @@ def test_other_presets_plans():
     assert {(r.model, r.workers, r.servers, r.scaling_mode, r.background_size_scale)
             for r in f4.runs} == {("vgg19", 15, 1, "fit", 0.1)}
     fifo = build_plan("fig10-fifo", implemented=ALL)
-    assert fifo.counts("topology") == {"topologies/fig10-fifo.yaml": 60}
-    assert fifo.counts("load") == {0.2: 30, 0.8: 30}
+    assert fifo.counts("topology") == {"topologies/fig10-fifo.yaml": N * 10}
+    assert fifo.counts("load") == {0.2: N * 5, 0.8: N * 5}
     q = build_plan("quick", implemented=ALL)
-    assert len(q.runs) == 6 * 2 * 3 and q.counts("load") == {0.2: 18, 0.4: 18}
+    assert len(q.runs) == N * 2 * 3 and q.counts("load") == {0.2: N * 3, 0.4: N * 3}
     ab = build_plan("ablation", implemented=ALL)
     settings = planmod.PRESETS["ablation"]["agents"]
     assert "paper" in settings and "default" in settings

@@ -118,7 +118,7 @@ def test_torch_presets():
     assert {r.model for r in full.runs} == {"resnet50", "gpt2-small"}
     assert {r.arch for r in full.runs} == {"allreduce"} and {r.workers for r in full.runs} == {4}
     assert full.seed_rule.metric == "iteration_time_s" and full.figure == "torch"
-    assert len(full.runs) == 6 * 2 * 5
+    assert len(full.runs) == len(ALL_SCHEMES) * 2 * 5
     quick = build_plan("torch-quick", implemented=frozenset(ALL_SCHEMES))
     assert len(quick.runs) == 4 and {r.scheme for r in quick.runs} == {"ecmp", "talb"}
     assert all("client=torch" in r.label() for r in quick.runs)
