@@ -145,9 +145,9 @@ def test_a_new_module_without_its_define_is_refused_by_name(monkeypatch, tmp_pat
 def test_a_new_module_with_its_define_joins_the_registry(monkeypatch, tmp_path):
     from types import MappingProxyType
 
-    _with_module(monkeypatch, tmp_path, "hula", RECORD.format(name="hula", id=6))
+    _with_module(monkeypatch, tmp_path, "hula", RECORD.format(name="hula", id=14))
     monkeypatch.setattr(registry, "C_SCHEMES",
-                        MappingProxyType({**registry.C_SCHEMES, "hula": 6}))
+                        MappingProxyType({**registry.C_SCHEMES, "hula": 14}))
     found = registry.discover()
     assert [s.name for s in found] == [*(s.name for s in registry.SCHEMES), "hula"]
 
