@@ -3,7 +3,7 @@
     name: mn                  # state /run/talb/<name>/, pins /run/talb/bpffs/<name>/
     link_rate: 20mbit         # every port's rate unless the port says (agent, timers)
     queue_limit: 150kb        # a port's buffer, for the agent's delay model
-    scheme: ecmp              # ecmp, rps, letflow, drill, conga or talb
+    scheme: ecmp              # ecmp, rps, letflow, drill, conga, talb, presto or wcmp
     queue: {bands: [1, 4, 2, 1], limit: 40kb}   # optional: priority bands on every
                               # port (HTB + bfifo per band, as `talb testbed up`'s
                               # queue:); a port's own queue: overrides, queue: false

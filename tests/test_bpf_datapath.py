@@ -628,9 +628,12 @@ def test_set_scheme_errors(switch):
 
 
 def test_unimplemented_scheme_in_map_falls_back_to_ecmp(switch):
+    from common.c_constants import SCHEMES, TALB_MAX_SCHEMES
+
     switch.reset()
     cfg = switch.maps.config[0]
-    cfg.scheme = 7  # no such scheme (no program), written behind control.set_scheme's back
+    # an id no scheme has (no program), written behind control.set_scheme's back
+    cfg.scheme = max(set(range(TALB_MAX_SCHEMES)) - set(SCHEMES.values()))
     switch.maps.config[0] = cfg
     assert switch.run(tcp())[0] == TC_ACT_REDIRECT
     c = switch.counters()

@@ -286,17 +286,18 @@ def test_training_sweeps_refuse_background_options():
 
 # --- the report on constructed runs -------------------------------------------------------
 #: each scheme's slowdown factor per fabric kind (constructed: DRILL fastest on the
-#: symmetric fabric, ECMP slow on the asymmetric one, TaLB = ECMP)
+#: symmetric fabric, ECMP slow on the asymmetric one, TaLB = ECMP, WCMP = ECMP where the
+#: ports weigh alike and half ECMP's where they do not)
 FACTOR = {"symmetric": {"ecmp": 1.6, "rps": 1.3, "letflow": 1.25, "drill": 1.0, "conga": 1.2,
                         "presto": 1.35,
-                        "talb": 1.6},
+                        "talb": 1.6, "wcmp": 1.6},
           "asymmetric": {"ecmp": 4.0, "rps": 3.0, "letflow": 1.3, "drill": 1.4, "conga": 1.2,
                          "presto": 3.1,
-                         "talb": 4.0},
+                         "talb": 4.0, "wcmp": 2.0},
           # the failed link: CONGA 6x below ECMP, LetFlow 10% above CONGA, RPS like ECMP
           "failed": {"ecmp": 6.0, "rps": 5.8, "letflow": 1.1, "drill": 3.0, "conga": 1.0,
                      "presto": 5.9,
-                     "talb": 6.0}}
+                     "talb": 6.0, "wcmp": 4.0}}
 
 
 def _fake(spec, path):
@@ -306,10 +307,12 @@ def _fake(spec, path):
     kind = fabric_kind(spec.topology)
     # crc32, not hash(): hash() of a str is salted per process, so the made-up
     # FCTs (and the 3-seed verdicts on them) would change from run to run
-    like = "ecmp" if spec.scheme == "talb" else spec.scheme
+    ecmp_like = spec.scheme == "talb" or (spec.scheme == "wcmp" and kind == "symmetric")
+    like = "ecmp" if ecmp_like else spec.scheme
     rng = random.Random(zlib.crc32(f"{spec.seed}/{spec.load}/{spec.background_cdf}/{like}".encode()))
     noise = 1 + 0.01 * rng.random()
-    if spec.scheme == "talb":        # TaLB forwards untagged packets by ECMP: ECMP's run ±0.2%
+    if ecmp_like:        # TaLB forwards untagged packets by ECMP (and WCMP on equal weights
+        #                 decides as ECMP): ECMP's run ±0.2%
         noise *= 1 + 0.002 * (-1) ** spec.seed
     f = FACTOR[kind][spec.scheme] * (1 + spec.load) * noise
     seed_rng = random.Random(spec.seed)          # same flows for every scheme of a seed
@@ -368,6 +371,8 @@ def test_report_gives_every_direction_a_paired_verdict(tmp_path):
     assert by[("sym-presto-reorder", "symmetric", "websearch")]["verdict"] == "holds here"
     assert by[("asym-presto-reorder", "asymmetric", "datamining")]["verdict"] == "holds here"
     assert by[("talb-fallback", "asymmetric", "websearch")]["verdict"] == "holds here"
+    assert by[("asym-wcmp", "asymmetric", "datamining")]["verdict"] == "holds here"
+    assert by[("sym-wcmp-ecmp", "symmetric", "websearch")]["verdict"] == "holds here"
     # ECMP 60% slower at light load: "about as good" does not hold
     assert by[("sym-low-equal", "symmetric", "websearch")]["verdict"] == "does not hold"
     # RPS 30% slower than ECMP? no: faster (1.3 vs 1.6): not worse holds
@@ -491,6 +496,10 @@ def test_failed_link_preset_dry_run_from_the_command_line(tmp_path):
     import subprocess
     import sys
 
+    from experiments.sweep.plan import ALL_SCHEMES
+
+    n = 30 * len(ALL_SCHEMES)
+
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "talb.cli", "bench", "--preset", "lb-classic-fail",
                         "--out", str(out), "--dry-run"], capture_output=True, text=True,
@@ -502,4 +511,7 @@ def test_failed_link_preset_dry_run_from_the_command_line(tmp_path):
     runs = [line for line in r.stdout.splitlines() if " lb-classic-fail " in line]
     assert len(runs) == n and all("load 0.3" in x or "load 0.5" in x or "load 0.8" in x
                                     for x in runs)
+    # every scheme of the registry (its "all schemes"), each in 30 runs
+    assert {s: sum(x.split()[3] == s for x in runs) for s in ALL_SCHEMES} == \
+        {s: 30 for s in ALL_SCHEMES}
     assert not out.exists()

@@ -151,9 +151,9 @@ def test_a_new_module_without_its_define_is_refused_by_name(monkeypatch, tmp_pat
 def test_a_new_module_with_its_define_joins_the_registry(monkeypatch, tmp_path):
     from types import MappingProxyType
 
-    _with_module(monkeypatch, tmp_path, "hula", RECORD.format(name="hula", id=6))
+    _with_module(monkeypatch, tmp_path, "hula", RECORD.format(name="hula", id=14))
     monkeypatch.setattr(registry, "C_SCHEMES",
-                        MappingProxyType({**registry.C_SCHEMES, "hula": 6}))
+                        MappingProxyType({**registry.C_SCHEMES, "hula": 14}))
     found = registry.discover()
     assert [s.name for s in found] == [*(s.name for s in registry.SCHEMES), "hula"]
 
@@ -376,7 +376,7 @@ def test_talb_scheme_list_as_a_user_runs_it():
         assert f"│ {'yes' if s.xdp else 'no'} " in row
     assert "d 2 (1..4)" in r.stdout and "m 1 (0..2)" in r.stdout
     assert "flowlet_us 500 us* (1..10000000)" in r.stdout
-    assert "fallback ecmp: ecmp, rps, letflow, drill, presto" in r.stdout
+    assert "fallback ecmp: ecmp, rps, letflow, drill, presto, wcmp" in r.stdout
     assert "cell_bytes 65536 B (1500..1073741824)" in r.stdout
 
 
@@ -390,7 +390,7 @@ def test_talb_scheme_list_takes_no_name():
 def test_help_texts_list_the_registry():
     from talb.cli_scheme import SCHEME_CHOICES, param_help
 
-    assert SCHEME_CHOICES == "ecmp, rps, letflow, drill, conga, talb or presto"
+    assert SCHEME_CHOICES == "ecmp, rps, letflow, drill, conga, talb, presto or wcmp"
     assert param_help().startswith(
         "A parameter of the scheme (repeatable): letflow flowlet_us; drill d, m; conga "
         "flowlet_us, dre_us, alpha_shift, q_bits, age_us; talb fallback, tensor_limit, idle_us "

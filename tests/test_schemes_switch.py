@@ -522,7 +522,123 @@ def test_presto_matches_model(sw):
         assert {k.as_tuple(): (v.port, v.bytes) for k, v in flows.items()} == \
             {k: (f.port, f.bytes) for k, f in model.flows.items()}
 
+
+# --- WCMP ----------------------------------------------------------------------------------
+def _wcmp_reset(sw, rates: dict, down=()) -> dict:
+    """WCMP on the uplinks at ``rates`` (port -> bit/s); the model's rates
+    (ifindex -> bytes/s, as set_port_rates writes them)."""
+    from datapath import control
+
+    sw.reset("wcmp", down=down)
+    control.set_port_rates(sw.maps, {sw.ifindex[p]: (r, LIMIT, BURST) for p, r in rates.items()})
+    return {sw.ifindex[p]: r // 8 for p, r in rates.items()}
+
+
+def _wcmp_flows(n: int):
+    """n distinct flows to DST4: (source address, source port)."""
+    return [(f"198.18.0.{1 + i % 200}", 1024 + i // 200) for i in range(n)]
+
+
+def _shares_within(counts: dict, want: dict, n: int, sds: float = 5.0) -> None:
+    """Each port's flow count within ``sds`` binomial standard deviations of
+    n * its share (a flow hash is not random, but over thousands of flows
+    it spreads like a fair draw: a bound, not the hash's exact result)."""
+    for p, share in want.items():
+        sd = (n * share * (1 - share)) ** 0.5
+        assert abs(counts.get(p, 0) - n * share) <= sds * sd + 1, (p, counts, want)
+
+
+def test_wcmp_matches_model(sw):
+    """Port for port against datapath/schemes/wcmp.py: rates unknown, tiny
+    (rounded up), equal, unequal and past the cap; any ports down."""
+    from datapath.schemes.wcmp import wcmp_index
+
+    rate = st.sampled_from([0, 8_000, 25_000_000, 50_000_000, 100_000_000, 10_000_000_000,
+                            400_000_000_000])
+    flow = st.tuples(st.integers(1, 254), st.integers(1024, 65535))
+
+    @hypothesis.settings(max_examples=60, deadline=None, derandomize=True)
+    @hypothesis.given(st.tuples(rate, rate, rate, rate),
+                      st.sets(st.sampled_from(UPLINKS), max_size=4),
+                      st.lists(flow, min_size=1, max_size=20))
+    def check(rates, down, flows):
+        bps = _wcmp_reset(sw, dict(zip(UPLINKS, rates)), down)
+        up = up_set(sw, down)
+        for host, sport in flows:
+            src = f"198.18.0.{host}"
+            port = sw.send(tcp(sport=sport, src=src))
+            if not up:
+                assert port is None
+                continue
+            want = wcmp_index(sw.group, up, bps, src, DST4, sport, 5201, 6, SEED)
+            assert port == sw.port_of(sw.group[want]), (rates, down, host, sport)
+        assert sw.counters()["decision_wcmp"] == len(flows)
+
     check()
+
+
+
+
+def test_wcmp_flows_follow_the_rates(sw):
+    """Flows split in proportion to the link rates: 2:1 on two ports, and
+    4:2:1:1 on four (3000 flows each, within 5 standard deviations)."""
+    n = 3000
+    flows = _wcmp_flows(n)
+    for rates, want in (({"p1": 200_000_000, "p2": 100_000_000}, {"p1": 2 / 3, "p2": 1 / 3}),
+                        ({"p1": 400_000_000, "p2": 200_000_000, "p3": 100_000_000,
+                          "p4": 100_000_000},
+                         {"p1": 0.5, "p2": 0.25, "p3": 0.125, "p4": 0.125})):
+        down = tuple(p for p in UPLINKS if p not in rates)
+        _wcmp_reset(sw, rates, down)
+        counts: dict = {}
+        for src, sport in flows:
+            port = sw.send(tcp(sport=sport, src=src))
+            counts[port] = counts.get(port, 0) + 1
+        assert set(counts) == set(rates), counts
+        _shares_within(counts, want, n)
+
+
+def test_wcmp_keeps_a_flow_on_one_port(sw):
+    """Per flow: every packet of a flow (any size) leaves by one port."""
+    _wcmp_reset(sw, {"p1": 100_000_000, "p2": 50_000_000, "p3": 25_000_000, "p4": 25_000_000})
+    seen = set()
+    for src, sport in _wcmp_flows(40):
+        ports = {sw.send(tcp(sport=sport, src=src, payload=b"w" * size))
+                 for size in (0, 64, 700, 1400, 64)}
+        assert len(ports) == 1 and None not in ports, (src, sport, ports)
+        seen |= ports
+    assert len(seen) >= 2, seen          # and the flows did not all take one
+
+
+def test_wcmp_down_port_gets_nothing(sw):
+    """A port that goes down weighs 0 at once (before the agent regroups):
+    the heaviest port down, its flows go to the others by their weights; all
+    down, nothing is forwarded."""
+    n = 2000
+    flows = _wcmp_flows(n)
+    rates = {"p1": 400_000_000, "p2": 200_000_000, "p3": 100_000_000, "p4": 100_000_000}
+    _wcmp_reset(sw, rates, down=("p1",))
+    counts: dict = {}
+    for src, sport in flows:
+        port = sw.send(tcp(sport=sport, src=src))
+        counts[port] = counts.get(port, 0) + 1
+    assert "p1" not in counts and None not in counts, counts
+    _shares_within(counts, {"p2": 0.5, "p3": 0.25, "p4": 0.25}, n)
+    _wcmp_reset(sw, rates, down=UPLINKS)
+    assert all(sw.send(tcp(sport=sport, src=src)) is None for src, sport in flows[:50])
+
+
+def test_wcmp_with_equal_rates_is_ecmp_flow_for_flow(sw):
+    """Equal weights reduce to each port once: every flow takes ECMP's port
+    (the same program run under ECMP, same seed) -- what lb-classic's
+    symmetric-fabric check relies on."""
+    flows = _wcmp_flows(500)
+    _wcmp_reset(sw, {p: 100_000_000 for p in UPLINKS})
+    wcmp = [sw.send(tcp(sport=sport, src=src)) for src, sport in flows]
+    sw.reset("ecmp")
+    ecmp = [sw.send(tcp(sport=sport, src=src)) for src, sport in flows]
+    assert wcmp == ecmp
+    assert set(ecmp) == set(UPLINKS)
 
 
 # --- every scheme ---------------------------------------------------------------------------

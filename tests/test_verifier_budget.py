@@ -117,12 +117,14 @@ CEILINGS = {
     ("switch-tc", "talb_scheme_drill"): 20_300,         # 16,880
     ("switch-tc", "talb_scheme_conga"): 56_900,         # 47,367
     ("switch-tc", "talb_scheme_presto"): 7_700,         # 6,337 (2026-12-07, issue 37: Presto)
+    ("switch-tc", "talb_scheme_wcmp"): 7_500,          # 6,232 (2026-12-07)
     ("switch-xdp", "talb_switch_xdp"): 24_800,          # 20,646
     ("switch-xdp", "talb_scheme_rps"): 2_500,           # 2,065
     ("switch-xdp", "talb_scheme_letflow"): 3_100,       # 2,543
     ("switch-xdp", "talb_scheme_drill"): 17_800,        # 14,809
     ("switch-xdp", "talb_scheme_conga"): 47_700,        # 39,686
     ("switch-xdp", "talb_scheme_presto"): 3_800,        # 3,148 (2026-12-07)
+    ("switch-xdp", "talb_scheme_wcmp"): 3_700,         # 3,059 (2026-12-07)
     ("host-tc", "talb_host_tc"): 6_600,                 # 5,451
     ("host-xdp", "talb_host_xdp"): 100,                 # 2
     ("host-sendmsg", "raw_tracepoint__tcp_sendmsg_locked"): 15_200,   # 12,614

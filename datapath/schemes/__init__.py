@@ -12,6 +12,7 @@ file, so that the C and the Python of a scheme can be read side by side:
     conga.py    schemes/conga.h    CONGA: DRE, leaf-to-leaf tables, flowlets
     talb.py     schemes/talb.h     TaLB (and what the agent publishes for it)
     presto.py   schemes/presto.h   Presto: flowcells round-robin over the usable ports
+    wcmp.py     schemes/wcmp.h     ECMP weighted by the ports' link rates
 
 Each scheme module ends with its ``SCHEME`` record (spec.py: id, parameters,
 XDP, fallback, decision counters, clock, model); registry.py finds them by

@@ -347,6 +347,21 @@ DIRECTIONS = (
               "Dixit et al., INFOCOM 2013, abstract (RPS's performance suffers when symmetry "
               "is disturbed, e.g. link failures)", "failed", "high", "all_nfct_mean",
               (("rps", "conga", "worse"),)),
+    # WCMP (issue 37, item 4), decided before any run. Its weights here are the
+    # local ports' rates (docs/schemes.md, WCMP): on lb-classic-asym leaf0 splits
+    # 2:1 towards the spines, while leaf1, whose uplinks are alike, still sends
+    # half of its leaf0-bound flows over spine1's half-rate link down
+    Direction("asym-wcmp", "Asymmetric fabric: WCMP better than ECMP (flows weighted by "
+              "the uplinks' rates)",
+              "Zhou et al., WCMP, EuroSys 2014, abstract (ECMP assumes a balanced, regular, "
+              "fault-free topology and degrades when it is not; WCMP weights the paths by the "
+              "topology and cuts the variation in flow bandwidths by up to 25x relative to ECMP)",
+              "asymmetric", "high", "all_nfct_mean", (("wcmp", "ecmp", "better"),)),
+    Direction("sym-wcmp-ecmp", "Check, not a published direction: on the symmetric fabric "
+              "every port weighs alike, so WCMP takes ECMP's port for every flow and equals ECMP",
+              "docs/schemes.md (WCMP: equal weights reduce to ECMP's hash mod n, flow for flow; "
+              "tests/test_schemes_switch.py)", "symmetric", "high", "all_nfct_mean",
+              (("wcmp", "ecmp", "equivalent"),)),
     Direction("talb-fallback", "Check, not a published direction: with no tensors TaLB forwards "
               "every packet by its fallback (ECMP), so TaLB equals ECMP",
               "docs/schemes.md (TaLB's fallback for untagged packets)", "both", "high",
