@@ -630,6 +630,87 @@ def test_link_watcher_sees_down_up_and_a_peer_losing_carrier(netns):
         rtnl.close()
 
 
+class _LinksOnlyMonitor:
+    """A switch whose only real part is its link watcher; each window takes
+    ``work_s`` of wall time and polls nothing itself."""
+
+    def __init__(self, links, work_s):
+        from agent.switch import SwitchReading
+
+        self.links, self.work_s, self.maps, self.windows = links, work_s, None, 0
+        self.latest = SwitchReading("sw", 0.0, None, (), (), {}, "ecmp", None)
+
+    def poll_links(self):
+        return self.links.poll()
+
+    def housekeeping(self, read_qdiscs):
+        pass
+
+    def window(self, now, read_qdiscs):
+        self.windows += 1
+        if self.work_s:
+            time.sleep(self.work_s)
+
+    def refresh_groups(self):
+        pass
+
+    def down_ports(self):
+        return [n for n in ("va", "vb") if not self.links.up(n)]
+
+    def close(self):
+        pass
+
+
+class _RecordingRouting:
+    """Routing that records the link state each sync saw (a switch reprogrammed)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def sync(self, watchers, maps, on_error=None):
+        self.calls.append({n: (w.up("va"), w.up("vb")) for n, w in watchers.items()})
+        return list(watchers)
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["on_time", "late"])
+def test_loop_follows_a_link_going_down_on_time_or_late(netns, late):
+    """The running loop regroups when a port goes down, whether its windows
+    are on time (the wait's select() wakes for the notification) or all
+    late (every window longer than the period: the loop never sleeps, and a
+    zero-timeout select() before each window finds it). The window itself
+    no longer polls the netlink sockets, so this guards the wait."""
+    from agent.linkstate import LinkWatcher
+    from agent.rtnl import Rtnl
+
+    rtnl = Rtnl(netns)
+    links = LinkWatcher(netns, rtnl)
+    mon = _LinksOnlyMonitor(links, 0.006 if late else 0.0)
+    routing, obs = _RecordingRouting(), _Observer()
+    agent = Agent({"sw": mon}, routing, AgentConfig(window_s=0.002), observer=obs)
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while mon.windows < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mon.windows >= 5 and not routing.calls
+        subprocess.run(["ip", "-n", netns, "link", "set", "vb", "down"], check=True)
+        deadline = time.monotonic() + 10
+        while not routing.calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        loop.join(10)
+        links.close()
+        rtnl.close()
+    assert not loop.is_alive()
+    assert routing.calls and routing.calls[0] == {"sw": (False, False)}, routing.calls
+    assert not obs.failed, obs.failed
+    if late:  # every window overran the period: the loop never slept before one
+        assert obs.windows and all(w[2] for w in obs.windows), obs.windows[:5]
+
+
 def test_rtnl_refuses_a_missing_namespace(root):
     from agent.rtnl import Rtnl
 
