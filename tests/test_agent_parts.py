@@ -26,7 +26,7 @@ from datapath import bpf_syscall as sc
 from datapath.maps import Map, possible_cpus
 from datapath.statsread import PerCpuArrayReader
 from datapath.structs import PortStats
-from conftest import new_prefix
+from conftest import new_prefix, skip_or_fail
 
 TALB = [sys.executable, "-m", "talb.cli"]
 
@@ -1023,6 +1023,72 @@ def test_batched_publishing_writes_what_publish_pcm_writes(twin_switch_maps, in_
     assert "no group with ports [15, 16]" in str(errors[1])
     assert _groups_bytes(old) == _groups_bytes(new)
     assert publisher.batched, "the kernel refused the batch commands: the per-group path ran"
+
+
+def test_buffered_publishing_writes_what_list_publishing_writes(twin_switch_maps):
+    """GroupPublisher.publish_buffered -- the P_i written into the C
+    publication's input by the caller, as the agent's C window does, no
+    list handed over -- leaves the groups map exactly as publish() with the
+    same P_i as lists, window after window: PCMs and thresholds changing,
+    the same PCMs again (nothing rewritten), a group reset behind the
+    agent's back (restored), a group reprogrammed away (the same error;
+    only then are the P_i asked for as lists)."""
+    import random
+
+    from datapath.control import GroupPublisher, program_switch
+    from datapath.structs import FwdGroup
+
+    if native.compiler() is None or native.disabled():
+        skip_or_fail("no C compiler: there is no C publication to feed")
+    old, new = twin_switch_maps
+    plan = [(gid, g.ports()) for gid, g in sorted(new.groups.items())]
+    by_lists, by_buffer = GroupPublisher(old, plan), GroupPublisher(new, plan)
+    target = by_buffer.input_buffer()
+    assert target is not None, "no C publication"
+    buffer, stride = target
+    asked = []
+
+    def window(pcms, thresholds):
+        for k, pcm in enumerate(pcms):
+            buffer[k * stride:k * stride + len(pcm)] = pcm
+
+        def pcms_of():
+            asked.append(len(pcms))
+            return [list(p) for p in pcms]
+        a = by_lists.publish(pcms, thresholds)
+        b = by_buffer.publish_buffered(thresholds, pcms_of)
+        assert [str(e) for e in b] == [str(e) for e in a]
+        assert _groups_bytes(new) == _groups_bytes(old)
+        assert (by_buffer.written, by_buffer.unchanged) == (by_lists.written, by_lists.unchanged)
+        return b
+
+    rng = random.Random(5)
+    thresholds = [None] * len(plan)
+    for k in range(6):
+        if k == 3:
+            thresholds = [0.6, None, 0.8, None]
+        pcms = [[round(rng.random(), 3) for _ in ports] for _gid, ports in plan]
+        assert window(pcms, thresholds) == [None] * len(plan)
+    written = by_buffer.written
+    assert window(pcms, thresholds) == [None] * len(plan)     # the same again
+    assert by_buffer.written == written and not asked
+    # behind the agent's back: a group reset to neutral values (flags set) in both maps
+    gid, ports = plan[0]
+    for m in (old, new):
+        g = FwdGroup.of(ports)
+        g.flags = 0x5
+        m.groups[gid] = g
+    assert window(pcms, thresholds) == [None] * len(plan)
+    assert new.groups[gid].flags == 0x5 and by_buffer.written == written + 1 and not asked
+    # reprogrammed: the group of ports 15+16 is gone
+    ports = [(f"p{i}", i, False, True) for i in range(11, 19)]
+    groups = {"198.18.0.1": [11, 12, 13, 14], "198.18.0.3": [11, 11, 12],
+              "198.18.0.4": [17, 18, 11]}
+    for m in (old, new):
+        program_switch(m, ports, groups)
+    errors = window([[round(rng.random(), 3) for _ in p] for _gid, p in plan], thresholds)
+    assert sum(e is not None for e in errors) == 1 and asked == [len(plan)]
+    assert "no group with ports [15, 16]" in str(next(e for e in errors if e is not None))
 
 
 def test_an_agent_window_leaves_the_maps_as_publish_pcm_would(root):
