@@ -30,6 +30,7 @@ from datapath.statsread import PerCpuArrayReader
 log = logging.getLogger("talb.agent")
 
 _TX_BYTES, _TX_PACKETS = 3, 2  # fields of struct port_stats
+_NONE_FAILED: frozenset = frozenset()   # no group failed to publish
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,7 @@ class SwitchMonitor:
                                tuple(pcm_math.wrr_weights(pcm))) for g, pcm in groups),
             slow["counters"], slow["scheme"], slow["tensors"])
 
-    def _publish(self, plan: list[_Group], pcms: list[list[float]]) -> set[int]:
+    def _publish(self, plan: list[_Group], pcms: list[list[float]]) -> set[int] | frozenset:
         """Every group's PCMs (per distinct port) to the maps, as publish_pcm
         would write them one group at a time; the positions in ``plan`` of
         the groups not published."""
@@ -366,7 +367,7 @@ class SwitchMonitor:
             [max(pcm) for pcm in pcms] if s == "max" else [s] * len(plan))
         return self._failed(errors)
 
-    def _publish_buffered(self, plan: list[_Group], native, data: tuple) -> set[int]:
+    def _publish_buffered(self, plan: list[_Group], native, data: tuple) -> set[int] | frozenset:
         """:meth:`_publish` for PCMs the C window wrote into the publication's
         input (``data``: its :meth:`frozen` copy, turned into lists only if a
         group must go the slow way)."""
@@ -379,9 +380,11 @@ class SwitchMonitor:
             errors = self._publisher.publish(pcms_of(), self._thresholds)
         return self._failed(errors)
 
-    def _failed(self, errors: list) -> set[int]:
+    def _failed(self, errors: list) -> set[int] | frozenset:
         """The positions of the groups a publication could not write; the
         groups re-read if there are any."""
+        if not any(errors):   # the usual window: every group published
+            return _NONE_FAILED
         failed = set()
         for k, exc in enumerate(errors):
             if exc is not None:
