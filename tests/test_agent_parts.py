@@ -672,6 +672,10 @@ class _RecordingRouting:
         return list(watchers)
 
 
+def _saw_vb_down(routing) -> bool:
+    return any(not call["sw"][1] for call in routing.calls)
+
+
 @pytest.mark.parametrize("late", [False, True], ids=["on_time", "late"])
 def test_loop_follows_a_link_going_down_on_time_or_late(netns, late):
     """The running loop regroups when a port goes down, whether its windows
@@ -694,10 +698,10 @@ def test_loop_follows_a_link_going_down_on_time_or_late(netns, late):
         deadline = time.monotonic() + 10
         while mon.windows < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert mon.windows >= 5 and not routing.calls
+        assert mon.windows >= 5 and not _saw_vb_down(routing)
         subprocess.run(["ip", "-n", netns, "link", "set", "vb", "down"], check=True)
         deadline = time.monotonic() + 10
-        while not routing.calls and time.monotonic() < deadline:
+        while not _saw_vb_down(routing) and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         stop.set()
@@ -705,7 +709,8 @@ def test_loop_follows_a_link_going_down_on_time_or_late(netns, late):
         links.close()
         rtnl.close()
     assert not loop.is_alive()
-    assert routing.calls and routing.calls[0] == {"sw": (False, False)}, routing.calls
+    # (va loses carrier in a notification of its own, possibly a little later)
+    assert _saw_vb_down(routing), routing.calls
     assert not obs.failed, obs.failed
     if late:  # every window overran the period: the loop never slept before one
         assert obs.windows and all(w[2] for w in obs.windows), obs.windows[:5]
