@@ -111,7 +111,7 @@ class Agent:
         if changed:
             self.sync_links()
 
-    def _wait(self, deadline: float, stop: threading.Event) -> bool:
+    def _wait(self, deadline: float, stop: threading.Event, watchers: list) -> bool:
         """Sleep until ``deadline``, handling link changes meanwhile; False if stopped.
 
         It returns only after a ``select()`` that found no notification
@@ -119,20 +119,23 @@ class Agent:
         timeout when the loop is late -- so the window that follows need not
         poll the sockets again (:meth:`step`). A notification arriving during
         that window is handled by the next wait, as soon as the window ends."""
-        watchers = [m.links for m in self.monitors.values()]
         while not stop.is_set():
             wait = max(0.0, deadline - self.clock())
             # A signal (SIGTERM) interrupts nothing here: the wait is at most one
             # window, and the loop checks ``stop`` after it.
             ready, _, _ = select.select(watchers, [], [], wait)
-            if ready:
-                try:
-                    self.follow_links()
-                except Exception as exc:
-                    self._report(exc)
+            if not ready:
+                if wait == 0.0 or self.clock() >= deadline:
+                    self._links_checked = True
+                    return True
                 continue
-            if wait == 0.0 or self.clock() >= deadline:
-                self._links_checked = True
+            try:
+                self.follow_links()
+            except Exception as exc:
+                self._report(exc)
+            if self.clock() >= deadline:
+                # a socket that stays readable (a fault follow_links reports)
+                # must not hold the window back: it runs, and polls them itself
                 return True
         return False
 
@@ -185,12 +188,14 @@ class Agent:
         """Windows until ``stop`` is set; ``tick`` every ``tick_interval_s``
         (between windows, on the loop's thread)."""
         period = self.config.window_s
+        # the link sockets' descriptors, asked once (not by select() at every wait)
+        watchers = [m.links.fileno() for m in self.monitors.values()]
         t0 = self.clock()
         k = 0
         next_tick = t0 + tick_interval_s
         while not stop.is_set():
             deadline = t0 + k * period
-            if not self._wait(deadline, stop):
+            if not self._wait(deadline, stop, watchers):
                 break
             start = self.clock()
             try:
