@@ -119,7 +119,7 @@ def test_c_window_feeds_the_c_publication_what_the_lists_would_publish(root, thr
     (weighting it), whose PCMs go out in member order -- and a window whose
     PCMs did not change rewrites nothing."""
     from agent.config import AgentConfig
-    from bench.agent_loop import BenchFabric, SyntheticTraffic, _ifindexes
+    from bench.agent_loop import BenchFabric, SyntheticTraffic
     from datapath.control import program_switch, publish_pcm
     from datapath.maps import SwitchMaps
 
@@ -128,9 +128,10 @@ def test_c_window_feeds_the_c_publication_what_the_lists_would_publish(root, thr
     fabric = BenchFabric(16, new_prefix())
     traffic = agent = None
     try:
-        index = _ifindexes(fabric.netns("sw0"))
-        p = [index[f"p{i}"] for i in range(16)]
         with SwitchMaps(fabric.pin_dir("sw0")) as maps:
+            # port i is p{i} (BenchFabric installs them in order): its ifindex
+            by_id = {info.port_id: ifindex for ifindex, info in maps.ports.items()}
+            p = [by_id[i] for i in range(16)]
             program_switch(maps, [(f"p{i}", p[i], False, True) for i in range(16)],
                            {"198.18.0.1": [p[0], p[0], p[1], p[2]],
                             "198.18.0.2": [p[3], p[4], p[3], p[5], p[6]],
