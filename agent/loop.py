@@ -114,7 +114,7 @@ class Agent:
     def _wait(self, deadline: float, stop: threading.Event, watchers: list) -> bool:
         """Sleep until ``deadline``, handling link changes meanwhile; False if stopped.
 
-        It returns only after a ``select()`` that found no notification
+        It normally returns right after a ``select()`` that found no notification
         pending -- the one that slept until the deadline, or one with a zero
         timeout when the loop is late -- so the window that follows need not
         poll the sockets again (:meth:`step`). A notification arriving during
