@@ -82,6 +82,8 @@ class Agent:
         self.clock = clock
         self._next_stats = self._next_sweep = 0.0
         self._errors = _ErrorLog(clock)
+        #: the wait's last select() found no link notification pending (step skips its poll)
+        self._links_checked = False
 
     @property
     def latest(self) -> dict[str, SwitchReading]:
@@ -109,31 +111,46 @@ class Agent:
         if changed:
             self.sync_links()
 
-    def _wait(self, deadline: float, stop: threading.Event) -> bool:
-        """Sleep until ``deadline``, handling link changes meanwhile; False if stopped."""
-        watchers = [m.links for m in self.monitors.values()]
+    def _wait(self, deadline: float, stop: threading.Event, watchers: list) -> bool:
+        """Sleep until ``deadline``, handling link changes meanwhile; False if stopped.
+
+        It normally returns right after a ``select()`` that found no notification
+        pending -- the one that slept until the deadline, or one with a zero
+        timeout when the loop is late -- so the window that follows need not
+        poll the sockets again (:meth:`step`). A notification arriving during
+        that window is handled by the next wait, as soon as the window ends."""
         while not stop.is_set():
-            wait = deadline - self.clock()
-            if wait <= 0:
-                return True
+            wait = max(0.0, deadline - self.clock())
             # A signal (SIGTERM) interrupts nothing here: the wait is at most one
             # window, and the loop checks ``stop`` after it.
             ready, _, _ = select.select(watchers, [], [], wait)
-            if ready:
-                try:
-                    self.follow_links()
-                except Exception as exc:
-                    self._report(exc)
+            if not ready:
+                if wait == 0.0 or self.clock() >= deadline:
+                    self._links_checked = True
+                    return True
+                continue
+            try:
+                self.follow_links()
+            except Exception as exc:
+                self._report(exc)
+            if self.clock() >= deadline:
+                # a socket that stays readable (a fault follow_links reports)
+                # must not hold the window back: it runs, and polls them itself
+                return True
         return False
 
     def step(self, now: float) -> None:
         """One window. Each switch's work is isolated: one that fails (its
         maps gone, its namespace deleted, a bad reading) is reported and the
-        others are still read and published."""
-        try:
-            self.follow_links()
-        except Exception as exc:  # routing as a whole: the windows still run
-            self._report(exc)
+        others are still read and published. Pending link notifications are
+        applied first, unless the loop's wait has just found none (a
+        ``recv`` per switch saved every window)."""
+        checked, self._links_checked = self._links_checked, False
+        if not checked:
+            try:
+                self.follow_links()
+            except Exception as exc:  # routing as a whole: the windows still run
+                self._report(exc)
         measured = self.config.pcm_delay == "measured"
         stats_due = now >= self._next_stats
         if stats_due:
@@ -171,12 +188,14 @@ class Agent:
         """Windows until ``stop`` is set; ``tick`` every ``tick_interval_s``
         (between windows, on the loop's thread)."""
         period = self.config.window_s
+        # the link sockets' descriptors, asked once (not by select() at every wait)
+        watchers = [m.links.fileno() for m in self.monitors.values()]
         t0 = self.clock()
         k = 0
         next_tick = t0 + tick_interval_s
         while not stop.is_set():
             deadline = t0 + k * period
-            if not self._wait(deadline, stop):
+            if not self._wait(deadline, stop, watchers):
                 break
             start = self.clock()
             try:

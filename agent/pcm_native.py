@@ -108,6 +108,8 @@ def group_pcm(groups, n_ports: int, w1: float, w2: float) -> GroupPcmC | None:
 
 
 _V = ctypes.c_void_p
+#: SwitchWindowC.read's results (talb_window's return values)
+MATHS_DONE, NO_WINDOW, PYTHON_MATHS = 0, 1, 2
 
 
 class _WindowArgs(ctypes.Structure):
@@ -121,7 +123,8 @@ class _WindowArgs(ctypes.Structure):
                 ("dt", _D), ("full", _D), ("w1", _D), ("w2", _D),
                 ("cap", _V), ("max_wait", _V), ("idle", _V), ("util", _V), ("delay", _V),
                 ("groups", _I), ("pad", _I), ("start", _V), ("idx", _V),
-                ("pcm", _V), ("scratch", _V)]
+                ("pcm", _V), ("scratch", _V), ("n_out", _I), ("pad2", _I), ("out_idx", _V),
+                ("out", _V)]
 
 
 class SwitchWindowC:
@@ -183,6 +186,8 @@ class SwitchWindowC:
             return fn(ref)
         self._call = call
         self._t: float | None = None
+        self.dt = 0.0                        # the last window's length (read)
+        self._out = None                     # gather's buffers, kept alive
 
     def carry_over(self, other: "SwitchWindowC") -> None:
         """Take ``other``'s last reading (same ports; other groups): the
@@ -193,31 +198,76 @@ class SwitchWindowC:
             ctypes.memmove(getattr(self, name), getattr(other, name), ctypes.sizeof(_U) * self.n)
         self._t = other._t
 
-    def __call__(self, t: float):
-        """Read at monotonic time ``t``: ``(totals, window)``. ``totals``:
-        [bytes list, packets list]; ``window``: None (the first reading, or a
-        clock that did not move), or ``(dt, deltas, utils, delays, pcms)``:
-        either the maths done (deltas None: not needed) or, where it must go
-        the Python way (a huge counter; packets of no byte), the deltas
-        ([bytes list, packets list]) with utils/delays/pcms None; pcms is
-        None without ``groups``. OSError if the read fails."""
+    def gather(self, out, idx: Sequence[int]) -> None:
+        """After every window whose maths is done (:meth:`read` gives
+        :data:`MATHS_DONE`), ``out[i]`` = PCM entry ``idx[i]`` of the flat
+        list (-1: ``out[i]`` left alone): the publication's input buffer
+        (datapath.control.GroupPublisher.input_buffer) filled by the C call,
+        no Python list between. ``out``: a ctypes double array (kept alive
+        here) of at least ``len(idx)`` entries."""
+        if not self._with_groups:
+            raise ValueError("gather: this window computes no group PCMs")
+        if len(idx) > len(out) or any(not -1 <= i < self._m for i in idx):
+            raise ValueError(f"gather: {len(idx)} entries into {len(out)}, each -1 or an "
+                             f"entry below {self._m}")
+        arr = (_I * max(1, len(idx)))(*(idx or [-1]))
+        self._out = (out, arr)
+        args = self._args
+        args.n_out, args.out_idx, args.out = len(idx), ctypes.addressof(arr), ctypes.addressof(out)
+
+    def read(self, t: float) -> int:
+        """Read at monotonic time ``t`` (the window's length: :attr:`dt`):
+        :data:`NO_WINDOW` (the first reading, or a clock that did not move),
+        :data:`PYTHON_MATHS` (the maths must go the Python way: a huge
+        counter, packets of no byte; the deltas are in the buffers) or
+        :data:`MATHS_DONE` (U, E[W] and the groups' PCMs in the buffers; see
+        :meth:`result`, :meth:`frozen`). OSError if the read fails."""
         last, self._t = self._t, t
         dt = 0.0 if last is None else t - last
         rc = self._call(last is not None, dt)
         if rc < 0:
             self._t = last
             raise OSError(-rc, f"BPF_MAP_LOOKUP_BATCH port_stats: {os.strerror(-rc)}")
+        self.dt = dt
+        return rc
+
+    def frozen(self) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+        """The last reading after :data:`MATHS_DONE`, as bytes (one copy
+        each, no Python number made): totals of bytes and packets (u64), U
+        and E[W] (double) per port, the flat PCMs (double); :meth:`thaw`
+        turns them into :meth:`result`'s lists."""
+        tb, tk, _db, _dk, u, d, pcm = self._views
+        return bytes(tb), bytes(tk), bytes(u), bytes(d), bytes(pcm)
+
+    def thaw(self, frozen) -> tuple[list, list, list, list[list[float]] | None]:
+        """``frozen`` (:meth:`frozen`) as ``(totals, utils, delays, pcms)``,
+        the lists :meth:`result` gives for that window."""
+        tb, tk, u, d, pcm = (memoryview(b).cast(f).tolist() for b, f in zip(frozen, "QQddd"))
+        pcms = [pcm[s:e] for s, e in self._spans] if self._with_groups else None
+        return [tb, tk], u, d, pcms
+
+    def result(self, rc: int):
+        """The last reading (:meth:`read` gave ``rc``) as ``(totals, window)``.
+        ``totals``: [bytes list, packets list]; ``window``: None (no window),
+        or ``(dt, deltas, utils, delays, pcms)``: either the maths done
+        (deltas None: not needed) or, where it must go the Python way, the
+        deltas ([bytes list, packets list]) with utils/delays/pcms None;
+        pcms is None without ``groups``."""
         tb, tk, db, dk, u, d, pcm = self._views
         totals = [tb.tolist(), tk.tolist()]
-        if rc == 1:
+        if rc == NO_WINDOW:
             return totals, None
-        if rc == 2:
-            return totals, (dt, [db.tolist(), dk.tolist()], None, None, None)
+        if rc == PYTHON_MATHS:
+            return totals, (self.dt, [db.tolist(), dk.tolist()], None, None, None)
         pcms = None
         if self._with_groups:
             flat = pcm.tolist()
             pcms = [flat[s:e] for s, e in self._spans]
-        return totals, (dt, None, u.tolist(), d.tolist(), pcms)
+        return totals, (self.dt, None, u.tolist(), d.tolist(), pcms)
+
+    def __call__(self, t: float):
+        """:meth:`read` then :meth:`result`. OSError if the read fails."""
+        return self.result(self.read(t))
 
 
 def switch_window(map_fd: int, n_entries: int, ncpu: int, fields: int, pids, fb: int,

@@ -136,6 +136,9 @@ struct talb_window_args {
 	int32_t groups, pad;
 	const int32_t *start, *idx;
 	double *pcm, *scratch;
+	int32_t n_out, pad2;            /* the publication's input, filled here: */
+	const int32_t *out_idx;         /* out[i] = pcm[out_idx[i]] (-1: left alone) */
+	double *out;
 };
 
 /* One switch's window in one call (agent/switch.py, SwitchMonitor.window;
@@ -198,8 +201,14 @@ int talb_window(const struct talb_window_args *a)
 	if (talb_port_model(n, (const int64_t *)d_b, (const int64_t *)d_k, a->dt, a->cap,
 			    a->max_wait, a->idle, a->full, a->util, a->delay))
 		return 2;
-	if (a->groups > 0)
+	if (a->groups > 0) {
 		talb_group_pcm(a->groups, a->start, a->idx, a->util, a->delay, a->w1, a->w2, a->pcm,
 			       a->scratch);
+		/* each group's P_i in its member order, where the publication reads
+		 * them (datapath/talb_parts.c talb_publish): no Python list between */
+		for (int i = 0; i < a->n_out; i++)
+			if (a->out_idx[i] >= 0)
+				a->out[i] = a->pcm[a->out_idx[i]];
+	}
 	return 0;
 }

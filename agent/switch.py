@@ -30,6 +30,7 @@ from datapath.statsread import PerCpuArrayReader
 log = logging.getLogger("talb.agent")
 
 _TX_BYTES, _TX_PACKETS = 3, 2  # fields of struct port_stats
+_NONE_FAILED: frozenset = frozenset()   # no group failed to publish
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,34 @@ class _Group:
         return "+".join(self.names)
 
 
+class _Frozen:
+    """A window's numbers as the C window left them (a bytes copy of its
+    buffers, pcm_native.SwitchWindowC.frozen) and the groups it published:
+    turned into lists only when a reading is built from them (:func:`_thawed`)."""
+
+    __slots__ = ("native", "data", "plan", "failed")
+
+    def __init__(self, native, data: tuple, plan: list[_Group], failed):
+        self.native, self.data, self.plan, self.failed = native, data, plan, failed
+
+    def thaw(self) -> tuple:
+        """(totals, util, d_model, groups) as the list path keeps them."""
+        totals, util, d_model, pcms = self.native.thaw(self.data)
+        failed = self.failed
+        groups = tuple((g, p) for k, (g, p) in enumerate(zip(self.plan, pcms))
+                       if k not in failed)
+        return totals, util, d_model, groups
+
+
+def _thawed(raw: tuple) -> tuple:
+    """A window's raw numbers (SwitchMonitor._raw) with lists throughout."""
+    frozen = raw[3]
+    if not isinstance(frozen, _Frozen):
+        return raw
+    totals, util, d_model, groups = frozen.thaw()
+    return (*raw[:3], totals, util, d_model, *raw[6:8], groups, raw[9])
+
+
 class SwitchMonitor:
     """The agent's handle on one switch: maps (from pins), netlink sockets,
     the window state."""
@@ -114,6 +143,7 @@ class SwitchMonitor:
         self._slow = {"counters": {}, "scheme": None, "tensors": None}
         self._raw: tuple | None = None         # the latest window's numbers
         self._built: tuple | None = None       # (raw, its SwitchReading)
+        self._buffered = False                 # the C window feeds the C publication (_gather)
         self._up: tuple[bool, ...] = ()
         self._up_version = None
         #: False: each window computes the PCMs but writes nothing to the
@@ -172,7 +202,31 @@ class SwitchMonitor:
         self._pcm = pcm_math.GroupPcm([g.at for g in groups], self.config.w1, self.config.w2,
                                       n_ports=len(self._ports))
         self._groups = groups
+        s = self.config.threshold
+        self._thresholds = None if s == "max" else [s] * len(groups)
         self._native = self._native_window(self._native)
+        self._buffered = self._native is not None and self._gather(self._native)
+
+    def _gather(self, native) -> bool:
+        """Let the C window write each group's PCMs where the C publication
+        reads them (pcm_native.SwitchWindowC.gather): a loaded window then
+        hands no PCM list to Python and back. Only where the PCMs are the
+        window's own (model delay) and S does not depend on them (not
+        ``--threshold max``); True if set up."""
+        if self.config.pcm_delay == "measured" or self._thresholds is None:
+            return False
+        target = self._publisher.input_buffer()
+        if target is None:
+            return False
+        buffer, stride = target
+        idx = [-1] * (stride * len(self._groups))
+        start = 0   # group k's PCMs (per distinct port) in the window's flat list
+        for k, g in enumerate(self._groups):
+            for i in range(len(g.members)):
+                idx[k * stride + i] = start + (i if g.positions is None else g.positions[i])
+            start += len(g.distinct)
+        native.gather(buffer, idx)
+        return True
 
     def _native_window(self, before):
         """The whole window (read, deltas, model; the groups' PCMs with the
@@ -205,8 +259,13 @@ class SwitchMonitor:
         """Read, compute and publish one window ending at monotonic ``now``
         (its reading: :attr:`latest`)."""
         pcms = None
-        if self._native is not None:
-            totals, win = self._native(now)
+        native = self._native
+        if native is not None:
+            rc = native.read(now)
+            if rc == pcm_native.MATHS_DONE and self._buffered:
+                self._window_buffered(now, native, read_qdiscs)
+                return
+            totals, win = native.result(rc)
             if win is not None:
                 dt, deltas, util, d_model, pcms = win
                 win = (dt, deltas) if util is None else win
@@ -241,6 +300,19 @@ class SwitchMonitor:
         self._raw = (now, dt, self._ports, totals, util, d_model, qdiscs, self._up_states(),
                      groups, self._slow)
 
+    def _window_buffered(self, now: float, native, read_qdiscs: bool) -> None:
+        """:meth:`window` once the C window has computed the PCMs and written
+        them where the C publication reads them (:meth:`_gather`): no number
+        of the window becomes a Python object here; the reading's lists are
+        made from a bytes copy of the buffers when it is read (:class:`_Frozen`)."""
+        data = native.frozen()
+        if read_qdiscs:
+            self._qdiscs = self.rtnl.root_qdiscs()
+        plan = self._groups  # a failed publication re-reads the groups
+        failed = self._publish_buffered(plan, native, data) if self.publishes else ()
+        self._raw = (now, native.dt, self._ports, _Frozen(native, data, plan, failed), None,
+                     None, self._qdiscs, self._up_states(), (), self._slow)
+
     def _up_states(self) -> tuple[bool, ...]:
         """Each port usable, now (recomputed only when link state moved)."""
         if self._up_version != self.links.version:
@@ -260,8 +332,16 @@ class SwitchMonitor:
         self._built = (raw, reading)
         return reading
 
+    def latest_numbers(self) -> tuple | None:
+        """The latest window's numbers as lists -- (now, dt, ports, totals,
+        util, d_model, qdiscs, up, groups, slow), what the reading is built
+        from -- or None before the first window (tests compare windows by it)."""
+        raw = self._raw
+        return None if raw is None else _thawed(raw)
+
     def _reading(self, raw: tuple) -> SwitchReading:
-        now, dt, ports, (tx_bytes, tx_packets), util, d_model, qdiscs, up, groups, slow = raw
+        (now, dt, ports, (tx_bytes, tx_packets), util, d_model, qdiscs, up, groups,
+         slow) = _thawed(raw)
         readings = []
         for i, p in enumerate(ports):
             q = qdiscs.get(p.ifindex)
@@ -276,7 +356,7 @@ class SwitchMonitor:
                                tuple(pcm_math.wrr_weights(pcm))) for g, pcm in groups),
             slow["counters"], slow["scheme"], slow["tensors"])
 
-    def _publish(self, plan: list[_Group], pcms: list[list[float]]) -> set[int]:
+    def _publish(self, plan: list[_Group], pcms: list[list[float]]) -> set[int] | frozenset:
         """Every group's PCMs (per distinct port) to the maps, as publish_pcm
         would write them one group at a time; the positions in ``plan`` of
         the groups not published."""
@@ -285,6 +365,26 @@ class SwitchMonitor:
             [pcm if g.positions is None else [pcm[i] for i in g.positions]
              for g, pcm in zip(plan, pcms)],
             [max(pcm) for pcm in pcms] if s == "max" else [s] * len(plan))
+        return self._failed(errors)
+
+    def _publish_buffered(self, plan: list[_Group], native, data: tuple) -> set[int] | frozenset:
+        """:meth:`_publish` for PCMs the C window wrote into the publication's
+        input (``data``: its :meth:`frozen` copy, turned into lists only if a
+        group must go the slow way)."""
+        def pcms_of():  # as _publish hands them over: member order
+            pcms = native.thaw(data)[3]
+            return [pcm if g.positions is None else [pcm[i] for i in g.positions]
+                    for g, pcm in zip(plan, pcms)]
+        errors = self._publisher.publish_buffered(self._thresholds, pcms_of)
+        if errors is None:  # no C publication any more (no batch commands): the lists
+            errors = self._publisher.publish(pcms_of(), self._thresholds)
+        return self._failed(errors)
+
+    def _failed(self, errors: list) -> set[int] | frozenset:
+        """The positions of the groups a publication could not write; the
+        groups re-read if there are any."""
+        if not any(errors):   # the usual window: every group published
+            return _NONE_FAILED
         failed = set()
         for k, exc in enumerate(errors):
             if exc is not None:

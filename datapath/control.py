@@ -15,7 +15,7 @@ import os
 import struct
 import time
 from contextlib import contextmanager
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from common.c_constants import (CFG_RELEASE_SK, CONST, COUNTER_NAMES, DEFAULT_SCHEME, MAX_BANDS,
                                 PORT_HOST, PORT_UP, SCHEME_NAMES, SCHEMES, TALB_COUNT_LIVE,
@@ -696,6 +696,9 @@ class GroupPublisher:
             m.fd, self._read, self._write, [(g[0], g[2]) for g in self._groups]) \
             if self._native is not None else None
         self._fixed_s: dict = {}
+        # the last thresholds given and their fixed point (_publish_c)
+        self._thr_given: list | None = None
+        self._thr_fixed: list = []
         #: groups written and left alone (already holding the value) so far
         self.written = self.unchanged = 0
         self._snapshot: bytes | None = None   # the groups map as last read (batched)
@@ -731,6 +734,31 @@ class GroupPublisher:
             if raw is not None:
                 out[g[0]] = raw
         return out
+
+    def input_buffer(self) -> tuple[object, int] | None:
+        """(the C publication's P_i input, a ctypes double array; its stride)
+        -- group k's P_i in group order go at entries ``k * stride ...`` --
+        for a caller that computes the PCMs in C and writes them there
+        itself, then calls :meth:`publish_buffered`; None without the C
+        publication (then :meth:`publish`)."""
+        if self._c_publish is None or not self.batched:
+            return None
+        return self._c_publish.pcm_buffer, TALB_MAX_GROUP_PORTS
+
+    def publish_buffered(self, thresholds: Sequence[float | None],
+                         pcms_of: Callable[[], list[list[float]]]
+                         ) -> list[ValueError | None] | None:
+        """:meth:`publish` for the P_i the caller wrote into
+        :meth:`input_buffer` (the same map, the same result); ``pcms_of()``:
+        those P_i as :meth:`publish` takes them, made only when a group must
+        go the slow way (moved, or a PCM that cannot be encoded). None: the C
+        publication is not (or no longer) available: call :meth:`publish`."""
+        if self._c_publish is None or not self.batched:
+            return None
+        if len(thresholds) != len(self._groups):
+            raise ValueError(f"publish: {len(self._groups)} groups, got {len(thresholds)} "
+                             f"thresholds")
+        return self._publish_c(None, thresholds, pcms_of)
 
     def publish(self, pcms: Sequence[Sequence[float]],
                 thresholds: Sequence[float | None]) -> list[ValueError | None]:
@@ -811,32 +839,42 @@ class GroupPublisher:
             self._quiet = ([list(p) for p in pcms], list(thresholds))
         return errors
 
-    def _publish_c(self, pcms, thresholds) -> list[ValueError | None] | None:
+    def _publish_c(self, pcms, thresholds,
+                   pcms_of: Callable[[], list[list[float]]] | None = None
+                   ) -> list[ValueError | None] | None:
         """:meth:`publish` in one C call (talb_publish: read, parts, write);
         groups not where expected the slow way, as the Python path does.
+        ``pcms`` None: the P_i are in the publication's buffer already
+        (:meth:`publish_buffered`), ``pcms_of()`` makes them where needed.
         None: the kernel has no batch operations (the Python path takes over)."""
         one, to_fixed = talb_scheme.PCM_ONE, talb_scheme.pcm_to_fixed
-        fixed_s = self._fixed_s
-        if len(fixed_s) > 64:
-            fixed_s.clear()
-        if list(map(len, pcms)) != self._sizes:
+        if pcms is not None and list(map(len, pcms)) != self._sizes:
             for g, pcm in zip(self._groups, pcms):
                 if len(pcm) != len(g[2]):
                     raise ValueError(f"publish: group {g[0]} has {len(g[2])} ports, "
                                      f"got {len(pcm)} PCMs")
-        for s in set(thresholds):
-            if s not in fixed_s:
-                fixed_s[s] = one if s is None else to_fixed(s)
-        rc, status = self._c_publish(pcms, [fixed_s[s] for s in thresholds])
+        if thresholds != self._thr_given:  # usually the same S window after window
+            fixed_s = self._fixed_s
+            if len(fixed_s) > 64:
+                fixed_s.clear()
+            for s in set(thresholds):
+                if s not in fixed_s:
+                    fixed_s[s] = one if s is None else to_fixed(s)
+            self._thr_fixed = [fixed_s[s] for s in thresholds]
+            self._thr_given = list(thresholds)
+        if pcms is None:
+            rc, status = self._c_publish.buffered(self._thr_fixed)
+        else:
+            rc, status = self._c_publish(pcms, self._thr_fixed)
         if rc == talb_native.PUBLISH_NAN:  # pcm_to_fixed raises as publish_pcm would
-            for pcm in pcms:
+            for pcm in pcms if pcms is not None else pcms_of():
                 for p in pcm:
                     to_fixed(p)
             raise AssertionError("talb_publish saw a NaN that pcm_to_fixed did not")
         if rc <= talb_native.PUBLISH_BAD_GROUP:
             k = talb_native.PUBLISH_BAD_GROUP - rc
             raise ValueError(f"talb_publish: group {self._groups[k][0]} cannot be encoded: "
-                             f"{pcms[k]}")
+                             f"{(pcms if pcms is not None else pcms_of())[k]}")
         if rc < 0:
             if -rc in (errno.EINVAL, errno.EOPNOTSUPP, _ENOTSUPP):
                 self.batched = False
@@ -847,6 +885,8 @@ class GroupPublisher:
         if talb_native.PUB_MOVED not in status:
             self.unchanged += len(status) - rc
             return [None] * len(status)
+        if pcms is None:
+            pcms = pcms_of()
         errors: list[ValueError | None] = []
         for g, pcm, s, st in zip(self._groups, pcms, thresholds, status):
             if st == talb_native.PUB_MOVED:   # publish_pcm searches it by its ports

@@ -74,15 +74,30 @@ class Publication:
             have=addr(parts._have), parts=addr(parts._parts), changed=addr(changed),
             status=addr(self._status))
         self._fn, self._ref = lib.talb_publish, ctypes.byref(self._args)
+        self._thr_set: list = []   # the thresholds in _thr (set only when they change)
 
     def __call__(self, pcms, thresholds) -> tuple[int, list[int]]:
         """``pcms[k]``: group k's P_i in group order (its port count, checked
         by the caller); ``thresholds[k]``: its fixed-point S. (talb_publish's
         result, each group's status)."""
-        dbl, thr, m = self._pcm, self._thr, TALB_MAX_GROUP_PORTS
-        for k, (pcm, s) in enumerate(zip(pcms, thresholds)):
+        dbl, m = self._pcm, TALB_MAX_GROUP_PORTS
+        for k, pcm in enumerate(pcms):
             dbl[k * m:k * m + len(pcm)] = pcm
-            thr[k] = s
+        return self.buffered(thresholds)
+
+    @property
+    def pcm_buffer(self):
+        """The P_i input: group k's P_i in group order at doubles
+        ``k * TALB_MAX_GROUP_PORTS ...`` (a ctypes array), for a caller that
+        fills it itself and then calls :meth:`buffered`."""
+        return self._pcm
+
+    def buffered(self, thresholds) -> tuple[int, list[int]]:
+        """talb_publish on the P_i already in :attr:`pcm_buffer`;
+        ``thresholds[k]``: group k's fixed-point S."""
+        if thresholds != self._thr_set:
+            self._thr[:len(thresholds)] = thresholds
+            self._thr_set = list(thresholds)
         rc = self._fn(self._ref)
         return rc, self._status[:self.count]
 

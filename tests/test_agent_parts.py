@@ -26,7 +26,7 @@ from datapath import bpf_syscall as sc
 from datapath.maps import Map, possible_cpus
 from datapath.statsread import PerCpuArrayReader
 from datapath.structs import PortStats
-from conftest import new_prefix
+from conftest import new_prefix, skip_or_fail
 
 TALB = [sys.executable, "-m", "talb.cli"]
 
@@ -630,6 +630,92 @@ def test_link_watcher_sees_down_up_and_a_peer_losing_carrier(netns):
         rtnl.close()
 
 
+class _LinksOnlyMonitor:
+    """A switch whose only real part is its link watcher; each window takes
+    ``work_s`` of wall time and polls nothing itself."""
+
+    def __init__(self, links, work_s):
+        from agent.switch import SwitchReading
+
+        self.links, self.work_s, self.maps, self.windows = links, work_s, None, 0
+        self.latest = SwitchReading("sw", 0.0, None, (), (), {}, "ecmp", None)
+
+    def poll_links(self):
+        return self.links.poll()
+
+    def housekeeping(self, read_qdiscs):
+        pass
+
+    def window(self, now, read_qdiscs):
+        self.windows += 1
+        if self.work_s:
+            time.sleep(self.work_s)
+
+    def refresh_groups(self):
+        pass
+
+    def down_ports(self):
+        return [n for n in ("va", "vb") if not self.links.up(n)]
+
+    def close(self):
+        pass
+
+
+class _RecordingRouting:
+    """Routing that records the link state each sync saw (a switch reprogrammed)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def sync(self, watchers, maps, on_error=None):
+        self.calls.append({n: (w.up("va"), w.up("vb")) for n, w in watchers.items()})
+        return list(watchers)
+
+
+def _saw_vb_down(routing) -> bool:
+    return any(not call["sw"][1] for call in routing.calls)
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["on_time", "late"])
+def test_loop_follows_a_link_going_down_on_time_or_late(netns, late):
+    """The running loop regroups when a port goes down, whether its windows
+    are on time (the wait's select() wakes for the notification) or all
+    late (every window longer than the period: the loop never sleeps, and a
+    zero-timeout select() before each window finds it). The window itself
+    no longer polls the netlink sockets, so this guards the wait."""
+    from agent.linkstate import LinkWatcher
+    from agent.rtnl import Rtnl
+
+    rtnl = Rtnl(netns)
+    links = LinkWatcher(netns, rtnl)
+    mon = _LinksOnlyMonitor(links, 0.006 if late else 0.0)
+    routing, obs = _RecordingRouting(), _Observer()
+    agent = Agent({"sw": mon}, routing, AgentConfig(window_s=0.002), observer=obs)
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while mon.windows < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mon.windows >= 5 and not _saw_vb_down(routing)
+        subprocess.run(["ip", "-n", netns, "link", "set", "vb", "down"], check=True)
+        deadline = time.monotonic() + 10
+        while not _saw_vb_down(routing) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        loop.join(10)
+        links.close()
+        rtnl.close()
+    assert not loop.is_alive()
+    # (va loses carrier in a notification of its own, possibly a little later)
+    assert _saw_vb_down(routing), routing.calls
+    assert not obs.failed, obs.failed
+    if late:  # every window overran the period: the loop never slept before one
+        assert obs.windows and all(w[2] for w in obs.windows), obs.windows[:5]
+
+
 def test_rtnl_refuses_a_missing_namespace(root):
     from agent.rtnl import Rtnl
 
@@ -942,6 +1028,72 @@ def test_batched_publishing_writes_what_publish_pcm_writes(twin_switch_maps, in_
     assert "no group with ports [15, 16]" in str(errors[1])
     assert _groups_bytes(old) == _groups_bytes(new)
     assert publisher.batched, "the kernel refused the batch commands: the per-group path ran"
+
+
+def test_buffered_publishing_writes_what_list_publishing_writes(twin_switch_maps):
+    """GroupPublisher.publish_buffered -- the P_i written into the C
+    publication's input by the caller, as the agent's C window does, no
+    list handed over -- leaves the groups map exactly as publish() with the
+    same P_i as lists, window after window: PCMs and thresholds changing,
+    the same PCMs again (nothing rewritten), a group reset behind the
+    agent's back (restored), a group reprogrammed away (the same error;
+    only then are the P_i asked for as lists)."""
+    import random
+
+    from datapath.control import GroupPublisher, program_switch
+    from datapath.structs import FwdGroup
+
+    if native.compiler() is None or native.disabled():
+        skip_or_fail("no C compiler: there is no C publication to feed")
+    old, new = twin_switch_maps
+    plan = [(gid, g.ports()) for gid, g in sorted(new.groups.items())]
+    by_lists, by_buffer = GroupPublisher(old, plan), GroupPublisher(new, plan)
+    target = by_buffer.input_buffer()
+    assert target is not None, "no C publication"
+    buffer, stride = target
+    asked = []
+
+    def window(pcms, thresholds):
+        for k, pcm in enumerate(pcms):
+            buffer[k * stride:k * stride + len(pcm)] = pcm
+
+        def pcms_of():
+            asked.append(len(pcms))
+            return [list(p) for p in pcms]
+        a = by_lists.publish(pcms, thresholds)
+        b = by_buffer.publish_buffered(thresholds, pcms_of)
+        assert [str(e) for e in b] == [str(e) for e in a]
+        assert _groups_bytes(new) == _groups_bytes(old)
+        assert (by_buffer.written, by_buffer.unchanged) == (by_lists.written, by_lists.unchanged)
+        return b
+
+    rng = random.Random(5)
+    thresholds = [None] * len(plan)
+    for k in range(6):
+        if k == 3:
+            thresholds = [0.6, None, 0.8, None]
+        pcms = [[round(rng.random(), 3) for _ in ports] for _gid, ports in plan]
+        assert window(pcms, thresholds) == [None] * len(plan)
+    written = by_buffer.written
+    assert window(pcms, thresholds) == [None] * len(plan)     # the same again
+    assert by_buffer.written == written and not asked
+    # behind the agent's back: a group reset to neutral values (flags set) in both maps
+    gid, ports = plan[0]
+    for m in (old, new):
+        g = FwdGroup.of(ports)
+        g.flags = 0x5
+        m.groups[gid] = g
+    assert window(pcms, thresholds) == [None] * len(plan)
+    assert new.groups[gid].flags == 0x5 and by_buffer.written == written + 1 and not asked
+    # reprogrammed: the group of ports 15+16 is gone
+    ports = [(f"p{i}", i, False, True) for i in range(11, 19)]
+    groups = {"198.18.0.1": [11, 12, 13, 14], "198.18.0.3": [11, 11, 12],
+              "198.18.0.4": [17, 18, 11]}
+    for m in (old, new):
+        program_switch(m, ports, groups)
+    errors = window([[round(rng.random(), 3) for _ in p] for _gid, p in plan], thresholds)
+    assert sum(e is not None for e in errors) == 1 and asked == [len(plan)]
+    assert "no group with ports [15, 16]" in str(next(e for e in errors if e is not None))
 
 
 def test_an_agent_window_leaves_the_maps_as_publish_pcm_would(root):

@@ -48,7 +48,7 @@ def twins(root):
 def _same_window(c_side, py_side, now: float) -> tuple:
     c_side.window(now, read_qdiscs=False)
     py_side.window(now, read_qdiscs=False)
-    c_raw, py_raw = c_side._raw, py_side._raw
+    c_raw, py_raw = c_side.latest_numbers(), py_side.latest_numbers()
     # (now, dt, ports, totals, util, d_model, qdiscs, up, groups, slow)
     assert c_raw[1] == py_raw[1]
     assert c_raw[3] == py_raw[3], "totals"
@@ -68,6 +68,7 @@ def _set_counter(traffic, port: int, tx_bytes: int, tx_packets: int) -> None:
 
 def test_c_window_matches_the_python_window(twins):
     _fabric, traffic, c_side, py_side = twins
+    assert c_side._buffered, "the C window does not feed the C publication (the lists are made)"
     now = time.monotonic()
     first = _same_window(c_side, py_side, now)
     assert first[1] is None                       # the first reading: no window
@@ -107,3 +108,63 @@ def test_c_window_counter_backwards_and_huge_counters(twins):
         c_side.window(now, read_qdiscs=False)
     with pytest.raises(ZeroDivisionError):
         py_side.window(now, read_qdiscs=False)
+
+
+@pytest.mark.parametrize("threshold", [None, 0.7], ids=["S=1", "S=0.7"])
+def test_c_window_feeds_the_c_publication_what_the_lists_would_publish(root, threshold):
+    """The loaded window hands its PCMs from the C window to the C
+    publication without a Python list (SwitchMonitor._gather): after every
+    window the groups map is what one publish_pcm per group writes for the
+    PCMs the window reports -- including groups that list a port twice
+    (weighting it), whose PCMs go out in member order -- and a window whose
+    PCMs did not change rewrites nothing."""
+    from agent.config import AgentConfig
+    from bench.agent_loop import BenchFabric, SyntheticTraffic
+    from datapath.control import program_switch, publish_pcm
+    from datapath.maps import SwitchMaps
+
+    if native.compiler() is None or native.disabled():
+        skip_or_fail("no C compiler: the agent runs the Python window only")
+    fabric = BenchFabric(16, new_prefix())
+    traffic = agent = None
+    try:
+        with SwitchMaps(fabric.pin_dir("sw0")) as maps:
+            # port i is p{i} (BenchFabric installs them in order): its ifindex
+            by_id = {info.port_id: ifindex for ifindex, info in maps.ports.items()}
+            p = [by_id[i] for i in range(16)]
+            program_switch(maps, [(f"p{i}", p[i], False, True) for i in range(16)],
+                           {"198.18.0.1": [p[0], p[0], p[1], p[2]],
+                            "198.18.0.2": [p[3], p[4], p[3], p[5], p[6]],
+                            "198.18.0.3": p[7:15],
+                            "198.18.0.4": [p[15], p[1]]})
+        traffic = SyntheticTraffic(fabric, seed=11)
+        agent = fabric.agent(AgentConfig(window_s=0.001, threshold=threshold))
+        (m,) = agent.monitors.values()
+        assert m._buffered, "the C window does not feed the C publication"
+        assert sorted(len(g.members) for g in m._groups) == [2, 4, 5, 8]
+        assert sum(g.positions is not None for g in m._groups) == 2
+        now = time.monotonic()
+        m.window(now, read_qdiscs=False)   # the first reading: no window
+        written = []
+        for k in range(10):
+            if k < 7:
+                traffic.step()             # loaded; then still
+            now += 0.001
+            m.window(now, read_qdiscs=False)
+            after = {gid: bytes(g) for gid, g in m.maps.groups.items()}
+            reading = m.latest
+            assert len(reading.groups) == 4
+            for g, r in zip(m._groups, reading.groups):
+                publish_pcm(m.maps, g.members, dict(zip(g.distinct, r.pcm)), threshold,
+                            group_id=g.gid)
+            assert {gid: bytes(g) for gid, g in m.maps.groups.items()} == after, f"window {k}"
+            written.append(m._publisher.written)
+        moved = [b - a for a, b in zip(written, written[1:])]
+        assert all(n > 0 for n in moved[:6]), moved      # PCMs changed: rewritten
+        assert moved[7:] == [0, 0], moved                # unchanged: left alone
+    finally:
+        if agent is not None:
+            agent.close()
+        if traffic is not None:
+            traffic.close()
+        fabric.close()
