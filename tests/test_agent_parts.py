@@ -1062,7 +1062,9 @@ def test_buffered_publishing_writes_what_list_publishing_writes(twin_switch_maps
             return [list(p) for p in pcms]
         a = by_lists.publish(pcms, thresholds)
         b = by_buffer.publish_buffered(thresholds, pcms_of)
-        assert [str(e) for e in b] == [str(e) for e in a]
+        # the same errors; a message lists the installed groups in each map's own
+        # (hash) order, which two maps need not share
+        assert [str(e).split(" (groups:")[0] for e in b] == [str(e).split(" (groups:")[0] for e in a]
         assert _groups_bytes(new) == _groups_bytes(old)
         assert (by_buffer.written, by_buffer.unchanged) == (by_lists.written, by_lists.unchanged)
         return b
